@@ -1,0 +1,52 @@
+# The two commands a new user needs are `make demo` and `make test`; each does its own set-up.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CONFIG ?= infra/embedded.yaml
+PYTEST_ARGS ?=
+
+.PHONY: setup system-packages demo test unit integration bench up down status lint clean
+
+setup: system-packages $(STAMP)
+
+system-packages:
+	@infra/install-system-packages.sh
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[embedded,dev]'
+	@touch $(STAMP)
+
+demo: setup
+	$(BIN)/switchyard --config $(CONFIG) demo
+
+test: setup
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+unit: setup
+	$(BIN)/pytest -m unit $(PYTEST_ARGS)
+
+integration: setup
+	$(BIN)/pytest -m integration $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/pytest tests/bench -s $(PYTEST_ARGS)
+
+up: setup
+	$(BIN)/switchyard --config $(CONFIG) stack up
+
+down:
+	@if [ -x $(BIN)/switchyard ]; then $(BIN)/switchyard --config $(CONFIG) stack down; fi
+
+status: setup
+	$(BIN)/switchyard --config $(CONFIG) stack status
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+clean: down
+	rm -rf $(VENV) .state .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Side effects the sagas ask for: Kafka, ZooKeeper, Spark jobs and the ledger; idempotent."""

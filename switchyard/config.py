@@ -1,0 +1,299 @@
+"""The one configuration file every Switchyard process reads, validated before anything starts.
+
+The file is YAML (``switchyard.yaml``; the path comes from ``--config``, then ``$SWITCHYARD_CONFIG``, then
+``./switchyard.yaml``). Any key can be overridden from the environment: ``SWITCHYARD__TEMPORAL__ADDRESS``
+sets ``temporal.address``; the value is read as YAML, so numbers and lists work. Relative paths in the
+file are taken relative to the file, not to the working directory, so a config means the same wherever
+it is used from.
+
+Error handling: every problem — unreadable file, bad YAML, unknown key, wrong type, a reference to a
+cluster that is not defined — is raised as one :class:`~switchyard.errors.ConfigError` whose message
+names the file, each offending key, and, for overrides, the environment variable it came from.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from switchyard.errors import ConfigError
+
+CONFIG_ENV = "SWITCHYARD_CONFIG"
+OVERRIDE_PREFIX = "SWITCHYARD__"
+DEFAULT_CONFIG_NAME = "switchyard.yaml"
+
+
+def split_hostport(value: str) -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port`` too) and check the port; raises ValueError with the reason."""
+    host, sep, port_text = value.strip().rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected host:port, got {value!r}")
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"port must be a number from 1 to 65535, got {port_text!r}")
+    return host.strip("[]"), int(port_text)
+
+
+def _hostport(value: str) -> str:
+    split_hostport(value)
+    return value.strip()
+
+
+def _hostport_list(value: str) -> str:
+    for part in value.split(","):
+        split_hostport(part)
+    return value.strip()
+
+
+def _zk_connect(value: str) -> str:
+    hosts, _, _chroot = value.partition("/")
+    _hostport_list(hosts)
+    return value.strip()
+
+
+def _znode_path(value: str) -> str:
+    if not value.startswith("/") or value.endswith("/") or "//" in value:
+        raise ValueError(f"must be an absolute ZooKeeper path without a trailing '/', got {value!r}")
+    return value
+
+
+def _regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression ({exc})") from exc
+    return value
+
+
+def _sql_url(value: str) -> str:
+    try:
+        make_url(value)
+    except ArgumentError as exc:
+        raise ValueError(f"not a SQLAlchemy database URL ({exc})") from exc
+    return value
+
+
+HostPort = Annotated[str, AfterValidator(_hostport)]
+HostPortList = Annotated[str, AfterValidator(_hostport_list)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+Regex = Annotated[str, AfterValidator(_regex)]
+PositiveSeconds = Annotated[float, Field(gt=0)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusterConfig(_Section):
+    """A Kafka cluster clients can be bound to."""
+
+    bootstrap: HostPortList
+
+
+class ZooKeeperConfig(_Section):
+    connect: Annotated[str, AfterValidator(_zk_connect)] = "127.0.0.1:2181"
+    root: Annotated[str, AfterValidator(_znode_path)] = "/switchyard"
+    session_timeout_s: PositiveSeconds = 10.0
+
+
+class TemporalConfig(_Section):
+    address: HostPort = "127.0.0.1:7233"
+    namespace: str = "default"
+    task_queue: str = "switchyard"
+    ui_url: str | None = None
+    """Where operators open the Web UI; the embedded stack fills it in when left empty."""
+
+
+class LedgerConfig(_Section):
+    url: Annotated[str, AfterValidator(_sql_url)] | None = None
+    """SQLAlchemy URL; empty means a SQLite file in the stack's state directory."""
+
+
+class SparkConfig(_Section):
+    master: str = "local[*]"
+    submit_args: list[str] = Field(default_factory=list)
+
+
+class GatewayConfig(_Section):
+    host: str = "127.0.0.1"
+    advertised_host: str | None = None
+    bootstrap_port: Port = 9192
+    max_frame_bytes: Annotated[int, Field(ge=1024)] = 100 * 1024 * 1024
+
+
+class LinkConfig(_Section):
+    """A mirror link: topics copied from ``source`` to ``target``."""
+
+    source: str
+    target: str
+    include: list[Regex] = Field(default_factory=lambda: [".*"])
+    exclude: list[Regex] = Field(default_factory=list)
+
+
+class MirrorConfig(_Section):
+    links: dict[str, LinkConfig] = Field(default_factory=dict)
+    group_sync_interval_s: PositiveSeconds = 10.0
+
+
+class TelemetryConfig(_Section):
+    otlp_endpoint: str | None = None
+    """OTLP/HTTP collector, e.g. ``http://collector:4318``; empty means no exporter."""
+    export_interval_s: PositiveSeconds = 15.0
+
+
+class LoggingConfig(_Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["text", "json"] = "text"
+
+
+class StackConfig(_Section):
+    """The embedded stack (dev, tests, demo). Its services listen where the sections above point."""
+
+    state_dir: Path = Path(".state")
+    temporal_ui_port: Port | None = None
+    """Defaults to the Temporal port + 1000, as the Temporal CLI does."""
+
+
+class Config(_Section):
+    clusters: dict[str, ClusterConfig] = Field(min_length=1)
+    default_cluster: str
+    zookeeper: ZooKeeperConfig = ZooKeeperConfig()
+    temporal: TemporalConfig = TemporalConfig()
+    ledger: LedgerConfig = LedgerConfig()
+    spark: SparkConfig = SparkConfig()
+    gateway: GatewayConfig = GatewayConfig()
+    mirror: MirrorConfig = MirrorConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
+    logging: LoggingConfig = LoggingConfig()
+    stack: StackConfig = StackConfig()
+    source: Path | None = Field(default=None, exclude=True)
+    """The file this configuration was read from (set by :func:`load_config`)."""
+
+    @model_validator(mode="after")
+    def _references(self) -> Config:
+        if self.default_cluster not in self.clusters:
+            raise _KeyError("default_cluster", f"{self.default_cluster!r} is not one of clusters")
+        for link_id, link in self.mirror.links.items():
+            for end in ("source", "target"):
+                name = getattr(link, end)
+                if name not in self.clusters:
+                    raise _KeyError(f"mirror.links.{link_id}.{end}", f"{name!r} is not one of clusters")
+            if link.source == link.target:
+                raise _KeyError(f"mirror.links.{link_id}", "source and target are the same cluster")
+        return self
+
+    @property
+    def ledger_url(self) -> str:
+        return self.ledger.url or f"sqlite:///{self.stack.state_dir / 'ledger.db'}"
+
+    @property
+    def temporal_ui_port(self) -> int:
+        return self.stack.temporal_ui_port or split_hostport(self.temporal.address)[1] + 1000
+
+    @property
+    def temporal_ui_url(self) -> str:
+        host = split_hostport(self.temporal.address)[0]
+        return self.temporal.ui_url or f"http://{host}:{self.temporal_ui_port}"
+
+
+class _KeyError(ValueError):
+    """A cross-field problem that belongs to one key, so the message can name it."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(problem)
+        self.key = key
+        self.problem = problem
+
+
+def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """Where the configuration is read from: the argument, then the environment, then the cwd."""
+    return Path(explicit or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_NAME)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None
+) -> Config:
+    """Read, override from the environment, validate; raise ConfigError naming every bad key."""
+    file = config_path(path)
+    env = os.environ if environ is None else environ
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        hint = f" (set --config or ${CONFIG_ENV})" if path is None else ""
+        raise ConfigError(f"{file}: cannot read configuration: {exc.strerror}{hint}") from exc
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file}: the top level must be a mapping of sections, got {type(data).__name__}")
+    origins = _apply_overrides(data, env, file)
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(file, exc, origins)) from None
+    base = file.resolve().parent
+    return config.model_copy(
+        update={
+            "source": file.resolve(),
+            "stack": config.stack.model_copy(update={"state_dir": (base / config.stack.state_dir).resolve()}),
+        }
+    )
+
+
+def _apply_overrides(data: dict[str, Any], env: Mapping[str, str], file: Path) -> dict[str, str]:
+    """Apply ``SWITCHYARD__A__B=value`` variables; return which key came from which variable."""
+    origins: dict[str, str] = {}
+    for name in sorted(env):
+        if not name.startswith(OVERRIDE_PREFIX):
+            continue
+        parts = [p.lower() for p in name[len(OVERRIDE_PREFIX) :].split("__")]
+        if not all(parts):
+            raise ConfigError(f"{name}: malformed override name (use SWITCHYARD__SECTION__KEY)")
+        try:
+            value = yaml.safe_load(env[name])
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{name}: value is not valid YAML: {exc}") from exc
+        node = data
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                key = ".".join(parts[: i + 1])
+                raise ConfigError(f"{file}: {key}: is not a section, so {name} cannot set a key inside it")
+            node = child
+        node[parts[-1]] = value
+        origins[".".join(parts)] = name
+    return origins
+
+
+def _describe(file: Path, exc: ValidationError, origins: Mapping[str, str]) -> str:
+    lines = [f"{file}: invalid configuration:"]
+    for err in exc.errors():
+        ctx_error = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_error, _KeyError):
+            key, problem = ctx_error.key, ctx_error.problem
+        else:
+            key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            problem = _problem(err)
+        origin = next((v for k, v in origins.items() if key == k or key.startswith(k + ".")), None)
+        lines.append(f"  {key}: {problem}" + (f" (from ${origin})" if origin else ""))
+    return "\n".join(lines)
+
+
+def _problem(err: Mapping[str, Any]) -> str:
+    kind = err["type"]
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "extra_forbidden":
+        return "unknown key"
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if kind == "value_error":
+        return message
+    return f"{message} (got {err.get('input')!r})"

@@ -1,0 +1,148 @@
+"""Small, blocking Kafka helpers over confluent-kafka for the CLI, the demo and the tests.
+
+They fail loudly: a record that was not acknowledged, or that did not come back in time, is an error
+naming the topic and the count, never a short list returned as if all were well.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from switchyard.errors import KafkaOperationError
+
+ClientSettings = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Record:
+    key: bytes | None
+    value: bytes | None
+    partition: int = -1
+    offset: int = -1
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+def create_topics(
+    bootstrap: str, names: Iterable[str], *, partitions: int = 1, timeout_s: float = 15.0
+) -> None:
+    """Create the topics; one that already exists is left as it is."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1) for name in names],
+        request_timeout=timeout_s,
+    )
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise KafkaOperationError(f"{bootstrap}: cannot create topic {name!r}: {exc}") from exc
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[Record],
+    *,
+    settings: ClientSettings | None = None,
+    timeout_s: float = 30.0,
+) -> int:
+    """Produce and wait for every acknowledgement; return how many were acknowledged."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, **(settings or {})})
+    failures: list[str] = []
+    acked = 0
+
+    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+        nonlocal acked
+        if err is None:
+            acked += 1
+        else:
+            failures.append(str(err))
+
+    sent = 0
+    for record in records:
+        kwargs: dict[str, Any] = {"key": record.key, "value": record.value, "on_delivery": on_delivery}
+        if record.partition >= 0:
+            kwargs["partition"] = record.partition
+        if record.headers:
+            kwargs["headers"] = list(record.headers)
+        while True:
+            try:
+                producer.produce(topic, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        sent += 1
+        producer.poll(0)
+    remaining = producer.flush(timeout_s)
+    if failures or remaining:
+        raise KafkaOperationError(
+            f"{bootstrap}: {topic}: {acked} of {sent} records acknowledged"
+            + (f"; first error: {failures[0]}" if failures else f"; {remaining} still in flight")
+        )
+    return acked
+
+
+def consume(
+    bootstrap: str,
+    topic: str,
+    *,
+    group: str,
+    count: int,
+    settings: ClientSettings | None = None,
+    timeout_s: float = 60.0,
+) -> list[Record]:
+    """Join ``group``, read ``count`` records from the earliest offset, commit, and leave."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **(settings or {}),
+        }
+    )
+    records: list[Record] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout_s
+        while len(records) < count and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=min(500, count - len(records)), timeout=0.5):
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaOperationError(f"{bootstrap}: {topic}: consume failed: {error}")
+                records.append(_record(msg))
+        if records:
+            consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    if len(records) < count:
+        raise KafkaOperationError(
+            f"{bootstrap}: {topic}: got {len(records)} of {count} records in {timeout_s:.0f}s"
+        )
+    return records
+
+
+def _record(msg: Message) -> Record:
+    headers = msg.headers() or []
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    return Record(
+        key=_as_bytes(msg.key()),
+        value=_as_bytes(msg.value()),
+        partition=msg.partition() or 0,
+        offset=msg.offset() or 0,
+        headers=tuple((name, _as_bytes(value) or b"") for name, value in pairs),
+    )
+
+
+def _as_bytes(data: str | bytes | None) -> bytes | None:
+    return data.encode() if isinstance(data, str) else data

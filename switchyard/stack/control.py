@@ -1,0 +1,110 @@
+"""Bring the embedded stack up, report on it, and take down exactly what was brought up.
+
+``up`` is idempotent: a service already running under our pid file is left alone, and a port held by a
+process we did not start is an error rather than a second copy. When ``up`` fails, it stops what that
+call started, so a failed start leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from switchyard.config import Config
+from switchyard.errors import PortInUseError, StackError
+from switchyard.stack import health, services
+from switchyard.stack.health import Health
+from switchyard.stack.process import ManagedProcess
+from switchyard.stack.services import Service
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    name: str
+    address: str
+    pid: int | None
+    health: Health
+    link: str | None
+
+
+class Stack:
+    """The embedded stack described by one configuration."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.state_dir = config.stack.state_dir
+        self.services = services.build(config)
+
+    def process(self, service: Service) -> ManagedProcess:
+        return ManagedProcess(service.process_name, self.state_dir)
+
+    def up(self, *, timeout_s: float = 90.0, progress: Progress = lambda _: None) -> list[ServiceStatus]:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        started: list[Service] = []
+        try:
+            for service in self.services:
+                if service.argv is None:
+                    continue
+                proc = self.process(service)
+                if proc.pid() is not None:
+                    progress(f"{service.name}: already running (pid {proc.pid()})")
+                    continue
+                if health.port_open(service.host, service.port):
+                    raise PortInUseError(
+                        f"{service.name}: {service.address} is in use by a process this stack did not "
+                        f"start; stop it or change the port in {self.config.source or 'the configuration'}"
+                    )
+                try:
+                    service.prepare()
+                except OSError as exc:
+                    raise StackError(f"{service.name}: cannot prepare its files: {exc}") from exc
+                pid = proc.start(service.argv(), cwd=self.state_dir)
+                started.append(service)
+                progress(f"{service.name}: started (pid {pid}), log {proc.log_file}")
+            self._wait_healthy(timeout_s, progress)
+        except BaseException:
+            for service in reversed(started):
+                self.process(service).stop()
+            raise
+        return self.status()
+
+    def down(self, *, progress: Progress = lambda _: None) -> list[str]:
+        """Stop every process this stack's pid files name; return the names of those that were running."""
+        stopped = []
+        for service in reversed(self.services):
+            if service.argv is not None and self.process(service).stop():
+                stopped.append(service.name)
+                progress(f"{service.name}: stopped")
+        return stopped
+
+    def status(self) -> list[ServiceStatus]:
+        with ThreadPoolExecutor(max_workers=len(self.services)) as pool:
+            healths = list(pool.map(lambda s: s.probe(), self.services))
+        return [
+            ServiceStatus(s.name, s.address, self.process(s).pid(), h, s.link)
+            for s, h in zip(self.services, healths, strict=True)
+        ]
+
+    def _wait_healthy(self, timeout_s: float, progress: Progress) -> None:
+        deadline = time.monotonic() + timeout_s
+        pending = list(self.services)
+        while pending:
+            for service in list(pending):
+                proc = self.process(service)
+                if proc.pid() is None:
+                    raise StackError(
+                        f"{service.name}: exited during start-up; last lines of {proc.log_file}:\n"
+                        f"{proc.log_tail()}"
+                    )
+                if service.probe().ok:
+                    pending.remove(service)
+                    progress(f"{service.name}: healthy at {service.address}")
+            if pending and time.monotonic() > deadline:
+                details = "; ".join(f"{s.name}: {s.probe().detail}" for s in pending)
+                raise StackError(f"not healthy after {timeout_s:.0f}s: {details}")
+            if pending:
+                time.sleep(0.2)

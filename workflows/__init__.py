@@ -1,0 +1,1 @@
+"""The sagas: deterministic Temporal workflows that decide; activities do the work."""
