@@ -3,8 +3,16 @@
     SwitchyardError
     ├── ConfigError            a configuration file or override is invalid (names the key)
     ├── KafkaOperationError    a Kafka call did not do all it was asked (names cluster, topic, counts)
-    └── StackError             the embedded stack could not be started, stopped or reached
-        └── PortInUseError     a port the stack needs is held by a process it did not start
+    ├── StackError             the embedded stack could not be started, stopped or reached
+    │   └── PortInUseError     a port the stack needs is held by a process it did not start
+    ├── RoutingError           the routing state (ZooKeeper) could not be read or changed
+    │   ├── RoutingUnavailable ZooKeeper cannot be reached, or the session was lost mid-change
+    │   ├── BindingConflict    a key moved since its epoch was read (names key and both epochs)
+    │   ├── BindingRefused     a change that must not be made (unknown or shielded cluster, ...)
+    │   ├── LockHeld           another saga holds the key's lock (names the owner)
+    │   ├── GatewayIdInUse     another live gateway registered under the same id
+    │   └── AcksTimeout        gateways did not apply an epoch in time (names the laggards)
+    └── LedgerError            the SQL ledger could not be written or read
 
 Each error carries the exit code the CLI ends with when it is not caught.
 """
@@ -34,3 +42,57 @@ class StackError(SwitchyardError):
 
 class PortInUseError(StackError):
     """A port the stack would listen on is already taken by a process it did not start."""
+
+
+class RoutingError(SwitchyardError):
+    """The routing state in ZooKeeper could not be read or changed."""
+
+    exit_code = 4
+
+
+class RoutingUnavailable(RoutingError):
+    """ZooKeeper cannot be reached, or the connection was lost while a change was in flight."""
+
+
+class BindingConflict(RoutingError):
+    """A key's epoch is not the one the caller read: someone else changed it first (fencing)."""
+
+    def __init__(self, key: str, expected: int, actual: int, detail: str = "") -> None:
+        super().__init__(
+            f"{key}: expected epoch {expected}, but it is at epoch {actual}{detail}; "
+            "read it again and decide anew"
+        )
+        self.key, self.expected, self.actual = key, expected, actual
+
+
+class BindingRefused(RoutingError):
+    """The change is refused as it stands (unknown or shielded cluster, nothing to change, ...)."""
+
+    exit_code = 5
+
+
+class LockHeld(RoutingError):
+    """Another owner holds the lock of a binding key."""
+
+    def __init__(self, key: str, owner: str, since: str) -> None:
+        super().__init__(f"{key}: locked by {owner} since {since}")
+        self.key, self.owner = key, owner
+
+
+class GatewayIdInUse(RoutingError):
+    """A live gateway is already registered under this id."""
+
+
+class AcksTimeout(RoutingError):
+    """Some registered gateways did not apply the epoch before the deadline."""
+
+    def __init__(self, epoch: int, laggards: dict[str, int], timeout_s: float) -> None:
+        names = ", ".join(f"{g} (at epoch {e})" for g, e in sorted(laggards.items()))
+        super().__init__(f"gateways had not applied epoch {epoch} after {timeout_s:g}s: {names}")
+        self.epoch, self.laggards = epoch, laggards
+
+
+class LedgerError(SwitchyardError):
+    """The SQL ledger could not be read or written."""
+
+    exit_code = 6

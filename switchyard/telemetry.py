@@ -21,6 +21,7 @@ from switchyard import __version__
 from switchyard.config import Config
 
 _configured = False
+_CHATTY_LOGGERS = ("alembic", "kazoo.client")
 
 
 class _JsonFormatter(logging.Formatter):
@@ -53,6 +54,9 @@ def setup(config: Config, service: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(config.logging.level)
+    if config.logging.level != "DEBUG":
+        for chatty in _CHATTY_LOGGERS:  # their INFO lines narrate routine work (migrations, reconnects)
+            logging.getLogger(chatty).setLevel(logging.WARNING)
 
     resource = Resource.create({"service.name": f"switchyard-{service}", "service.version": __version__})
     tracer_provider = TracerProvider(resource=resource)

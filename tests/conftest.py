@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from switchyard.config import Config, load_config
+from switchyard.ledger import Ledger
+from switchyard.routing.store import RoutingStore
+from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import Stack
-from tests.support import write_stack_config
+from tests.support import PostgresServer, write_stack_config
 
 _MARKERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
 
@@ -35,3 +40,66 @@ def stack(stack_config: Config) -> Iterator[Stack]:
         yield embedded
     finally:
         embedded.down()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.db'}"
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.create_database(f"ledger_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def ledger(ledger_url: str) -> Iterator[Ledger]:
+    opened = Ledger.open(ledger_url)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def zk(stack: Stack, stack_config: Config) -> Iterator[KazooClient]:
+    client = connect(stack_config)
+    yield client
+    disconnect(client)
+
+
+@pytest.fixture
+def zk_root(zk: KazooClient) -> Iterator[str]:
+    """A root of this test's own in the session's ZooKeeper, removed afterwards."""
+    root = f"/test-{uuid.uuid4().hex[:12]}"
+    yield root
+    zk.delete(root, recursive=True)
+
+
+@pytest.fixture
+def store(zk: KazooClient, zk_root: str, ledger: Ledger) -> RoutingStore:
+    """A routing store on a fresh root with primary and standby registered; on SQLite and PostgreSQL."""
+    return _store(zk, zk_root, ledger)
+
+
+@pytest.fixture
+def sqlite_store(zk: KazooClient, zk_root: str, tmp_path: Path) -> Iterator[RoutingStore]:
+    """The same on SQLite only, for tests about ZooKeeper behaviour rather than the ledger."""
+    opened = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}")
+    yield _store(zk, zk_root, opened)
+    opened.close()
+
+
+def _store(zk: KazooClient, zk_root: str, ledger: Ledger) -> RoutingStore:
+    routing = RoutingStore(zk, zk_root, ledger)
+    routing.ensure_layout()
+    actor = "user:test"
+    routing.register_cluster("primary", "primary:9092", actor=actor, reason="test setup")
+    routing.register_cluster("standby", "standby:9092", actor=actor, reason="test setup")
+    return routing

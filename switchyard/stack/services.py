@@ -49,7 +49,7 @@ def build(config: Config) -> list[Service]:
     zk_host, zk_port = split_hostport(config.zookeeper.connect.partition("/")[0].split(",")[0])
     t_host, t_port = split_hostport(config.temporal.address)
     ui_port = config.temporal_ui_port
-    services = [_zookeeper(state / "zookeeper", zk_host, zk_port)]
+    services = [zookeeper(state / "zookeeper", zk_host, zk_port)]
     for cluster_id, cluster in config.clusters.items():
         k_host, k_port = split_hostport(cluster.bootstrap.split(",")[0])
         services.append(_kafka(cluster_id, k_host, k_port))
@@ -67,7 +67,7 @@ def build(config: Config) -> list[Service]:
     return services
 
 
-def _zookeeper(home: Path, host: str, port: int) -> Service:
+def zookeeper(home: Path, host: str, port: int) -> Service:
     def prepare() -> None:
         (home / "data").mkdir(parents=True, exist_ok=True)
         (home / "zoo.cfg").write_text(

@@ -1,0 +1,10 @@
+"""The `switchyard` command; each sub-command group lives in its own module."""
+
+from switchyard.cli import bindings, clusters, stack
+from switchyard.cli.base import cli
+
+__all__ = ["bindings", "cli", "clusters", "main", "stack"]
+
+
+def main() -> None:
+    cli(prog_name="switchyard")

@@ -1,0 +1,75 @@
+"""The root `switchyard` command and what every sub-command shares.
+
+Errors Switchyard raises on purpose print as one ``error:`` line (or block) and end the command with
+the error's own exit code (see :mod:`switchyard.errors`); anything else is a bug and shows its traceback.
+"""
+
+from __future__ import annotations
+
+import getpass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from switchyard import __version__, telemetry
+from switchyard.config import Config, load_config
+from switchyard.errors import SwitchyardError
+from switchyard.routing import RoutingStore, open_store
+
+
+class Group(click.Group):
+    """A command group whose Switchyard errors become a message and the error's exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SwitchyardError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+def config_of(ctx: click.Context, service: str = "cli") -> Config:
+    """Load the configuration once per invocation, then set up logging and telemetry from it."""
+    root = ctx.find_root()
+    if "config" not in root.meta:
+        config = load_config(root.params.get("config_path"))
+        telemetry.setup(config, service)
+        root.meta["config"] = config
+    loaded: Config = root.meta["config"]
+    return loaded
+
+
+@contextmanager
+def store_of(ctx: click.Context) -> Iterator[RoutingStore]:
+    with open_store(config_of(ctx)) as store:
+        yield store
+
+
+def default_actor() -> str:
+    return f"user:{getpass.getuser()}"
+
+
+actor_option = click.option(
+    "--by", "actor", default=default_actor, show_default="user:<login>", help="Who makes the change."
+)
+reason_option = click.option("--reason", default="manual change", show_default=True, help="Why.")
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="Configuration file (default: $SWITCHYARD_CONFIG, then ./switchyard.yaml).",
+)
+@click.version_option(__version__, "-V", "--version", prog_name="switchyard")
+def cli(config_path: str | None) -> None:
+    """Switchyard moves Kafka clients between clusters without their help."""
+
+
+@cli.command()
+def version() -> None:
+    """Print the version."""
+    click.echo(f"switchyard {__version__}")

@@ -1,0 +1,12 @@
+"""The SQL ledger of routing changes (SQLAlchemy; SQLite by default, PostgreSQL by URL)."""
+
+from switchyard.ledger.ledger import (
+    BindingEvent,
+    ClusterEvent,
+    Ledger,
+    LedgerState,
+    RoutingTxn,
+    TxnRecord,
+)
+
+__all__ = ["BindingEvent", "ClusterEvent", "Ledger", "LedgerState", "RoutingTxn", "TxnRecord"]

@@ -1,0 +1,271 @@
+"""The SQL ledger: every routing change that reached ZooKeeper, in order, with who made it and why.
+
+A change is written here first as a *pending* transaction, then to ZooKeeper, then marked committed; a
+change that never reached ZooKeeper is removed again (see :mod:`switchyard.routing.store`). Only
+committed transactions count for history and for rebuilding the ZooKeeper tree.
+
+The schema is created and upgraded by Alembic when the ledger is opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy import Connection, Engine, create_engine, delete, insert, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from switchyard.errors import LedgerError
+from switchyard.keys import BindingKey
+from switchyard.ledger.schema import binding_events, cluster_events, ledger_txns
+from switchyard.model import Binding, BindingState, Cluster, ClusterState
+
+PENDING, COMMITTED = "pending", "committed"
+_MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+@dataclass(frozen=True)
+class BindingEvent:
+    key: BindingKey
+    from_cluster: str | None
+    to_cluster: str
+    from_state: BindingState | None
+    to_state: BindingState
+    epoch: int
+    actor: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ClusterEvent:
+    cluster_id: str
+    bootstrap: str
+    from_state: ClusterState | None
+    to_state: ClusterState
+    epoch: int
+    actor: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class RoutingTxn:
+    """One routing change as the ledger records it: several keys and clusters under one epoch."""
+
+    id: str
+    epoch: int
+    actor: str
+    reason: str
+    at: datetime
+    bindings: tuple[BindingEvent, ...] = ()
+    clusters: tuple[ClusterEvent, ...] = ()
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class TxnRecord:
+    id: str
+    epoch: int
+    status: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class LedgerState:
+    """The routing tree as the committed history says it must be."""
+
+    epoch: int
+    bindings: dict[BindingKey, Binding]
+    clusters: dict[str, Cluster]
+
+
+class Ledger:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @classmethod
+    def open(cls, url: str) -> Ledger:
+        """Connect and bring the schema to the newest revision."""
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        ledger = cls(create_engine(url))
+        ledger.migrate()
+        return ledger
+
+    def migrate(self) -> None:
+        config = AlembicConfig()
+        config.set_main_option("script_location", str(_MIGRATIONS))
+        with self._connection() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def record_intent(self, txn: RoutingTxn) -> None:
+        """Write the change as pending, in one SQL transaction, before ZooKeeper is touched."""
+        with self._connection() as conn:
+            conn.execute(
+                insert(ledger_txns).values(
+                    id=txn.id,
+                    epoch=txn.epoch,
+                    status=PENDING,
+                    request_id=txn.request_id,
+                    actor=txn.actor,
+                    reason=txn.reason,
+                    created_at=txn.at,
+                )
+            )
+            if txn.bindings:
+                conn.execute(insert(binding_events), [_binding_row(txn.id, e) for e in txn.bindings])
+            if txn.clusters:
+                conn.execute(insert(cluster_events), [_cluster_row(txn.id, e) for e in txn.clusters])
+
+    def mark_committed(self, txn_id: str, *, at: datetime) -> None:
+        with self._connection() as conn:
+            conn.execute(
+                update(ledger_txns)
+                .where(ledger_txns.c.id == txn_id, ledger_txns.c.status == PENDING)
+                .values(status=COMMITTED, committed_at=at)
+            )
+
+    def discard(self, txn_id: str) -> None:
+        """Remove a change that never reached ZooKeeper, events and all."""
+        with self._connection() as conn:
+            conn.execute(delete(binding_events).where(binding_events.c.txn_id == txn_id))
+            conn.execute(delete(cluster_events).where(cluster_events.c.txn_id == txn_id))
+            conn.execute(
+                delete(ledger_txns).where(ledger_txns.c.id == txn_id, ledger_txns.c.status == PENDING)
+            )
+
+    def pending(self) -> list[TxnRecord]:
+        return self._txns(ledger_txns.c.status == PENDING)
+
+    def requested(self, request_id: str) -> list[TxnRecord]:
+        """The attempts recorded for one idempotency key (at most one of them committed)."""
+        return self._txns(ledger_txns.c.request_id == request_id)
+
+    def _txns(self, condition: Any) -> list[TxnRecord]:
+        columns = (ledger_txns.c.id, ledger_txns.c.epoch, ledger_txns.c.status, ledger_txns.c.created_at)
+        with self._connection() as conn:
+            rows = conn.execute(select(*columns).where(condition).order_by(ledger_txns.c.epoch))
+            return [TxnRecord(r.id, r.epoch, r.status, _utc(r.created_at)) for r in rows]
+
+    def history(self, key: BindingKey | None = None, *, limit: int = 100) -> list[BindingEvent]:
+        """Committed binding events, newest first; of one key, or of all."""
+        query = _committed(binding_events).order_by(binding_events.c.epoch.desc(), binding_events.c.id.desc())
+        if key is not None:
+            query = query.where(binding_events.c.binding_key == str(key))
+        with self._connection() as conn:
+            return [_binding_event(r._mapping) for r in conn.execute(query.limit(limit))]
+
+    def cluster_history(self, cluster_id: str | None = None, *, limit: int = 100) -> list[ClusterEvent]:
+        query = _committed(cluster_events).order_by(cluster_events.c.epoch.desc(), cluster_events.c.id.desc())
+        if cluster_id is not None:
+            query = query.where(cluster_events.c.cluster_id == cluster_id)
+        with self._connection() as conn:
+            return [_cluster_event(r._mapping) for r in conn.execute(query.limit(limit))]
+
+    def state(self) -> LedgerState:
+        """Replay the committed history into the tree it describes."""
+        bindings: dict[BindingKey, Binding] = {}
+        clusters: dict[str, Cluster] = {}
+        epoch = 0
+        with self._connection() as conn:
+            for row in conn.execute(_committed(binding_events).order_by(binding_events.c.epoch)):
+                e = _binding_event(row._mapping)
+                bindings[e.key] = Binding(e.to_cluster, e.epoch, e.to_state, e.at, e.actor)
+                epoch = max(epoch, e.epoch)
+            for row in conn.execute(_committed(cluster_events).order_by(cluster_events.c.epoch)):
+                c = _cluster_event(row._mapping)
+                clusters[c.cluster_id] = Cluster(
+                    c.cluster_id, c.bootstrap, c.to_state, c.epoch, c.at, c.actor
+                )
+                epoch = max(epoch, c.epoch)
+        return LedgerState(epoch, bindings, clusters)
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"ledger {self.engine.url.render_as_string()}: {exc}") from exc
+
+
+def _committed(table: Any) -> Any:
+    return (
+        select(table)
+        .join(ledger_txns, ledger_txns.c.id == table.c.txn_id)
+        .where(ledger_txns.c.status == COMMITTED)
+    )
+
+
+def _utc(value: datetime) -> datetime:
+    """SQLite hands back naive datetimes; everything the ledger stores is UTC."""
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _binding_row(txn_id: str, e: BindingEvent) -> dict[str, Any]:
+    return {
+        "txn_id": txn_id,
+        "binding_key": str(e.key),
+        "from_cluster": e.from_cluster,
+        "to_cluster": e.to_cluster,
+        "from_state": e.from_state,
+        "to_state": e.to_state,
+        "epoch": e.epoch,
+        "actor": e.actor,
+        "reason": e.reason,
+        "at": e.at,
+    }
+
+
+def _cluster_row(txn_id: str, e: ClusterEvent) -> dict[str, Any]:
+    return {
+        "txn_id": txn_id,
+        "cluster_id": e.cluster_id,
+        "bootstrap": e.bootstrap,
+        "from_state": e.from_state,
+        "to_state": e.to_state,
+        "epoch": e.epoch,
+        "actor": e.actor,
+        "reason": e.reason,
+        "at": e.at,
+    }
+
+
+def _binding_event(row: Any) -> BindingEvent:
+    return BindingEvent(
+        key=BindingKey.parse(row["binding_key"]),
+        from_cluster=row["from_cluster"],
+        to_cluster=row["to_cluster"],
+        from_state=BindingState(row["from_state"]) if row["from_state"] else None,
+        to_state=BindingState(row["to_state"]),
+        epoch=row["epoch"],
+        actor=row["actor"],
+        reason=row["reason"],
+        at=_utc(row["at"]),
+    )
+
+
+def _cluster_event(row: Any) -> ClusterEvent:
+    return ClusterEvent(
+        cluster_id=row["cluster_id"],
+        bootstrap=row["bootstrap"],
+        from_state=ClusterState(row["from_state"]) if row["from_state"] else None,
+        to_state=ClusterState(row["to_state"]),
+        epoch=row["epoch"],
+        actor=row["actor"],
+        reason=row["reason"],
+        at=_utc(row["at"]),
+    )

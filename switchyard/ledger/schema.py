@@ -1,0 +1,69 @@
+"""The ledger's tables. Changes to them go through a new Alembic revision in ``migrations/versions``.
+
+``ledger_txns`` holds one row per routing change (several keys may change in one); its ``status`` is
+``pending`` from just before the ZooKeeper write until the write is known to have happened; its
+``request_id`` is the caller's idempotency key, shared by the attempts of one requested change. The event
+tables are append-only: rows are added with their transaction and only ever removed together with a
+transaction that never reached ZooKeeper.
+"""
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+ledger_txns = Table(
+    "ledger_txns",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("epoch", BigInteger, nullable=False, index=True),
+    Column("status", String(16), nullable=False, index=True),
+    Column("request_id", String(255), index=True),
+    Column("actor", String(512), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("committed_at", DateTime(timezone=True)),
+)
+
+binding_events = Table(
+    "binding_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("txn_id", String(36), ForeignKey("ledger_txns.id"), nullable=False, index=True),
+    Column("binding_key", String(2048), nullable=False),
+    Column("from_cluster", String(255)),
+    Column("to_cluster", String(255), nullable=False),
+    Column("from_state", String(16)),
+    Column("to_state", String(16), nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("actor", String(512), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Index("ix_binding_events_key_epoch", "binding_key", "epoch"),
+)
+
+cluster_events = Table(
+    "cluster_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("txn_id", String(36), ForeignKey("ledger_txns.id"), nullable=False, index=True),
+    Column("cluster_id", String(255), nullable=False),
+    Column("bootstrap", String(2048), nullable=False),
+    Column("from_state", String(16)),
+    Column("to_state", String(16), nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("actor", String(512), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Index("ix_cluster_events_cluster_epoch", "cluster_id", "epoch"),
+)

@@ -1,0 +1,87 @@
+"""Bindings and clusters as they are stored in ZooKeeper (JSON) and recorded in the ledger.
+
+Every routing node carries the epoch of the change that wrote it. Epochs come from one counter for the
+whole tree, so they only grow, a change to several keys shares one epoch, and "this gateway has applied
+epoch E" means it has applied every change up to E.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+
+class BindingState(StrEnum):
+    ACTIVE = "active"
+    BLOCKED = "blocked"
+    """Data requests get a retriable error until the binding is active again (usually on a new cluster)."""
+
+
+class ClusterState(StrEnum):
+    ACTIVE = "active"
+    SHIELDED = "shielded"
+    """Takes no new traffic: no binding may be moved onto it."""
+    DOWN = "down"
+
+
+@dataclass(frozen=True)
+class Binding:
+    cluster: str
+    epoch: int
+    state: BindingState
+    updated_at: datetime
+    by: str
+
+    def to_json(self) -> bytes:
+        return _dump({**asdict(self), "updated_at": self.updated_at.isoformat()})
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Binding:
+        raw = json.loads(data)
+        return cls(
+            cluster=raw["cluster"],
+            epoch=int(raw["epoch"]),
+            state=BindingState(raw["state"]),
+            updated_at=datetime.fromisoformat(raw["updated_at"]),
+            by=raw["by"],
+        )
+
+
+@dataclass(frozen=True)
+class Cluster:
+    id: str
+    bootstrap: str
+    state: ClusterState
+    epoch: int
+    updated_at: datetime
+    by: str
+
+    def to_json(self) -> bytes:
+        raw = asdict(self)
+        del raw["id"]  # the node's name
+        return _dump({**raw, "updated_at": self.updated_at.isoformat()})
+
+    @classmethod
+    def from_json(cls, cluster_id: str, data: bytes) -> Cluster:
+        raw = json.loads(data)
+        return cls(
+            id=cluster_id,
+            bootstrap=raw["bootstrap"],
+            state=ClusterState(raw["state"]),
+            epoch=int(raw["epoch"]),
+            updated_at=datetime.fromisoformat(raw["updated_at"]),
+            by=raw["by"],
+        )
+
+
+def now() -> datetime:
+    """Wall-clock time at millisecond precision, so ZooKeeper, the ledger and SQL round-trip it exactly."""
+    t = datetime.now(UTC)
+    return t.replace(microsecond=t.microsecond // 1000 * 1000)
+
+
+def _dump(raw: dict[str, Any]) -> bytes:
+    return json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()

@@ -1,0 +1,161 @@
+"""Gateway registration, and the barrier a saga waits on: "every gateway has applied epoch E".
+
+Each gateway holds an ephemeral node ``gateways/<id>`` with the highest epoch it has fully applied
+(routes switched and in-flight requests to the old cluster answered). The node lives as long as the
+gateway's ZooKeeper session: a gateway that dies or is cut off long enough drops out of the barrier by
+itself, and one that is merely disconnected holds the barrier until it catches up or the wait times out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.protocol.states import WatchedEvent
+
+from switchyard.errors import AcksTimeout, GatewayIdInUse, RoutingUnavailable
+from switchyard.model import now
+from switchyard.routing.layout import Layout
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GatewayRecord:
+    id: str
+    applied_epoch: int
+    host: str
+    pid: int
+    started_at: str
+
+
+class GatewayRegistration:
+    """This gateway's ephemeral node, re-created when a new ZooKeeper session replaces a lost one."""
+
+    def __init__(self, zk: KazooClient, layout: Layout, gateway_id: str) -> None:
+        self.zk = zk
+        self.layout = layout
+        self.id = gateway_id
+        self.path = layout.gateway(gateway_id)
+        self._applied = 0
+        self._started_at = now().isoformat()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def register(self) -> None:
+        """Create the node; raises GatewayIdInUse when another live session holds the id."""
+        self.zk.ensure_path(self.layout.folder("gateways"))
+        try:
+            self.zk.create(self.path, self._data(), ephemeral=True)
+        except NodeExistsError:
+            _, stat = self.zk.get(self.path)
+            if stat.ephemeralOwner != self.zk.client_id[0]:
+                raise GatewayIdInUse(
+                    f"gateway id {self.id!r} is registered by another live process "
+                    f"(ZooKeeper session 0x{stat.ephemeralOwner:x})"
+                ) from None
+            self.zk.set(self.path, self._data())
+        self.zk.add_listener(self._on_state)
+
+    def acknowledge(self, epoch: int) -> None:
+        """Record that every change up to ``epoch`` is in effect here. Epochs only go forward."""
+        with self._lock:
+            if epoch <= self._applied:
+                return
+            self._applied = epoch
+        try:
+            self.zk.set(self.path, self._data())
+        except KazooException as exc:
+            raise RoutingUnavailable(f"gateway {self.id}: cannot acknowledge epoch {epoch}: {exc!r}") from exc
+
+    @property
+    def applied_epoch(self) -> int:
+        return self._applied
+
+    def close(self) -> None:
+        self._closed = True
+        self.zk.remove_listener(self._on_state)
+        with contextlib.suppress(KazooException):  # gone already, or goes with the session
+            self.zk.delete(self.path)
+
+    def _data(self) -> bytes:
+        return json.dumps(
+            {
+                "applied_epoch": self._applied,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "started_at": self._started_at,
+            }
+        ).encode()
+
+    def _on_state(self, state: str) -> None:
+        # Listeners must not block the connection thread: re-register from a thread of our own.
+        if state == KazooState.CONNECTED and not self._closed:
+            threading.Thread(target=self._reregister, name=f"register-{self.id}", daemon=True).start()
+
+    def _reregister(self) -> None:
+        try:
+            if self.zk.exists(self.path) is None:
+                self.zk.create(self.path, self._data(), ephemeral=True)
+                log.warning("gateway %s: registration re-created after a lost session", self.id)
+        except NodeExistsError:
+            pass
+        except KazooException:
+            log.exception("gateway %s: could not re-register; will retry on the next reconnect", self.id)
+
+
+def registered(zk: KazooClient, layout: Layout) -> dict[str, GatewayRecord]:
+    records = {}
+    folder = layout.folder("gateways")
+    for child in zk.get_children(folder):
+        try:
+            data, _ = zk.get(f"{folder}/{child}")
+        except NoNodeError:
+            continue
+        raw = json.loads(data)
+        records[child] = GatewayRecord(
+            child, int(raw["applied_epoch"]), raw["host"], int(raw["pid"]), raw["started_at"]
+        )
+    return records
+
+
+def wait_for_acks(zk: KazooClient, layout: Layout, epoch: int, *, timeout_s: float) -> dict[str, int]:
+    """Block until every registered gateway has applied ``epoch``; return each one's applied epoch.
+
+    Raises AcksTimeout naming every gateway still behind when the time is up. With no gateway
+    registered there is nobody to wait for, and the answer is an empty mapping.
+    """
+    deadline = time.monotonic() + timeout_s
+    changed = threading.Event()
+
+    def wake(_: WatchedEvent) -> None:
+        changed.set()
+
+    folder = layout.folder("gateways")
+    while True:
+        changed.clear()
+        applied: dict[str, int] = {}
+        try:
+            for child in zk.get_children(folder, watch=wake):
+                try:
+                    data, _ = zk.get(f"{folder}/{child}", watch=wake)
+                except NoNodeError:
+                    continue
+                applied[child] = int(json.loads(data)["applied_epoch"])
+        except KazooException as exc:
+            raise RoutingUnavailable(f"ZooKeeper: cannot read gateway registrations: {exc!r}") from exc
+        laggards = {g: e for g, e in applied.items() if e < epoch}
+        if not laggards:
+            return applied
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AcksTimeout(epoch, laggards, timeout_s)
+        changed.wait(remaining)

@@ -1,0 +1,48 @@
+"""Where everything lives in ZooKeeper, under the configured root (default ``/switchyard``)::
+
+epoch                       {epoch, txn, at}: the counter every routing change advances
+clusters/<id>               {bootstrap, state, epoch, updated_at, by}
+bindings/<AppID>            {cluster, epoch, state, updated_at, by}; empty when only finer keys exist
+bindings/<AppID>/instances|topics|groups/<name>
+gateways/<id>               ephemeral: {applied_epoch, stale, host, pid, started_at}
+links/<id>                  mirror links and their status
+migrations/<topic>/<partition>
+locks/<key>                 saga locks: {owner, acquired_at}
+txns/<txn id>               "committed" or "aborted": the outcome of a routing change (see store.py)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from switchyard.keys import BindingKey
+
+FOLDERS = ("clusters", "bindings", "gateways", "links", "migrations", "locks", "txns")
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: str
+
+    @property
+    def epoch(self) -> str:
+        return f"{self.root}/epoch"
+
+    def folder(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def binding(self, key: BindingKey) -> str:
+        return f"{self.root}/bindings/{key.path}"
+
+    def cluster(self, cluster_id: str) -> str:
+        return f"{self.root}/clusters/{quote(cluster_id, safe='')}"
+
+    def gateway(self, gateway_id: str) -> str:
+        return f"{self.root}/gateways/{quote(gateway_id, safe='')}"
+
+    def lock(self, key: BindingKey) -> str:
+        return f"{self.root}/locks/{quote(str(key), safe='')}"
+
+    def txn(self, txn_id: str) -> str:
+        return f"{self.root}/txns/{txn_id}"

@@ -1,0 +1,81 @@
+"""Per-key locks for sagas: one saga at a time may change a binding key.
+
+A saga's steps run as separate activities, possibly on different workers, so the lock cannot belong
+to a ZooKeeper session. It is a persistent node ``locks/<key>`` naming its owner (the workflow id).
+Acquiring is idempotent for the same owner, so a retried activity finds the lock it already holds;
+another owner gets :class:`LockHeld` naming the holder. Only the owner releases it.
+
+Error handling: ZooKeeper problems raise RoutingUnavailable; the lock state is then unknown and the
+caller retries the same call, which is safe.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+
+from switchyard.errors import LockHeld, RoutingUnavailable
+from switchyard.keys import BindingKey
+from switchyard.model import now
+from switchyard.routing.layout import Layout
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    owner: str
+    acquired_at: str
+
+
+class SagaLocks:
+    def __init__(self, zk: KazooClient, layout: Layout) -> None:
+        self.zk = zk
+        self.layout = layout
+
+    def acquire(self, key: BindingKey, owner: str) -> None:
+        path = self.layout.lock(key)
+        data = json.dumps({"owner": owner, "acquired_at": now().isoformat()}).encode()
+        try:
+            self.zk.retry(self.zk.create, path, data, makepath=True)
+            return
+        except NodeExistsError:
+            pass
+        except KazooException as exc:
+            raise RoutingUnavailable(f"{key}: cannot take the lock: {exc!r}") from exc
+        holder = self.holder(key)
+        if holder is None:  # released in the meantime
+            return self.acquire(key, owner)
+        if holder.owner != owner:
+            raise LockHeld(str(key), holder.owner, holder.acquired_at)
+        return None
+
+    def release(self, key: BindingKey, owner: str) -> bool:
+        """Release the lock if ``owner`` holds it; False when nobody did. LockHeld for another owner."""
+        path = self.layout.lock(key)
+        try:
+            data, stat = self.zk.retry(self.zk.get, path)
+            info = _info(data)
+            if info.owner != owner:
+                raise LockHeld(str(key), info.owner, info.acquired_at)
+            self.zk.retry(self.zk.delete, path, version=stat.version)
+            return True
+        except (NoNodeError, BadVersionError):
+            return False
+        except KazooException as exc:
+            raise RoutingUnavailable(f"{key}: cannot release the lock: {exc!r}") from exc
+
+    def holder(self, key: BindingKey) -> LockInfo | None:
+        try:
+            data, _ = self.zk.retry(self.zk.get, self.layout.lock(key))
+        except NoNodeError:
+            return None
+        except KazooException as exc:
+            raise RoutingUnavailable(f"{key}: cannot read the lock: {exc!r}") from exc
+        return _info(data)
+
+
+def _info(data: bytes) -> LockInfo:
+    raw = json.loads(data)
+    return LockInfo(raw["owner"], raw["acquired_at"])

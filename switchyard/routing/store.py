@@ -1,0 +1,465 @@
+"""The routing state in ZooKeeper: clusters and bindings, changed only by fenced compare-and-set.
+
+A change names, for every key it touches, the epoch the caller read (0: the key must be unbound). One
+ZooKeeper transaction then checks every node's version, advances the global epoch counter, writes the
+nodes with the new epoch and creates the change's outcome marker ``txns/<id>``. Either all of it
+happens or none; a key that moved raises :class:`BindingConflict` naming it and both epochs.
+
+The ledger and ZooKeeper agree through the marker:
+
+1. the change is written to the ledger as *pending*; if that fails, ZooKeeper is never touched;
+2. the ZooKeeper transaction runs; if it fails, the pending rows are removed;
+3. the ledger row is marked committed.
+
+If the process dies or loses ZooKeeper between 1 and 3, the outcome is settled later by whoever
+recovers the pending row: it tries to create the marker as ``aborted``. If the create succeeds the
+change never happened (and now never can, as its own transaction would fail on the marker) and the rows
+are removed; if the marker already says ``committed`` the row is marked committed. So a failed
+ZooKeeper write leaves no ledger row, and a failed ledger write leaves no ZooKeeper change.
+
+Error handling: ZooKeeper problems raise :class:`RoutingUnavailable`; SQL problems raise
+:class:`LedgerError`; fencing failures raise :class:`BindingConflict`; refused changes raise
+:class:`BindingRefused`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
+from kazoo.protocol.states import ZnodeStat
+
+from switchyard.errors import BindingConflict, BindingRefused, LedgerError, RoutingError, RoutingUnavailable
+from switchyard.keys import BindingKey
+from switchyard.ledger import BindingEvent, ClusterEvent, Ledger, RoutingTxn
+from switchyard.model import Binding, BindingState, Cluster, ClusterState, now
+from switchyard.routing.layout import FOLDERS, Layout
+from switchyard.routing.snapshot import RoutingSnapshot, read_snapshot
+
+log = logging.getLogger(__name__)
+
+COMMITTED, ABORTED = b"committed", b"aborted"
+_ATTEMPTS = 20
+
+
+@dataclass(frozen=True)
+class BindingChange:
+    key: BindingKey
+    expected_epoch: int
+    """The epoch the caller read for this key; 0 when it must not be bound yet."""
+    cluster: str
+    state: BindingState = BindingState.ACTIVE
+
+
+@dataclass(frozen=True)
+class ClusterChange:
+    cluster_id: str
+    expected_epoch: int
+    """The epoch the caller read for this cluster; 0 when it must not be registered yet."""
+    bootstrap: str
+    state: ClusterState = ClusterState.ACTIVE
+
+
+@dataclass
+class _Node:
+    path: str
+    stat: ZnodeStat | None
+    """None when the node does not exist."""
+    epoch: int = 0
+    current: Binding | Cluster | None = None
+    new_data: bytes = b""
+    parents: list[str] = field(default_factory=list)
+
+
+class RoutingStore:
+    """Reads and fenced writes of the routing tree; one instance per ZooKeeper client."""
+
+    def __init__(
+        self, zk: KazooClient, root: str, ledger: Ledger, *, settle_after: timedelta = timedelta(seconds=30)
+    ) -> None:
+        self.zk = zk
+        self.layout = Layout(root)
+        self.ledger = ledger
+        self.settle_after = settle_after
+        """Pending ledger rows younger than this may belong to a writer still at work: left alone."""
+
+    def ensure_layout(self) -> None:
+        try:
+            for name in FOLDERS:
+                self.zk.ensure_path(self.layout.folder(name))
+            if self.zk.exists(self.layout.epoch) is None:
+                with contextlib.suppress(NodeExistsError):  # another process created it first
+                    self.zk.create(self.layout.epoch, epoch_data(0, "", now()))
+        except KazooException as exc:
+            raise RoutingUnavailable(
+                f"ZooKeeper: cannot create the layout under {self.layout.root}: {exc!r}"
+            ) from exc
+
+    # ---- reads
+
+    def snapshot(self) -> RoutingSnapshot:
+        """Every cluster and binding as of one epoch (no change committed while it was read)."""
+        return read_snapshot(self.zk, self.layout)
+
+    def epoch(self) -> int:
+        data, _ = self._get(self.layout.epoch)
+        return int(json.loads(data)["epoch"])
+
+    def binding(self, key: BindingKey) -> Binding | None:
+        current = self._read_binding(key).current
+        return current if isinstance(current, Binding) else None
+
+    def cluster(self, cluster_id: str) -> Cluster | None:
+        current = self._read_cluster(cluster_id).current
+        return current if isinstance(current, Cluster) else None
+
+    # ---- writes
+
+    def apply(
+        self,
+        bindings: Sequence[BindingChange] = (),
+        clusters: Sequence[ClusterChange] = (),
+        *,
+        actor: str,
+        reason: str,
+        request_id: str | None = None,
+        force: bool = False,
+    ) -> int:
+        """Make the changes atomically under one new epoch and return that epoch.
+
+        ``request_id`` makes the call idempotent: when a change under that id has already been
+        committed, its epoch is returned and nothing is written again (an activity retried after its
+        answer was lost). ``force`` allows moving a binding onto a shielded or down cluster.
+        """
+        if not bindings and not clusters:
+            raise BindingRefused("nothing to change")
+        _no_duplicates(bindings, clusters)
+        self.recover()
+        if request_id is not None:
+            done = self._committed_epoch(request_id)
+            if done is not None:
+                return done
+        for _ in range(_ATTEMPTS):
+            counter, counter_stat = self._get(self.layout.epoch)
+            epoch = int(json.loads(counter)["epoch"]) + 1
+            nodes, txn = self._prepare(
+                bindings,
+                clusters,
+                epoch=epoch,
+                actor=actor,
+                reason=reason,
+                request_id=request_id,
+                force=force,
+            )
+            self.ledger.record_intent(txn)
+            outcome = self._commit(txn, nodes, counter_stat.version)
+            if outcome == "committed":
+                self._finish(txn)
+                log.info("epoch %d: %s by %s (%s)", epoch, _describe(txn), actor, reason)
+                return epoch
+            self.ledger.discard(txn.id)
+            if outcome == "node moved":
+                self._check_fences(bindings, clusters)
+            # another change took the epoch first: read again and retry under the next one
+        raise RoutingUnavailable(f"gave up after {_ATTEMPTS} attempts: the epoch counter kept moving")
+
+    def set_binding(
+        self,
+        key: BindingKey,
+        cluster: str,
+        state: BindingState = BindingState.ACTIVE,
+        *,
+        actor: str,
+        reason: str,
+        expected_epoch: int | None = None,
+        force: bool = False,
+    ) -> int:
+        """Bind one key; without ``expected_epoch`` it fences on the epoch it reads now."""
+        if expected_epoch is None:
+            current = self.binding(key)
+            expected_epoch = current.epoch if current else 0
+        change = BindingChange(key, expected_epoch, cluster, state)
+        return self.apply([change], actor=actor, reason=reason, force=force)
+
+    def register_cluster(self, cluster_id: str, bootstrap: str, *, actor: str, reason: str) -> int:
+        existing = self.cluster(cluster_id)
+        if existing is not None:
+            raise BindingRefused(
+                f"cluster {cluster_id!r} is already registered ({existing.bootstrap}, {existing.state})"
+            )
+        return self.apply(clusters=[ClusterChange(cluster_id, 0, bootstrap)], actor=actor, reason=reason)
+
+    def set_cluster_state(self, cluster_id: str, state: ClusterState, *, actor: str, reason: str) -> int:
+        """Shield, unshield or mark down a cluster (a routing change like any other)."""
+        existing = self.cluster(cluster_id)
+        if existing is None:
+            raise BindingRefused(f"cluster {cluster_id!r} is not registered (switchyard clusters add)")
+        if existing.state is state:
+            raise BindingRefused(f"cluster {cluster_id!r} is already {state}")
+        change = ClusterChange(cluster_id, existing.epoch, existing.bootstrap, state)
+        return self.apply(clusters=[change], actor=actor, reason=reason)
+
+    def recover(self, *, everything: bool = False) -> list[tuple[str, str]]:
+        """Settle pending ledger rows older than ``settle_after`` (all with ``everything``)."""
+        settled = []
+        cutoff = now() - (timedelta(0) if everything else self.settle_after)
+        for pending in self.ledger.pending():
+            if pending.created_at > cutoff:
+                continue
+            if self._settle(pending.id):
+                self.ledger.mark_committed(pending.id, at=now())
+                self._drop_marker(pending.id)
+                settled.append((pending.id, "committed"))
+            else:
+                self.ledger.discard(pending.id)
+                settled.append((pending.id, "aborted"))
+            log.warning("settled pending routing change %s: %s", pending.id, settled[-1][1])
+        return settled
+
+    # ---- internals
+
+    def _prepare(
+        self,
+        bindings: Sequence[BindingChange],
+        clusters: Sequence[ClusterChange],
+        *,
+        epoch: int,
+        actor: str,
+        reason: str,
+        request_id: str | None,
+        force: bool,
+    ) -> tuple[list[_Node], RoutingTxn]:
+        at = now()
+        nodes: list[_Node] = []
+        cluster_events = []
+        for c in clusters:
+            node = self._read_cluster(c.cluster_id)
+            _fence(c.cluster_id, c.expected_epoch, node)
+            old = node.current
+            assert old is None or isinstance(old, Cluster)
+            new = Cluster(c.cluster_id, c.bootstrap, c.state, epoch, at, actor)
+            node.new_data = new.to_json()
+            nodes.append(node)
+            cluster_events.append(
+                ClusterEvent(
+                    c.cluster_id, c.bootstrap, old.state if old else None, c.state, epoch, actor, reason, at
+                )
+            )
+        binding_events = []
+        for b in bindings:
+            node = self._read_binding(b.key)
+            _fence(str(b.key), b.expected_epoch, node)
+            old = node.current
+            assert old is None or isinstance(old, Binding)
+            if old is None or old.cluster != b.cluster:
+                self._check_target(b, clusters, force)
+            if old is not None and (old.cluster, old.state) == (b.cluster, b.state):
+                raise BindingRefused(f"{b.key}: already {b.state} on {b.cluster} (epoch {old.epoch})")
+            node.new_data = Binding(b.cluster, epoch, b.state, at, actor).to_json()
+            nodes.append(node)
+            binding_events.append(
+                BindingEvent(
+                    b.key,
+                    old.cluster if old else None,
+                    b.cluster,
+                    old.state if old else None,
+                    b.state,
+                    epoch,
+                    actor,
+                    reason,
+                    at,
+                )
+            )
+        txn = RoutingTxn(
+            str(uuid.uuid4()),
+            epoch,
+            actor,
+            reason,
+            at,
+            tuple(binding_events),
+            tuple(cluster_events),
+            request_id,
+        )
+        return nodes, txn
+
+    def _check_target(self, change: BindingChange, clusters: Sequence[ClusterChange], force: bool) -> None:
+        planned = {c.cluster_id: c.state for c in clusters}
+        if change.cluster in planned:
+            state = planned[change.cluster]
+        else:
+            cluster = self.cluster(change.cluster)
+            if cluster is None:
+                raise BindingRefused(
+                    f"{change.key}: cluster {change.cluster!r} is not registered (switchyard clusters add)"
+                )
+            state = cluster.state
+        if state is not ClusterState.ACTIVE and not force:
+            raise BindingRefused(
+                f"{change.key}: cluster {change.cluster!r} is {state} and takes no new traffic "
+                "(unshield it, or force the change)"
+            )
+
+    def _commit(self, txn: RoutingTxn, nodes: list[_Node], epoch_version: int) -> str:
+        """Run the ZooKeeper transaction: 'committed', 'node moved' or 'epoch moved'."""
+        try:
+            for node in nodes:
+                for parent in node.parents:
+                    self.zk.ensure_path(parent)
+            t = self.zk.transaction()
+            t.set_data(self.layout.epoch, epoch_data(txn.epoch, txn.id, txn.at), epoch_version)
+            for node in nodes:
+                if node.stat is None:
+                    t.create(node.path, node.new_data)
+                else:
+                    t.set_data(node.path, node.new_data, node.stat.version)
+            t.create(self.layout.txn(txn.id), COMMITTED)
+            results = t.commit()
+        except KazooException as exc:
+            return self._settle_after_loss(txn, exc)
+        failure = first_failure(results)
+        if failure is None:
+            return "committed"
+        op = results.index(failure)
+        if op == 0:  # the counter moved: another change took this epoch
+            return "epoch moved"
+        if op == len(results) - 1 and isinstance(failure, NodeExistsError):
+            raise RoutingError(f"change {txn.id} was settled as aborted by a recovery while in flight")
+        if isinstance(failure, BadVersionError | NodeExistsError | NoNodeError):
+            return "node moved"
+        raise RoutingError(f"ZooKeeper refused the change: {failure!r}")
+
+    def _settle_after_loss(self, txn: RoutingTxn, exc: Exception) -> str:
+        try:
+            committed = self._settle(txn.id)
+        except RoutingUnavailable:
+            raise RoutingUnavailable(
+                f"ZooKeeper was lost while change {txn.id} (epoch {txn.epoch}) was in flight ({exc!r}); "
+                "its outcome is unknown and is settled by the next change or `switchyard bindings recover`"
+            ) from exc
+        return "committed" if committed else "epoch moved"
+
+    def _settle(self, txn_id: str) -> bool:
+        """Decide a change's outcome once and for all; True when it reached ZooKeeper."""
+        marker = self.layout.txn(txn_id)
+        try:
+            self.zk.retry(self.zk.create, marker, ABORTED)
+            return False
+        except NodeExistsError:
+            data, _ = self._get(marker)
+            return data == COMMITTED
+        except KazooException as exc:
+            raise RoutingUnavailable(f"ZooKeeper: cannot settle change {txn_id}: {exc!r}") from exc
+
+    def _finish(self, txn: RoutingTxn) -> None:
+        try:
+            self.ledger.mark_committed(txn.id, at=now())
+        except LedgerError:
+            log.exception("epoch %d is in ZooKeeper, its ledger row stays pending until recovered", txn.epoch)
+            raise
+        self._drop_marker(txn.id)
+
+    def _drop_marker(self, txn_id: str) -> None:
+        try:
+            self.zk.delete(self.layout.txn(txn_id))
+        except NoNodeError:
+            pass
+        except KazooException:
+            log.warning("could not delete the marker of change %s; it is harmless", txn_id)
+
+    def _committed_epoch(self, request_id: str) -> int | None:
+        """The epoch of the committed attempt of ``request_id``, settling any attempt left pending."""
+        for attempt in self.ledger.requested(request_id):
+            if attempt.status == "pending":
+                if self._settle(attempt.id):
+                    self.ledger.mark_committed(attempt.id, at=now())
+                    self._drop_marker(attempt.id)
+                    return attempt.epoch
+                self.ledger.discard(attempt.id)
+            else:
+                return attempt.epoch
+        return None
+
+    def _check_fences(self, bindings: Sequence[BindingChange], clusters: Sequence[ClusterChange]) -> None:
+        """Raise BindingConflict for the first key that moved; return when none did (retry then)."""
+        for c in clusters:
+            _fence(c.cluster_id, c.expected_epoch, self._read_cluster(c.cluster_id))
+        for b in bindings:
+            _fence(str(b.key), b.expected_epoch, self._read_binding(b.key))
+
+    def _read_binding(self, key: BindingKey) -> _Node:
+        path = self.layout.binding(key)
+        node = self._read(path, Binding.from_json)
+        parent = path.rsplit("/", 1)[0]
+        if node.stat is None and parent != self.layout.folder("bindings"):
+            node.parents.append(parent)
+        return node
+
+    def _read_cluster(self, cluster_id: str) -> _Node:
+        return self._read(self.layout.cluster(cluster_id), lambda data: Cluster.from_json(cluster_id, data))
+
+    def _read(self, path: str, decode: Callable[[bytes], Binding | Cluster]) -> _Node:
+        try:
+            data, stat = self.zk.retry(self.zk.get, path)
+        except NoNodeError:
+            return _Node(path, None)
+        except KazooException as exc:
+            raise RoutingUnavailable(f"ZooKeeper: cannot read {path}: {exc!r}") from exc
+        if not data:
+            return _Node(path, stat)
+        current = decode(data)
+        return _Node(path, stat, current.epoch, current)
+
+    def _get(self, path: str) -> tuple[bytes, ZnodeStat]:
+        try:
+            data, stat = self.zk.retry(self.zk.get, path)
+        except NoNodeError as exc:
+            raise RoutingError(f"ZooKeeper: {path} is missing (is the layout created?)") from exc
+        except KazooException as exc:
+            raise RoutingUnavailable(f"ZooKeeper: cannot read {path}: {exc!r}") from exc
+        return data, stat
+
+
+def first_failure(results: list[object]) -> Exception | None:
+    """The operation that failed a ZooKeeper multi; the others only report being rolled back."""
+    for result in results:
+        if isinstance(result, Exception) and not isinstance(result, RolledBackError | RuntimeInconsistency):
+            return result
+    return None
+
+
+def _fence(name: str, expected: int, node: _Node) -> None:
+    if node.epoch != expected:
+        current = node.current
+        detail = f" (changed by {current.by} at {current.updated_at.isoformat()})" if current else ""
+        raise BindingConflict(name, expected, node.epoch, detail)
+
+
+def _no_duplicates(bindings: Sequence[BindingChange], clusters: Sequence[ClusterChange]) -> None:
+    names = [str(b.key) for b in bindings] + [f"cluster {c.cluster_id}" for c in clusters]
+    seen = {n for n in names if names.count(n) > 1}
+    if seen:
+        raise BindingRefused(f"a change names {', '.join(sorted(seen))} more than once")
+
+
+def epoch_data(epoch: int, txn_id: str, at: datetime) -> bytes:
+    return json.dumps({"epoch": epoch, "txn": txn_id, "at": at.isoformat()}).encode()
+
+
+def _describe(txn: RoutingTxn) -> str:
+    parts = [f"{e.key} -> {e.to_cluster} {e.to_state}" for e in txn.bindings]
+    parts += [f"cluster {e.cluster_id} {e.to_state}" for e in txn.clusters]
+    return ", ".join(parts)

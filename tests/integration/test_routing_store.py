@@ -1,0 +1,281 @@
+"""Fenced compare-and-set on real ZooKeeper, with the ledger on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import text
+
+from switchyard.config import Config
+from switchyard.errors import BindingConflict, BindingRefused, LedgerError, RoutingError
+from switchyard.keys import BindingKey
+from switchyard.ledger import Ledger
+from switchyard.model import BindingState, ClusterState
+from switchyard.routing.rebuild import rebuild
+from switchyard.routing.store import BindingChange, RoutingStore
+from switchyard.routing.zk import connect, disconnect
+
+ORDERS = BindingKey.for_app("orders")
+HOST7 = BindingKey.instance("orders", "host-7")
+PAYMENTS = BindingKey.topic("orders", "payments")
+BILLING = BindingKey.group("orders", "billing")
+ACTOR = "user:test"
+
+
+def bind(store: RoutingStore, key: BindingKey, cluster: str, **kw: object) -> int:
+    return store.set_binding(key, cluster, actor=ACTOR, reason="test", **kw)  # type: ignore[arg-type]
+
+
+def crash(*_: object) -> str:
+    raise SystemExit("process killed between the ledger write and the ZooKeeper write")
+
+
+def test_concurrent_compare_and_set_one_wins_the_other_gets_the_named_conflict(
+    store: RoutingStore, stack_config: Config
+) -> None:
+    """Two writers on two ZooKeeper sessions, fenced on the same epoch, released at the same instant."""
+    start = bind(store, ORDERS, "primary")
+    other_zk = connect(stack_config)
+    other = RoutingStore(other_zk, store.layout.root, store.ledger)
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, object] = {}
+
+    def switch(name: str, routing: RoutingStore, cluster: str) -> None:
+        barrier.wait()
+        try:
+            outcomes[name] = routing.apply(
+                [BindingChange(ORDERS, start, cluster)], actor=f"user:{name}", reason="race"
+            )
+        except BindingConflict as exc:
+            outcomes[name] = exc
+
+    try:
+        threads = [
+            threading.Thread(target=switch, args=("a", store, "standby")),
+            threading.Thread(target=switch, args=("b", other, "standby")),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        disconnect(other_zk)
+
+    wins = [v for v in outcomes.values() if isinstance(v, int)]
+    conflicts = [v for v in outcomes.values() if isinstance(v, BindingConflict)]
+    assert len(wins) == 1, outcomes
+    assert len(conflicts) == 1, outcomes
+    assert conflicts[0].key == "orders"
+    assert (conflicts[0].expected, conflicts[0].actual) == (start, wins[0])
+    assert f"expected epoch {start}, but it is at epoch {wins[0]}" in str(conflicts[0])
+    assert [e.epoch for e in store.ledger.history(ORDERS)] == [wins[0], start]
+
+
+def test_several_keys_change_atomically_under_one_epoch(store: RoutingStore) -> None:
+    e_orders = bind(store, ORDERS, "primary")
+    e_host = bind(store, HOST7, "primary")
+    epoch = store.apply(
+        [
+            BindingChange(ORDERS, e_orders, "standby", BindingState.BLOCKED),
+            BindingChange(HOST7, e_host, "standby", BindingState.BLOCKED),
+            BindingChange(BILLING, 0, "standby"),
+        ],
+        actor=ACTOR,
+        reason="block",
+    )
+    snapshot = store.snapshot()
+    assert snapshot.epoch == epoch
+    assert {k: (b.cluster, b.state, b.epoch) for k, b in snapshot.bindings.items()} == {
+        ORDERS: ("standby", BindingState.BLOCKED, epoch),
+        HOST7: ("standby", BindingState.BLOCKED, epoch),
+        BILLING: ("standby", BindingState.ACTIVE, epoch),
+    }
+    assert sorted(str(e.key) for e in store.ledger.history() if e.epoch == epoch) == [
+        "orders",
+        "orders##billing",
+        "orders@host-7",
+    ]
+
+
+def test_one_stale_fence_changes_nothing_at_all(store: RoutingStore) -> None:
+    e_orders = bind(store, ORDERS, "primary")
+    bind(store, HOST7, "primary")
+    before = store.snapshot()
+    history = store.ledger.history()
+    with pytest.raises(BindingConflict, match="orders@host-7: expected epoch 0"):
+        store.apply(
+            [BindingChange(ORDERS, e_orders, "standby"), BindingChange(HOST7, 0, "standby")],
+            actor=ACTOR,
+            reason="stale",
+        )
+    assert store.snapshot() == before
+    assert store.ledger.history() == history
+    assert store.ledger.pending() == []
+
+
+def test_epochs_only_grow_and_every_node_carries_its_change_epoch(store: RoutingStore) -> None:
+    epochs = [store.epoch()]
+    for cluster in ["primary", "standby", "primary", "standby"]:
+        epochs.append(bind(store, ORDERS, cluster))
+    epochs.append(bind(store, PAYMENTS, "standby"))
+    assert epochs == sorted(set(epochs))
+    assert store.binding(ORDERS).epoch == epochs[-2]  # type: ignore[union-attr]
+    assert store.binding(PAYMENTS).epoch == epochs[-1]  # type: ignore[union-attr]
+    assert store.ledger.state().epoch == store.epoch() == epochs[-1]
+
+
+def test_a_request_id_makes_a_retry_harmless(store: RoutingStore) -> None:
+    first = store.apply(
+        [BindingChange(ORDERS, 0, "primary")], actor=ACTOR, reason="r", request_id="wf-1/flip"
+    )
+    again = store.apply(
+        [BindingChange(ORDERS, 0, "primary")], actor=ACTOR, reason="r", request_id="wf-1/flip"
+    )
+    assert again == first
+    assert len(store.ledger.history(ORDERS)) == 1
+
+
+def test_refusals(store: RoutingStore) -> None:
+    with pytest.raises(BindingRefused, match="cluster 'dr' is not registered"):
+        bind(store, ORDERS, "dr")
+    bind(store, ORDERS, "primary")
+    with pytest.raises(BindingRefused, match="already active on primary"):
+        bind(store, ORDERS, "primary")
+    store.set_cluster_state("standby", ClusterState.SHIELDED, actor=ACTOR, reason="maintenance")
+    with pytest.raises(BindingRefused, match="'standby' is shielded and takes no new traffic"):
+        bind(store, ORDERS, "standby")
+    assert bind(store, ORDERS, "standby", force=True) > 0
+    with pytest.raises(BindingRefused, match="more than once"):
+        store.apply(
+            [BindingChange(HOST7, 0, "primary"), BindingChange(HOST7, 0, "standby")], actor=ACTOR, reason=""
+        )
+
+
+def test_blocking_in_place_is_allowed_on_a_shielded_cluster(store: RoutingStore) -> None:
+    epoch = bind(store, ORDERS, "standby")
+    store.set_cluster_state("standby", ClusterState.DOWN, actor=ACTOR, reason="dead")
+    bind(store, ORDERS, "standby", state=BindingState.BLOCKED, expected_epoch=epoch)
+    assert store.binding(ORDERS).state is BindingState.BLOCKED  # type: ignore[union-attr]
+
+
+def test_a_failed_zookeeper_write_leaves_no_ledger_row(store: RoutingStore) -> None:
+    bind(store, ORDERS, "primary")
+    rows = store.ledger.history()
+    with pytest.raises(BindingConflict):
+        store.apply([BindingChange(ORDERS, 0, "standby")], actor=ACTOR, reason="stale")
+    assert store.ledger.history() == rows
+    assert store.ledger.pending() == []
+
+
+def test_a_failed_ledger_write_leaves_no_zookeeper_change(store: RoutingStore) -> None:
+    bind(store, ORDERS, "primary")
+    before = store.snapshot()
+    with store.ledger.engine.begin() as conn:  # the ledger breaks for real: its events table is gone
+        conn.execute(text("ALTER TABLE binding_events RENAME TO binding_events_gone"))
+    try:
+        with pytest.raises(LedgerError, match="binding_events"):
+            bind(store, ORDERS, "standby")
+        assert store.snapshot() == before
+    finally:
+        with store.ledger.engine.begin() as conn:
+            conn.execute(text("ALTER TABLE binding_events_gone RENAME TO binding_events"))
+
+
+def test_a_crash_after_the_zookeeper_write_is_settled_as_committed(
+    store: RoutingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def lost(*_: object, **__: object) -> None:
+        raise LedgerError("database went away")
+
+    monkeypatch.setattr(store.ledger, "mark_committed", lost)
+    with pytest.raises(LedgerError):
+        bind(store, ORDERS, "primary")
+    monkeypatch.undo()
+    assert store.binding(ORDERS).cluster == "primary"  # type: ignore[union-attr]
+    assert [p.epoch for p in store.ledger.pending()] == [store.epoch()]
+    assert store.recover(everything=True)[0][1] == "committed"
+    assert store.ledger.pending() == []
+    assert store.ledger.state().bindings == store.snapshot().bindings
+
+
+def test_a_crash_before_the_zookeeper_write_is_settled_as_aborted_for_good(
+    store: RoutingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    intents = []
+    original = store._commit
+
+    def record_then_crash(*args: object) -> str:
+        intents.append(args)
+        return crash()
+
+    monkeypatch.setattr(store, "_commit", record_then_crash)
+    with pytest.raises(SystemExit):
+        bind(store, ORDERS, "primary")
+    monkeypatch.undo()
+    assert len(store.ledger.pending()) == 1
+    assert store.recover(everything=True)[0][1] == "aborted"
+    assert store.ledger.pending() == []
+    assert store.ledger.history() == []
+    # The dead writer's transaction can never land afterwards: its outcome marker says aborted.
+    with pytest.raises(RoutingError, match="settled as aborted"):
+        original(*intents[0])  # type: ignore[arg-type]
+    assert store.binding(ORDERS) is None
+
+
+def test_young_pending_rows_are_left_to_their_writer(
+    store: RoutingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store, "_commit", crash)
+    with pytest.raises(SystemExit):
+        bind(store, ORDERS, "primary")
+    monkeypatch.undo()
+    store.settle_after = timedelta(minutes=5)
+    assert store.recover() == []
+    assert len(store.ledger.pending()) == 1
+
+
+def test_rebuild_from_the_ledger_restores_the_tree_exactly(store: RoutingStore) -> None:
+    e1 = bind(store, ORDERS, "primary")
+    bind(store, HOST7, "standby")
+    bind(store, BindingKey.instance("..", "a/b"), "standby")
+    store.apply(
+        [BindingChange(ORDERS, e1, "standby", BindingState.BLOCKED), BindingChange(BILLING, 0, "primary")],
+        actor="workflow:switchover-orders/run-1",
+        reason="block",
+    )
+    store.set_cluster_state("primary", ClusterState.SHIELDED, actor=ACTOR, reason="drain")
+    before = store.snapshot()
+
+    store.zk.delete(store.layout.root, recursive=True)  # ZooKeeper lost everything
+    report = rebuild(store)
+    assert (report.bindings, report.clusters, report.epoch) == (4, 2, before.epoch)
+    assert store.snapshot() == before
+    assert rebuild(store).unchanged
+
+
+def test_rebuild_removes_what_the_ledger_does_not_know(store: RoutingStore) -> None:
+    bind(store, ORDERS, "primary")
+    bind(store, HOST7, "primary")
+    wanted = store.snapshot()
+    store.zk.set(store.layout.binding(ORDERS), b"")  # an unlogged hand edit
+    stray = store.binding(HOST7)
+    assert stray is not None
+    store.zk.create(store.layout.binding(PAYMENTS), stray.to_json(), makepath=True)
+    report = rebuild(store, dry_run=True)
+    assert report.removed == ["orders#payments"]
+    assert not report.unchanged
+    assert PAYMENTS in store.snapshot().bindings  # dry run wrote nothing
+    rebuild(store)
+    assert store.snapshot() == wanted
+
+
+def test_rebuild_refuses_to_roll_routing_back(store: RoutingStore, ledger_url: str) -> None:
+    bind(store, ORDERS, "primary")
+    behind = Ledger.open(ledger_url)
+    with behind.engine.begin() as conn:
+        conn.execute(text("DELETE FROM binding_events"))
+    behind.close()
+    with pytest.raises(BindingRefused, match="would roll routing back"):
+        rebuild(store)
