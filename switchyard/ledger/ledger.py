@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -126,9 +126,9 @@ class Ledger:
                 )
             )
             if txn.bindings:
-                conn.execute(insert(binding_events), [_binding_row(txn.id, e) for e in txn.bindings])
+                conn.execute(insert(binding_events), [_row(txn.id, e) for e in txn.bindings])
             if txn.clusters:
-                conn.execute(insert(cluster_events), [_cluster_row(txn.id, e) for e in txn.clusters])
+                conn.execute(insert(cluster_events), [_row(txn.id, e) for e in txn.clusters])
 
     def mark_committed(self, txn_id: str, *, at: datetime) -> None:
         with self._connection() as conn:
@@ -215,33 +215,12 @@ def _utc(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def _binding_row(txn_id: str, e: BindingEvent) -> dict[str, Any]:
-    return {
-        "txn_id": txn_id,
-        "binding_key": str(e.key),
-        "from_cluster": e.from_cluster,
-        "to_cluster": e.to_cluster,
-        "from_state": e.from_state,
-        "to_state": e.to_state,
-        "epoch": e.epoch,
-        "actor": e.actor,
-        "reason": e.reason,
-        "at": e.at,
-    }
-
-
-def _cluster_row(txn_id: str, e: ClusterEvent) -> dict[str, Any]:
-    return {
-        "txn_id": txn_id,
-        "cluster_id": e.cluster_id,
-        "bootstrap": e.bootstrap,
-        "from_state": e.from_state,
-        "to_state": e.to_state,
-        "epoch": e.epoch,
-        "actor": e.actor,
-        "reason": e.reason,
-        "at": e.at,
-    }
+def _row(txn_id: str, event: BindingEvent | ClusterEvent) -> dict[str, Any]:
+    """An event as a table row: its fields by name, the binding key in its text form."""
+    row: dict[str, Any] = {f.name: getattr(event, f.name) for f in fields(event)}
+    if isinstance(event, BindingEvent):
+        row["binding_key"] = str(row.pop("key"))
+    return {"txn_id": txn_id, **row}
 
 
 def _binding_event(row: Any) -> BindingEvent:

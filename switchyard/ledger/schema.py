@@ -22,6 +22,19 @@ from sqlalchemy import (
 
 metadata = MetaData()
 
+
+def _event_columns() -> list[Column[object]]:
+    """What every event records besides its subject: the state change, epoch, who, why and when."""
+    return [
+        Column("from_state", String(16)),
+        Column("to_state", String(16), nullable=False),
+        Column("epoch", BigInteger, nullable=False),
+        Column("actor", String(512), nullable=False),
+        Column("reason", Text, nullable=False),
+        Column("at", DateTime(timezone=True), nullable=False),
+    ]
+
+
 ledger_txns = Table(
     "ledger_txns",
     metadata,
@@ -43,12 +56,7 @@ binding_events = Table(
     Column("binding_key", String(2048), nullable=False),
     Column("from_cluster", String(255)),
     Column("to_cluster", String(255), nullable=False),
-    Column("from_state", String(16)),
-    Column("to_state", String(16), nullable=False),
-    Column("epoch", BigInteger, nullable=False),
-    Column("actor", String(512), nullable=False),
-    Column("reason", Text, nullable=False),
-    Column("at", DateTime(timezone=True), nullable=False),
+    *_event_columns(),
     Index("ix_binding_events_key_epoch", "binding_key", "epoch"),
 )
 
@@ -59,11 +67,6 @@ cluster_events = Table(
     Column("txn_id", String(36), ForeignKey("ledger_txns.id"), nullable=False, index=True),
     Column("cluster_id", String(255), nullable=False),
     Column("bootstrap", String(2048), nullable=False),
-    Column("from_state", String(16)),
-    Column("to_state", String(16), nullable=False),
-    Column("epoch", BigInteger, nullable=False),
-    Column("actor", String(512), nullable=False),
-    Column("reason", Text, nullable=False),
-    Column("at", DateTime(timezone=True), nullable=False),
+    *_event_columns(),
     Index("ix_cluster_events_cluster_epoch", "cluster_id", "epoch"),
 )

@@ -1,0 +1,240 @@
+"""The watched view and gateway registrations on real ZooKeeper, including lost sessions."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient, KazooState
+
+from switchyard.config import Config
+from switchyard.errors import AcksTimeout, GatewayIdInUse, LockHeld
+from switchyard.identity import Identity
+from switchyard.keys import BindingKey
+from switchyard.ledger import Ledger
+from switchyard.model import BindingState
+from switchyard.routing.gateways import GatewayRegistration, registered, wait_for_acks
+from switchyard.routing.locks import SagaLocks
+from switchyard.routing.snapshot import RoutingSnapshot
+from switchyard.routing.store import BindingChange, RoutingStore
+from switchyard.routing.view import BindingView
+from switchyard.routing.zk import connect, disconnect
+from tests.support import PrivateZooKeeper
+
+ORDERS = BindingKey.for_app("orders")
+HOST7 = BindingKey.instance("orders", "host-7")
+ACTOR = "user:test"
+
+
+@pytest.fixture
+def second_zk(stack_config: Config) -> Iterator[KazooClient]:
+    client = connect(stack_config)
+    yield client
+    if client.connected:
+        disconnect(client)
+
+
+def test_view_sees_a_change_through_its_watch(sqlite_store: RoutingStore, second_zk: KazooClient) -> None:
+    view = BindingView(second_zk, sqlite_store.layout, "primary")
+    seen: queue.Queue[RoutingSnapshot] = queue.Queue()
+    view.on_change(seen.put)
+    view.start()
+    try:
+        assert not view.stale
+        assert view.resolve(Identity("orders")).cluster == "primary"  # default: nothing bound yet
+        assert seen.get(timeout=5).epoch == sqlite_store.epoch()  # listeners get the first load too
+        epoch = sqlite_store.set_binding(ORDERS, "standby", actor=ACTOR, reason="switch")
+        snapshot = seen.get(timeout=5)
+        assert snapshot.epoch == epoch
+        assert view.snapshot is snapshot
+        resolution = view.resolve(Identity("orders", instance="host-1"))
+        assert (resolution.cluster, resolution.keys, resolution.epoch) == ("standby", (ORDERS,), epoch)
+    finally:
+        view.stop()
+
+
+def test_view_never_shows_half_a_change(sqlite_store: RoutingStore, second_zk: KazooClient) -> None:
+    """A writer moves two keys together, again and again; every snapshot has them on one cluster."""
+    epochs = {
+        ORDERS: sqlite_store.set_binding(ORDERS, "primary", actor=ACTOR, reason="init"),
+        HOST7: sqlite_store.set_binding(HOST7, "primary", actor=ACTOR, reason="init"),
+    }
+    view = BindingView(second_zk, sqlite_store.layout, "primary")
+    split: list[RoutingSnapshot] = []
+    snapshots: list[int] = []
+
+    def check(snapshot: RoutingSnapshot) -> None:
+        snapshots.append(snapshot.epoch)
+        if snapshot.bindings[ORDERS].cluster != snapshot.bindings[HOST7].cluster:
+            split.append(snapshot)
+
+    view.on_change(check)
+    view.start()
+    try:
+        for i in range(40):
+            target = ("standby", "primary")[i % 2]
+            epoch = sqlite_store.apply(
+                [BindingChange(k, e, target) for k, e in epochs.items()], actor=ACTOR, reason="flip"
+            )
+            epochs = dict.fromkeys(epochs, epoch)
+        assert view.wait_for_epoch(epoch, 5)
+    finally:
+        view.stop()
+    assert split == []
+    assert snapshots == sorted(snapshots)
+    assert snapshots[-1] == epoch
+
+
+def test_registration_and_the_ack_barrier(sqlite_store: RoutingStore, second_zk: KazooClient) -> None:
+    layout = sqlite_store.layout
+    fast = GatewayRegistration(sqlite_store.zk, layout, "gw-fast")
+    slow = GatewayRegistration(second_zk, layout, "gw-slow")
+    fast.register()
+    slow.register()
+    epoch = sqlite_store.set_binding(ORDERS, "standby", actor=ACTOR, reason="flip")
+    fast.acknowledge(epoch)
+
+    with pytest.raises(AcksTimeout) as timeout:
+        wait_for_acks(sqlite_store.zk, layout, epoch, timeout_s=0.5)
+    assert timeout.value.laggards == {"gw-slow": 0}
+    assert f"had not applied epoch {epoch} after 0.5s: gw-slow (at epoch 0)" in str(timeout.value)
+
+    releaser = threading.Timer(0.3, slow.acknowledge, args=(epoch,))
+    releaser.start()
+    started = time.monotonic()
+    assert wait_for_acks(sqlite_store.zk, layout, epoch, timeout_s=10) == {"gw-fast": epoch, "gw-slow": epoch}
+    assert time.monotonic() - started < 10  # woken by the watch, not by the deadline
+    releaser.join()
+
+    slow.acknowledge(epoch - 1)  # epochs only go forward
+    assert registered(sqlite_store.zk, layout)["gw-slow"].applied_epoch == epoch
+
+
+def test_a_second_live_gateway_cannot_take_the_same_id(
+    sqlite_store: RoutingStore, second_zk: KazooClient
+) -> None:
+    GatewayRegistration(sqlite_store.zk, sqlite_store.layout, "gw-1").register()
+    with pytest.raises(GatewayIdInUse, match="gw-1"):
+        GatewayRegistration(second_zk, sqlite_store.layout, "gw-1").register()
+
+
+def test_a_registration_disappears_with_its_session(
+    sqlite_store: RoutingStore, second_zk: KazooClient
+) -> None:
+    layout = sqlite_store.layout
+    GatewayRegistration(second_zk, layout, "gw-gone").register()
+    assert "gw-gone" in registered(sqlite_store.zk, layout)
+    epoch = sqlite_store.set_binding(ORDERS, "standby", actor=ACTOR, reason="flip")
+    with pytest.raises(AcksTimeout):
+        wait_for_acks(sqlite_store.zk, layout, epoch, timeout_s=0.2)
+    disconnect(second_zk)  # the gateway process dies: its session closes
+    assert "gw-gone" not in registered(sqlite_store.zk, layout)
+    assert wait_for_acks(sqlite_store.zk, layout, epoch, timeout_s=1) == {}
+
+
+def test_saga_locks(sqlite_store: RoutingStore) -> None:
+    locks = SagaLocks(sqlite_store.zk, sqlite_store.layout)
+    locks.acquire(ORDERS, "workflow:switchover-orders")
+    locks.acquire(ORDERS, "workflow:switchover-orders")  # a retried activity: still ours
+    with pytest.raises(LockHeld, match="orders: locked by workflow:switchover-orders since"):
+        locks.acquire(ORDERS, "workflow:failover-orders")
+    locks.acquire(HOST7, "workflow:failover-orders")  # other keys are independent
+    with pytest.raises(LockHeld):
+        locks.release(ORDERS, "workflow:failover-orders")
+    assert locks.release(ORDERS, "workflow:switchover-orders")
+    assert not locks.release(ORDERS, "workflow:switchover-orders")
+    locks.acquire(ORDERS, "workflow:failover-orders")
+    assert locks.holder(ORDERS).owner == "workflow:failover-orders"  # type: ignore[union-attr]
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 30) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_view_serves_its_last_routes_while_zookeeper_is_away(tmp_path: Path, stack_config: Config) -> None:
+    zookeeper = PrivateZooKeeper(tmp_path)
+    zookeeper.start()
+    config = stack_config.model_copy(
+        update={"zookeeper": stack_config.zookeeper.model_copy(update={"connect": zookeeper.connect})}
+    )
+    gateway_zk, writer_zk = connect(config), connect(config)
+    ledger = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}")
+    store = RoutingStore(writer_zk, "/switchyard", ledger)
+    store.ensure_layout()
+    store.register_cluster("standby", "s:9092", actor=ACTOR, reason="setup")
+    view = BindingView(gateway_zk, store.layout, "primary")
+    states: list[str] = []
+    gateway_zk.add_listener(states.append)
+
+    def where() -> str:
+        return f"view at epoch {view.snapshot.epoch}, stale={view.stale}, session states {states}"
+
+    try:
+        view.start()
+        first = store.set_binding(ORDERS, "standby", actor=ACTOR, reason="before")
+        assert view.wait_for_epoch(first, 5), where()
+
+        zookeeper.stop()
+        assert wait_until(lambda: view.stale), where()
+        assert view.resolve(Identity("orders")).cluster == "standby"  # last known routes still served
+        zookeeper.start()
+
+        assert wait_until(lambda: not view.stale), where()
+        second = store.set_binding(ORDERS, "standby", BindingState.BLOCKED, actor=ACTOR, reason="after")
+        assert view.wait_for_epoch(second, 10), f"waiting for epoch {second}: {where()}"
+        assert view.resolve(Identity("orders")).state is BindingState.BLOCKED
+    finally:
+        view.stop()
+        disconnect(gateway_zk)
+        disconnect(writer_zk)
+        ledger.close()
+        zookeeper.stop()
+
+
+def test_view_and_registration_come_back_after_the_session_expires(
+    sqlite_store: RoutingStore, stack_config: Config
+) -> None:
+    """A new session has no watches and no ephemeral nodes: both must be restored without help."""
+    gateway_zk = connect(stack_config)
+    view = BindingView(gateway_zk, sqlite_store.layout, "primary")
+    registration = GatewayRegistration(gateway_zk, sqlite_store.layout, "gw-1")
+    states: list[str] = []
+    gateway_zk.add_listener(states.append)
+    try:
+        view.start()
+        registration.register()
+        first = sqlite_store.set_binding(ORDERS, "standby", actor=ACTOR, reason="before")
+        assert view.wait_for_epoch(first, 5)
+        registration.acknowledge(first)
+
+        # Expire the gateway's session for real: a second client takes it over and closes it.
+        session_id, password = gateway_zk.client_id
+        thief = KazooClient(hosts=stack_config.zookeeper.connect, client_id=(session_id, password))
+        thief.start(timeout=10)
+        thief.stop()
+        thief.close()
+
+        assert wait_until(lambda: KazooState.LOST in states)
+        assert wait_until(lambda: (gateway_zk.client_id or (session_id,))[0] != session_id)
+        assert wait_until(lambda: not view.stale)
+        assert wait_until(lambda: "gw-1" in registered(sqlite_store.zk, sqlite_store.layout))
+        assert registered(sqlite_store.zk, sqlite_store.layout)["gw-1"].applied_epoch == first
+
+        second = sqlite_store.set_binding(
+            ORDERS, "primary", BindingState.BLOCKED, actor=ACTOR, reason="after", expected_epoch=first
+        )
+        assert view.wait_for_epoch(second, 5)  # the watch was set again on the new session
+        assert view.resolve(Identity("orders")).state is BindingState.BLOCKED
+    finally:
+        view.stop()
+        registration.close()
+        disconnect(gateway_zk)
