@@ -122,6 +122,8 @@ class SparkConfig(_Section):
 
 
 class GatewayConfig(_Section):
+    id: str | None = None
+    """This instance's name among the gateways; defaults to the host name. Unique per live instance."""
     host: str = "127.0.0.1"
     advertised_host: str | None = None
     bootstrap_port: Port = 9192

@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -120,3 +121,70 @@ class PrivateZooKeeper:
 
     def stop(self) -> None:
         self.process.stop()
+
+
+def free_port_block(count: int, *, low: int = 20000, high: int = 60000) -> int:
+    """The first of ``count`` consecutive free ports (a gateway's bootstrap port and its virtual brokers)."""
+    import random
+
+    for _ in range(200):
+        start = random.randrange(low, high - count)
+        socks = []
+        try:
+            for port in range(start, start + count):
+                s = socket.socket()
+                s.bind(("127.0.0.1", port))
+                socks.append(s)
+            return start
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no block of {count} free ports found")
+
+
+class GatewayProcess:
+    """A real `switchyard gateway` process on a free block of ports, with its own routing root."""
+
+    def __init__(self, config_path: Path, *, root: str, gateway_id: str, log: Path) -> None:
+        self.port = free_port_block(16)
+        self.root = root
+        self.id = gateway_id
+        self.log = log
+        self.env = {
+            **os.environ,
+            "SWITCHYARD__ZOOKEEPER__ROOT": root,
+            "SWITCHYARD__GATEWAY__BOOTSTRAP_PORT": str(self.port),
+        }
+        self.argv = [
+            sys.executable,
+            "-m",
+            "switchyard",
+            "--config",
+            str(config_path),
+            "gateway",
+            "--id",
+            gateway_id,
+        ]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        from switchyard.stack import health
+
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not health.kafka("127.0.0.1", self.port).ok:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"gateway did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def stop(self, sig: int = 15) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(timeout=15)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import getpass
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 import click
@@ -28,6 +29,26 @@ class Group(click.Group):
         except SwitchyardError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+
+
+class RootGroup(Group):
+    """Adds the process commands registered under the ``switchyard.commands`` entry point group,
+    importing each only when it is run."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *(ep.name for ep in _plugins())})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            return command
+        plugin = next((ep for ep in _plugins() if ep.name == cmd_name), None)
+        loaded: click.Command | None = plugin.load() if plugin is not None else None
+        return loaded
+
+
+def _plugins() -> list[EntryPoint]:
+    return list(entry_points(group="switchyard.commands"))
 
 
 def config_of(ctx: click.Context, service: str = "cli") -> Config:
@@ -57,7 +78,7 @@ actor_option = click.option(
 reason_option = click.option("--reason", default="manual change", show_default=True, help="Why.")
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     "config_path",

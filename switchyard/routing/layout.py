@@ -13,12 +13,20 @@ txns/<txn id>               "committed" or "aborted": the outcome of a routing c
 
 from __future__ import annotations
 
+import contextlib
+import json
 from dataclasses import dataclass
+from datetime import datetime
 from urllib.parse import quote
 
-from switchyard.keys import BindingKey
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NodeExistsError
 
-FOLDERS = ("clusters", "bindings", "gateways", "links", "migrations", "locks", "txns")
+from switchyard.errors import RoutingUnavailable
+from switchyard.keys import BindingKey
+from switchyard.model import now
+
+FOLDERS = ("clusters", "bindings", "gateways", "links", "migrations", "locks", "txns", "vnodes")
 
 
 @dataclass(frozen=True)
@@ -46,3 +54,19 @@ class Layout:
 
     def txn(self, txn_id: str) -> str:
         return f"{self.root}/txns/{txn_id}"
+
+
+def epoch_data(epoch: int, txn_id: str, at: datetime) -> bytes:
+    return json.dumps({"epoch": epoch, "txn": txn_id, "at": at.isoformat()}).encode()
+
+
+def ensure_layout(zk: KazooClient, layout: Layout) -> None:
+    """Create the folders and the epoch counter if they are missing (any process may, first)."""
+    try:
+        for name in FOLDERS:
+            zk.ensure_path(layout.folder(name))
+        if zk.exists(layout.epoch) is None:
+            with contextlib.suppress(NodeExistsError):  # another process created it first
+                zk.create(layout.epoch, epoch_data(0, "", now()))
+    except KazooException as exc:
+        raise RoutingUnavailable(f"ZooKeeper: cannot create the layout under {layout.root}: {exc!r}") from exc

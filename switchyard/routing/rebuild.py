@@ -16,8 +16,9 @@ from kazoo.exceptions import KazooException
 
 from switchyard.errors import BindingRefused, RoutingError, RoutingUnavailable
 from switchyard.model import now
+from switchyard.routing.layout import epoch_data
 from switchyard.routing.snapshot import read_snapshot
-from switchyard.routing.store import RoutingStore, epoch_data, first_failure
+from switchyard.routing.store import RoutingStore, first_failure
 
 
 @dataclass(frozen=True)

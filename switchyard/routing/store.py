@@ -24,13 +24,12 @@ Error handling: ZooKeeper problems raise :class:`RoutingUnavailable`; SQL proble
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -47,7 +46,7 @@ from switchyard.errors import BindingConflict, BindingRefused, LedgerError, Rout
 from switchyard.keys import BindingKey
 from switchyard.ledger import BindingEvent, ClusterEvent, Ledger, RoutingTxn
 from switchyard.model import Binding, BindingState, Cluster, ClusterState, now
-from switchyard.routing.layout import FOLDERS, Layout
+from switchyard.routing.layout import Layout, ensure_layout, epoch_data
 from switchyard.routing.snapshot import RoutingSnapshot, read_snapshot
 
 log = logging.getLogger(__name__)
@@ -98,16 +97,7 @@ class RoutingStore:
         """Pending ledger rows younger than this may belong to a writer still at work: left alone."""
 
     def ensure_layout(self) -> None:
-        try:
-            for name in FOLDERS:
-                self.zk.ensure_path(self.layout.folder(name))
-            if self.zk.exists(self.layout.epoch) is None:
-                with contextlib.suppress(NodeExistsError):  # another process created it first
-                    self.zk.create(self.layout.epoch, epoch_data(0, "", now()))
-        except KazooException as exc:
-            raise RoutingUnavailable(
-                f"ZooKeeper: cannot create the layout under {self.layout.root}: {exc!r}"
-            ) from exc
+        ensure_layout(self.zk, self.layout)
 
     # ---- reads
 
@@ -453,10 +443,6 @@ def _no_duplicates(bindings: Sequence[BindingChange], clusters: Sequence[Cluster
     seen = {n for n in names if names.count(n) > 1}
     if seen:
         raise BindingRefused(f"a change names {', '.join(sorted(seen))} more than once")
-
-
-def epoch_data(epoch: int, txn_id: str, at: datetime) -> bytes:
-    return json.dumps({"epoch": epoch, "txn": txn_id, "at": at.isoformat()}).encode()
 
 
 def _describe(txn: RoutingTxn) -> str:

@@ -1,0 +1,192 @@
+"""Real confluent-kafka clients through a real gateway process to the two embedded clusters."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.keys import BindingKey
+from switchyard.ledger import Ledger
+from switchyard.routing.gateways import wait_for_acks
+from switchyard.routing.store import RoutingStore
+from switchyard.routing.zk import connect, disconnect
+from switchyard.stack import TESTBED_CONSUMER_SETTINGS, Stack, health
+from tests.support import GatewayProcess
+
+ACTOR = "user:test"
+
+
+@pytest.fixture(scope="module")
+def routing(
+    stack: Stack, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RoutingStore]:
+    """A routing root of this module's own, with both clusters registered."""
+    zk = connect(stack_config)
+    ledger = Ledger.open(f"sqlite:///{tmp_path_factory.mktemp('gw') / 'ledger.db'}")
+    store = RoutingStore(zk, f"/gw-{uuid.uuid4().hex[:10]}", ledger)
+    store.ensure_layout()
+    for cluster_id, cluster in stack_config.clusters.items():
+        store.register_cluster(cluster_id, cluster.bootstrap, actor=ACTOR, reason="test")
+    yield store
+    zk.delete(store.layout.root, recursive=True)
+    disconnect(zk)
+    ledger.close()
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    routing: RoutingStore, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    assert stack_config.source is not None
+    log = tmp_path_factory.mktemp("gw-log") / "gateway.log"
+    process = GatewayProcess(stack_config.source, root=routing.layout.root, gateway_id="gw-a", log=log)
+    process.start()
+    yield process
+    process.stop()
+
+
+def bind(routing: RoutingStore, key: BindingKey, cluster: str) -> int:
+    """Change a binding the way a saga does: write it, then wait until every gateway has applied it."""
+    epoch = routing.set_binding(key, cluster, actor=ACTOR, reason="test")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    return epoch
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def records(n: int) -> list[kafka.Record]:
+    return [kafka.Record(f"key-{i}".encode(), f"value-{i}".encode()) for i in range(n)]
+
+
+def test_produce_and_consume_through_the_gateway(gateway: GatewayProcess, stack_config: Config) -> None:
+    topic, app = unique("plain"), unique("plain")
+    kafka.create_topics(gateway.bootstrap, [topic], partitions=3)
+    sent = records(2000)
+    assert kafka.produce(gateway.bootstrap, topic, sent, settings={"client.id": f"{app}@p1"}) == 2000
+    got = kafka.consume(
+        gateway.bootstrap,
+        topic,
+        group=unique("g"),
+        count=2000,
+        settings={**TESTBED_CONSUMER_SETTINGS, "client.id": f"{app}@c1"},
+    )
+    assert sorted((r.key, r.value) for r in got) == sorted((r.key, r.value) for r in sent)
+    # Unbound: everything went to the default cluster, and only there.
+    direct = kafka.consume(
+        stack_config.clusters["primary"].bootstrap,
+        topic,
+        group=unique("d"),
+        count=2000,
+        settings=TESTBED_CONSUMER_SETTINGS,
+    )
+    assert len(direct) == 2000
+    standby = AdminClient({"bootstrap.servers": stack_config.clusters["standby"].bootstrap})
+    assert topic not in standby.list_topics(timeout=10).topics
+
+
+def test_the_binding_decides_the_cluster(
+    gateway: GatewayProcess, routing: RoutingStore, stack_config: Config
+) -> None:
+    topic, app = unique("bound"), unique("orders")
+    bind(routing, BindingKey.for_app(app), "standby")
+    kafka.create_topics(stack_config.clusters["standby"].bootstrap, [topic], partitions=2)
+    assert kafka.produce(gateway.bootstrap, topic, records(500), settings={"client.id": f"{app}@p1"}) == 500
+    direct = kafka.consume(
+        stack_config.clusters["standby"].bootstrap,
+        topic,
+        group=unique("d"),
+        count=500,
+        settings=TESTBED_CONSUMER_SETTINGS,
+    )
+    assert len(direct) == 500
+    primary = AdminClient({"bootstrap.servers": stack_config.clusters["primary"].bootstrap})
+    assert topic not in primary.list_topics(timeout=10).topics
+
+
+def test_regex_subscription_is_answered_from_the_bound_cluster(
+    gateway: GatewayProcess, routing: RoutingStore, stack_config: Config
+) -> None:
+    app, prefix = unique("rx"), unique("rx")
+    bind(routing, BindingKey.for_app(app), "standby")
+    standby = stack_config.clusters["standby"].bootstrap
+    kafka.create_topics(standby, [f"{prefix}-a", f"{prefix}-b"], partitions=1)
+    kafka.produce(standby, f"{prefix}-a", records(100))
+    kafka.produce(standby, f"{prefix}-b", records(100))
+    got = kafka.consume(
+        gateway.bootstrap,
+        f"^{prefix}-.*",
+        group=unique("g"),
+        count=200,
+        settings={**TESTBED_CONSUMER_SETTINGS, "client.id": f"{app}@c1"},
+    )
+    assert len(got) == 200
+
+
+def test_clients_only_ever_see_virtual_brokers(gateway: GatewayProcess) -> None:
+    cluster = AdminClient({"bootstrap.servers": gateway.bootstrap}).list_topics(timeout=10)
+    assert cluster.cluster_id == "switchyard"
+    ports = {b.port for b in cluster.brokers.values()}
+    assert ports
+    assert all(gateway.port < p < gateway.port + 16 for p in ports), ports
+
+
+def api_versions(host: str, port: int) -> dict[int, tuple[int, int]]:
+    body = struct.pack(">hhih", 18, 0, 7, 4) + b"test"
+    with socket.create_connection((host, port), timeout=5) as sock:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", _read(sock, 4))[0]
+        answer = _read(sock, size)
+    _, error, count = struct.unpack_from(">ihi", answer)
+    assert error == 0
+    return {
+        k: (lo, hi) for k, lo, hi in (struct.unpack_from(">hhh", answer, 10 + 6 * i) for i in range(count))
+    }
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "connection closed"
+        data += chunk
+    return data
+
+
+def test_api_versions_are_answered_by_the_gateway(gateway: GatewayProcess, stack_config: Config) -> None:
+    ours = api_versions("127.0.0.1", gateway.port)
+    host, port = stack_config.clusters["primary"].bootstrap.split(":")
+    theirs = api_versions(host, int(port))
+    assert ours[1][1] == 12 < theirs[1][1]  # Fetch capped where topics are named by id
+    assert ours[17] == (0, 1)  # SaslHandshake: the gateway's own
+    for key, (low, high) in ours.items():
+        if key in theirs and key not in (17, 18, 36):
+            assert theirs[key][0] <= low <= high <= theirs[key][1]
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        struct.pack(">i", -5),  # negative size
+        struct.pack(">i", 2**30),  # larger than max_frame_bytes
+        struct.pack(">i", 4) + b"\x00\x12\x00",  # size promises more than comes
+        struct.pack(">i", 12) + b"\x03\xe7\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00",  # unknown API 999
+        struct.pack(">i", 10) + b"\x00\x03\x00\x0c\x00\x00\x00\x01\xff\x7f",  # bad client id length
+    ],
+)
+def test_a_malformed_frame_closes_that_connection_only(gateway: GatewayProcess, garbage: bytes) -> None:
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as sock:
+        sock.sendall(garbage)
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(100) == b""  # closed by the gateway, without an answer
+    assert health.kafka("127.0.0.1", gateway.port).ok  # and it goes on serving everyone else
+    assert gateway.process is not None
+    assert gateway.process.poll() is None

@@ -1,0 +1,82 @@
+"""Every blockable request, at every version the gateway offers, gets a well-formed retriable error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from workers.gateway import apis, blocking
+from workers.gateway.protocol import Request, decode_response, encode_response, known_versions, request_schema
+
+# API key -> (topics field, partitions field, partition index field or None for a list of ints)
+SHAPES = {
+    apis.PRODUCE: ("topic_data", "partition_data", "index"),
+    apis.FETCH: ("topics", "partitions", "partition"),
+    apis.LIST_OFFSETS: ("topics", "partitions", "partition_index"),
+    apis.OFFSET_FOR_LEADER_EPOCH: ("topics", "partitions", "partition"),
+    apis.OFFSET_COMMIT: ("topics", "partitions", "partition_index"),
+    apis.OFFSET_FETCH: ("topics", "partition_indexes", None),
+}
+
+
+def offered(key: int) -> list[int]:
+    versions = known_versions(key)
+    assert versions is not None
+    low, high = versions
+    return list(range(low, min(high, apis.VERSION_CAPS.get(key, high)) + 1))
+
+
+CASES = [(key, version) for key in sorted(apis.BLOCKABLE) for version in offered(key)]
+
+
+def request_body(key: int, version: int) -> Any:
+    schema = request_schema(key, version)
+    given: dict[str, Any] = {}
+    if key in SHAPES:
+        topics_field, partitions_field, index_field = SHAPES[key]
+        topic = blocking.element_type(schema, topics_field)
+        if index_field is None:
+            partitions: tuple[Any, ...] = (0, 1)
+        else:
+            partition = blocking.element_type(topic, partitions_field)
+            partitions = tuple(blocking.make(partition, **{index_field: i}) for i in (0, 1))
+        name_field = "topic" if blocking._has(topic, "topic") else "name"
+        given[topics_field] = (blocking.make(topic, **{name_field: "orders", partitions_field: partitions}),)
+    if blocking._has(schema, "group_id"):
+        given["group_id"] = "billing"
+    return blocking.make(schema, **given)
+
+
+def error_codes(entity: Any) -> list[ErrorCode]:
+    """Every error code in a response, depth first."""
+    found = []
+    for name in getattr(entity, "__dataclass_fields__", {}):
+        value = getattr(entity, name)
+        if isinstance(value, ErrorCode):
+            found.append(value)
+        elif isinstance(value, tuple):
+            for item in value:
+                found.extend(error_codes(item))
+    return found
+
+
+@pytest.mark.parametrize(("key", "version"), CASES)
+def test_blocked_response_round_trips_and_carries_the_error(key: int, version: int) -> None:
+    request = Request(b"", key, version, 42, "orders", 0)
+    response = blocking.blocked_response(request, request_body(key, version))
+    frame = encode_response(request, response)
+    assert decode_response(request, frame[4:]) == response
+    codes = set(error_codes(response)) - {ErrorCode.none}
+    expected = blocking.NOT_COORDINATOR if key in apis.GROUP_APIS else blocking.NOT_LEADER
+    assert codes == {expected}
+    assert expected.retriable
+    per_partition = key in SHAPES and not (key == apis.OFFSET_FETCH and version >= 2)
+    if per_partition:
+        assert error_codes(response).count(expected) == 2  # both partitions named by the request
+
+
+def test_every_blockable_api_is_covered() -> None:
+    assert {key for key, _ in CASES} == apis.BLOCKABLE
+    assert len(CASES) > 60

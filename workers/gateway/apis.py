@@ -1,0 +1,69 @@
+"""What the gateway does with each API, and what a request tells routing (its topics, its group).
+
+- answered here: ApiVersions, SASL handshake/authenticate, Metadata with an empty topic list;
+- blockable data requests: get a retriable error while their identity is blocked, or when they reach
+  a virtual broker of a cluster the identity is no longer bound to;
+- everything else is forwarded to the cluster the identity is bound to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workers.gateway.protocol import Request
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+SASL_HANDSHAKE, API_VERSIONS, INIT_PRODUCER_ID = 17, 18, 22
+OFFSET_FOR_LEADER_EPOCH, SASL_AUTHENTICATE, DESCRIBE_CLUSTER = 23, 36, 60
+
+GROUP_APIS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP})
+PARTITION_APIS = frozenset({PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH})
+BLOCKABLE = GROUP_APIS | PARTITION_APIS
+
+VERSION_CAPS = {
+    PRODUCE: 12,  # v13+ names topics by id; routing needs names
+    FETCH: 12,
+    OFFSET_COMMIT: 9,
+    OFFSET_FETCH: 7,  # v8+ batches several groups into one request
+    FIND_COORDINATOR: 3,  # v4+ batches several keys into one request
+    METADATA: 12,
+}
+"""The highest version the gateway offers, where it is lower than what kio and the brokers know."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What routing needs to know about a request."""
+
+    topics: tuple[str, ...] = ()
+    group: str | None = None
+    expects_response: bool = True
+
+
+def context_of(request: Request) -> Context:
+    """Read the request body only as far as routing needs; other APIs carry no routing context."""
+    key = request.api_key
+    if key not in PARTITION_APIS and key not in GROUP_APIS and key not in (METADATA, FIND_COORDINATOR):
+        return Context()
+    body = request.body()
+    if key == PRODUCE:
+        return Context(_names(t.name for t in body.topic_data), expects_response=body.acks != 0)
+    if key == FETCH:
+        return Context(_names(t.topic for t in body.topics))
+    if key == LIST_OFFSETS:
+        return Context(_names(t.name for t in body.topics))
+    if key == OFFSET_FOR_LEADER_EPOCH:
+        return Context(_names(t.topic for t in body.topics))
+    if key == METADATA:
+        return Context(_names(t.name for t in body.topics or ()))
+    if key == FIND_COORDINATOR:
+        return Context(group=body.key if body.key_type == 0 else None)
+    if key == OFFSET_COMMIT:
+        return Context(_names(t.name for t in body.topics), group=body.group_id)
+    return Context(group=body.group_id)
+
+
+def _names(names: object) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(n for n in names if n))  # type: ignore[attr-defined]

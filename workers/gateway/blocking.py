@@ -1,0 +1,158 @@
+"""Error answers for blocked requests: correct for the request's API version, retriable, never silence.
+
+Partition requests get NOT_LEADER_OR_FOLLOWER on every partition they name, which makes a stock client
+refresh its metadata and retry; group requests get NOT_COORDINATOR, which makes it look up the
+coordinator again. Both lead the client to the cluster its identity is bound to once the binding is
+active there. Produce to a mirror topic is refused with TOPIC_AUTHORIZATION_FAILED, which is final.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import typing
+import uuid
+from functools import cache
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from workers.gateway import apis
+from workers.gateway.protocol import Request, response_schema
+
+NOT_LEADER = ErrorCode.not_leader_or_follower
+NOT_COORDINATOR = ErrorCode.not_coordinator
+TOPIC_AUTHORIZATION_FAILED = ErrorCode.topic_authorization_failed
+
+
+def blocked_response(request: Request, body: Any, error: ErrorCode | None = None) -> Any:
+    """The response that refuses ``request`` (its decoded ``body``) with a retriable error."""
+    cls = response_schema(request.api_key, request.api_version)
+    key = request.api_key
+    if key in apis.GROUP_APIS:
+        return _group(cls, key, body, error or NOT_COORDINATOR)
+    code = error or NOT_LEADER
+    if key == apis.PRODUCE:
+        return _per_partition(
+            cls, ("responses", "partition_responses", "index"),
+            ((t.name, [p.index for p in t.partition_data]) for t in body.topic_data),
+            code, base_offset=-1,
+        )  # fmt: skip
+    if key == apis.FETCH:
+        return _per_partition(
+            cls, ("responses", "partitions", "partition_index"),
+            ((t.topic, [p.partition for p in t.partitions]) for t in body.topics),
+            code, high_watermark=-1, aborted_transactions=(), records=None,
+        )  # fmt: skip
+    if key == apis.LIST_OFFSETS:
+        return _per_partition(
+            cls, ("topics", "partitions", "partition_index"),
+            ((t.name, [p.partition_index for p in t.partitions]) for t in body.topics),
+            code,
+        )  # fmt: skip
+    if key == apis.OFFSET_FOR_LEADER_EPOCH:
+        return _per_partition(
+            cls, ("topics", "partitions", "partition"),
+            ((t.topic, [p.partition for p in t.partitions]) for t in body.topics),
+            code,
+        )  # fmt: skip
+    raise ValueError(f"API {key} is not blockable")
+
+
+def _group(cls: Any, key: int, body: Any, code: ErrorCode) -> Any:
+    if key == apis.OFFSET_COMMIT:
+        return _per_partition(
+            cls, ("topics", "partitions", "partition_index"),
+            ((t.name, [p.partition_index for p in t.partitions]) for t in body.topics),
+            code,
+        )  # fmt: skip
+    if key == apis.OFFSET_FETCH and not _has(cls, "error_code"):  # v0-1: errors per partition only
+        return _per_partition(
+            cls, ("topics", "partitions", "partition_index"),
+            ((t.name, list(t.partition_indexes)) for t in body.topics or ()),
+            code, committed_offset=-1,
+        )  # fmt: skip
+    return make(cls, error_code=code, generation_id=-1)
+
+
+def _per_partition(
+    cls: Any,
+    shape: tuple[str, str, str],
+    topics: typing.Iterable[tuple[str, list[int]]],
+    code: ErrorCode,
+    **partition_values: Any,
+) -> Any:
+    """A response naming each (topic, partitions) with ``code``; ``shape`` names the response's
+    topics field, its partitions field and the partition index field."""
+    topics_field, partitions_field, index_field = shape
+    topic_cls = element_type(cls, topics_field)
+    partition_cls = element_type(topic_cls, partitions_field)
+    name_field = "topic" if _has(topic_cls, "topic") else "name"
+    partition_values = {k: v for k, v in partition_values.items() if _has(partition_cls, k)}
+    return make(
+        cls,
+        **{
+            topics_field: tuple(
+                make(
+                    topic_cls,
+                    **{
+                        name_field: name,
+                        partitions_field: tuple(
+                            make(partition_cls, **{index_field: i, "error_code": code}, **partition_values)
+                            for i in indexes
+                        ),
+                    },
+                )
+                for name, indexes in topics
+            )
+        },
+    )
+
+
+def make(cls: Any, **given: Any) -> Any:
+    """An instance of a kio entity: the given fields, defaults, and zero values for required others."""
+    hints = _hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name in given:
+            values[f.name] = given[f.name]
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            values[f.name] = _zero(hints[f.name])
+    return cls(**values)
+
+
+def element_type(cls: Any, field_name: str) -> Any:
+    """The entity type of an array field (``tuple[X, ...]``, possibly nullable)."""
+    hint = _hints(cls)[field_name]
+    array = next((a for a in typing.get_args(hint) if typing.get_origin(a) is tuple), hint)
+    return typing.get_args(array)[0]
+
+
+def _has(cls: Any, field_name: str) -> bool:
+    return field_name in {f.name for f in dataclasses.fields(cls)}
+
+
+@cache
+def _hints(cls: Any) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _zero(hint: Any) -> Any:
+    args = typing.get_args(hint)
+    if type(None) in args:
+        return None
+    if typing.get_origin(hint) is tuple:
+        return ()
+    base = getattr(hint, "__bound__", None) or hint
+    for kind, zero in (
+        (ErrorCode, ErrorCode.none),
+        (bool, False),
+        (int, 0),
+        (str, ""),
+        (bytes, b""),
+        (datetime.timedelta, datetime.timedelta(0)),
+        (uuid.UUID, uuid.UUID(int=0)),
+    ):
+        if isinstance(base, type) and issubclass(base, kind):
+            return zero
+    raise TypeError(f"no zero value for {hint!r}")

@@ -1,0 +1,160 @@
+"""Kafka framing and headers, with kio's generated schemas doing the encoding.
+
+A frame is a 4-byte big-endian size and that many bytes. The gateway parses a request's header and,
+where routing needs it, its body; the original bytes are what is forwarded, so Produce records and Fetch
+payloads are never re-encoded. Error handling: anything malformed raises :class:`FrameError`, which
+closes that one connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import kio.index
+from kio.schema.index import api_key_map, schema_name_map
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i32
+
+API_VERSIONS = 18
+_SIZE = struct.Struct(">i")
+_KEY_VERSION_CORRELATION = struct.Struct(">hhi")
+
+
+class FrameError(Exception):
+    """The peer sent something that is not a well-formed Kafka frame for a known API version."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request as received: the raw frame (without its size) and what the header says."""
+
+    frame: bytes
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+
+    def body(self) -> Any:
+        """The request body decoded with kio (lazily: only the requests routing needs to look into)."""
+        try:
+            body, _ = entity_reader(request_schema(self.api_key, self.api_version))(
+                self.frame, self.body_offset
+            )
+        except Exception as exc:
+            raise FrameError(f"undecodable {api_name(self.api_key)} v{self.api_version} body: {exc}") from exc
+        return body
+
+
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes | None:
+    """The next frame, or None at a clean end of stream."""
+    try:
+        head = await reader.readexactly(4)
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial:
+            raise FrameError("connection closed inside a frame size") from exc
+        return None
+    (size,) = _SIZE.unpack(head)
+    if size < 8 or size > max_bytes:
+        raise FrameError(f"frame size {size} outside 8..{max_bytes}")
+    try:
+        return await reader.readexactly(size)
+    except asyncio.IncompleteReadError as exc:
+        raise FrameError(f"connection closed after {len(exc.partial)} of {size} frame bytes") from exc
+
+
+def parse_request(frame: bytes) -> Request:
+    if len(frame) < 8:
+        raise FrameError(f"request of {len(frame)} bytes has no header")
+    api_key, api_version, correlation_id = _KEY_VERSION_CORRELATION.unpack_from(frame)
+    header_schema = RequestHeaderV2 if is_flexible(api_key, api_version) else RequestHeaderV1
+    try:
+        header: Any
+        header, size = entity_reader(header_schema)(frame, 0)
+    except Exception as exc:
+        raise FrameError(f"malformed request header: {exc}") from exc
+    return Request(frame, api_key, api_version, correlation_id, header.client_id, size)
+
+
+def response_correlation_id(frame: bytes) -> int:
+    if len(frame) < 4:
+        raise FrameError("response without a correlation id")
+    return int(_SIZE.unpack_from(frame)[0])
+
+
+def encode_response(request: Request, body: Any) -> bytes:
+    """A whole response frame (size included) for ``request``, with the header its version needs."""
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    header = response_header_schema(request.api_key, request.api_version)
+    entity_writer(header)(out, header(correlation_id=i32(request.correlation_id)))
+    entity_writer(type(body))(out, body)
+    data = out.getbuffer()
+    _SIZE.pack_into(data, 0, len(data) - 4)
+    return bytes(data)
+
+
+def decode_response(request: Request, frame: bytes) -> Any:
+    """Decode a response frame (without its size) to the request's response schema."""
+    header = response_header_schema(request.api_key, request.api_version)
+    try:
+        _, offset = entity_reader(header)(frame, 0)
+        body, _ = entity_reader(response_schema(request.api_key, request.api_version))(frame, offset)
+    except Exception as exc:
+        raise FrameError(f"undecodable {api_name(request.api_key)} response: {exc}") from exc
+    return body
+
+
+def with_size(frame: bytes) -> bytes:
+    return _SIZE.pack(len(frame)) + frame
+
+
+@cache
+def request_schema(api_key: int, api_version: int) -> Any:
+    try:
+        return kio.index.load_request_schema(api_key, api_version)
+    except kio.index.KioIndexError as exc:
+        raise FrameError(f"unknown API {api_key} v{api_version}") from exc
+
+
+@cache
+def response_schema(api_key: int, api_version: int) -> Any:
+    try:
+        return kio.index.load_response_schema(api_key, api_version)
+    except kio.index.KioIndexError as exc:
+        raise FrameError(f"unknown API {api_key} v{api_version}") from exc
+
+
+@cache
+def is_flexible(api_key: int, api_version: int) -> bool:
+    return bool(request_schema(api_key, api_version).__flexible__)
+
+
+def response_header_schema(api_key: int, api_version: int) -> Any:
+    # ApiVersions answers always use header v0, so that a client of any version can read them.
+    if api_key == API_VERSIONS or not is_flexible(api_key, api_version):
+        return ResponseHeaderV0
+    return ResponseHeaderV1
+
+
+def api_name(api_key: int) -> str:
+    return api_key_map.get(api_key, f"api {api_key}")
+
+
+@cache
+def known_versions(api_key: int) -> tuple[int, int] | None:
+    """The lowest and highest version of an API that kio has schemas for."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        return None
+    versions = sorted(schema_name_map[name])
+    return versions[0], versions[-1]

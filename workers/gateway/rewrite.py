@@ -1,0 +1,93 @@
+"""Rewrite the answers that name brokers, so clients only ever learn virtual brokers.
+
+Metadata (brokers, controller, partition leaders and replicas), FindCoordinator (the coordinator) and
+DescribeCluster (brokers, controller) come back from a real cluster naming its real nodes; each real
+node id becomes its virtual id, and each address the gateway's own for that virtual broker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from workers.gateway import apis
+
+BROKER_NAMING = frozenset({apis.METADATA, apis.FIND_COORDINATOR, apis.DESCRIBE_CLUSTER})
+
+Address = Callable[[int], tuple[str, int]]
+"""Virtual id -> the (host, port) clients reach that virtual broker at."""
+
+
+def real_nodes(api_key: int, body: Any) -> set[int]:
+    """The real node ids an answer names (those need a virtual id before it can be rewritten)."""
+    if api_key == apis.METADATA:
+        return {b.node_id for b in body.brokers}
+    if api_key == apis.FIND_COORDINATOR:
+        return {body.node_id} if body.node_id >= 0 else set()
+    if api_key == apis.DESCRIBE_CLUSTER:
+        return {b.broker_id for b in body.brokers}
+    return set()
+
+
+def rewrite(api_key: int, body: Any, virtual: Mapping[int, int], address: Address, *, cluster_id: str) -> Any:
+    """``body`` with every real node id replaced by its virtual id, and the cluster id by ``cluster_id``."""
+
+    def vid(node: int) -> int:
+        return virtual.get(node, -1) if node >= 0 else node
+
+    def vids(nodes: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(vid(n) for n in nodes)
+
+    if api_key == apis.METADATA:
+        brokers = []
+        for b in body.brokers:
+            host, port = address(vid(b.node_id))
+            brokers.append(dataclasses.replace(b, node_id=vid(b.node_id), host=host, port=port))
+        topics = tuple(
+            dataclasses.replace(
+                t,
+                partitions=tuple(
+                    _replace(
+                        p,
+                        leader_id=vid(p.leader_id),
+                        replica_nodes=vids(p.replica_nodes),
+                        isr_nodes=vids(p.isr_nodes),
+                        offline_replicas=vids(getattr(p, "offline_replicas", ())),
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        )
+        return _replace(
+            body,
+            brokers=tuple(brokers),
+            topics=topics,
+            controller_id=vid(_get(body, "controller_id")),
+            cluster_id=cluster_id,
+        )
+    if api_key == apis.FIND_COORDINATOR:
+        if body.node_id < 0:
+            return body
+        host, port = address(vid(body.node_id))
+        return dataclasses.replace(body, node_id=vid(body.node_id), host=host, port=port)
+    if api_key == apis.DESCRIBE_CLUSTER:
+        brokers = []
+        for b in body.brokers:
+            host, port = address(vid(b.broker_id))
+            brokers.append(dataclasses.replace(b, broker_id=vid(b.broker_id), host=host, port=port))
+        return dataclasses.replace(
+            body, brokers=tuple(brokers), controller_id=vid(body.controller_id), cluster_id=cluster_id
+        )
+    return body
+
+
+def _get(entity: Any, name: str) -> int:
+    return int(getattr(entity, name, -1))
+
+
+def _replace(entity: Any, **changes: Any) -> Any:
+    """dataclasses.replace for the fields this version of the entity has."""
+    names = {f.name for f in dataclasses.fields(entity)}
+    return dataclasses.replace(entity, **{k: v for k, v in changes.items() if k in names})

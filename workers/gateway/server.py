@@ -1,0 +1,298 @@
+"""The gateway process: listeners, routing view, virtual brokers, and epoch acknowledgement.
+
+Failure behaviour:
+- a malformed or oversized frame closes that one connection; the process goes on;
+- a broker that cannot be reached or drops the connection closes the client connections waiting on it
+  (the clients reconnect and retry), never leaving a request unanswered on an open connection;
+- ZooKeeper lost: requests keep being routed by the last known bindings, the view says it is stale,
+  and no new epoch is acknowledged until it is fresh again;
+- a restart loses nothing: bindings and virtual broker ids come back from ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import io
+import logging
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+from kio.static.primitive import i16, i32
+from opentelemetry import metrics
+
+from switchyard.config import Config, split_hostport
+from switchyard.routing.gateways import GatewayRegistration
+from switchyard.routing.layout import Layout, ensure_layout
+from switchyard.routing.snapshot import RoutingSnapshot
+from switchyard.routing.view import BindingView
+from workers.gateway import apis
+from workers.gateway.blocking import element_type, make
+from workers.gateway.protocol import (
+    API_VERSIONS,
+    Request,
+    decode_response,
+    known_versions,
+    parse_request,
+    request_schema,
+    response_schema,
+)
+from workers.gateway.rewrite import real_nodes, rewrite
+from workers.gateway.session import ClientSession, Listener
+from workers.gateway.upstream import Upstream
+from workers.gateway.vnodes import RealBroker, VirtualNodes
+
+log = logging.getLogger(__name__)
+CLUSTER_ID = "switchyard"
+"""The cluster id clients see, whichever real cluster answers: to them it is one cluster."""
+LOCAL_APIS = {apis.API_VERSIONS: (0, 3), apis.SASL_HANDSHAKE: (0, 1), apis.SASL_AUTHENTICATE: (0, 2)}
+
+
+class InFlight:
+    """Requests sent upstream and not yet answered, counted by the routing epoch they were sent under."""
+
+    def __init__(self) -> None:
+        self._counts: collections.Counter[int] = collections.Counter()
+        self._changed = asyncio.Event()
+
+    def start(self, epoch: int) -> int:
+        self._counts[epoch] += 1
+        return epoch
+
+    def finish(self, epoch: int) -> None:
+        self._counts[epoch] -= 1
+        if self._counts[epoch] <= 0:
+            del self._counts[epoch]
+            self._changed.set()
+
+    async def drained_before(self, epoch: int) -> None:
+        while any(e < epoch for e in self._counts):
+            self._changed.clear()
+            await self._changed.wait()
+
+
+@dataclass
+class Metrics:
+    requests: Any
+    blocked: Any
+    connections: Any
+    upstream_latency: Any
+
+    @classmethod
+    def create(cls) -> Metrics:
+        meter = metrics.get_meter("switchyard.gateway")
+        return cls(
+            requests=meter.create_counter("gateway.requests", description="requests by API, AppID, cluster"),
+            blocked=meter.create_counter("gateway.blocked", description="requests refused while blocked"),
+            connections=meter.create_up_down_counter(
+                "gateway.connections", description="open client connections"
+            ),
+            upstream_latency=meter.create_histogram(
+                "gateway.upstream_latency",
+                unit="ms",
+                description="time from forwarding to the broker's answer",
+            ),
+        )
+
+
+class Gateway:
+    def __init__(self, config: Config, zk: KazooClient, *, gateway_id: str | None = None) -> None:
+        self.config = config
+        self.zk = zk
+        self.id = gateway_id or config.gateway.id or socket.gethostname()
+        self.layout = Layout(config.zookeeper.root)
+        self.view = BindingView(zk, self.layout, config.default_cluster)
+        self.vnodes = VirtualNodes(zk, self.layout)
+        self.registration = GatewayRegistration(zk, self.layout, self.id)
+        self.inflight = InFlight()
+        self.metrics = Metrics.create()
+        self.brokers: dict[str, dict[int, tuple[str, int]]] = {c: {} for c in config.clusters}
+        self.offered: dict[int, tuple[int, int]] = {}
+        self._servers: dict[int | None, asyncio.Server] = {}
+        self._epoch_changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- lifecycle
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await asyncio.to_thread(ensure_layout, self.zk, self.layout)
+        self.view.on_change(self._on_snapshot)
+        await asyncio.to_thread(self.view.start)
+        known = await asyncio.to_thread(self.vnodes.load)
+        for cluster in self.config.clusters:
+            await self._discover(cluster)
+        for virtual_id in known:
+            await self._listen(virtual_id)
+        await self._listen(None)
+        await asyncio.to_thread(self.registration.register)
+        self._tasks.append(asyncio.create_task(self._acknowledge()))
+        log.info(
+            "gateway %s serving on %s:%d",
+            self.id,
+            self.config.gateway.host,
+            self.config.gateway.bootstrap_port,
+        )
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for server in self._servers.values():
+            server.close()
+        for server in self._servers.values():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 2)
+        await asyncio.to_thread(self.registration.close)
+        await asyncio.to_thread(self.view.stop)
+
+    async def _listen(self, virtual_id: int | None) -> None:
+        if virtual_id in self._servers:
+            return
+        listener = Listener(virtual_id, self.vnodes.real(virtual_id) if virtual_id is not None else None)
+        port = self.config.gateway.bootstrap_port + (virtual_id or 0)
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await ClientSession(self, listener, reader, writer).run()
+
+        self._servers[virtual_id] = await asyncio.start_server(serve, self.config.gateway.host, port)
+
+    # ---- epochs
+
+    def _on_snapshot(self, snapshot: RoutingSnapshot) -> None:  # on the view's thread
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._epoch_changed.set)
+
+    async def _acknowledge(self) -> None:
+        """Acknowledge each new epoch once nothing sent under an older one is still in flight."""
+        while True:
+            await self._epoch_changed.wait()
+            self._epoch_changed.clear()
+            epoch = self.view.snapshot.epoch
+            await self.inflight.drained_before(epoch)
+            if self.view.stale:
+                continue  # acknowledged when fresh again: the reconnect publishes a new snapshot
+            try:
+                await asyncio.to_thread(self.registration.acknowledge, epoch)
+            except Exception:
+                log.exception("gateway %s: cannot acknowledge epoch %d", self.id, epoch)
+
+    # ---- answers the gateway gives itself
+
+    def api_versions_response(self, request: Request) -> Any:
+        """The APIs and versions offered; a too-new request gets UNSUPPORTED_VERSION in the v0 form."""
+        supported = request.api_version <= LOCAL_APIS[API_VERSIONS][1]
+        cls = response_schema(API_VERSIONS, request.api_version if supported else 0)
+        entry = element_type(cls, "api_keys")
+        keys = tuple(
+            make(entry, api_key=k, min_version=low, max_version=high)
+            for k, (low, high) in sorted(self.offered.items())
+        )
+        error = ErrorCode.none if supported else ErrorCode.unsupported_version
+        return make(cls, error_code=error, api_keys=keys)
+
+    def sasl_unsupported(self, request: Request) -> Any:
+        cls = response_schema(request.api_key, request.api_version)
+        if request.api_key == apis.SASL_HANDSHAKE:
+            return make(cls, error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=())
+        return make(cls, error_code=ErrorCode.illegal_sasl_state, error_message="SASL is not enabled")
+
+    async def local_metadata(self, request: Request, cluster: str) -> Any:
+        """Metadata with an empty topic list: the bound cluster's brokers, as virtual brokers."""
+        if not self.brokers[cluster]:
+            await self._discover(cluster)
+        cls = response_schema(request.api_key, request.api_version)
+        broker_cls = element_type(cls, "brokers")
+        virtual = await self._virtual_ids(cluster, set(self.brokers[cluster]))
+        brokers = tuple(
+            make(broker_cls, node_id=v, host=self.address(v)[0], port=self.address(v)[1])
+            for v in sorted(virtual.values())
+        )
+        controller = min(virtual.values(), default=-1)
+        return make(cls, brokers=tuple(brokers), cluster_id=CLUSTER_ID, controller_id=controller, topics=())
+
+    async def rewrite(self, api_key: int, body: Any, cluster: str) -> Any:
+        if api_key == apis.METADATA:
+            self.brokers[cluster] = {b.node_id: (b.host, b.port) for b in body.brokers} or self.brokers[
+                cluster
+            ]
+        virtual = await self._virtual_ids(cluster, real_nodes(api_key, body))
+        return rewrite(api_key, body, virtual, self.address, cluster_id=CLUSTER_ID)
+
+    def address(self, virtual_id: int) -> tuple[str, int]:
+        gateway = self.config.gateway
+        return gateway.advertised_host or gateway.host, gateway.bootstrap_port + virtual_id
+
+    def real_address(self, cluster: str, node: int | None) -> tuple[str, int]:
+        if node is not None and node in self.brokers[cluster]:
+            return self.brokers[cluster][node]
+        return split_hostport(self.config.clusters[cluster].bootstrap.split(",")[0])
+
+    async def _virtual_ids(self, cluster: str, nodes: set[int]) -> dict[int, int]:
+        virtual = {}
+        for node in nodes:
+            broker = RealBroker(cluster, node)
+            vid = self.vnodes.known(broker)
+            if vid is None:
+                vid = await asyncio.to_thread(self.vnodes.virtual_id, broker)
+            await self._listen(vid)
+            virtual[node] = vid
+        return virtual
+
+    async def _discover(self, cluster: str) -> None:
+        """Learn a cluster's brokers and API versions from its bootstrap server."""
+        host, port = self.real_address(cluster, None)
+        upstream = Upstream(host, port, max_frame_bytes=self.config.gateway.max_frame_bytes)
+        try:
+            versions = await _ask(upstream, API_VERSIONS, 3)
+            theirs = {a.api_key: (a.min_version, a.max_version) for a in versions.api_keys}
+            metadata = await _ask(upstream, apis.METADATA, 9, topics=())
+            self.brokers[cluster] = {b.node_id: (b.host, b.port) for b in metadata.brokers}
+        except Exception as exc:
+            log.warning(
+                "gateway %s: cluster %s at %s:%d not reachable: %s", self.id, cluster, host, port, exc
+            )
+            return
+        finally:
+            await upstream.close()
+        self._offer(theirs)
+
+    def _offer(self, theirs: dict[int, tuple[int, int]]) -> None:
+        """Offer each API at the versions every reachable cluster, kio and the gateway all handle."""
+        for key, (their_low, their_high) in theirs.items():
+            ours = known_versions(key)
+            if ours is None or key in LOCAL_APIS:
+                continue
+            low = max(their_low, ours[0])
+            high = min(their_high, ours[1], apis.VERSION_CAPS.get(key, their_high))
+            if key in self.offered:
+                low, high = max(low, self.offered[key][0]), min(high, self.offered[key][1])
+            if low <= high:
+                self.offered[key] = (low, high)
+        self.offered.update(LOCAL_APIS)
+
+
+async def _ask(upstream: Upstream, api_key: int, version: int, **fields: Any) -> Any:
+    """Send one request of the gateway's own and decode the answer."""
+    schema = request_schema(api_key, version)
+    header = schema.__header_schema__
+    out = io.BytesIO()
+    entity_writer(header)(
+        out,
+        header(
+            request_api_key=i16(api_key),
+            request_api_version=i16(version),
+            correlation_id=i32(1),
+            client_id="switchyard-gateway",
+        ),
+    )
+    entity_writer(schema)(out, make(schema, **fields))
+    request = parse_request(out.getvalue())
+    future = await upstream.send(request.frame, 1, expects_response=True)
+    assert future is not None
+    return decode_response(request, await asyncio.wait_for(future, 10))

@@ -1,0 +1,185 @@
+"""One client connection: read requests, decide for each, forward or answer, reply in request order.
+
+Every request is resolved against the routing snapshot current when it is read, so after a binding
+changes, no new request of that identity goes to the old cluster; requests already sent are counted
+in flight under the epoch they were sent in, and the gateway acknowledges an epoch only once none sent
+before it is still waiting (see :class:`InFlight`).
+
+Requests are dispatched (written upstream) in the order they arrive; their answers are queued in the
+same order, so responses go back in request order even when one connection's requests go to different
+brokers or clusters, or are answered by the gateway itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from switchyard.identity import Identity, identify
+from switchyard.model import BindingState
+from workers.gateway import apis
+from workers.gateway.apis import context_of
+from workers.gateway.blocking import blocked_response
+from workers.gateway.protocol import (
+    FrameError,
+    Request,
+    api_name,
+    decode_response,
+    encode_response,
+    parse_request,
+    read_frame,
+    with_size,
+)
+from workers.gateway.rewrite import BROKER_NAMING
+from workers.gateway.upstream import Upstream, UpstreamError
+from workers.gateway.vnodes import RealBroker
+
+if TYPE_CHECKING:
+    from workers.gateway.server import Gateway
+
+log = logging.getLogger(__name__)
+_QUEUE_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class Listener:
+    """Where a connection came in: the bootstrap port, or a virtual broker standing for a real one."""
+
+    virtual_id: int | None = None
+    broker: RealBroker | None = None
+
+
+class ClientSession:
+    def __init__(
+        self, gateway: Gateway, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.gateway = gateway
+        self.listener = listener
+        self.reader, self.writer = reader, writer
+        self.peer = writer.get_extra_info("peername")
+        self.sasl_user: str | None = None
+        self._upstreams: dict[tuple[str, int | None], Upstream] = {}
+        self._identities: dict[str | None, Identity] = {}
+
+    async def run(self) -> None:
+        replies: asyncio.Queue[Awaitable[bytes | None] | None] = asyncio.Queue(_QUEUE_DEPTH)
+        writer_task = asyncio.create_task(self._write(replies))
+        metrics = self.gateway.metrics
+        metrics.connections.add(1)
+        try:
+            while not writer_task.done():
+                frame = await read_frame(self.reader, self.gateway.config.gateway.max_frame_bytes)
+                if frame is None:
+                    break
+                request = parse_request(frame)
+                await replies.put(await self._dispatch(request))
+        except FrameError as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+        except UpstreamError as exc:
+            log.warning("closing connection from %s: upstream failed: %s", self.peer, exc)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            metrics.connections.add(-1)
+            if not writer_task.done():
+                await replies.put(None)
+            await asyncio.gather(writer_task, return_exceptions=True)
+            for upstream in self._upstreams.values():
+                await upstream.close()
+            self.writer.close()
+
+    async def _write(self, replies: asyncio.Queue[Awaitable[bytes | None] | None]) -> None:
+        while (reply := await replies.get()) is not None:
+            try:
+                data = await reply
+            except (UpstreamError, FrameError) as exc:
+                log.warning("closing connection from %s: %s", self.peer, exc)
+                break
+            if data is not None:
+                self.writer.write(data)
+                await self.writer.drain()
+        self.writer.close()
+        while not replies.empty():  # let the reader see the end rather than block on a full queue
+            replies.get_nowait()
+
+    async def _dispatch(self, request: Request) -> Awaitable[bytes | None]:
+        """Decide, and for a forwarded request write it upstream now; return the awaitable reply."""
+        key = request.api_key
+        if key == apis.API_VERSIONS:
+            return _ready(encode_response(request, self.gateway.api_versions_response(request)))
+        if key in (apis.SASL_HANDSHAKE, apis.SASL_AUTHENTICATE):
+            return _ready(encode_response(request, self.gateway.sasl_unsupported(request)))
+        context = context_of(request)
+        identity = self._identity(request.client_id)
+        snapshot_epoch = self.gateway.view.snapshot.epoch
+        resolution = self.gateway.view.resolve(identity, topics=context.topics, group=context.group)
+        self.gateway.metrics.requests.add(
+            1, {"api": api_name(key), "app": identity.app or "-", "cluster": resolution.cluster}
+        )
+
+        if key == apis.METADATA and context.topics == () and request.body().topics == ():
+            return _ready(
+                encode_response(request, await self.gateway.local_metadata(request, resolution.cluster))
+            )
+        if key in apis.BLOCKABLE and self._must_block(resolution.state, resolution.cluster):
+            self.gateway.metrics.blocked.add(1, {"api": api_name(key), "app": identity.app or "-"})
+            return _ready(encode_response(request, blocked_response(request, request.body())))
+
+        broker = self.listener.broker
+        node = broker.node_id if broker is not None and broker.cluster == resolution.cluster else None
+        upstream = self._upstream(resolution.cluster, node)
+        token = self.gateway.inflight.start(snapshot_epoch)
+        try:
+            future = await upstream.send(
+                request.frame, request.correlation_id, expects_response=context.expects_response
+            )
+        except BaseException:
+            self.gateway.inflight.finish(token)
+            raise
+        if future is None:
+            self.gateway.inflight.finish(token)
+            return _ready(None)
+        return self._answer(request, future, resolution.cluster, token)
+
+    async def _answer(
+        self, request: Request, future: asyncio.Future[bytes], cluster: str, token: int
+    ) -> bytes:
+        started = asyncio.get_running_loop().time()
+        try:
+            frame = await future
+        finally:
+            self.gateway.inflight.finish(token)
+        if request.api_key in BROKER_NAMING:
+            body = decode_response(request, frame)
+            return encode_response(request, await self.gateway.rewrite(request.api_key, body, cluster))
+        elapsed_ms = (asyncio.get_running_loop().time() - started) * 1000
+        self.gateway.metrics.upstream_latency.record(elapsed_ms, {"api": api_name(request.api_key)})
+        return with_size(frame)
+
+    def _must_block(self, state: BindingState, cluster: str) -> bool:
+        """Blocked identity, or a virtual broker of a cluster the identity is no longer bound to."""
+        broker = self.listener.broker
+        return state is BindingState.BLOCKED or (broker is not None and broker.cluster != cluster)
+
+    def _identity(self, client_id: str | None) -> Identity:
+        identity = self._identities.get(client_id)
+        if identity is None:
+            identity = self._identities[client_id] = identify(sasl_user=self.sasl_user, client_id=client_id)
+        return identity
+
+    def _upstream(self, cluster: str, node: int | None) -> Upstream:
+        upstream = self._upstreams.get((cluster, node))
+        if upstream is None or upstream.closed:
+            host, port = self.gateway.real_address(cluster, node)
+            upstream = Upstream(host, port, max_frame_bytes=self.gateway.config.gateway.max_frame_bytes)
+            self._upstreams[(cluster, node)] = upstream
+        return upstream
+
+
+def _ready(value: Any) -> Awaitable[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future

@@ -1,0 +1,98 @@
+"""One connection to a real broker, on behalf of one client connection.
+
+Requests are pipelined; a broker answers a connection's requests in order, so each answer goes to the
+oldest waiting request. Produce with acks=0 gets no answer and waits for none. Because the connection
+serves a single client connection, the client's correlation ids pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+
+from workers.gateway.protocol import FrameError, read_frame, response_correlation_id, with_size
+
+
+class UpstreamError(Exception):
+    """The broker connection failed; every request waiting on it fails with this."""
+
+
+class Upstream:
+    def __init__(
+        self, host: str, port: int, *, max_frame_bytes: int, connect_timeout_s: float = 10.0
+    ) -> None:
+        self.host, self.port = host, port
+        self.max_frame_bytes = max_frame_bytes
+        self.connect_timeout_s = connect_timeout_s
+        self._writer: asyncio.StreamWriter | None = None
+        self._waiting: collections.deque[tuple[int, asyncio.Future[bytes]]] = collections.deque()
+        self._reader_task: asyncio.Task[None] | None = None
+        self._connecting = asyncio.Lock()
+        self.closed = False
+
+    async def send(
+        self, frame: bytes, correlation_id: int, *, expects_response: bool
+    ) -> asyncio.Future[bytes] | None:
+        await self._connect()
+        assert self._writer is not None
+        future: asyncio.Future[bytes] | None = None
+        if expects_response:
+            future = asyncio.get_running_loop().create_future()
+            self._waiting.append((correlation_id, future))
+        self._writer.write(with_size(frame))
+        return future
+
+    async def _connect(self) -> None:
+        if self.closed:
+            raise UpstreamError(f"connection to {self.host}:{self.port} is closed")
+        if self._writer is not None:
+            return
+        async with self._connecting:
+            if self._writer is not None:
+                return
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port), self.connect_timeout_s
+                )
+            except (OSError, TimeoutError) as exc:
+                raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
+            self._writer = writer
+            self._reader_task = asyncio.create_task(self._read(reader))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        error: Exception = UpstreamError(f"{self.host}:{self.port} closed the connection")
+        try:
+            while True:
+                frame = await read_frame(reader, self.max_frame_bytes)
+                if frame is None:
+                    break
+                if not self._waiting:
+                    error = UpstreamError(f"{self.host}:{self.port} answered a request nobody sent")
+                    break
+                correlation_id, future = self._waiting.popleft()
+                if response_correlation_id(frame) != correlation_id:
+                    error = UpstreamError(f"{self.host}:{self.port} answered out of order")
+                    future.set_exception(error)
+                    break
+                if not future.done():
+                    future.set_result(frame)
+        except (OSError, FrameError) as exc:
+            error = UpstreamError(f"{self.host}:{self.port}: {exc!r}")
+        self._fail(error)
+
+    def _fail(self, error: Exception) -> None:
+        self.closed = True
+        while self._waiting:
+            _, future = self._waiting.popleft()
+            if not future.done():
+                future.set_exception(error)
+        if self._writer is not None:
+            self._writer.close()
+
+    async def close(self) -> None:
+        self._fail(UpstreamError(f"connection to {self.host}:{self.port} closed by the gateway"))
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader_task

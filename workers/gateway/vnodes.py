@@ -1,0 +1,78 @@
+"""Virtual broker ids: one per (cluster, real node id), the same in every gateway instance.
+
+Clients only ever see virtual brokers. Their ids are allocated once in ZooKeeper
+(``vnodes/<cluster>/<node id>`` holds the id; ``vnodes`` holds the next free one, advanced by
+compare-and-set) so that every gateway instance, and a restarted one, answers with the same ids and the
+same ports: virtual broker ``v`` listens on ``bootstrap_port + v``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from switchyard.routing.layout import Layout
+
+
+@dataclass(frozen=True, order=True)
+class RealBroker:
+    cluster: str
+    node_id: int
+
+
+class VirtualNodes:
+    def __init__(self, zk: KazooClient, layout: Layout) -> None:
+        self.zk = zk
+        self.folder = layout.folder("vnodes")
+        self._by_real: dict[RealBroker, int] = {}
+        self._by_virtual: dict[int, RealBroker] = {}
+        self._lock = threading.Lock()
+
+    def load(self) -> dict[int, RealBroker]:
+        """Read every allocated id (at start-up, and when another instance allocated one)."""
+        self.zk.ensure_path(self.folder)
+        for cluster in self.zk.get_children(self.folder):
+            for node in self.zk.get_children(f"{self.folder}/{cluster}"):
+                data, _ = self.zk.get(f"{self.folder}/{cluster}/{node}")
+                self._remember(RealBroker(cluster, int(node)), int(data))
+        return dict(self._by_virtual)
+
+    def virtual_id(self, broker: RealBroker) -> int:
+        """The broker's virtual id, allocating it on first sight (blocking: call off the event loop)."""
+        with self._lock:
+            known = self._by_real.get(broker)
+        if known is not None:
+            return known
+        path = f"{self.folder}/{broker.cluster}/{broker.node_id}"
+        self.zk.ensure_path(f"{self.folder}/{broker.cluster}")
+        while True:
+            try:
+                data, _ = self.zk.get(path)
+                return self._remember(broker, int(data))
+            except NoNodeError:
+                pass
+            counter, stat = self.zk.get(self.folder)
+            allocated = int(counter or b"0") + 1
+            t = self.zk.transaction()
+            t.set_data(self.folder, str(allocated).encode(), stat.version)
+            t.create(path, str(allocated).encode())
+            results = t.commit()
+            if not any(isinstance(r, BadVersionError | NodeExistsError) for r in results):
+                return self._remember(broker, allocated)
+
+    def real(self, virtual_id: int) -> RealBroker | None:
+        with self._lock:
+            return self._by_virtual.get(virtual_id)
+
+    def known(self, broker: RealBroker) -> int | None:
+        with self._lock:
+            return self._by_real.get(broker)
+
+    def _remember(self, broker: RealBroker, virtual_id: int) -> int:
+        with self._lock:
+            self._by_real[broker] = virtual_id
+            self._by_virtual[virtual_id] = broker
+        return virtual_id
