@@ -11,7 +11,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -146,3 +154,44 @@ def _record(msg: Message) -> Record:
 
 def _as_bytes(data: str | bytes | None) -> bytes | None:
     return data.encode() if isinstance(data, str) else data
+
+
+def read_partitions(bootstrap: str, topic: str, *, timeout_s: float = 60.0) -> dict[int, list[Record]]:
+    """Every record of ``topic``, per partition, read to the end without a consumer group.
+
+    The end is where the broker reports end-of-partition, which comes from the Fetch high watermark:
+    exact on every broker (unlike ListOffsets(latest) on Tansu, see docs/testbed.md).
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "switchyard-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            raise KafkaOperationError(f"{bootstrap}: {topic}: no such topic")
+        partitions = sorted(metadata.partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        found: dict[int, list[Record]] = {p: [] for p in partitions}
+        open_partitions = set(partitions)
+        deadline = time.monotonic() + timeout_s
+        while open_partitions:
+            if time.monotonic() > deadline:
+                raise KafkaOperationError(
+                    f"{bootstrap}: {topic}: partitions {sorted(open_partitions)} not read to the end"
+                )
+            for msg in consumer.consume(1000, 0.5):
+                error = msg.error()
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    open_partitions.discard(msg.partition())
+                elif error is not None:
+                    raise KafkaOperationError(f"{bootstrap}: {topic}: read failed: {error}")
+                else:
+                    found[msg.partition() or 0].append(_record(msg))
+        return found
+    finally:
+        consumer.close()

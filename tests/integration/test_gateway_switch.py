@@ -1,0 +1,215 @@
+"""Live traffic moved between clusters by driving the routing store the way a switchover saga will.
+
+A producer and a consumer group run through the gateway the whole time. The test blocks the AppID,
+waits for the gateway's acknowledgement, copies the topic and the group's committed offsets to the
+standby (the mirror's job, done by hand here, offsets identical), flips the binding, and lets traffic
+go on. Every acknowledged record must be on the standby exactly once, nothing may reach the primary
+after the block, and the group must process every record exactly once (a record counts as processed
+when the commit after it succeeds).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.keys import BindingKey
+from switchyard.model import BindingState
+from switchyard.routing.gateways import wait_for_acks
+from switchyard.routing.store import BindingChange, RoutingStore
+from switchyard.stack import TESTBED_CONSUMER_SETTINGS
+from tests.integration.test_gateway import gateway, routing  # noqa: F401 - shared module fixtures
+from tests.support import GatewayProcess
+
+PARTITIONS = 3
+
+
+class Traffic:
+    """A producer and a consumer group on one topic, through the gateway, in background threads."""
+
+    def __init__(self, bootstrap: str, app: str, topic: str, group: str) -> None:
+        self.topic = topic
+        self.stop_producing = threading.Event()
+        self.stop_consuming = threading.Event()
+        self.sent = 0
+        self.acked: list[int] = []
+        self.failed: list[str] = []
+        self.processed: list[int] = []
+        self.commit_failures = 0
+        # Not idempotent: an idempotent producer's id and sequence numbers belong to the cluster that
+        # issued them, and carrying them across a switch is not done yet (see docs/gateway.md, limits).
+        # One request in flight keeps order across retries; nothing can be written twice, because a
+        # blocked request is refused before it reaches a broker and in-flight ones finish before the ack.
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": f"{app}@producer",
+                "enable.idempotence": False,
+                "acks": "all",
+                "max.in.flight.requests.per.connection": 1,
+                "linger.ms": 2,
+            }
+        )
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": f"{app}@consumer",
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                **TESTBED_CONSUMER_SETTINGS,
+            }
+        )
+        self.threads = [threading.Thread(target=self._produce), threading.Thread(target=self._consume)]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def _produce(self) -> None:
+        def delivered(err: object, msg: object) -> None:
+            if err is None:
+                self.acked.append(int(msg.value()))  # type: ignore[attr-defined]
+            else:
+                self.failed.append(str(err))
+
+        while not self.stop_producing.is_set():
+            if len(self.producer) >= 2000:  # blocked: wait rather than pile records up
+                self.producer.poll(0.05)
+                continue
+            self.producer.produce(
+                self.topic, key=str(self.sent).encode(), value=str(self.sent).encode(), on_delivery=delivered
+            )
+            self.sent += 1
+            self.producer.poll(0.002)
+        assert self.producer.flush(60) == 0
+
+    def _consume(self) -> None:
+        self.consumer.subscribe([self.topic])
+        try:
+            while not self.stop_consuming.is_set():
+                batch = [m for m in self.consumer.consume(200, 0.2) if m.error() is None]
+                if not batch:
+                    continue
+                try:
+                    self.consumer.commit(asynchronous=False)
+                except KafkaException:
+                    self.commit_failures += 1  # not processed: the group will hand these out again
+                    continue
+                self.processed.extend(int(m.value()) for m in batch)
+        finally:
+            self.consumer.close()
+
+
+def topic_ids(bootstrap: str, topic: str) -> list[int]:
+    """Every record value of the topic, read directly from one cluster."""
+    return [int(r.value or b"-1") for rs in kafka.read_partitions(bootstrap, topic).values() for r in rs]
+
+
+def ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's log end offset, as read (a partition's records sit at offsets 0..end-1 here)."""
+    return {p: len(rs) for p, rs in kafka.read_partitions(bootstrap, topic).items()}
+
+
+def copy_topic(source: str, target: str, topic: str) -> None:
+    """What the mirror will do: every record into the same partition, so offsets come out identical."""
+    found = kafka.read_partitions(source, topic)
+    for partition, records in found.items():
+        assert [r.offset for r in records] == list(range(len(records)))
+        kafka.produce(target, topic, [kafka.Record(r.key, r.value, partition) for r in records])
+    copied = kafka.read_partitions(target, topic)
+    assert {p: [(r.offset, r.value) for r in rs] for p, rs in copied.items()} == {
+        p: [(r.offset, r.value) for r in rs] for p, rs in found.items()
+    }
+
+
+def copy_group_offsets(source: str, target: str, group: str, topic: str) -> dict[int, int]:
+    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    reader = Consumer({"bootstrap.servers": source, "group.id": group})
+    committed = [tp for tp in reader.committed(partitions, timeout=10) if tp.offset >= 0]
+    reader.close()
+    writer = Consumer({"bootstrap.servers": target, "group.id": group, **TESTBED_CONSUMER_SETTINGS})
+    if committed:
+        writer.commit(offsets=committed, asynchronous=False)
+    writer.close()
+    return {tp.partition: tp.offset for tp in committed}
+
+
+@pytest.fixture
+def mover(routing: RoutingStore, stack_config: Config) -> tuple[str, str]:  # noqa: F811
+    app, topic = f"mover-{uuid.uuid4().hex[:6]}", f"moving-{uuid.uuid4().hex[:6]}"
+    for cluster in stack_config.clusters.values():
+        kafka.create_topics(cluster.bootstrap, [topic], partitions=PARTITIONS)
+    return app, topic
+
+
+def test_live_traffic_follows_a_switch_exactly_once(
+    gateway: GatewayProcess,  # noqa: F811
+    routing: RoutingStore,  # noqa: F811
+    stack_config: Config,
+    mover: tuple[str, str],
+) -> None:
+    app, topic = mover
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    key = BindingKey.for_app(app)
+    epoch = routing.set_binding(key, "primary", actor="user:test", reason="start")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+
+    group = f"movers-{uuid.uuid4().hex[:6]}"
+    traffic = Traffic(gateway.bootstrap, app, topic, group)
+    traffic.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(traffic.processed) < 300 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(traffic.processed) >= 300, "traffic never got going through the gateway"
+
+        # 1. block, and wait until the gateway has applied it (in-flight requests answered)
+        blocked = routing.apply(
+            [BindingChange(key, epoch, "primary", BindingState.BLOCKED)], actor="user:test", reason="block"
+        )
+        wait_for_acks(routing.zk, routing.layout, blocked, timeout_s=10)
+        frozen = ends(primary, topic)
+        time.sleep(1.0)  # traffic keeps trying while blocked...
+        assert ends(primary, topic) == frozen  # ...and nothing gets through
+
+        # 2. the mirror's part, by hand: identical offsets, group offsets carried over
+        copy_topic(primary, standby, topic)
+        copy_group_offsets(primary, standby, group, topic)
+
+        # 3. flip: active on the standby
+        flipped = routing.apply(
+            [BindingChange(key, blocked, "standby", BindingState.ACTIVE)], actor="user:test", reason="flip"
+        )
+        wait_for_acks(routing.zk, routing.layout, flipped, timeout_s=10)
+        after_flip = len(traffic.acked)
+        deadline = time.monotonic() + 60
+        while len(traffic.acked) < after_flip + 500 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        traffic.stop_producing.set()
+        traffic.threads[0].join(90)
+
+    deadline = time.monotonic() + 90
+    while set(traffic.processed) != set(traffic.acked) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    traffic.stop_consuming.set()
+    traffic.threads[1].join(30)
+
+    assert traffic.failed == []
+    assert sorted(traffic.acked) == list(range(traffic.sent))  # every record acknowledged
+    assert len(traffic.acked) > after_flip + 400  # and plenty of them after the flip
+    assert ends(primary, topic) == frozen  # nothing reached the primary after the block
+    on_standby = Counter(topic_ids(standby, topic))
+    assert set(on_standby) == set(traffic.acked)
+    assert max(on_standby.values()) == 1  # each record exactly once on the standby
+    processed = Counter(traffic.processed)
+    assert set(processed) == set(traffic.acked), "records skipped by the group"
+    assert max(processed.values()) == 1, "records processed twice by the group"
