@@ -59,7 +59,8 @@ def context_of(request: Request) -> Context:
     if key == METADATA:
         return Context(_names(t.name for t in body.topics or ()))
     if key == FIND_COORDINATOR:
-        return Context(group=body.key if body.key_type == 0 else None)
+        is_group = getattr(body, "key_type", 0) == 0  # v0 has no key type: always a group
+        return Context(group=body.key if is_group else None)
     if key == OFFSET_COMMIT:
         return Context(_names(t.name for t in body.topics), group=body.group_id)
     return Context(group=body.group_id)

@@ -82,6 +82,8 @@ class ClientSession:
             log.warning("closing connection from %s: upstream failed: %s", self.peer, exc)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except Exception:  # a bug must cost one connection, never the process or a hung client
+            log.exception("closing connection from %s after an unexpected error", self.peer)
         finally:
             metrics.connections.add(-1)
             if not writer_task.done():
@@ -97,6 +99,9 @@ class ClientSession:
                 data = await reply
             except (UpstreamError, FrameError) as exc:
                 log.warning("closing connection from %s: %s", self.peer, exc)
+                break
+            except Exception:
+                log.exception("closing connection from %s after an unexpected error", self.peer)
                 break
             if data is not None:
                 self.writer.write(data)
