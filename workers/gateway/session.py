@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from switchyard.identity import Identity, identify
 from switchyard.model import BindingState
+from switchyard.resolution import Resolution
+from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway import apis
 from workers.gateway.apis import context_of
 from workers.gateway.blocking import blocked_response
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _QUEUE_DEPTH = 64
+_HIGH_WATER = 256 * 1024
+"""Bytes waiting to go to the client before the session waits for them to drain."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class ClientSession:
         self.sasl_user: str | None = None
         self._upstreams: dict[tuple[str, int | None], Upstream] = {}
         self._identities: dict[str | None, Identity] = {}
+        self._resolved: dict[tuple[Identity, tuple[str, ...], str | None], Resolution] = {}
+        self._resolved_in: RoutingSnapshot | None = None
 
     async def run(self) -> None:
         replies: asyncio.Queue[Awaitable[bytes | None] | None] = asyncio.Queue(_QUEUE_DEPTH)
@@ -105,7 +111,8 @@ class ClientSession:
                 break
             if data is not None:
                 self.writer.write(data)
-                await self.writer.drain()
+                if self.writer.transport.get_write_buffer_size() > _HIGH_WATER:
+                    await self.writer.drain()
         self.writer.close()
         while not replies.empty():  # let the reader see the end rather than block on a full queue
             replies.get_nowait()
@@ -120,7 +127,7 @@ class ClientSession:
         context = context_of(request)
         identity = self._identity(request.client_id)
         snapshot_epoch = self.gateway.view.snapshot.epoch
-        resolution = self.gateway.view.resolve(identity, topics=context.topics, group=context.group)
+        resolution = self._resolve(identity, context.topics, context.group)
         self.gateway.metrics.requests.add(
             1, {"api": api_name(key), "app": identity.app or "-", "cluster": resolution.cluster}
         )
@@ -163,6 +170,17 @@ class ClientSession:
         elapsed_ms = (asyncio.get_running_loop().time() - started) * 1000
         self.gateway.metrics.upstream_latency.record(elapsed_ms, {"api": api_name(request.api_key)})
         return with_size(frame)
+
+    def _resolve(self, identity: Identity, topics: tuple[str, ...], group: str | None) -> Resolution:
+        """Resolve, remembering answers for as long as the routing snapshot stays the same."""
+        snapshot = self.gateway.view.snapshot
+        if snapshot is not self._resolved_in:
+            self._resolved, self._resolved_in = {}, snapshot
+        key = (identity, topics, group)
+        resolution = self._resolved.get(key)
+        if resolution is None:
+            resolution = self._resolved[key] = self.gateway.view.resolve(identity, topics=topics, group=group)
+        return resolution
 
     def _must_block(self, state: BindingState, cluster: str) -> bool:
         """Blocked identity, or a virtual broker of a cluster the identity is no longer bound to."""
