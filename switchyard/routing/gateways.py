@@ -40,8 +40,12 @@ class GatewayRecord:
 class GatewayRegistration:
     """This gateway's ephemeral node, re-created when a new ZooKeeper session replaces a lost one."""
 
-    def __init__(self, zk: KazooClient, layout: Layout, gateway_id: str) -> None:
+    def __init__(
+        self, zk: KazooClient, layout: Layout, gateway_id: str, *, takeover_wait_s: float = 12.0
+    ) -> None:
         self.zk = zk
+        self.takeover_wait_s = takeover_wait_s
+        """How long to wait for a dead predecessor's node to go: its session timeout and a margin."""
         self.layout = layout
         self.id = gateway_id
         self.path = layout.gateway(gateway_id)
@@ -51,18 +55,30 @@ class GatewayRegistration:
         self._closed = False
 
     def register(self) -> None:
-        """Create the node; raises GatewayIdInUse when another live session holds the id."""
+        """Create the node. A node left by a dead process under the same id goes when its session
+        expires, so that is waited for (``takeover_wait_s``); a holder still alive after that raises
+        GatewayIdInUse."""
         self.zk.ensure_path(self.layout.folder("gateways"))
-        try:
-            self.zk.create(self.path, self._data(), ephemeral=True)
-        except NodeExistsError:
-            _, stat = self.zk.get(self.path)
-            if stat.ephemeralOwner != self.zk.client_id[0]:
+        deadline = time.monotonic() + self.takeover_wait_s
+        while True:
+            try:
+                self.zk.create(self.path, self._data(), ephemeral=True)
+                break
+            except NodeExistsError:
+                pass
+            gone = threading.Event()
+            stat = self.zk.exists(self.path, watch=lambda _event, signal=gone: signal.set())
+            if stat is None:
+                continue
+            if stat.ephemeralOwner == self.zk.client_id[0]:
+                self.zk.set(self.path, self._data())
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not gone.wait(remaining):
                 raise GatewayIdInUse(
                     f"gateway id {self.id!r} is registered by another live process "
                     f"(ZooKeeper session 0x{stat.ephemeralOwner:x})"
-                ) from None
-            self.zk.set(self.path, self._data())
+                )
         self.zk.add_listener(self._on_state)
 
     def acknowledge(self, epoch: int) -> None:

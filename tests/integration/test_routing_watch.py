@@ -119,7 +119,7 @@ def test_a_second_live_gateway_cannot_take_the_same_id(
 ) -> None:
     GatewayRegistration(sqlite_store.zk, sqlite_store.layout, "gw-1").register()
     with pytest.raises(GatewayIdInUse, match="gw-1"):
-        GatewayRegistration(second_zk, sqlite_store.layout, "gw-1").register()
+        GatewayRegistration(second_zk, sqlite_store.layout, "gw-1", takeover_wait_s=0.5).register()
 
 
 def test_a_registration_disappears_with_its_session(

@@ -108,7 +108,9 @@ class Gateway:
         self.layout = Layout(config.zookeeper.root)
         self.view = BindingView(zk, self.layout, config.default_cluster)
         self.vnodes = VirtualNodes(zk, self.layout)
-        self.registration = GatewayRegistration(zk, self.layout, self.id)
+        self.registration = GatewayRegistration(
+            zk, self.layout, self.id, takeover_wait_s=config.zookeeper.session_timeout_s + 2
+        )
         self.inflight = InFlight()
         self.metrics = Metrics.create()
         self.brokers: dict[str, dict[int, tuple[str, int]]] = {c: {} for c in config.clusters}
