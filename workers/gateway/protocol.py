@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -120,16 +121,17 @@ def with_size(frame: bytes) -> bytes:
 
 @cache
 def request_schema(api_key: int, api_version: int) -> Any:
-    try:
-        return kio.index.load_request_schema(api_key, api_version)
-    except kio.index.KioIndexError as exc:
-        raise FrameError(f"unknown API {api_key} v{api_version}") from exc
+    return _schema(kio.index.load_request_schema, api_key, api_version)
 
 
 @cache
 def response_schema(api_key: int, api_version: int) -> Any:
+    return _schema(kio.index.load_response_schema, api_key, api_version)
+
+
+def _schema(load: Callable[[int, int], Any], api_key: int, api_version: int) -> Any:
     try:
-        return kio.index.load_response_schema(api_key, api_version)
+        return load(api_key, api_version)
     except kio.index.KioIndexError as exc:
         raise FrameError(f"unknown API {api_key} v{api_version}") from exc
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from switchyard.identity import Identity, identify
 from switchyard.model import BindingState
-from switchyard.resolution import Resolution
+from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway import apis
 from workers.gateway.apis import context_of
@@ -69,6 +69,8 @@ class ClientSession:
         self._identities: dict[str | None, Identity] = {}
         self._resolved: dict[tuple[Identity, tuple[str, ...], str | None], Resolution] = {}
         self._resolved_in: RoutingSnapshot | None = None
+        self._answering: set[asyncio.Task[bytes]] = set()
+        """Answers on their way from brokers; each holds an in-flight token until it settles."""
 
     async def run(self) -> None:
         replies: asyncio.Queue[Awaitable[bytes | None] | None] = asyncio.Queue(_QUEUE_DEPTH)
@@ -96,7 +98,8 @@ class ClientSession:
                 await replies.put(None)
             await asyncio.gather(writer_task, return_exceptions=True)
             for upstream in self._upstreams.values():
-                await upstream.close()
+                await upstream.close()  # fails whatever still waits on a broker...
+            await asyncio.gather(*self._answering, return_exceptions=True)  # ...so these settle
             self.writer.close()
 
     async def _write(self, replies: asyncio.Queue[Awaitable[bytes | None] | None]) -> None:
@@ -126,8 +129,8 @@ class ClientSession:
             return _ready(encode_response(request, self.gateway.sasl_unsupported(request)))
         context = context_of(request)
         identity = self._identity(request.client_id)
-        snapshot_epoch = self.gateway.view.snapshot.epoch
-        resolution = self._resolve(identity, context.topics, context.group)
+        snapshot = self.gateway.view.snapshot  # one snapshot decides the request and dates it
+        resolution = self._resolve(snapshot, identity, context.topics, context.group)
         self.gateway.metrics.requests.add(
             1, {"api": api_name(key), "app": identity.app or "-", "cluster": resolution.cluster}
         )
@@ -143,7 +146,7 @@ class ClientSession:
         broker = self.listener.broker
         node = broker.node_id if broker is not None and broker.cluster == resolution.cluster else None
         upstream = self._upstream(resolution.cluster, node)
-        token = self.gateway.inflight.start(snapshot_epoch)
+        token = self.gateway.inflight.start(snapshot.epoch)
         try:
             future = await upstream.send(
                 request.frame, request.correlation_id, expects_response=context.expects_response
@@ -154,7 +157,10 @@ class ClientSession:
         if future is None:
             self.gateway.inflight.finish(token)
             return _ready(None)
-        return self._answer(request, future, resolution.cluster, token)
+        answer = asyncio.create_task(self._answer(request, future, resolution.cluster, token))
+        self._answering.add(answer)
+        answer.add_done_callback(self._answering.discard)
+        return answer
 
     async def _answer(
         self, request: Request, future: asyncio.Future[bytes], cluster: str, token: int
@@ -171,15 +177,18 @@ class ClientSession:
         self.gateway.metrics.upstream_latency.record(elapsed_ms, {"api": api_name(request.api_key)})
         return with_size(frame)
 
-    def _resolve(self, identity: Identity, topics: tuple[str, ...], group: str | None) -> Resolution:
-        """Resolve, remembering answers for as long as the routing snapshot stays the same."""
-        snapshot = self.gateway.view.snapshot
+    def _resolve(
+        self, snapshot: RoutingSnapshot, identity: Identity, topics: tuple[str, ...], group: str | None
+    ) -> Resolution:
+        """Resolve against ``snapshot``, remembering answers for as long as the snapshot is current."""
         if snapshot is not self._resolved_in:
             self._resolved, self._resolved_in = {}, snapshot
         key = (identity, topics, group)
         resolution = self._resolved.get(key)
         if resolution is None:
-            resolution = self._resolved[key] = self.gateway.view.resolve(identity, topics=topics, group=group)
+            resolution = self._resolved[key] = resolve(
+                identity, snapshot.bindings, self.gateway.config.default_cluster, topics=topics, group=group
+            )
         return resolution
 
     def _must_block(self, state: BindingState, cluster: str) -> bool:
