@@ -34,7 +34,7 @@ PARTITIONS = 3
 class Traffic:
     """A producer and a consumer group on one topic, through the gateway, in background threads."""
 
-    def __init__(self, bootstrap: str, app: str, topic: str, group: str) -> None:
+    def __init__(self, bootstrap: str, app: str, topic: str, group: str, *, idempotent: bool) -> None:
         self.topic = topic
         self.stop_producing = threading.Event()
         self.stop_consuming = threading.Event()
@@ -43,18 +43,19 @@ class Traffic:
         self.failed: list[str] = []
         self.processed: list[int] = []
         self.commit_failures = 0
-        # Not idempotent: an idempotent producer's id and sequence numbers belong to the cluster that
-        # issued them, and carrying them across a switch is not done yet (see docs/gateway.md, limits).
-        # One request in flight keeps order across retries; nothing can be written twice, because a
-        # blocked request is refused before it reaches a broker and in-flight ones finish before the ack.
+        # Idempotent (the Java client's default): the gateway carries its producer id and sequences
+        # over to the new cluster. Not idempotent: one request in flight keeps order across retries.
         self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
                 "client.id": f"{app}@producer",
-                "enable.idempotence": False,
                 "acks": "all",
-                "max.in.flight.requests.per.connection": 1,
                 "linger.ms": 2,
+                **(
+                    {"enable.idempotence": True}
+                    if idempotent
+                    else {"enable.idempotence": False, "max.in.flight.requests.per.connection": 1}
+                ),
             }
         )
         self.consumer = Consumer(
@@ -150,11 +151,13 @@ def mover(routing: RoutingStore, stack_config: Config) -> tuple[str, str]:  # no
     return app, topic
 
 
+@pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent-producer", "plain-producer"])
 def test_live_traffic_follows_a_switch_exactly_once(
     gateway: GatewayProcess,  # noqa: F811
     routing: RoutingStore,  # noqa: F811
     stack_config: Config,
     mover: tuple[str, str],
+    idempotent: bool,
 ) -> None:
     app, topic = mover
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
@@ -163,7 +166,7 @@ def test_live_traffic_follows_a_switch_exactly_once(
     wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
 
     group = f"movers-{uuid.uuid4().hex[:6]}"
-    traffic = Traffic(gateway.bootstrap, app, topic, group)
+    traffic = Traffic(gateway.bootstrap, app, topic, group, idempotent=idempotent)
     traffic.start()
     try:
         deadline = time.monotonic() + 60

@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from workers.gateway.producers import producer_of
 from workers.gateway.protocol import Request
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
@@ -40,6 +42,8 @@ class Context:
     topics: tuple[str, ...] = ()
     group: str | None = None
     expects_response: bool = True
+    producer: tuple[int, int] | None = None
+    """(producer id, epoch) of an idempotent, non-transactional Produce; None otherwise."""
 
 
 def context_of(request: Request) -> Context:
@@ -49,7 +53,11 @@ def context_of(request: Request) -> Context:
         return Context()
     body = request.body()
     if key == PRODUCE:
-        return Context(_names(t.name for t in body.topic_data), expects_response=body.acks != 0)
+        return Context(
+            _names(t.name for t in body.topic_data),
+            expects_response=body.acks != 0,
+            producer=None if body.transactional_id else _producer(body),
+        )
     if key == FETCH:
         return Context(_names(t.topic for t in body.topics))
     if key == LIST_OFFSETS:
@@ -68,3 +76,12 @@ def context_of(request: Request) -> Context:
 
 def _names(names: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in names if n))  # type: ignore[attr-defined]
+
+
+def _producer(body: Any) -> tuple[int, int] | None:
+    for topic in body.topic_data:
+        for partition in topic.partition_data:
+            found = producer_of(partition.records)
+            if found is not None:
+                return found[0], found[1]
+    return None

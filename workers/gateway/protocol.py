@@ -115,6 +115,14 @@ def decode_response(request: Request, frame: bytes) -> Any:
     return body
 
 
+def replace_body(request: Request, body: Any) -> bytes:
+    """The request's frame with its header as received and ``body`` encoded after it."""
+    out = io.BytesIO()
+    out.write(request.frame[: request.body_offset])
+    entity_writer(type(body))(out, body)
+    return out.getvalue()
+
+
 def with_size(frame: bytes) -> bytes:
     return _SIZE.pack(len(frame)) + frame
 

@@ -18,6 +18,7 @@ import io
 import logging
 import socket
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -27,12 +28,14 @@ from kio.static.primitive import i16, i32
 from opentelemetry import metrics
 
 from switchyard.config import Config, split_hostport
+from switchyard.identity import Identity
 from switchyard.routing.gateways import GatewayRegistration
 from switchyard.routing.layout import Layout, ensure_layout
 from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.view import BindingView
 from workers.gateway import apis
 from workers.gateway.blocking import element_type, make
+from workers.gateway.producers import Translation
 from workers.gateway.protocol import (
     API_VERSIONS,
     Request,
@@ -44,7 +47,7 @@ from workers.gateway.protocol import (
 )
 from workers.gateway.rewrite import real_nodes, rewrite
 from workers.gateway.session import ClientSession, Listener
-from workers.gateway.upstream import Upstream
+from workers.gateway.upstream import Upstream, UpstreamError
 from workers.gateway.vnodes import RealBroker, VirtualNodes
 
 log = logging.getLogger(__name__)
@@ -115,6 +118,9 @@ class Gateway:
         self.metrics = Metrics.create()
         self.brokers: dict[str, dict[int, tuple[str, int]]] = {c: {} for c in config.clusters}
         self.offered: dict[int, tuple[int, int]] = {}
+        self.producer_ids: dict[tuple[Identity, int], str] = {}
+        """Which cluster issued each client's idempotent producer id (learned from InitProducerId)."""
+        self._translations: dict[tuple[Identity, int, int, str], Translation] = {}
         self._servers: dict[int | None, asyncio.Server] = {}
         self._epoch_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -226,6 +232,35 @@ class Gateway:
         virtual = await self._virtual_ids(cluster, real_nodes(api_key, body))
         return rewrite(api_key, body, virtual, self.address, cluster_id=CLUSTER_ID)
 
+    def issued(self, identity: Identity, producer_id: int, cluster: str) -> None:
+        _remember(self.producer_ids, (identity, producer_id), cluster)
+
+    async def translation(self, identity: Identity, producer: tuple[int, int], cluster: str) -> Translation:
+        """The gateway's own producer id on ``cluster`` for a client's producer id from another one."""
+        key = (identity, *producer, cluster)
+        found = self._translations.get(key)
+        if found is None:
+            host, port = self.real_address(cluster, None)
+            upstream = Upstream(host, port, max_frame_bytes=self.config.gateway.max_frame_bytes)
+            try:
+                version = self.offered.get(apis.INIT_PRODUCER_ID, (0, 0))[1]
+                answer = await _ask(
+                    upstream,
+                    apis.INIT_PRODUCER_ID,
+                    version,
+                    transactional_id=None,
+                    transaction_timeout=timedelta(minutes=1),
+                    producer_id=-1,
+                    producer_epoch=-1,
+                )
+            finally:
+                await upstream.close()
+            if answer.error_code != ErrorCode.none:
+                raise UpstreamError(f"{cluster}: InitProducerId failed: {answer.error_code.name}")
+            found = self._translations.get(key) or Translation(answer.producer_id, answer.producer_epoch)
+            _remember(self._translations, key, found)
+        return found
+
     def address(self, virtual_id: int) -> tuple[str, int]:
         gateway = self.config.gateway
         return gateway.advertised_host or gateway.host, gateway.bootstrap_port + virtual_id
@@ -277,6 +312,16 @@ class Gateway:
             if low <= high:
                 self.offered[key] = (low, high)
         self.offered.update(LOCAL_APIS)
+
+
+_REMEMBERED = 100_000
+
+
+def _remember(table: dict[Any, Any], key: Any, value: Any) -> None:
+    """Insert, dropping the oldest entries past a bound (these tables grow with client restarts)."""
+    table[key] = value
+    while len(table) > _REMEMBERED:
+        del table[next(iter(table))]
 
 
 async def _ask(upstream: Upstream, api_key: int, version: int, **fields: Any) -> Any:

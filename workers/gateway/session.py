@@ -13,6 +13,7 @@ brokers or clusters, or are answered by the gateway itself.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway import apis
 from workers.gateway.apis import context_of
 from workers.gateway.blocking import blocked_response
+from workers.gateway.producers import translate
 from workers.gateway.protocol import (
     FrameError,
     Request,
@@ -33,6 +35,7 @@ from workers.gateway.protocol import (
     encode_response,
     parse_request,
     read_frame,
+    replace_body,
     with_size,
 )
 from workers.gateway.rewrite import BROKER_NAMING
@@ -143,13 +146,17 @@ class ClientSession:
             self.gateway.metrics.blocked.add(1, {"api": api_name(key), "app": identity.app or "-"})
             return _ready(encode_response(request, blocked_response(request, request.body())))
 
+        frame = request.frame
+        if context.producer is not None:
+            frame = await self._translate(request, identity, context.producer, resolution.cluster)
+
         broker = self.listener.broker
         node = broker.node_id if broker is not None and broker.cluster == resolution.cluster else None
         upstream = self._upstream(resolution.cluster, node)
         token = self.gateway.inflight.start(snapshot.epoch)
         try:
             future = await upstream.send(
-                request.frame, request.correlation_id, expects_response=context.expects_response
+                frame, request.correlation_id, expects_response=context.expects_response
             )
         except BaseException:
             self.gateway.inflight.finish(token)
@@ -157,25 +164,52 @@ class ClientSession:
         if future is None:
             self.gateway.inflight.finish(token)
             return _ready(None)
-        answer = asyncio.create_task(self._answer(request, future, resolution.cluster, token))
+        answer = asyncio.create_task(self._answer(request, future, resolution.cluster, token, identity))
         self._answering.add(answer)
         answer.add_done_callback(self._answering.discard)
         return answer
 
     async def _answer(
-        self, request: Request, future: asyncio.Future[bytes], cluster: str, token: int
+        self, request: Request, future: asyncio.Future[bytes], cluster: str, token: int, identity: Identity
     ) -> bytes:
         started = asyncio.get_running_loop().time()
         try:
             frame = await future
         finally:
             self.gateway.inflight.finish(token)
+        if request.api_key == apis.INIT_PRODUCER_ID:
+            issued = decode_response(request, frame)
+            if issued.producer_id >= 0:
+                self.gateway.issued(identity, issued.producer_id, cluster)
         if request.api_key in BROKER_NAMING:
             body = decode_response(request, frame)
             return encode_response(request, await self.gateway.rewrite(request.api_key, body, cluster))
         elapsed_ms = (asyncio.get_running_loop().time() - started) * 1000
         self.gateway.metrics.upstream_latency.record(elapsed_ms, {"api": api_name(request.api_key)})
         return with_size(frame)
+
+    async def _translate(
+        self, request: Request, identity: Identity, producer: tuple[int, int], cluster: str
+    ) -> bytes:
+        """The Produce frame to send: as received, or with its producer translated for ``cluster``."""
+        issuer = self.gateway.producer_ids.get((identity, producer[0]))
+        if issuer is None or issuer == cluster:
+            return request.frame
+        translation = await self.gateway.translation(identity, producer, cluster)
+        body = request.body()
+        topics = tuple(
+            dataclasses.replace(
+                t,
+                partition_data=tuple(
+                    dataclasses.replace(p, records=translate(p.records, translation, t.name, p.index))
+                    if p.records
+                    else p
+                    for p in t.partition_data
+                ),
+            )
+            for t in body.topic_data
+        )
+        return replace_body(request, dataclasses.replace(body, topic_data=topics))
 
     def _resolve(
         self, snapshot: RoutingSnapshot, identity: Identity, topics: tuple[str, ...], group: str | None
