@@ -85,6 +85,7 @@ class Metrics:
     blocked: Any
     connections: Any
     upstream_latency: Any
+    added_latency: Any
 
     @classmethod
     def create(cls) -> Metrics:
@@ -99,6 +100,11 @@ class Metrics:
                 "gateway.upstream_latency",
                 unit="ms",
                 description="time from forwarding to the broker's answer",
+            ),
+            added_latency=meter.create_histogram(
+                "gateway.added_latency",
+                unit="ms",
+                description="time a forwarded request spends in the gateway, the broker's part excluded",
             ),
         )
 

@@ -125,6 +125,7 @@ class ClientSession:
 
     async def _dispatch(self, request: Request) -> Awaitable[bytes | None]:
         """Decide, and for a forwarded request write it upstream now; return the awaitable reply."""
+        received = asyncio.get_running_loop().time()
         key = request.api_key
         if key == apis.API_VERSIONS:
             return _ready(encode_response(request, self.gateway.api_versions_response(request)))
@@ -164,29 +165,44 @@ class ClientSession:
         if future is None:
             self.gateway.inflight.finish(token)
             return _ready(None)
-        answer = asyncio.create_task(self._answer(request, future, resolution.cluster, token, identity))
+        answer = asyncio.create_task(
+            self._answer(request, future, resolution.cluster, token, identity, received=received)
+        )
         self._answering.add(answer)
         answer.add_done_callback(self._answering.discard)
         return answer
 
     async def _answer(
-        self, request: Request, future: asyncio.Future[bytes], cluster: str, token: int, identity: Identity
+        self,
+        request: Request,
+        future: asyncio.Future[bytes],
+        cluster: str,
+        token: int,
+        identity: Identity,
+        *,
+        received: float,
     ) -> bytes:
-        started = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
         try:
             frame = await future
         finally:
             self.gateway.inflight.finish(token)
+        answered = loop.time()
         if request.api_key == apis.INIT_PRODUCER_ID:
             issued = decode_response(request, frame)
             if issued.producer_id >= 0:
                 self.gateway.issued(identity, issued.producer_id, cluster)
         if request.api_key in BROKER_NAMING:
             body = decode_response(request, frame)
-            return encode_response(request, await self.gateway.rewrite(request.api_key, body, cluster))
-        elapsed_ms = (asyncio.get_running_loop().time() - started) * 1000
-        self.gateway.metrics.upstream_latency.record(elapsed_ms, {"api": api_name(request.api_key)})
-        return with_size(frame)
+            reply = encode_response(request, await self.gateway.rewrite(request.api_key, body, cluster))
+        else:
+            reply = with_size(frame)
+        attributes = {"api": api_name(request.api_key)}
+        self.gateway.metrics.upstream_latency.record((answered - sent) * 1000, attributes)
+        added = (loop.time() - received) - (answered - sent)
+        self.gateway.metrics.added_latency.record(added * 1000, attributes)
+        return reply
 
     async def _translate(
         self, request: Request, identity: Identity, producer: tuple[int, int], cluster: str
