@@ -65,7 +65,8 @@ class BindingView:
         return self._stale.is_set()
 
     def on_change(self, listener: Listener) -> None:
-        """Call ``listener`` with every new snapshot, from the view's own thread, in epoch order."""
+        """Call ``listener`` with every new snapshot, and again when the view is fresh after being
+        stale; from the view's own thread, in epoch order."""
         self._listeners.append(listener)
 
     def resolve(
@@ -108,12 +109,15 @@ class BindingView:
 
     def _publish(self, snapshot: RoutingSnapshot) -> None:
         changed = snapshot.epoch != self._snapshot.epoch
+        was_stale = self._stale.is_set()
         with self._loaded:
             self._snapshot = snapshot
             if not self._dirty.is_set() and self.zk.state == KazooState.CONNECTED:
                 self._stale.clear()
             self._loaded.notify_all()
-        if changed:
+        # Fresh again counts as news too: a gateway that held back an acknowledgement while stale
+        # must hear that it can give it now, even when no change arrived meanwhile.
+        if changed or (was_stale and not self._stale.is_set()):
             for listener in list(self._listeners):
                 try:
                     listener(snapshot)

@@ -186,9 +186,12 @@ def test_view_serves_its_last_routes_while_zookeeper_is_away(tmp_path: Path, sta
         zookeeper.stop()
         assert wait_until(lambda: view.stale), where()
         assert view.resolve(Identity("orders")).cluster == "standby"  # last known routes still served
+        heard: list[int] = []
+        view.on_change(lambda snapshot: heard.append(snapshot.epoch))
         zookeeper.start()
 
         assert wait_until(lambda: not view.stale), where()
+        assert wait_until(lambda: first in heard), f"fresh again, unannounced: {where()}"
         second = store.set_binding(ORDERS, "standby", BindingState.BLOCKED, actor=ACTOR, reason="after")
         assert view.wait_for_epoch(second, 10), f"waiting for epoch {second}: {where()}"
         assert view.resolve(Identity("orders")).state is BindingState.BLOCKED
