@@ -44,26 +44,44 @@ def zookeeper(host: str, port: int, timeout_s: float = 2.0) -> Health:
     return Health(False, f"answered {answer[:40]!r} to ruok (is ruok in 4lw.commands.whitelist?)")
 
 
-def kafka(host: str, port: int, timeout_s: float = 2.0) -> Health:
-    """Send ApiVersions v0 and check the answer's correlation id and error code."""
+class ProbeError(Exception):
+    """The service answered, but not as a working one would."""
+
+
+def api_versions(host: str, port: int, timeout_s: float = 2.0) -> dict[int, tuple[int, int]]:
+    """Ask a Kafka-protocol server for its APIs with ApiVersions v0: API key -> (min, max) version.
+
+    Raises OSError or EOFError when it cannot be asked, ProbeError when the answer is wrong.
+    """
     client_id = b"switchyard-health"
     correlation = 0x5A5A
     body = struct.pack(">hhih", _API_VERSIONS, 0, correlation, len(client_id)) + client_id
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            sock.sendall(struct.pack(">i", len(body)) + body)
-            size = struct.unpack(">i", _read_exact(sock, 4))[0]
-            answer = _read_exact(sock, size)
-    except (OSError, EOFError) as exc:
-        return Health(False, f"unreachable: {exc or 'connection closed'}")
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", _read_exact(sock, 4))[0]
+        answer = _read_exact(sock, size)
     if len(answer) < 10:
-        return Health(False, f"short ApiVersions answer ({len(answer)} bytes)")
+        raise ProbeError(f"short ApiVersions answer ({len(answer)} bytes)")
     got_correlation, error_code, count = struct.unpack(">ihi", answer[:10])
     if got_correlation != correlation:
-        return Health(False, f"ApiVersions answer has correlation id {got_correlation}, sent {correlation}")
+        raise ProbeError(f"ApiVersions answer has correlation id {got_correlation}, sent {correlation}")
     if error_code:
-        return Health(False, f"ApiVersions error code {error_code}")
-    return Health(True, f"{count} APIs")
+        raise ProbeError(f"ApiVersions error code {error_code}")
+    if len(answer) < 10 + 6 * count:
+        raise ProbeError(f"ApiVersions answer lists {count} APIs in {len(answer)} bytes")
+    entries = (struct.unpack_from(">hhh", answer, 10 + 6 * i) for i in range(count))
+    return {key: (low, high) for key, low, high in entries}
+
+
+def kafka(host: str, port: int, timeout_s: float = 2.0) -> Health:
+    """ApiVersions answered with the right correlation id and error code 0."""
+    try:
+        versions = api_versions(host, port, timeout_s)
+    except (OSError, EOFError) as exc:
+        return Health(False, f"unreachable: {exc or 'connection closed'}")
+    except ProbeError as exc:
+        return Health(False, str(exc))
+    return Health(True, f"{len(versions)} APIs")
 
 
 def temporal(address: str, timeout_s: float = 3.0) -> Health:

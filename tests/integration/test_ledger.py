@@ -49,7 +49,10 @@ def test_migrations_build_exactly_the_schema_the_code_uses(ledger: Ledger) -> No
 
 def test_opening_twice_migrates_once(ledger_url: str) -> None:
     Ledger.open(ledger_url).close()
-    Ledger.open(ledger_url).close()
+    again = Ledger.open(ledger_url)
+    with again.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0001"]
+    again.close()
 
 
 def test_pending_changes_are_invisible_until_committed(ledger: Ledger) -> None:

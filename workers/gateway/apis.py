@@ -51,7 +51,7 @@ def context_of(request: Request) -> Context:
     key = request.api_key
     if key not in PARTITION_APIS and key not in GROUP_APIS and key not in (METADATA, FIND_COORDINATOR):
         return Context()
-    body = request.body()
+    body = request.body
     if key == PRODUCE:
         return Context(
             _names(t.name for t in body.topic_data),

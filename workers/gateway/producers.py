@@ -72,5 +72,5 @@ def translate(records: bytes, translation: Translation, topic: str, partition: i
         _ID_EPOCH_SEQUENCE.pack_into(
             out, start + _PRODUCER_ID_AT, translation.producer_id, translation.epoch, shifted
         )
-        _CRC.pack_into(out, start + _CRC_AT, crc32c.crc32c(bytes(out[start + _ATTRIBUTES_AT : end])))
+        _CRC.pack_into(out, start + _CRC_AT, crc32c.crc32c(memoryview(out)[start + _ATTRIBUTES_AT : end]))
     return bytes(out)

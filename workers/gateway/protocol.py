@@ -13,7 +13,7 @@ import io
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from typing import Any
 
 import kio.index
@@ -45,8 +45,9 @@ class Request:
     client_id: str | None
     body_offset: int
 
+    @cached_property
     def body(self) -> Any:
-        """The request body decoded with kio (lazily: only the requests routing needs to look into)."""
+        """The request body decoded with kio: lazily (only requests routing looks into), and once."""
         try:
             body, _ = entity_reader(request_schema(self.api_key, self.api_version))(
                 self.frame, self.body_offset

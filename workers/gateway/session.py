@@ -139,13 +139,13 @@ class ClientSession:
             1, {"api": api_name(key), "app": identity.app or "-", "cluster": resolution.cluster}
         )
 
-        if key == apis.METADATA and context.topics == () and request.body().topics == ():
+        if key == apis.METADATA and request.body.topics == ():  # an empty list, not None (= all)
             return _ready(
                 encode_response(request, await self.gateway.local_metadata(request, resolution.cluster))
             )
         if key in apis.BLOCKABLE and self._must_block(resolution.state, resolution.cluster):
             self.gateway.metrics.blocked.add(1, {"api": api_name(key), "app": identity.app or "-"})
-            return _ready(encode_response(request, blocked_response(request, request.body())))
+            return _ready(encode_response(request, blocked_response(request, request.body)))
 
         frame = request.frame
         if context.producer is not None:
@@ -212,7 +212,7 @@ class ClientSession:
         if issuer is None or issuer == cluster:
             return request.frame
         translation = await self.gateway.translation(identity, producer, cluster)
-        body = request.body()
+        body = request.body
         topics = tuple(
             dataclasses.replace(
                 t,
