@@ -91,10 +91,26 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+class UpstreamSaslConfig(_Section):
+    """How the gateway authenticates to a cluster's brokers.
+
+    A client that authenticated to the gateway is passed on as itself (its user and password); the
+    account here is for the gateway's own connections and for clients that did not authenticate.
+    """
+
+    mechanism: SaslMechanism
+    username: str
+    password: str = Field(repr=False)
+
+
 class ClusterConfig(_Section):
     """A Kafka cluster clients can be bound to."""
 
     bootstrap: HostPortList
+    sasl: UpstreamSaslConfig | None = None
 
 
 class ZooKeeperConfig(_Section):
@@ -121,6 +137,21 @@ class SparkConfig(_Section):
     submit_args: list[str] = Field(default_factory=list)
 
 
+class GatewaySaslConfig(_Section):
+    """SASL/PLAIN between clients and the gateway: the authenticated user name is the client's AppID."""
+
+    mode: Literal["off", "optional", "required"] = "off"
+    """``optional`` accepts clients with and without SASL; ``required`` closes unauthenticated ones."""
+    users_file: Path | None = None
+    """Who may connect: ``switchyard gateway add-user`` writes it; re-read when it changes."""
+
+    @model_validator(mode="after")
+    def _needs_users(self) -> GatewaySaslConfig:
+        if self.mode != "off" and self.users_file is None:
+            raise _KeyError("gateway.sasl.users_file", f"is needed when mode is {self.mode!r}")
+        return self
+
+
 class GatewayConfig(_Section):
     id: str | None = None
     """This instance's name among the gateways; defaults to the host name. Unique per live instance."""
@@ -128,6 +159,7 @@ class GatewayConfig(_Section):
     advertised_host: str | None = None
     bootstrap_port: Port = 9192
     max_frame_bytes: Annotated[int, Field(ge=1024)] = 100 * 1024 * 1024
+    sasl: GatewaySaslConfig = GatewaySaslConfig()
 
 
 class LinkConfig(_Section):
@@ -242,10 +274,13 @@ def load_config(
     except ValidationError as exc:
         raise ConfigError(_describe(file, exc, origins)) from None
     base = file.resolve().parent
+    users_file = config.gateway.sasl.users_file
+    sasl = config.gateway.sasl.model_copy(update={"users_file": users_file and (base / users_file).resolve()})
     return config.model_copy(
         update={
             "source": file.resolve(),
             "stack": config.stack.model_copy(update={"state_dir": (base / config.stack.state_dir).resolve()}),
+            "gateway": config.gateway.model_copy(update={"sasl": sasl}),
         }
     )
 

@@ -8,7 +8,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +149,15 @@ def free_port_block(count: int, *, low: int = 20000, high: int = 60000) -> int:
 class GatewayProcess:
     """A real `switchyard gateway` process on a free block of ports, with its own routing root."""
 
-    def __init__(self, config_path: Path, *, root: str, gateway_id: str, log: Path) -> None:
+    def __init__(
+        self,
+        config_path: Path,
+        *,
+        root: str,
+        gateway_id: str,
+        log: Path,
+        overrides: dict[str, str] | None = None,
+    ) -> None:
         self.port = free_port_block(16)
         self.root = root
         self.id = gateway_id
@@ -156,6 +166,7 @@ class GatewayProcess:
             **os.environ,
             "SWITCHYARD__ZOOKEEPER__ROOT": root,
             "SWITCHYARD__GATEWAY__BOOTSTRAP_PORT": str(self.port),
+            **(overrides or {}),
         }
         self.argv = [
             sys.executable,
@@ -188,3 +199,51 @@ class GatewayProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(sig)
             self.process.wait(timeout=15)
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP metrics endpoint that keeps every data point it is sent, for tests to read."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+            ExportMetricsServiceRequest,
+        )
+
+        points: list[tuple[str, dict[str, str], float]] = []
+        self.points = points
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                export = ExportMetricsServiceRequest.FromString(body)
+                for resource in export.resource_metrics:
+                    for scope in resource.scope_metrics:
+                        for metric in scope.metrics:
+                            kind = metric.WhichOneof("data")
+                            for point in getattr(metric, kind).data_points:
+                                labels = {a.key: a.value.string_value for a in point.attributes}
+                                value = (
+                                    point.count if kind == "histogram" else point.as_int or point.as_double
+                                )
+                                points.append((metric.name, labels, float(value)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def latest(self, name: str, **labels: str) -> float:
+        """The last reported value of metric ``name`` at the points whose attributes include ``labels``."""
+        found: dict[tuple[tuple[str, str], ...], float] = {}
+        for metric, attributes, value in self.points:
+            if metric == name and labels.items() <= attributes.items():
+                found[tuple(sorted(attributes.items()))] = value
+        return sum(found.values())
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

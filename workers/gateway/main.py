@@ -1,14 +1,19 @@
-"""`switchyard gateway`: run one gateway instance until SIGINT or SIGTERM."""
+"""`switchyard gateway`: run one gateway instance until SIGINT or SIGTERM; `add-user` for SASL/PLAIN."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
+import tempfile
+from pathlib import Path
 
 import click
 
 from switchyard.cli.base import config_of
 from switchyard.routing.zk import connect, disconnect
+from workers.gateway.sasl import user_line
 from workers.gateway.server import Gateway
 
 
@@ -24,14 +29,54 @@ async def serve(gateway: Gateway) -> None:
         await gateway.stop()
 
 
-@click.command("gateway")
+@click.group("gateway", invoke_without_command=True)
 @click.option("--id", "gateway_id", help="This instance's id (default: gateway.id, then the host name).")
 @click.pass_context
 def gateway_command(ctx: click.Context, gateway_id: str | None) -> None:
     """Run the gateway: clients bootstrap to it and are routed by their bindings."""
+    if ctx.invoked_subcommand is not None:
+        return
     config = config_of(ctx, "gateway")
     zk = connect(config)
     try:
         asyncio.run(serve(Gateway(config, zk, gateway_id=gateway_id)))
     finally:
         disconnect(zk)
+
+
+@gateway_command.command("add-user")
+@click.argument("name")
+@click.option(
+    "--file",
+    "path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The users file (default: gateway.sasl.users_file).",
+)
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@click.pass_context
+def add_user(ctx: click.Context, name: str, path: Path | None, password_stdin: bool) -> None:
+    """Add a SASL/PLAIN user (the AppID) to the users file, or change its password.
+
+    Running gateways pick the change up at the next login; nothing needs restarting.
+    """
+    path = path or config_of(ctx).gateway.sasl.users_file
+    if path is None:
+        raise click.UsageError("no users file: pass --file or set gateway.sasl.users_file")
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    if not password:
+        raise click.UsageError("the password is empty")
+    try:
+        line = user_line(name, password)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="NAME") from None
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    kept = [ln for ln in lines if ln.rsplit(":", 4)[0] != name]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as out:  # mkstemp makes it 0600: the file holds hashes
+        out.write("\n".join([*kept, line]) + "\n")
+    os.replace(tmp, path)
+    click.echo(f"{'changed' if len(kept) < len(lines) else 'added'} user {name} in {path}")

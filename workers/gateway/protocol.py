@@ -23,7 +23,9 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i32
+from kio.static.primitive import i16, i32
+
+from workers.gateway.entities import make
 
 API_VERSIONS = 18
 _SIZE = struct.Struct(">i")
@@ -85,6 +87,26 @@ def parse_request(frame: bytes) -> Request:
     except Exception as exc:
         raise FrameError(f"malformed request header: {exc}") from exc
     return Request(frame, api_key, api_version, correlation_id, header.client_id, size)
+
+
+def encode_request(
+    api_key: int, version: int, fields: dict[str, Any], *, client_id: str, correlation_id: int = 1
+) -> Request:
+    """A request of the gateway's own (frame without its size)."""
+    schema = request_schema(api_key, version)
+    header = schema.__header_schema__
+    out = io.BytesIO()
+    entity_writer(header)(
+        out,
+        header(
+            request_api_key=i16(api_key),
+            request_api_version=i16(version),
+            correlation_id=i32(correlation_id),
+            client_id=client_id,
+        ),
+    )
+    entity_writer(schema)(out, make(schema, **fields))
+    return parse_request(out.getvalue())
 
 
 def response_correlation_id(frame: bytes) -> int:

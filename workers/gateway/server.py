@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import io
+import functools
 import logging
 import socket
 from dataclasses import dataclass
@@ -23,29 +23,26 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
-from kio.static.primitive import i16, i32
 from opentelemetry import metrics
 
 from switchyard.config import Config, split_hostport
+from switchyard.errors import ConfigError
 from switchyard.identity import Identity
 from switchyard.routing.gateways import GatewayRegistration
 from switchyard.routing.layout import Layout, ensure_layout
 from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.view import BindingView
 from workers.gateway import apis
-from workers.gateway.blocking import element_type, make
+from workers.gateway.entities import element_type, make
 from workers.gateway.producers import Translation
 from workers.gateway.protocol import (
     API_VERSIONS,
     Request,
-    decode_response,
     known_versions,
-    parse_request,
-    request_schema,
     response_schema,
 )
 from workers.gateway.rewrite import real_nodes, rewrite
+from workers.gateway.sasl import Credentials, SaslError, UsersFile, authenticate, parse_plain
 from workers.gateway.session import ClientSession, Listener
 from workers.gateway.upstream import Upstream, UpstreamError
 from workers.gateway.vnodes import RealBroker, VirtualNodes
@@ -53,7 +50,8 @@ from workers.gateway.vnodes import RealBroker, VirtualNodes
 log = logging.getLogger(__name__)
 CLUSTER_ID = "switchyard"
 """The cluster id clients see, whichever real cluster answers: to them it is one cluster."""
-LOCAL_APIS = {apis.API_VERSIONS: (0, 3), apis.SASL_HANDSHAKE: (0, 1), apis.SASL_AUTHENTICATE: (0, 2)}
+LOCAL_APIS = {apis.API_VERSIONS: (0, 3), apis.SASL_HANDSHAKE: (1, 1), apis.SASL_AUTHENTICATE: (0, 2)}
+"""SaslHandshake v0 would be followed by unframed tokens; v1 (Kafka 1.0 on) frames them."""
 
 
 class InFlight:
@@ -121,6 +119,8 @@ class Gateway:
             zk, self.layout, self.id, takeover_wait_s=config.zookeeper.session_timeout_s + 2
         )
         self.inflight = InFlight()
+        users_file = config.gateway.sasl.users_file
+        self.users = UsersFile(users_file) if users_file is not None else None
         self.metrics = Metrics.create()
         self.brokers: dict[str, dict[int, tuple[str, int]]] = {c: {} for c in config.clusters}
         self.offered: dict[int, tuple[int, int]] = {}
@@ -136,6 +136,11 @@ class Gateway:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if self.users is not None:
+            try:
+                await asyncio.to_thread(self.users.load)
+            except SaslError as exc:
+                raise ConfigError(f"gateway.sasl.users_file: {exc}") from exc
         await asyncio.to_thread(ensure_layout, self.zk, self.layout)
         self.view.on_change(self._on_snapshot)
         await asyncio.to_thread(self.view.start)
@@ -210,11 +215,34 @@ class Gateway:
         error = ErrorCode.none if supported else ErrorCode.unsupported_version
         return make(cls, error_code=error, api_keys=keys)
 
-    def sasl_unsupported(self, request: Request) -> Any:
+    def sasl_handshake(self, request: Request, *, authenticated: bool) -> Any:
+        """Accept PLAIN, the one mechanism offered; a second login on one connection is refused."""
         cls = response_schema(request.api_key, request.api_version)
-        if request.api_key == apis.SASL_HANDSHAKE:
+        if self.users is None:
             return make(cls, error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=())
-        return make(cls, error_code=ErrorCode.illegal_sasl_state, error_message="SASL is not enabled")
+        if authenticated:
+            return make(cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=("PLAIN",))
+        ok = request.api_version >= 1 and request.body.mechanism == "PLAIN"  # v0 means unframed tokens
+        error = ErrorCode.none if ok else ErrorCode.unsupported_sasl_mechanism
+        return make(cls, error_code=error, mechanisms=("PLAIN",))
+
+    async def sasl_authenticate(
+        self, request: Request, *, handshaken: bool
+    ) -> tuple[Any, Credentials | None]:
+        """The answer to a PLAIN token, and the credentials it proved (None: refused, close after)."""
+        cls = response_schema(request.api_key, request.api_version)
+        if self.users is None or not handshaken:
+            return make(cls, error_code=ErrorCode.illegal_sasl_state, error_message="no SASL handshake"), None
+        refused = "authentication failed: unknown user or wrong password"
+        try:
+            credentials = parse_plain(request.body.auth_bytes)
+            known = await asyncio.to_thread(self.users.verify, credentials)
+        except SaslError as exc:
+            log.warning("gateway %s: SASL refused: %s", self.id, exc)
+            refused, known = f"authentication failed: {exc}", False
+        if not known:
+            return make(cls, error_code=ErrorCode.sasl_authentication_failed, error_message=refused), None
+        return make(cls, error_code=ErrorCode.none, auth_bytes=b""), credentials
 
     async def local_metadata(self, request: Request, cluster: str) -> Any:
         """Metadata with an empty topic list: the bound cluster's brokers, as virtual brokers."""
@@ -246,12 +274,10 @@ class Gateway:
         key = (identity, *producer, cluster)
         found = self._translations.get(key)
         if found is None:
-            host, port = self.real_address(cluster, None)
-            upstream = Upstream(host, port, max_frame_bytes=self.config.gateway.max_frame_bytes)
+            upstream = self.upstream(cluster, None)
             try:
                 version = self.offered.get(apis.INIT_PRODUCER_ID, (0, 0))[1]
-                answer = await _ask(
-                    upstream,
+                answer = await upstream.ask(
                     apis.INIT_PRODUCER_ID,
                     version,
                     transactional_id=None,
@@ -266,6 +292,19 @@ class Gateway:
             found = self._translations.get(key) or Translation(answer.producer_id, answer.producer_epoch)
             _remember(self._translations, key, found)
         return found
+
+    def upstream(self, cluster: str, node: int | None, credentials: Credentials | None = None) -> Upstream:
+        """A connection to a broker of ``cluster``, logged in as ``credentials`` (else as the gateway)."""
+        host, port = self.real_address(cluster, node)
+        sasl = self.config.clusters[cluster].sasl
+        login = None
+        if sasl is not None:
+            login = functools.partial(
+                authenticate,
+                mechanism=sasl.mechanism,
+                credentials=credentials or Credentials(sasl.username, sasl.password),
+            )
+        return Upstream(host, port, max_frame_bytes=self.config.gateway.max_frame_bytes, login=login)
 
     def address(self, virtual_id: int) -> tuple[str, int]:
         gateway = self.config.gateway
@@ -289,12 +328,12 @@ class Gateway:
 
     async def _discover(self, cluster: str) -> None:
         """Learn a cluster's brokers and API versions from its bootstrap server."""
-        host, port = self.real_address(cluster, None)
-        upstream = Upstream(host, port, max_frame_bytes=self.config.gateway.max_frame_bytes)
+        upstream = self.upstream(cluster, None)
+        host, port = upstream.host, upstream.port
         try:
-            versions = await _ask(upstream, API_VERSIONS, 3)
+            versions = await upstream.ask(API_VERSIONS, 3)
             theirs = {a.api_key: (a.min_version, a.max_version) for a in versions.api_keys}
-            metadata = await _ask(upstream, apis.METADATA, 9, topics=())
+            metadata = await upstream.ask(apis.METADATA, 9, topics=())
             self.brokers[cluster] = {b.node_id: (b.host, b.port) for b in metadata.brokers}
         except Exception as exc:
             log.warning(
@@ -328,24 +367,3 @@ def _remember(table: dict[Any, Any], key: Any, value: Any) -> None:
     table[key] = value
     while len(table) > _REMEMBERED:
         del table[next(iter(table))]
-
-
-async def _ask(upstream: Upstream, api_key: int, version: int, **fields: Any) -> Any:
-    """Send one request of the gateway's own and decode the answer."""
-    schema = request_schema(api_key, version)
-    header = schema.__header_schema__
-    out = io.BytesIO()
-    entity_writer(header)(
-        out,
-        header(
-            request_api_key=i16(api_key),
-            request_api_version=i16(version),
-            correlation_id=i32(1),
-            client_id="switchyard-gateway",
-        ),
-    )
-    entity_writer(schema)(out, make(schema, **fields))
-    request = parse_request(out.getvalue())
-    future = await upstream.send(request.frame, 1, expects_response=True)
-    assert future is not None
-    return decode_response(request, await asyncio.wait_for(future, 10))

@@ -19,6 +19,8 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from switchyard.identity import Identity, identify
 from switchyard.model import BindingState
 from switchyard.resolution import Resolution, resolve
@@ -39,6 +41,7 @@ from workers.gateway.protocol import (
     with_size,
 )
 from workers.gateway.rewrite import BROKER_NAMING
+from workers.gateway.sasl import Credentials, SaslError
 from workers.gateway.upstream import Upstream, UpstreamError
 from workers.gateway.vnodes import RealBroker
 
@@ -67,7 +70,10 @@ class ClientSession:
         self.listener = listener
         self.reader, self.writer = reader, writer
         self.peer = writer.get_extra_info("peername")
-        self.sasl_user: str | None = None
+        self.credentials: Credentials | None = None
+        """Who the client proved to be over SASL; its broker connections log in as the same user."""
+        self._handshaken = False
+        self._closing = False
         self._upstreams: dict[tuple[str, int | None], Upstream] = {}
         self._identities: dict[str | None, Identity] = {}
         self._resolved: dict[tuple[Identity, tuple[str, ...], str | None], Resolution] = {}
@@ -87,7 +93,9 @@ class ClientSession:
                     break
                 request = parse_request(frame)
                 await replies.put(await self._dispatch(request))
-        except FrameError as exc:
+                if self._closing:
+                    break
+        except (FrameError, SaslError) as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
         except UpstreamError as exc:
             log.warning("closing connection from %s: upstream failed: %s", self.peer, exc)
@@ -130,7 +138,9 @@ class ClientSession:
         if key == apis.API_VERSIONS:
             return _ready(encode_response(request, self.gateway.api_versions_response(request)))
         if key in (apis.SASL_HANDSHAKE, apis.SASL_AUTHENTICATE):
-            return _ready(encode_response(request, self.gateway.sasl_unsupported(request)))
+            return _ready(encode_response(request, await self._sasl(request)))
+        if self.credentials is None and self.gateway.config.gateway.sasl.mode == "required":
+            raise SaslError(f"{api_name(key)} before SASL authentication, which this gateway requires")
         context = context_of(request)
         identity = self._identity(request.client_id)
         snapshot = self.gateway.view.snapshot  # one snapshot decides the request and dates it
@@ -171,6 +181,20 @@ class ClientSession:
         self._answering.add(answer)
         answer.add_done_callback(self._answering.discard)
         return answer
+
+    async def _sasl(self, request: Request) -> Any:
+        if request.api_key == apis.SASL_HANDSHAKE:
+            reply = self.gateway.sasl_handshake(request, authenticated=self.credentials is not None)
+            self._handshaken = reply.error_code == ErrorCode.none
+            return reply
+        reply, credentials = await self.gateway.sasl_authenticate(request, handshaken=self._handshaken)
+        self._handshaken = False
+        if credentials is None:
+            self._closing = True  # as a broker does: the refusal is sent, then the connection closed
+        else:
+            self.credentials = credentials
+            self._identities.clear()
+        return reply
 
     async def _answer(
         self,
@@ -249,14 +273,15 @@ class ClientSession:
     def _identity(self, client_id: str | None) -> Identity:
         identity = self._identities.get(client_id)
         if identity is None:
-            identity = self._identities[client_id] = identify(sasl_user=self.sasl_user, client_id=client_id)
+            identity = self._identities[client_id] = identify(
+                sasl_user=self.credentials.user if self.credentials else None, client_id=client_id
+            )
         return identity
 
     def _upstream(self, cluster: str, node: int | None) -> Upstream:
         upstream = self._upstreams.get((cluster, node))
         if upstream is None or upstream.closed:
-            host, port = self.gateway.real_address(cluster, node)
-            upstream = Upstream(host, port, max_frame_bytes=self.gateway.config.gateway.max_frame_bytes)
+            upstream = self.gateway.upstream(cluster, node, self.credentials)
             self._upstreams[(cluster, node)] = upstream
         return upstream
 

@@ -4,6 +4,9 @@ Requests are pipelined; a broker answers a connection's requests in order, so ea
 oldest waiting request. Produce with acks=0 gets no answer and waits for none. Because the connection
 serves a single client connection, the client's correlation ids pass through unchanged. Requests
 sent in one turn of the event loop leave in one write (one system call), not one each.
+
+A connection to a cluster that requires SASL logs in (``login``) before any request is written to it;
+if the broker refuses, the connection fails with :class:`UpstreamError` like any other broken one.
 """
 
 from __future__ import annotations
@@ -12,8 +15,16 @@ import asyncio
 import collections
 import contextlib
 import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from workers.gateway.protocol import FrameError, read_frame, response_correlation_id
+from workers.gateway.protocol import (
+    FrameError,
+    decode_response,
+    encode_request,
+    read_frame,
+    response_correlation_id,
+)
 
 _SIZE = struct.Struct(">i")
 
@@ -22,13 +33,26 @@ class UpstreamError(Exception):
     """The broker connection failed; every request waiting on it fails with this."""
 
 
+Ask = Callable[..., Awaitable[Any]]
+"""``ask(api_key, version, **fields)``: send one request of the gateway's own, return the decoded answer."""
+Login = Callable[[Ask], Awaitable[None]]
+
+
 class Upstream:
     def __init__(
-        self, host: str, port: int, *, max_frame_bytes: int, connect_timeout_s: float = 10.0
+        self,
+        host: str,
+        port: int,
+        *,
+        max_frame_bytes: int,
+        login: Login | None = None,
+        connect_timeout_s: float = 10.0,
     ) -> None:
         self.host, self.port = host, port
         self.max_frame_bytes = max_frame_bytes
+        self.login = login
         self.connect_timeout_s = connect_timeout_s
+        self._ready = False
         self._writer: asyncio.StreamWriter | None = None
         self._waiting: collections.deque[tuple[int, asyncio.Future[bytes]]] = collections.deque()
         self._reader_task: asyncio.Task[None] | None = None
@@ -40,6 +64,21 @@ class Upstream:
         self, frame: bytes, correlation_id: int, *, expects_response: bool
     ) -> asyncio.Future[bytes] | None:
         await self._connect()
+        return self._enqueue(frame, correlation_id, expects_response=expects_response)
+
+    async def ask(self, api_key: int, version: int, **fields: Any) -> Any:
+        await self._connect()
+        return await self._ask(api_key, version, **fields)
+
+    async def _ask(self, api_key: int, version: int, **fields: Any) -> Any:
+        request = encode_request(api_key, version, fields, client_id="switchyard-gateway")
+        future = self._enqueue(request.frame, request.correlation_id, expects_response=True)
+        assert future is not None
+        return decode_response(request, await asyncio.wait_for(future, self.connect_timeout_s))
+
+    def _enqueue(
+        self, frame: bytes, correlation_id: int, *, expects_response: bool
+    ) -> asyncio.Future[bytes] | None:
         assert self._writer is not None
         future: asyncio.Future[bytes] | None = None
         if expects_response:
@@ -58,10 +97,10 @@ class Upstream:
     async def _connect(self) -> None:
         if self.closed:
             raise UpstreamError(f"connection to {self.host}:{self.port} is closed")
-        if self._writer is not None:
+        if self._ready:
             return
         async with self._connecting:
-            if self._writer is not None:
+            if self._ready:
                 return
             try:
                 reader, writer = await asyncio.wait_for(
@@ -71,6 +110,14 @@ class Upstream:
                 raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
             self._writer = writer
             self._reader_task = asyncio.create_task(self._read(reader))
+            if self.login is not None:
+                try:
+                    await self.login(self._ask)
+                except Exception as exc:
+                    error = UpstreamError(f"{self.host}:{self.port}: SASL login failed: {exc}")
+                    self._fail(error)
+                    raise error from exc
+            self._ready = True
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         error: Exception = UpstreamError(f"{self.host}:{self.port} closed the connection")
