@@ -210,7 +210,8 @@ class OtlpReceiver:
         )
 
         points: list[tuple[str, dict[str, str], float]] = []
-        self.points = points
+        histograms: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[list[float], list[int]]] = {}
+        self.points, self.histograms = points, histograms
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
@@ -219,9 +220,14 @@ class OtlpReceiver:
                 for resource in export.resource_metrics:
                     for scope in resource.scope_metrics:
                         for metric in scope.metrics:
-                            kind = metric.WhichOneof("data")
+                            kind = metric.WhichOneof("data") or ""
                             for point in getattr(metric, kind).data_points:
                                 labels = {a.key: a.value.string_value for a in point.attributes}
+                                if kind == "histogram":
+                                    histograms[(metric.name, tuple(sorted(labels.items())))] = (
+                                        list(point.explicit_bounds),
+                                        list(point.bucket_counts),
+                                    )
                                 value = (
                                     point.count if kind == "histogram" else point.as_int or point.as_double
                                 )
@@ -244,6 +250,23 @@ class OtlpReceiver:
                 found[tuple(sorted(attributes.items()))] = value
         return sum(found.values())
 
+    def histogram(self, name: str, **labels: str) -> tuple[list[float], list[int]]:
+        """The latest report of histogram ``name`` (cumulative): bucket bounds and counts."""
+        for (metric, attributes), found in self.histograms.items():
+            if metric == name and labels.items() <= dict(attributes).items():
+                return found
+        return [], [0]
+
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def bucket_quantile(bounds: list[float], counts: list[int], q: float) -> float:
+    """The upper bound of the histogram bucket that holds quantile ``q`` (inf for the overflow bucket)."""
+    rank, seen = q * sum(counts), 0
+    for bound, count in zip([*bounds, float("inf")], counts, strict=True):
+        seen += count
+        if seen >= rank:
+            return bound
+    return float("inf")

@@ -4,26 +4,32 @@
 - fixed load: 5,000 records/s of 1 KiB for 5 s (5 every millisecond, paced by sleeping so the client
   leaves the CPU to the gateway and brokers on this 2-core machine), latency from produce() to the
   delivery report (linger 0, so latency is the network path and not batching);
-- fetch: the same 40,000 records read back without a group (assign from the start).
+- fetch: the same 40,000 records read back without a group (assign from the start);
+- the gateway's own share of the fixed-load latency, from its ``gateway.added_latency`` metric (time
+  in the gateway with the broker's part excluded; bucket bounds, so "≤").
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from switchyard import kafka
 from switchyard.config import Config
+from switchyard.routing.store import RoutingStore
 from switchyard.table import render
-from tests.integration.test_gateway import gateway, routing  # noqa: F401 - shared module fixtures
-from tests.support import GatewayProcess
+from tests.integration.test_gateway import routing  # noqa: F401 - shared module fixture
+from tests.support import GatewayProcess, OtlpReceiver, bucket_quantile
 
 SIZE = 1024
 FULL = 40_000
 RATE, SECONDS = 5_000, 5
 PARTITIONS = 3
+EXPORT_S = 1
 
 
 def full_speed(bootstrap: str, topic: str) -> float:
@@ -81,19 +87,55 @@ def fetch(bootstrap: str, topic: str) -> float:
     return got / elapsed
 
 
+@pytest.fixture(scope="module")
+def otlp() -> Iterator[OtlpReceiver]:
+    receiver = OtlpReceiver()
+    yield receiver
+    receiver.close()
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    routing: RoutingStore,  # noqa: F811
+    stack_config: Config,
+    otlp: OtlpReceiver,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[GatewayProcess]:
+    assert stack_config.source is not None
+    process = GatewayProcess(
+        stack_config.source,
+        root=routing.layout.root,
+        gateway_id="gw-bench",
+        log=tmp_path_factory.mktemp("gw-bench") / "gateway.log",
+        overrides={
+            "SWITCHYARD__TELEMETRY__OTLP_ENDPOINT": otlp.endpoint,
+            "SWITCHYARD__TELEMETRY__EXPORT_INTERVAL_S": str(EXPORT_S),
+        },
+    )
+    process.start()
+    yield process
+    process.stop()
+
+
 def pct(samples: list[float], q: float) -> float:
     return samples[min(len(samples) - 1, int(q * len(samples)))] * 1000
 
 
-def test_gateway_against_direct(gateway: GatewayProcess, stack_config: Config) -> None:  # noqa: F811
+def test_gateway_against_direct(gateway: GatewayProcess, stack_config: Config, otlp: OtlpReceiver) -> None:
     direct = stack_config.clusters["primary"].bootstrap  # the gateway's default cluster
     results = {}
     for name, bootstrap in (("direct", direct), ("gateway", gateway.bootstrap)):
         topic = f"bench-{name}-{uuid.uuid4().hex[:6]}"
         kafka.create_topics(direct, [topic], partitions=PARTITIONS)
         throughput = full_speed(bootstrap, topic)
+        time.sleep(EXPORT_S * 2)  # the gateway's metrics up to here are reported
+        before = otlp.histogram("gateway.added_latency", api="produce")[1]
         latencies = fixed_load(bootstrap, topic)
+        time.sleep(EXPORT_S * 2)
+        bounds, after = otlp.histogram("gateway.added_latency", api="produce")
+        own = [a - b for a, b in zip(after, before or [0] * len(after), strict=True)]
         results[name] = (throughput, pct(latencies, 0.5), pct(latencies, 0.99), fetch(bootstrap, topic))
+    own_p50, own_p99 = bucket_quantile(bounds, own, 0.5), bucket_quantile(bounds, own, 0.99)
 
     d, g = results["direct"], results["gateway"]
     rows = [
@@ -108,5 +150,6 @@ def test_gateway_against_direct(gateway: GatewayProcess, stack_config: Config) -
             f"{g[3] / d[3]:.0%}",
         )
     )
+    rows.append(("in the gateway itself", "", f"≤ {own_p50:g}", f"≤ {own_p99:g}", ""))
     print(f"\ngateway vs direct: 1 KiB records; full speed {FULL:,}; fixed load {RATE:,}/s for {SECONDS}s")
     print(render(("path", "produce msg/s", "p50 ms @5k/s", "p99 ms @5k/s", "fetch msg/s"), rows))

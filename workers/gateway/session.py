@@ -145,16 +145,14 @@ class ClientSession:
         identity = self._identity(request.client_id)
         snapshot = self.gateway.view.snapshot  # one snapshot decides the request and dates it
         resolution = self._resolve(snapshot, identity, context.topics, context.group)
-        self.gateway.metrics.requests.add(
-            1, {"api": api_name(key), "app": identity.app or "-", "cluster": resolution.cluster}
-        )
+        self.gateway.metrics.requests.add(api_name(key), identity.app or "-", resolution.cluster)
 
         if key == apis.METADATA and request.body.topics == ():  # an empty list, not None (= all)
             return _ready(
                 encode_response(request, await self.gateway.local_metadata(request, resolution.cluster))
             )
         if key in apis.BLOCKABLE and self._must_block(resolution.state, resolution.cluster):
-            self.gateway.metrics.blocked.add(1, {"api": api_name(key), "app": identity.app or "-"})
+            self.gateway.metrics.blocked.add(api_name(key), identity.app or "-")
             return _ready(encode_response(request, blocked_response(request, request.body)))
 
         frame = request.frame
