@@ -1,4 +1,4 @@
-"""Bindings and clusters as they are stored in ZooKeeper (JSON) and recorded in the ledger.
+"""Bindings, clusters and mirror links as they are stored in ZooKeeper (JSON) and recorded in the ledger.
 
 Every routing node carries the epoch of the change that wrote it. Epochs come from one counter for the
 whole tree, so they only grow, a change to several keys shares one epoch, and "this gateway has applied
@@ -8,6 +8,7 @@ epoch E" means it has applied every change up to E.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -74,6 +75,65 @@ class Cluster:
             epoch=int(raw["epoch"]),
             updated_at=datetime.fromisoformat(raw["updated_at"]),
             by=raw["by"],
+        )
+
+
+class LinkState(StrEnum):
+    RUNNING = "running"
+    PAUSED = "paused"
+    """Copying stops where it is and resumes from there; the target stays read-only to clients."""
+    PROMOTED = "promoted"
+    """Copying has stopped for good: the target is the writable copy now (final for this link)."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """A mirror link: topics matching ``include`` and not ``exclude`` copied from source to target."""
+
+    id: str
+    source: str
+    target: str
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    state: LinkState
+    epoch: int
+    updated_at: datetime
+    by: str
+    reverse_of: str | None = None
+    """The link this one reverses (started from the promoted side of ``reverse_of``)."""
+
+    def copies(self, topic: str) -> bool:
+        """Whether ``topic`` belongs to the link (patterns match the whole name)."""
+        return any(re.fullmatch(p, topic) for p in self.include) and not any(
+            re.fullmatch(p, topic) for p in self.exclude
+        )
+
+    def to_json(self) -> bytes:
+        raw = asdict(self)
+        del raw["id"]  # the node's name
+        return _dump(
+            {
+                **raw,
+                "include": list(self.include),
+                "exclude": list(self.exclude),
+                "updated_at": self.updated_at.isoformat(),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, link_id: str, data: bytes) -> Link:
+        raw = json.loads(data)
+        return cls(
+            id=link_id,
+            source=raw["source"],
+            target=raw["target"],
+            include=tuple(raw["include"]),
+            exclude=tuple(raw["exclude"]),
+            state=LinkState(raw["state"]),
+            epoch=int(raw["epoch"]),
+            updated_at=datetime.fromisoformat(raw["updated_at"]),
+            by=raw["by"],
+            reverse_of=raw.get("reverse_of"),
         )
 
 

@@ -162,7 +162,8 @@ def rebuild_command(ctx: click.Context, dry_run: bool, force: bool) -> None:
         click.echo(f"ZooKeeper already matches the ledger (epoch {report.epoch})")
         return
     click.echo(
-        f"{verb} {report.bindings} bindings and {report.clusters} clusters at epoch {report.epoch}"
+        f"{verb} {report.bindings} bindings, {report.clusters} clusters and {report.links} links "
+        f"at epoch {report.epoch}"
         + (f"; removed {', '.join(report.removed)}" if report.removed else "")
     )
 

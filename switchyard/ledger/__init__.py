@@ -5,8 +5,9 @@ from switchyard.ledger.ledger import (
     ClusterEvent,
     Ledger,
     LedgerState,
+    LinkEvent,
     RoutingTxn,
     TxnRecord,
 )
 
-__all__ = ["BindingEvent", "ClusterEvent", "Ledger", "LedgerState", "RoutingTxn", "TxnRecord"]
+__all__ = ["BindingEvent", "ClusterEvent", "Ledger", "LedgerState", "LinkEvent", "RoutingTxn", "TxnRecord"]

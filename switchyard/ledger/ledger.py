@@ -9,6 +9,7 @@ The schema is created and upgraded by Alembic when the ledger is opened.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -24,8 +25,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from switchyard.errors import LedgerError
 from switchyard.keys import BindingKey
-from switchyard.ledger.schema import binding_events, cluster_events, ledger_txns
-from switchyard.model import Binding, BindingState, Cluster, ClusterState
+from switchyard.ledger.schema import binding_events, cluster_events, ledger_txns, link_events
+from switchyard.model import Binding, BindingState, Cluster, ClusterState, Link, LinkState
 
 PENDING, COMMITTED = "pending", "committed"
 _MIGRATIONS = Path(__file__).with_name("migrations")
@@ -57,6 +58,22 @@ class ClusterEvent:
 
 
 @dataclass(frozen=True)
+class LinkEvent:
+    link_id: str
+    source: str
+    target: str
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    reverse_of: str | None
+    from_state: LinkState | None
+    to_state: LinkState
+    epoch: int
+    actor: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True)
 class RoutingTxn:
     """One routing change as the ledger records it: several keys and clusters under one epoch."""
 
@@ -68,6 +85,7 @@ class RoutingTxn:
     bindings: tuple[BindingEvent, ...] = ()
     clusters: tuple[ClusterEvent, ...] = ()
     request_id: str | None = None
+    links: tuple[LinkEvent, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,6 +103,7 @@ class LedgerState:
     epoch: int
     bindings: dict[BindingKey, Binding]
     clusters: dict[str, Cluster]
+    links: dict[str, Link]
 
 
 class Ledger:
@@ -129,6 +148,8 @@ class Ledger:
                 conn.execute(insert(binding_events), [_row(txn.id, e) for e in txn.bindings])
             if txn.clusters:
                 conn.execute(insert(cluster_events), [_row(txn.id, e) for e in txn.clusters])
+            if txn.links:
+                conn.execute(insert(link_events), [_row(txn.id, e) for e in txn.links])
 
     def mark_committed(self, txn_id: str, *, at: datetime) -> None:
         with self._connection() as conn:
@@ -143,6 +164,7 @@ class Ledger:
         with self._connection() as conn:
             conn.execute(delete(binding_events).where(binding_events.c.txn_id == txn_id))
             conn.execute(delete(cluster_events).where(cluster_events.c.txn_id == txn_id))
+            conn.execute(delete(link_events).where(link_events.c.txn_id == txn_id))
             conn.execute(
                 delete(ledger_txns).where(ledger_txns.c.id == txn_id, ledger_txns.c.status == PENDING)
             )
@@ -175,6 +197,13 @@ class Ledger:
         with self._connection() as conn:
             return [_cluster_event(r._mapping) for r in conn.execute(query.limit(limit))]
 
+    def link_history(self, link_id: str | None = None, *, limit: int = 100) -> list[LinkEvent]:
+        query = _committed(link_events).order_by(link_events.c.epoch.desc(), link_events.c.id.desc())
+        if link_id is not None:
+            query = query.where(link_events.c.link_id == link_id)
+        with self._connection() as conn:
+            return [_link_event(r._mapping) for r in conn.execute(query.limit(limit))]
+
     def state(self) -> LedgerState:
         """Replay the committed history into the tree it describes."""
         bindings: dict[BindingKey, Binding] = {}
@@ -191,7 +220,15 @@ class Ledger:
                     c.cluster_id, c.bootstrap, c.to_state, c.epoch, c.at, c.actor
                 )
                 epoch = max(epoch, c.epoch)
-        return LedgerState(epoch, bindings, clusters)
+            links: dict[str, Link] = {}
+            for row in conn.execute(_committed(link_events).order_by(link_events.c.epoch)):
+                k = _link_event(row._mapping)
+                links[k.link_id] = Link(
+                    k.link_id, k.source, k.target, k.include, k.exclude, k.to_state, k.epoch, k.at, k.actor,
+                    k.reverse_of,
+                )  # fmt: skip
+                epoch = max(epoch, k.epoch)
+        return LedgerState(epoch, bindings, clusters, links)
 
     @contextmanager
     def _connection(self) -> Iterator[Connection]:
@@ -215,11 +252,13 @@ def _utc(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def _row(txn_id: str, event: BindingEvent | ClusterEvent) -> dict[str, Any]:
-    """An event as a table row: its fields by name, the binding key in its text form."""
+def _row(txn_id: str, event: BindingEvent | ClusterEvent | LinkEvent) -> dict[str, Any]:
+    """An event as a table row: its fields by name, the binding key in its text form, lists as JSON."""
     row: dict[str, Any] = {f.name: getattr(event, f.name) for f in fields(event)}
     if isinstance(event, BindingEvent):
         row["binding_key"] = str(row.pop("key"))
+    if isinstance(event, LinkEvent):
+        row["include"], row["exclude"] = json.dumps(event.include), json.dumps(event.exclude)
     return {"txn_id": txn_id, **row}
 
 
@@ -243,6 +282,23 @@ def _cluster_event(row: Any) -> ClusterEvent:
         bootstrap=row["bootstrap"],
         from_state=ClusterState(row["from_state"]) if row["from_state"] else None,
         to_state=ClusterState(row["to_state"]),
+        epoch=row["epoch"],
+        actor=row["actor"],
+        reason=row["reason"],
+        at=_utc(row["at"]),
+    )
+
+
+def _link_event(row: Any) -> LinkEvent:
+    return LinkEvent(
+        link_id=row["link_id"],
+        source=row["source"],
+        target=row["target"],
+        include=tuple(json.loads(row["include"])),
+        exclude=tuple(json.loads(row["exclude"])),
+        reverse_of=row["reverse_of"],
+        from_state=LinkState(row["from_state"]) if row["from_state"] else None,
+        to_state=LinkState(row["to_state"]),
         epoch=row["epoch"],
         actor=row["actor"],
         reason=row["reason"],

@@ -70,3 +70,19 @@ cluster_events = Table(
     *_event_columns(),
     Index("ix_cluster_events_cluster_epoch", "cluster_id", "epoch"),
 )
+
+link_events = Table(
+    "link_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("txn_id", String(36), ForeignKey("ledger_txns.id"), nullable=False, index=True),
+    Column("link_id", String(255), nullable=False),
+    Column("source", String(255), nullable=False),
+    Column("target", String(255), nullable=False),
+    Column("include", Text, nullable=False),
+    Column("exclude", Text, nullable=False),
+    Column("reverse_of", String(255)),
+    *_event_columns(),
+    Index("ix_link_events_link_epoch", "link_id", "epoch"),
+)
+"""Mirror links: created, paused, resumed, promoted. ``include``/``exclude`` are JSON lists of regexes."""

@@ -5,7 +5,8 @@ clusters/<id>               {bootstrap, state, epoch, updated_at, by}
 bindings/<AppID>            {cluster, epoch, state, updated_at, by}; empty when only finer keys exist
 bindings/<AppID>/instances|topics|groups/<name>
 gateways/<id>               ephemeral: {applied_epoch, stale, host, pid, started_at}
-links/<id>                  mirror links and their status
+links/<id>                  mirror link: {source, target, include, exclude, state, reverse_of, epoch, ...}
+links/<id>/members/<member> ephemeral: one mirror process's partitions and their status
 migrations/<topic>/<partition>
 locks/<key>                 saga locks: {owner, acquired_at}
 txns/<txn id>               "committed" or "aborted": the outcome of a routing change (see store.py)
@@ -45,6 +46,9 @@ class Layout:
 
     def cluster(self, cluster_id: str) -> str:
         return f"{self.root}/clusters/{quote(cluster_id, safe='')}"
+
+    def link(self, link_id: str) -> str:
+        return f"{self.root}/links/{quote(link_id, safe='')}"
 
     def gateway(self, gateway_id: str) -> str:
         return f"{self.root}/gateways/{quote(gateway_id, safe='')}"

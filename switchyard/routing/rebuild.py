@@ -1,6 +1,6 @@
 """Rebuild the ZooKeeper routing tree from the ledger, after ZooKeeper lost it or was replaced.
 
-The committed history is replayed into the tree it describes — every binding and cluster with the
+The committed history is replayed into the tree it describes — every binding, cluster and link with the
 epoch, time and author of its last change — and written over what ZooKeeper holds; bindings and
 clusters the ledger does not know are removed, and the epoch counter is set to the ledger's newest
 epoch, all in one ZooKeeper transaction that fails if any routing change lands meanwhile. A tree whose
@@ -26,6 +26,7 @@ class RebuildReport:
     epoch: int
     bindings: int
     clusters: int
+    links: int
     removed: list[str]
     unchanged: bool
 
@@ -41,12 +42,16 @@ def rebuild(store: RoutingStore, *, force: bool = False, dry_run: bool = False) 
         )
     removed = [str(k) for k in current.bindings if k not in wanted.bindings]
     removed += [f"cluster {c}" for c in current.clusters if c not in wanted.clusters]
-    unchanged = (current.epoch, current.bindings, current.clusters) == (
+    removed += [f"link {i}" for i in current.links if i not in wanted.links]
+    unchanged = (current.epoch, current.bindings, current.clusters, current.links) == (
         wanted.epoch,
         wanted.bindings,
         wanted.clusters,
+        wanted.links,
     )
-    report = RebuildReport(wanted.epoch, len(wanted.bindings), len(wanted.clusters), removed, unchanged)
+    report = RebuildReport(
+        wanted.epoch, len(wanted.bindings), len(wanted.clusters), len(wanted.links), removed, unchanged
+    )
     if dry_run or unchanged:
         return report
     zk, layout = store.zk, store.layout
@@ -59,8 +64,11 @@ def rebuild(store: RoutingStore, *, force: bool = False, dry_run: bool = False) 
             t.set_data(layout.binding(key), b"")  # empty means unbound; the node may hold finer keys
         for cluster_id in current.clusters.keys() - wanted.clusters.keys():
             t.delete(layout.cluster(cluster_id))
+        for link_id in current.links.keys() - wanted.links.keys():
+            t.set_data(layout.link(link_id), b"")  # empty: no link (its members' status nodes may remain)
         for path, data in [
             *((layout.cluster(c.id), c.to_json()) for c in wanted.clusters.values()),
+            *((layout.link(i), link.to_json()) for i, link in wanted.links.items()),
             *((layout.binding(k), b.to_json()) for k, b in wanted.bindings.items()),
         ]:
             if zk.exists(path) is None:

@@ -18,7 +18,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 
 from switchyard.errors import RoutingError, RoutingUnavailable
 from switchyard.keys import BindingKey, folders
-from switchyard.model import Binding, Cluster
+from switchyard.model import Binding, Cluster, Link
 from switchyard.routing.layout import Layout
 
 _ATTEMPTS = 50
@@ -29,6 +29,7 @@ class RoutingSnapshot:
     epoch: int
     bindings: dict[BindingKey, Binding] = field(default_factory=dict)
     clusters: dict[str, Cluster] = field(default_factory=dict)
+    links: dict[str, Link] = field(default_factory=dict)
 
 
 def read_snapshot(zk: KazooClient, layout: Layout) -> RoutingSnapshot:
@@ -46,12 +47,17 @@ def read_snapshot(zk: KazooClient, layout: Layout) -> RoutingSnapshot:
     raise RoutingUnavailable(f"the routing tree kept changing through {_ATTEMPTS} reads")
 
 
-def _read_tree(zk: KazooClient, layout: Layout) -> tuple[dict[BindingKey, Binding], dict[str, Cluster]]:
+def _read_tree(
+    zk: KazooClient, layout: Layout
+) -> tuple[dict[BindingKey, Binding], dict[str, Cluster], dict[str, Link]]:
     clusters_folder, bindings_folder = layout.folder("clusters"), layout.folder("bindings")
+    links_folder = layout.folder("links")
     cluster_ids = zk.get_children(clusters_folder)
     apps = zk.get_children(bindings_folder)
+    link_ids = zk.get_children(links_folder)
 
     cluster_data = _parallel(zk.get_async, [f"{clusters_folder}/{c}" for c in cluster_ids])
+    link_data = _parallel(zk.get_async, [f"{links_folder}/{i}" for i in link_ids])
     app_paths = [f"{bindings_folder}/{a}" for a in apps]
     app_data = _parallel(zk.get_async, app_paths)
     folder_paths = [f"{p}/{f}" for p in app_paths for f in folders()]
@@ -68,7 +74,12 @@ def _read_tree(zk: KazooClient, layout: Layout) -> tuple[dict[BindingKey, Bindin
     for path, got in zip(app_paths + leaf_paths, app_data + leaf_data, strict=True):
         if got is not None and got[0]:
             bindings[BindingKey.from_path(path[prefix:])] = Binding.from_json(got[0])
-    return bindings, clusters
+    links = {
+        unquote(i): Link.from_json(unquote(i), got[0])
+        for i, got in zip(link_ids, link_data, strict=True)
+        if got is not None and got[0]
+    }
+    return bindings, clusters, links
 
 
 def _parallel(call: Callable[[str], Any], paths: Iterable[str]) -> list[Any]:

@@ -1,4 +1,4 @@
-"""The routing state in ZooKeeper: clusters and bindings, changed only by fenced compare-and-set.
+"""The routing state in ZooKeeper: clusters, bindings and mirror links, changed only by fenced CAS.
 
 A change names, for every key it touches, the epoch the caller read (0: the key must be unbound). One
 ZooKeeper transaction then checks every node's version, advances the global epoch counter, writes the
@@ -44,8 +44,8 @@ from kazoo.protocol.states import ZnodeStat
 
 from switchyard.errors import BindingConflict, BindingRefused, LedgerError, RoutingError, RoutingUnavailable
 from switchyard.keys import BindingKey
-from switchyard.ledger import BindingEvent, ClusterEvent, Ledger, RoutingTxn
-from switchyard.model import Binding, BindingState, Cluster, ClusterState, now
+from switchyard.ledger import BindingEvent, ClusterEvent, Ledger, LinkEvent, RoutingTxn
+from switchyard.model import Binding, BindingState, Cluster, ClusterState, Link, LinkState, now
 from switchyard.routing.layout import Layout, ensure_layout, epoch_data
 from switchyard.routing.snapshot import RoutingSnapshot, read_snapshot
 
@@ -73,13 +73,32 @@ class ClusterChange:
     state: ClusterState = ClusterState.ACTIVE
 
 
+@dataclass(frozen=True)
+class LinkChange:
+    link_id: str
+    expected_epoch: int
+    """The epoch the caller read for this link; 0 when it must not exist yet."""
+    source: str
+    target: str
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    state: LinkState = LinkState.RUNNING
+    reverse_of: str | None = None
+
+    @classmethod
+    def of(cls, link: Link, state: LinkState) -> LinkChange:
+        """``link`` moved to ``state``, fenced on the epoch it was read at."""
+        return cls(link.id, link.epoch, link.source, link.target, link.include, link.exclude, state,
+                   link.reverse_of)  # fmt: skip
+
+
 @dataclass
 class _Node:
     path: str
     stat: ZnodeStat | None
     """None when the node does not exist."""
     epoch: int = 0
-    current: Binding | Cluster | None = None
+    current: Binding | Cluster | Link | None = None
     new_data: bytes = b""
     parents: list[str] = field(default_factory=list)
 
@@ -123,6 +142,7 @@ class RoutingStore:
         self,
         bindings: Sequence[BindingChange] = (),
         clusters: Sequence[ClusterChange] = (),
+        links: Sequence[LinkChange] = (),
         *,
         actor: str,
         reason: str,
@@ -135,9 +155,9 @@ class RoutingStore:
         committed, its epoch is returned and nothing is written again (an activity retried after its
         answer was lost). ``force`` allows moving a binding onto a shielded or down cluster.
         """
-        if not bindings and not clusters:
+        if not bindings and not clusters and not links:
             raise BindingRefused("nothing to change")
-        _no_duplicates(bindings, clusters)
+        _no_duplicates(bindings, clusters, links)
         self.recover()
         if request_id is not None:
             done = self._committed_epoch(request_id)
@@ -149,6 +169,7 @@ class RoutingStore:
             nodes, txn = self._prepare(
                 bindings,
                 clusters,
+                links,
                 epoch=epoch,
                 actor=actor,
                 reason=reason,
@@ -163,7 +184,7 @@ class RoutingStore:
                 return epoch
             self.ledger.discard(txn.id)
             if outcome == "node moved":
-                self._check_fences(bindings, clusters)
+                self._check_fences(bindings, clusters, links)
             # another change took the epoch first: read again and retry under the next one
         raise RoutingUnavailable(f"gave up after {_ATTEMPTS} attempts: the epoch counter kept moving")
 
@@ -203,6 +224,32 @@ class RoutingStore:
         change = ClusterChange(cluster_id, existing.epoch, existing.bootstrap, state)
         return self.apply(clusters=[change], actor=actor, reason=reason)
 
+    def link(self, link_id: str) -> Link | None:
+        current = self._read_link(link_id).current
+        return current if isinstance(current, Link) else None
+
+    def create_link(
+        self,
+        link_id: str,
+        source: str,
+        target: str,
+        *,
+        include: Sequence[str] = (".*",),
+        exclude: Sequence[str] = (),
+        reverse_of: str | None = None,
+        actor: str,
+        reason: str,
+    ) -> int:
+        change = LinkChange(link_id, 0, source, target, tuple(include), tuple(exclude), reverse_of=reverse_of)
+        return self.apply(links=[change], actor=actor, reason=reason)
+
+    def set_link_state(self, link_id: str, state: LinkState, *, actor: str, reason: str) -> int:
+        """Pause, resume or promote a link (fenced on the epoch read now)."""
+        existing = self.link(link_id)
+        if existing is None:
+            raise BindingRefused(f"link {link_id!r} does not exist")
+        return self.apply(links=[LinkChange.of(existing, state)], actor=actor, reason=reason)
+
     def recover(self, *, everything: bool = False) -> list[tuple[str, str]]:
         """Settle pending ledger rows older than ``settle_after`` (all with ``everything``)."""
         settled = []
@@ -226,6 +273,7 @@ class RoutingStore:
         self,
         bindings: Sequence[BindingChange],
         clusters: Sequence[ClusterChange],
+        links: Sequence[LinkChange],
         *,
         epoch: int,
         actor: str,
@@ -274,6 +322,34 @@ class RoutingStore:
                     at,
                 )
             )
+        link_events = []
+        for change in links:
+            node = self._read_link(change.link_id)
+            _fence(f"link {change.link_id}", change.expected_epoch, node)
+            old = node.current
+            assert old is None or isinstance(old, Link)
+            self._check_link(change, old)
+            node.new_data = Link(
+                change.link_id, change.source, change.target, change.include, change.exclude, change.state,
+                epoch, at, actor, change.reverse_of,
+            ).to_json()  # fmt: skip
+            nodes.append(node)
+            link_events.append(
+                LinkEvent(
+                    change.link_id,
+                    change.source,
+                    change.target,
+                    change.include,
+                    change.exclude,
+                    change.reverse_of,
+                    old.state if old else None,
+                    change.state,
+                    epoch,
+                    actor,
+                    reason,
+                    at,
+                )
+            )
         txn = RoutingTxn(
             str(uuid.uuid4()),
             epoch,
@@ -283,8 +359,25 @@ class RoutingStore:
             tuple(binding_events),
             tuple(cluster_events),
             request_id,
+            tuple(link_events),
         )
         return nodes, txn
+
+    def _check_link(self, change: LinkChange, old: Link | None) -> None:
+        """A link's ends never change; a promoted link is final; clusters must be registered."""
+        if old is None:
+            for end in (change.source, change.target):
+                if self.cluster(end) is None:
+                    raise BindingRefused(f"link {change.link_id}: cluster {end!r} is not registered")
+            if change.source == change.target:
+                raise BindingRefused(f"link {change.link_id}: source and target are the same cluster")
+            return
+        if (old.source, old.target) != (change.source, change.target):
+            raise BindingRefused(f"link {change.link_id}: its source and target cannot change")
+        if old.state is LinkState.PROMOTED:
+            raise BindingRefused(f"link {change.link_id}: promoted links are final (reverse it instead)")
+        if old.state is change.state and (old.include, old.exclude) == (change.include, change.exclude):
+            raise BindingRefused(f"link {change.link_id}: already {change.state}")
 
     def _check_target(self, change: BindingChange, clusters: Sequence[ClusterChange], force: bool) -> None:
         planned = {c.cluster_id: c.state for c in clusters}
@@ -383,8 +476,15 @@ class RoutingStore:
                 return attempt.epoch
         return None
 
-    def _check_fences(self, bindings: Sequence[BindingChange], clusters: Sequence[ClusterChange]) -> None:
+    def _check_fences(
+        self,
+        bindings: Sequence[BindingChange],
+        clusters: Sequence[ClusterChange],
+        links: Sequence[LinkChange],
+    ) -> None:
         """Raise BindingConflict for the first key that moved; return when none did (retry then)."""
+        for change in links:
+            _fence(f"link {change.link_id}", change.expected_epoch, self._read_link(change.link_id))
         for c in clusters:
             _fence(c.cluster_id, c.expected_epoch, self._read_cluster(c.cluster_id))
         for b in bindings:
@@ -401,7 +501,10 @@ class RoutingStore:
     def _read_cluster(self, cluster_id: str) -> _Node:
         return self._read(self.layout.cluster(cluster_id), lambda data: Cluster.from_json(cluster_id, data))
 
-    def _read(self, path: str, decode: Callable[[bytes], Binding | Cluster]) -> _Node:
+    def _read_link(self, link_id: str) -> _Node:
+        return self._read(self.layout.link(link_id), lambda data: Link.from_json(link_id, data))
+
+    def _read(self, path: str, decode: Callable[[bytes], Binding | Cluster | Link]) -> _Node:
         try:
             data, stat = self.zk.retry(self.zk.get, path)
         except NoNodeError:
@@ -438,8 +541,11 @@ def _fence(name: str, expected: int, node: _Node) -> None:
         raise BindingConflict(name, expected, node.epoch, detail)
 
 
-def _no_duplicates(bindings: Sequence[BindingChange], clusters: Sequence[ClusterChange]) -> None:
+def _no_duplicates(
+    bindings: Sequence[BindingChange], clusters: Sequence[ClusterChange], links: Sequence[LinkChange]
+) -> None:
     names = [str(b.key) for b in bindings] + [f"cluster {c.cluster_id}" for c in clusters]
+    names += [f"link {change.link_id}" for change in links]
     seen = {n for n in names if names.count(n) > 1}
     if seen:
         raise BindingRefused(f"a change names {', '.join(sorted(seen))} more than once")
@@ -448,4 +554,5 @@ def _no_duplicates(bindings: Sequence[BindingChange], clusters: Sequence[Cluster
 def _describe(txn: RoutingTxn) -> str:
     parts = [f"{e.key} -> {e.to_cluster} {e.to_state}" for e in txn.bindings]
     parts += [f"cluster {e.cluster_id} {e.to_state}" for e in txn.clusters]
+    parts += [f"link {e.link_id} ({e.source} -> {e.target}) {e.to_state}" for e in txn.links]
     return ", ".join(parts)

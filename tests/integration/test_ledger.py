@@ -51,7 +51,7 @@ def test_opening_twice_migrates_once(ledger_url: str) -> None:
     Ledger.open(ledger_url).close()
     again = Ledger.open(ledger_url)
     with again.engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0001"]
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all() == ["0002"]
     again.close()
 
 

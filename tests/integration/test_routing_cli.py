@@ -126,8 +126,9 @@ def test_rebuild_and_recover(run: Operator) -> None:
     disconnect(zk)
     assert run("bindings", "list").output == "KEY  CLUSTER  STATE  EPOCH  UPDATED  BY\n(epoch 0)\n"
     assert (
-        run("bindings", "rebuild", "--dry-run").output == "would write 1 bindings and 1 clusters at epoch 2\n"
+        run("bindings", "rebuild", "--dry-run").output
+        == "would write 1 bindings, 1 clusters and 0 links at epoch 2\n"
     )
-    assert run("bindings", "rebuild").output == "wrote 1 bindings and 1 clusters at epoch 2\n"
+    assert run("bindings", "rebuild").output == "wrote 1 bindings, 1 clusters and 0 links at epoch 2\n"
     assert run("bindings", "list").output == before
     assert run("bindings", "recover").output == "nothing pending\n"

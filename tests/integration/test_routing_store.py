@@ -12,9 +12,9 @@ from switchyard.config import Config
 from switchyard.errors import BindingConflict, BindingRefused, LedgerError, RoutingError
 from switchyard.keys import BindingKey
 from switchyard.ledger import Ledger
-from switchyard.model import BindingState, ClusterState
+from switchyard.model import BindingState, ClusterState, LinkState
 from switchyard.routing.rebuild import rebuild
-from switchyard.routing.store import BindingChange, RoutingStore
+from switchyard.routing.store import BindingChange, LinkChange, RoutingStore
 from switchyard.routing.zk import connect, disconnect
 
 ORDERS = BindingKey.for_app("orders")
@@ -279,3 +279,63 @@ def test_rebuild_refuses_to_roll_routing_back(store: RoutingStore, ledger_url: s
     behind.close()
     with pytest.raises(BindingRefused, match="would roll routing back"):
         rebuild(store)
+
+
+def test_links_are_fenced_recorded_and_final_once_promoted(store: RoutingStore) -> None:
+    created = store.create_link(
+        "p2s",
+        "primary",
+        "standby",
+        include=["orders\\..*"],
+        exclude=["orders\\.tmp"],
+        actor=ACTOR,
+        reason="t",
+    )
+    link = store.link("p2s")
+    assert link is not None
+    assert (link.state, link.epoch, link.include, link.exclude) == (
+        LinkState.RUNNING, created, ("orders\\..*",), ("orders\\.tmp",)
+    )  # fmt: skip
+    assert link.copies("orders.a")
+    assert not link.copies("orders.tmp")
+    assert not link.copies("xorders.a")
+    assert store.snapshot().links == {"p2s": link}
+
+    with pytest.raises(BindingRefused, match="link p2s: already running"):
+        store.set_link_state("p2s", LinkState.RUNNING, actor=ACTOR, reason="t")
+    paused = store.set_link_state("p2s", LinkState.PAUSED, actor=ACTOR, reason="drill")
+    with pytest.raises(BindingConflict, match="link p2s: expected epoch"):
+        store.apply(links=[LinkChange.of(link, LinkState.PROMOTED)], actor=ACTOR, reason="stale fence")
+
+    # a saga's flip and promote in one change: one epoch for both
+    fresh = store.link("p2s")
+    assert fresh is not None
+    epoch = store.apply(
+        [BindingChange(ORDERS, 0, "standby")], links=[LinkChange.of(fresh, LinkState.PROMOTED)],
+        actor=ACTOR, reason="switchover",
+    )  # fmt: skip
+    assert store.binding(ORDERS).epoch == epoch  # type: ignore[union-attr]
+    assert store.link("p2s").state is LinkState.PROMOTED  # type: ignore[union-attr]
+    with pytest.raises(BindingRefused, match="promoted links are final"):
+        store.set_link_state("p2s", LinkState.RUNNING, actor=ACTOR, reason="t")
+    with pytest.raises(BindingRefused, match="same cluster"):
+        store.create_link("loop", "primary", "primary", actor=ACTOR, reason="t")
+    with pytest.raises(BindingRefused, match="'elsewhere' is not registered"):
+        store.create_link("far", "primary", "elsewhere", actor=ACTOR, reason="t")
+
+    history = store.ledger.link_history("p2s")
+    assert [(e.epoch, e.from_state, e.to_state) for e in history] == [
+        (epoch, LinkState.PAUSED, LinkState.PROMOTED),
+        (paused, LinkState.RUNNING, LinkState.PAUSED),
+        (created, None, LinkState.RUNNING),
+    ]
+
+
+def test_rebuild_restores_links(store: RoutingStore) -> None:
+    store.create_link("p2s", "primary", "standby", actor=ACTOR, reason="t")
+    store.set_link_state("p2s", LinkState.PAUSED, actor=ACTOR, reason="t")
+    before = store.snapshot()
+    store.zk.delete(store.layout.root, recursive=True)
+    report = rebuild(store)
+    assert report.links == 1
+    assert store.snapshot() == before
