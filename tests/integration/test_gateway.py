@@ -14,6 +14,7 @@ from switchyard import kafka
 from switchyard.config import Config, split_hostport
 from switchyard.keys import BindingKey
 from switchyard.ledger import Ledger
+from switchyard.model import LinkState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
@@ -120,6 +121,27 @@ def test_regex_subscription_is_answered_from_the_bound_cluster(
         settings={**TESTBED_CONSUMER_SETTINGS, "client.id": f"{app}@c1"},
     )
     assert len(got) == 200
+
+
+def test_produce_to_a_mirror_topic_is_refused_until_the_link_is_promoted(
+    gateway: GatewayProcess, routing: RoutingStore, stack_config: Config
+) -> None:
+    app, topic, link = unique("mirrored"), unique("mir"), unique("link")
+    bind(routing, BindingKey.for_app(app), "standby")
+    kafka.create_topics(stack_config.clusters["standby"].bootstrap, [topic], partitions=1)
+    epoch = routing.create_link(link, "primary", "standby", include=[f"{topic}.*"], actor=ACTOR, reason="t")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    with pytest.raises(kafka.KafkaOperationError, match="TOPIC_AUTHORIZATION_FAILED"):
+        kafka.produce(gateway.bootstrap, topic, records(3), settings={"client.id": app}, timeout_s=10)
+    # the same topic name on the link's source is writable: only the target copy is protected
+    kafka.produce(stack_config.clusters["primary"].bootstrap, topic, records(1))
+    assert kafka.produce(gateway.bootstrap, topic, records(2), settings={"client.id": unique("x")}) == 2
+
+    epoch = routing.set_link_state(link, LinkState.PROMOTED, actor=ACTOR, reason="switchover")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    assert kafka.produce(gateway.bootstrap, topic, records(3), settings={"client.id": app}) == 3
+    only_on_standby = kafka.read_partitions(stack_config.clusters["standby"].bootstrap, topic)
+    assert sum(len(r) for r in only_on_standby.values()) == 3
 
 
 def test_clients_only_ever_see_virtual_brokers(gateway: GatewayProcess) -> None:

@@ -28,6 +28,7 @@ from opentelemetry import metrics
 from switchyard.config import Config, split_hostport
 from switchyard.errors import ConfigError
 from switchyard.identity import Identity
+from switchyard.model import LinkState
 from switchyard.routing.gateways import GatewayRegistration
 from switchyard.routing.layout import Layout, ensure_layout
 from switchyard.routing.snapshot import RoutingSnapshot
@@ -156,6 +157,8 @@ class Gateway:
         self.producer_ids: dict[tuple[Identity, int], str] = {}
         """Which cluster issued each client's idempotent producer id (learned from InitProducerId)."""
         self._translations: dict[tuple[Identity, int, int, str], Translation] = {}
+        self._mirrored: dict[tuple[str, str], bool] = {}
+        self._mirrored_in: RoutingSnapshot | None = None
         self._servers: dict[int | None, asyncio.Server] = {}
         self._epoch_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -294,6 +297,18 @@ class Gateway:
             ]
         virtual = await self._virtual_ids(cluster, real_nodes(api_key, body))
         return rewrite(api_key, body, virtual, self.address, cluster_id=CLUSTER_ID)
+
+    def mirrored(self, snapshot: RoutingSnapshot, cluster: str, topic: str) -> bool:
+        """Whether ``topic`` on ``cluster`` is a mirror's copy: only the mirror writes it until promoted."""
+        if snapshot is not self._mirrored_in:
+            self._mirrored, self._mirrored_in = {}, snapshot
+        found = self._mirrored.get((cluster, topic))
+        if found is None:
+            found = self._mirrored[(cluster, topic)] = any(
+                link.target == cluster and link.state is not LinkState.PROMOTED and link.copies(topic)
+                for link in snapshot.links.values()
+            )
+        return found
 
     def issued(self, identity: Identity, producer_id: int, cluster: str) -> None:
         _remember(self.producer_ids, (identity, producer_id), cluster)

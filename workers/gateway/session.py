@@ -27,7 +27,7 @@ from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway import apis
 from workers.gateway.apis import context_of
-from workers.gateway.blocking import blocked_response
+from workers.gateway.blocking import TOPIC_AUTHORIZATION_FAILED, blocked_response
 from workers.gateway.producers import translate
 from workers.gateway.protocol import (
     FrameError,
@@ -154,6 +154,12 @@ class ClientSession:
         if key in apis.BLOCKABLE and self._must_block(resolution.state, resolution.cluster):
             self.gateway.metrics.blocked.add(api_name(key), identity.app or "-")
             return _ready(encode_response(request, blocked_response(request, request.body)))
+        if key == apis.PRODUCE and any(
+            self.gateway.mirrored(snapshot, resolution.cluster, t) for t in context.topics
+        ):
+            self.gateway.metrics.blocked.add(api_name(key), identity.app or "-")
+            refusal = blocked_response(request, request.body, TOPIC_AUTHORIZATION_FAILED)
+            return _ready(encode_response(request, refusal))
 
         frame = request.frame
         if context.producer is not None:
