@@ -163,7 +163,7 @@ class GatewayConfig(_Section):
 
 
 class LinkConfig(_Section):
-    """A mirror link: topics copied from ``source`` to ``target``."""
+    """A mirror link: topics copied from ``source`` to ``target``; patterns match whole topic names."""
 
     source: str
     target: str
@@ -171,9 +171,20 @@ class LinkConfig(_Section):
     exclude: list[Regex] = Field(default_factory=list)
 
 
+ClientSettingValue = str | int | float | bool
+
+
 class MirrorConfig(_Section):
     links: dict[str, LinkConfig] = Field(default_factory=dict)
+    """Links created in ZooKeeper when a mirror process first starts; after that ZooKeeper holds them."""
     group_sync_interval_s: PositiveSeconds = 10.0
+    status_interval_s: PositiveSeconds = 1.0
+    topic_refresh_s: PositiveSeconds = 5.0
+    """How often the source's topic list is read for new topics to copy."""
+    consumer: dict[str, ClientSettingValue] = Field(default_factory=dict)
+    """Extra librdkafka settings for the source consumers (e.g. ``session.timeout.ms``)."""
+    producer: dict[str, ClientSettingValue] = Field(default_factory=dict)
+    """Extra librdkafka settings for the target producers (e.g. ``linger.ms``)."""
 
 
 class TelemetryConfig(_Section):

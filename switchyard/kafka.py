@@ -35,6 +35,8 @@ class Record:
     partition: int = -1
     offset: int = -1
     headers: tuple[tuple[str, bytes], ...] = ()
+    timestamp: int = 0
+    """Milliseconds since the epoch, as the broker returned it (0: let the producer stamp it)."""
 
 
 def create_topics(
@@ -81,6 +83,8 @@ def produce(
             kwargs["partition"] = record.partition
         if record.headers:
             kwargs["headers"] = list(record.headers)
+        if record.timestamp:
+            kwargs["timestamp"] = record.timestamp
         while True:
             try:
                 producer.produce(topic, **kwargs)
@@ -149,6 +153,7 @@ def _record(msg: Message) -> Record:
         partition=msg.partition() or 0,
         offset=msg.offset() or 0,
         headers=tuple((name, _as_bytes(value) or b"") for name, value in pairs),
+        timestamp=msg.timestamp()[1],
     )
 
 
@@ -195,3 +200,38 @@ def read_partitions(bootstrap: str, topic: str, *, timeout_s: float = 60.0) -> d
         return found
     finally:
         consumer.close()
+
+
+def log_ends(
+    consumer: Consumer, partitions: Iterable[tuple[str, int]], *, timeout_s: float = 30.0
+) -> dict[tuple[str, int], int]:
+    """The log end (high watermark) of each partition, read from a Fetch answer.
+
+    ListOffsets(latest) is only a lower bound on Tansu (docs/testbed.md), exact elsewhere; reading on
+    from just below it to end-of-partition gives the exact end everywhere, at the cost of at most one
+    batch. ``consumer`` must have ``enable.partition.eof`` set; its assignment is replaced.
+    """
+    wanted = list(dict.fromkeys(partitions))
+    if not wanted:
+        return {}
+    starts = []
+    for topic, partition in wanted:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+        starts.append(TopicPartition(topic, partition, max(low, high - 1)))
+    consumer.assign(starts)
+    ends: dict[tuple[str, int], int] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(ends) < len(wanted):
+            if time.monotonic() > deadline:
+                missing = [f"{t}[{p}]" for t, p in wanted if (t, p) not in ends]
+                raise KafkaOperationError(f"no end of partition reached for {', '.join(missing)}")
+            for msg in consumer.consume(1000, 0.2):
+                error = msg.error()
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    ends[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
+                elif error is not None:
+                    raise KafkaOperationError(f"reading to the log end failed: {error}")
+    finally:
+        consumer.unassign()
+    return ends

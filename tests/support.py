@@ -146,8 +146,58 @@ def free_port_block(count: int, *, low: int = 20000, high: int = 60000) -> int:
     raise RuntimeError(f"no block of {count} free ports found")
 
 
-class GatewayProcess:
-    """A real `switchyard gateway` process on a free block of ports, with its own routing root."""
+class SwitchyardProcess:
+    """A real ``switchyard <command>`` process with its own routing root and a log file."""
+
+    command = ""
+
+    def __init__(
+        self,
+        config_path: Path,
+        *,
+        root: str,
+        name: str,
+        log: Path,
+        overrides: dict[str, str] | None = None,
+    ) -> None:
+        self.root = root
+        self.id = name
+        self.log = log
+        self.env = {**os.environ, "SWITCHYARD__ZOOKEEPER__ROOT": root, **(overrides or {})}
+        self.argv = [
+            sys.executable,
+            "-m",
+            "switchyard",
+            "--config",
+            str(config_path),
+            self.command,
+            "--id",
+            name,
+        ]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not self.ready():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{self.command} did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def ready(self) -> bool:
+        return True
+
+    def stop(self, sig: int = 15) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(timeout=30)
+
+
+class GatewayProcess(SwitchyardProcess):
+    """A real `switchyard gateway` process on a free block of ports."""
+
+    command = "gateway"
 
     def __init__(
         self,
@@ -159,46 +209,23 @@ class GatewayProcess:
         overrides: dict[str, str] | None = None,
     ) -> None:
         self.port = free_port_block(16)
-        self.root = root
-        self.id = gateway_id
-        self.log = log
-        self.env = {
-            **os.environ,
-            "SWITCHYARD__ZOOKEEPER__ROOT": root,
-            "SWITCHYARD__GATEWAY__BOOTSTRAP_PORT": str(self.port),
-            **(overrides or {}),
-        }
-        self.argv = [
-            sys.executable,
-            "-m",
-            "switchyard",
-            "--config",
-            str(config_path),
-            "gateway",
-            "--id",
-            gateway_id,
-        ]
-        self.process: subprocess.Popen[bytes] | None = None
+        overrides = {"SWITCHYARD__GATEWAY__BOOTSTRAP_PORT": str(self.port), **(overrides or {})}
+        super().__init__(config_path, root=root, name=gateway_id, log=log, overrides=overrides)
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> None:
+    def ready(self) -> bool:
         from switchyard.stack import health
 
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while not health.kafka("127.0.0.1", self.port).ok:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"gateway did not start:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.1)
+        return health.kafka("127.0.0.1", self.port).ok
 
-    def stop(self, sig: int = 15) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(sig)
-            self.process.wait(timeout=15)
+
+class MirrorProcess(SwitchyardProcess):
+    """A real `switchyard mirror` process (ready once started: it reports per link in ZooKeeper)."""
+
+    command = "mirror"
 
 
 class OtlpReceiver:

@@ -163,8 +163,7 @@ def rebuild_command(ctx: click.Context, dry_run: bool, force: bool) -> None:
         return
     click.echo(
         f"{verb} {report.bindings} bindings, {report.clusters} clusters and {report.links} links "
-        f"at epoch {report.epoch}"
-        + (f"; removed {', '.join(report.removed)}" if report.removed else "")
+        f"at epoch {report.epoch}" + (f"; removed {', '.join(report.removed)}" if report.removed else "")
     )
 
 

@@ -1,0 +1,82 @@
+"""The exact offset map of one mirrored partition: source offset <-> target offset, as constant shifts.
+
+The mirror writes every copied record to the target in order, so target offsets are dense (0, 1, 2, ...)
+while source offsets may skip (a log start above 0, compacted records, transaction markers). The map is
+a list of segments ``(source_start, target_start)``: from ``source_start`` on, source offset ``s`` is at
+target offset ``target_start + (s - source_start)``, for as many records as fit before the next
+segment's ``target_start``; the source offsets after those, up to the next segment, were never copied
+(a gap). An implicit segment ``(0, 0)`` comes first, so a link whose offsets come out identical stores
+no segment at all.
+
+Two kinds of question: where is *record* ``s`` (:meth:`OffsetMap.target_of`, None if never copied),
+and where is *position* ``s`` — the next offset a consumer would read — (:meth:`OffsetMap.position`,
+which moves a position inside a gap forward to the next record copied). Group offsets are positions.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+
+@dataclass
+class OffsetMap:
+    segments: list[tuple[int, int]] = field(default_factory=list)
+    """(source_start, target_start) after the implicit (0, 0); source starts strictly increasing,
+    target starts non-decreasing (equal when the segment before holds no record)."""
+
+    @property
+    def identical(self) -> bool:
+        """Source and target offsets are the same for every record copied."""
+        return all(s == t for s, t in self.segments)
+
+    def continues(self, source: int, target: int) -> bool:
+        """Whether copying source ``source`` to ``target`` follows the last segment without a new one."""
+        s, t = self._all()[-1]
+        return source - s == target - t
+
+    def add(self, source: int, target: int) -> None:
+        """Start a segment: the next record copied is source ``source``, written at ``target``."""
+        last_s, last_t = self._all()[-1]
+        if source <= last_s or target < last_t or (source, target) == (last_s, last_t):
+            raise ValueError(f"segment ({source}, {target}) does not follow ({last_s}, {last_t})")
+        if not self.continues(source, target):
+            self.segments.append((source, target))
+
+    def target_of(self, source: int) -> int | None:
+        """The target offset of source record ``source``, or None if it was never copied."""
+        segments = self._all()
+        i = bisect.bisect_right(segments, (source, _MAX)) - 1
+        s, t = segments[i]
+        target = t + (source - s)
+        if i + 1 < len(segments) and target >= segments[i + 1][1]:
+            return None  # in a gap: the next segment's records took these target offsets
+        return target
+
+    def position(self, source: int) -> int:
+        """The target position (next offset to read) for source position ``source``."""
+        found = self.target_of(source)
+        if found is not None:
+            return found
+        segments = self._all()
+        return segments[bisect.bisect_right(segments, (source, _MAX))][1]
+
+    def source_of(self, target: int) -> int:
+        """The source offset of the record the mirror wrote at ``target``."""
+        segments = self._all()
+        i = bisect.bisect_right([t for _, t in segments], target) - 1
+        s, t = segments[i]
+        return s + (target - t)
+
+    def inverse(self) -> OffsetMap:
+        """The map for copying back the other way: this link's target offsets become the source."""
+        segments = self._all()
+        ends = [t for _, t in segments[1:]] + [_MAX]
+        holding = [(t, s) for (s, t), end in zip(segments, ends, strict=True) if end > t]
+        return OffsetMap([seg for seg in holding if seg != (0, 0)])
+
+    def _all(self) -> list[tuple[int, int]]:
+        return [(0, 0), *self.segments]
+
+
+_MAX = 1 << 62

@@ -1,0 +1,282 @@
+"""The mirror between the two embedded clusters: real `switchyard mirror` processes, real clients."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.ledger import Ledger
+from switchyard.mirror.mapstore import read_maps
+from switchyard.mirror.status import DrainReport, drain_report, read_status
+from switchyard.model import LinkState, now
+from switchyard.routing.store import RoutingStore
+from switchyard.routing.zk import connect, disconnect
+from switchyard.stack import Stack
+from tests.support import MirrorProcess
+
+ACTOR = "user:test"
+
+
+@pytest.fixture(scope="module")
+def ledger_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("mirror") / "ledger.db"
+
+
+@pytest.fixture(scope="module")
+def routing(stack: Stack, stack_config: Config, ledger_path: Path) -> Iterator[RoutingStore]:
+    zk = connect(stack_config)
+    ledger = Ledger.open(f"sqlite:///{ledger_path}")
+    store = RoutingStore(zk, f"/mirror-{uuid.uuid4().hex[:10]}", ledger)
+    store.ensure_layout()
+    for cluster_id, cluster in stack_config.clusters.items():
+        store.register_cluster(cluster_id, cluster.bootstrap, actor=ACTOR, reason="test")
+    yield store
+    zk.delete(store.layout.root, recursive=True)
+    disconnect(zk)
+    ledger.close()
+
+
+class Mirrors:
+    """Starts mirror processes for this module's routing root; stops whatever is left at the end."""
+
+    def __init__(self, config: Config, routing: RoutingStore, ledger_path: Path, logs: Path) -> None:
+        self.config, self.routing, self.ledger_path, self.logs = config, routing, ledger_path, logs
+        self.running: list[MirrorProcess] = []
+
+    def start(self, name: str = "m1") -> MirrorProcess:
+        assert self.config.source is not None
+        process = MirrorProcess(
+            self.config.source,
+            root=self.routing.layout.root,
+            name=name,
+            log=self.logs / f"{name}.log",
+            overrides={
+                "SWITCHYARD__LEDGER__URL": f"sqlite:///{self.ledger_path}",
+                "SWITCHYARD__MIRROR__TOPIC_REFRESH_S": "1",
+                "SWITCHYARD__MIRROR__STATUS_INTERVAL_S": "0.5",
+                "SWITCHYARD__MIRROR__CONSUMER": "{session.timeout.ms: 6000}",
+            },
+        )
+        process.start()
+        self.running.append(process)
+        return process
+
+    def stop_all(self) -> None:
+        for process in self.running:
+            process.stop()
+
+
+@pytest.fixture
+def mirrors(
+    stack_config: Config, routing: RoutingStore, ledger_path: Path, tmp_path: Path
+) -> Iterator[Mirrors]:
+    started = Mirrors(stack_config, routing, ledger_path, tmp_path)
+    yield started
+    started.stop_all()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def records(n: int, tag: str = "r") -> list[kafka.Record]:
+    return [
+        kafka.Record(f"k{i}".encode(), f"{tag}-{i}".encode() * 8, headers=(("h", str(i).encode()),))
+        for i in range(n)
+    ]
+
+
+def wait_drained(
+    routing: RoutingStore,
+    link: str,
+    partitions: list[tuple[str, int]],
+    since: datetime,
+    timeout_s: float = 60,
+) -> DrainReport:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        report = drain_report(routing.zk, routing.layout, link, since=since, partitions=partitions)
+        if report.drained:
+            return report
+        assert time.monotonic() < deadline, f"link {link} not drained: {report.waiting}"
+        time.sleep(0.25)
+
+
+def same_records(config: Config, topic: str) -> dict[int, list[kafka.Record]]:
+    """Both clusters hold exactly the same records of ``topic`` at the same offsets; return them."""
+    source = kafka.read_partitions(config.clusters["primary"].bootstrap, topic)
+    target = kafka.read_partitions(config.clusters["standby"].bootstrap, topic)
+    assert sorted(source) == sorted(target)
+    for partition in source:
+        assert len(target[partition]) == len(source[partition]), f"{topic}[{partition}]"
+        for s, t in zip(source[partition], target[partition], strict=True):
+            assert (t.offset, t.key, t.value, t.headers, t.timestamp) == (
+                s.offset, s.key, s.value, s.headers, s.timestamp
+            ), f"{topic}[{partition}] at {s.offset}"  # fmt: skip
+    return source
+
+
+def test_a_fresh_link_copies_with_identical_offsets(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config
+) -> None:
+    topic, link = unique("fresh"), unique("link")
+    primary = stack_config.clusters["primary"].bootstrap
+    kafka.create_topics(primary, [topic], partitions=3)
+    kafka.produce(primary, topic, records(900))
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
+    mirrors.start()
+    partitions = [(topic, p) for p in range(3)]
+
+    report = wait_drained(routing, link, partitions, since=now())
+    assert sum(s.mirrored for s in report.partitions.values()) == 900
+    assert all(s.identical and s.lag == 0 for s in report.partitions.values())
+    assert sum(len(r) for r in same_records(stack_config, topic).values()) == 900
+
+    kafka.produce(primary, topic, records(600, "more"))  # while it runs
+    wait_drained(routing, link, partitions, since=now())
+    assert sum(len(r) for r in same_records(stack_config, topic).values()) == 1500
+
+
+def test_kill_9_mid_stream_then_restart_copies_every_record_exactly_once(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config
+) -> None:
+    topic, link = unique("crash"), unique("link")
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.create_topics(primary, [topic], partitions=2)
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
+    first = mirrors.start("m1")
+    _wait_state(routing, link, "copying", partitions=2)  # in the group, assigned: copying as records come
+    total = 30_000
+    writer = threading.Thread(target=_produce_paced, args=(primary, topic, total, 5_000))
+    writer.start()
+    probe = Consumer({"bootstrap.servers": standby, "group.id": "probe", "enable.partition.eof": True})
+    try:
+        deadline = time.monotonic() + 60
+        while _copied(routing, link) < 3000:  # some copied, most not even written yet
+            assert time.monotonic() < deadline, "the mirror copied nothing"
+            time.sleep(0.05)
+        first.stop(signal.SIGKILL)
+        killed_at = sum(kafka.log_ends(probe, [(topic, 0), (topic, 1)]).values())
+    finally:
+        writer.join()
+        probe.close()
+    assert killed_at < total, "the mirror finished before it was killed"
+    mirrors.start("m2")
+    wait_drained(routing, link, [(topic, 0), (topic, 1)], since=now())
+    assert sum(len(r) for r in same_records(stack_config, topic).values()) == total
+
+
+def _produce_paced(bootstrap: str, topic: str, count: int, per_second: int) -> None:
+    """Produce ``count`` records at about ``per_second``, so the mirror copies while they arrive."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    started = time.monotonic()
+    for i, record in enumerate(records(count)):
+        while time.monotonic() - started < i / per_second:
+            producer.poll(0.001)
+        producer.produce(topic, record.value, record.key, headers=list(record.headers))
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def _copied(routing: RoutingStore, link: str) -> int:
+    """Records on the target as the mirror last reported them."""
+    return sum(p.target_end for m in read_status(routing.zk, routing.layout, link) for p in m.partitions)
+
+
+def test_a_new_topic_is_picked_up_while_running(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config
+) -> None:
+    prefix, link = unique("live"), unique("link")
+    primary = stack_config.clusters["primary"].bootstrap
+    kafka.create_topics(primary, [f"{prefix}-a"], partitions=1)
+    routing.create_link(link, "primary", "standby", include=[f"{prefix}-.*"], actor=ACTOR, reason="t")
+    mirrors.start()
+    kafka.produce(primary, f"{prefix}-a", records(100))
+    wait_drained(routing, link, [(f"{prefix}-a", 0)], since=now())
+
+    kafka.create_topics(primary, [f"{prefix}-b"], partitions=2)  # no restart
+    kafka.produce(primary, f"{prefix}-b", records(300))
+    wait_drained(routing, link, [(f"{prefix}-b", 0), (f"{prefix}-b", 1)], since=now())
+    assert sum(len(r) for r in same_records(stack_config, f"{prefix}-b").values()) == 300
+
+
+def test_source_gaps_give_an_exact_offset_map(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config
+) -> None:
+    """Transaction markers take source offsets the copy does not have: the map must say where each is."""
+    topic, link = unique("txn"), unique("link")
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.create_topics(primary, [topic], partitions=1)
+    producer = Producer({"bootstrap.servers": primary, "transactional.id": f"tx-{topic}"})
+    producer.init_transactions(10)
+    for batch in range(4):
+        producer.begin_transaction()
+        for i in range(25):
+            producer.produce(topic, f"b{batch}-{i}".encode(), f"k{i}".encode())
+        producer.commit_transaction(10)
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
+    mirrors.start()
+    report = wait_drained(routing, link, [(topic, 0)], since=now())
+    assert not report.partitions[(topic, 0)].identical
+
+    source = kafka.read_partitions(primary, topic)[0]
+    target = kafka.read_partitions(standby, topic)[0]
+    assert [r.offset for r in target] == list(range(100))  # dense on the target
+    assert [r.offset for r in source] != list(range(100))  # markers between the batches
+    offset_map = read_maps(standby, link)[(topic, 0)]
+    for s, t in zip(source, target, strict=True):
+        assert (t.key, t.value) == (s.key, s.value)
+        assert offset_map.target_of(s.offset) == t.offset
+        assert offset_map.source_of(t.offset) == s.offset
+
+
+def test_pause_resume_and_promote(mirrors: Mirrors, routing: RoutingStore, stack_config: Config) -> None:
+    topic, link = unique("ctl"), unique("link")
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.create_topics(primary, [topic], partitions=1)
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
+    mirrors.start()
+    kafka.produce(primary, topic, records(100))
+    wait_drained(routing, link, [(topic, 0)], since=now())
+
+    routing.set_link_state(link, LinkState.PAUSED, actor=ACTOR, reason="t")
+    _wait_state(routing, link, "paused")
+    kafka.produce(primary, topic, records(50, "paused"))
+    time.sleep(2)
+    assert len(kafka.read_partitions(standby, topic)[0]) == 100, "copied while paused"
+    report = drain_report(routing.zk, routing.layout, link, since=now(), partitions=[(topic, 0)])
+    assert not report.drained
+
+    routing.set_link_state(link, LinkState.RUNNING, actor=ACTOR, reason="t")
+    wait_drained(routing, link, [(topic, 0)], since=now())
+    assert len(same_records(stack_config, topic)[0]) == 150
+
+    routing.set_link_state(link, LinkState.PROMOTED, actor=ACTOR, reason="t")
+    _wait_state(routing, link, "promoted")
+    kafka.produce(primary, topic, records(10, "after"))
+    time.sleep(2)
+    assert len(kafka.read_partitions(standby, topic)[0]) == 150, "copied after promotion"
+
+
+def _wait_state(
+    routing: RoutingStore, link: str, state: str, *, partitions: int = 1, timeout_s: float = 30
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        members = read_status(routing.zk, routing.layout, link)
+        reported = [p for m in members for p in m.partitions]
+        states = {p.state for p in reported}
+        if states == {state} and len(reported) == partitions:
+            return
+        assert time.monotonic() < deadline, f"link {link}: partitions {states}, not {state}"
+        time.sleep(0.2)

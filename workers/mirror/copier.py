@@ -1,0 +1,513 @@
+"""Copying one link: consume the source, produce each record to the same partition of the target.
+
+The target is the truth about how far the copy got. Only the mirror writes a target partition (the
+gateway refuses clients' Produce to it until the link is promoted), so when a partition is assigned, its
+target log end T says everything: T = 0 means start from the source's beginning; otherwise the record at
+T - 1 came from source offset ``map.source_of(T - 1)`` and copying resumes right after it. A crash loses
+nothing and repeats nothing, without any committed consumer offset.
+
+Every record lands at a target offset the mirror predicts; the delivery report must confirm it, or the
+partition stops with an error (someone else wrote to the target). When the source skips offsets (a
+transaction marker, compaction), a segment is added to the offset map *before* the record after the gap
+is written — after everything before it is acknowledged — so the stored map always covers the target.
+Records are read ``read_committed`` and written by one idempotent producer, which keeps each partition
+in order and never duplicates a retried batch; no transactions (their markers would take target
+offsets and break identical offsets).
+
+Partitions are shared through a consumer group on the source (``switchyard-mirror.<link>``): several
+mirror processes split a link, and a dead one's partitions move to the others, which resume from the
+target as above. Before giving partitions away a process waits for its writes to them to be
+acknowledged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.cimpl import NewPartitions, NewTopic
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.mirror.mapstore import MAP_TOPIC, MAP_TOPIC_CONFIG, read_maps, segment_record
+from switchyard.mirror.offsets import OffsetMap
+from switchyard.mirror.status import MemberStatus, PartitionStatus, member_path
+from switchyard.model import Link, LinkState
+from switchyard.routing.layout import Layout
+
+log = logging.getLogger(__name__)
+Key = tuple[str, int]
+_BACKOFF_MAX_S = 30.0
+
+
+class MirrorError(Exception):
+    """The copy of a link cannot go on in this session; the session restarts from the target's truth."""
+
+
+def group_id(link_id: str) -> str:
+    return f"switchyard-mirror.{link_id}"
+
+
+@dataclass
+class PartitionCopy:
+    topic: str
+    partition: int
+    offset_map: OffsetMap
+    next_target: int
+    """The target offset the next record written will get."""
+    acked_target: int
+    """The target offset the next delivery report must confirm."""
+    acked_source: int
+    """Every source offset below this is on the target, acknowledged."""
+    read_to: int
+    """The consumer's position: past every record and marker read so far."""
+    begun: bool = False
+    """Whether the target holds any record of this partition (else copying starts at the source's start)."""
+    source_end: int = -1
+    fetched_at: float | None = None
+    caught_up_at: float = field(default_factory=time.time)
+    error: str | None = None
+
+    def status(self, state: str, now: float) -> PartitionStatus:
+        idle = self.acked_target == self.next_target
+        mirrored = max(self.acked_source, self.read_to) if idle else self.acked_source
+        lag = max(0, self.source_end - mirrored) if self.source_end >= 0 else 0
+        if lag == 0 and self.source_end >= 0:
+            self.caught_up_at = now
+        return PartitionStatus(
+            topic=self.topic,
+            partition=self.partition,
+            state="failed" if self.error else state,
+            source_end=self.source_end,
+            mirrored=mirrored,
+            target_end=self.acked_target,
+            lag=lag,
+            lag_s=round(now - self.caught_up_at, 3),
+            fetched_at=datetime.fromtimestamp(self.fetched_at, UTC) if self.fetched_at else None,
+            error=self.error,
+            identical=self.offset_map.identical,
+        )
+
+
+class LinkCopier:
+    """One link on this process: a thread that copies until stopped, or until the link is promoted."""
+
+    def __init__(self, config: Config, link: Link, zk: KazooClient, layout: Layout, member: str) -> None:
+        self.config = config
+        self.zk, self.layout, self.member = zk, layout, member
+        self._wanted = link
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"mirror-{link.id}", daemon=True)
+        self._partitions: dict[Key, PartitionCopy] = {}
+        self._failed: dict[Key, str] = {}
+        """Partitions that must not be copied further (diverged target, vanished source) until restart."""
+        self._failure: str | None = None
+        self._link_error: str | None = None
+        self._paused = False
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._probe: Consumer | None = None
+        self._maps: dict[Key, OffsetMap] = {}
+        self._final: dict[Key, PartitionCopy] = {}
+        self.finished = threading.Event()
+        """Set when the link was promoted and this copier's last writes are acknowledged."""
+
+    @property
+    def link(self) -> Link:
+        return self._wanted
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def update(self, link: Link) -> None:
+        self._wanted = link
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
+
+    # ---- the session loop
+
+    def _run(self) -> None:
+        backoff = 1.0
+        while not self._stop.is_set() and not self.finished.is_set():
+            try:
+                self._session()
+                backoff = 1.0
+            except Exception as exc:  # a broken session must not end the process: retry from the truth
+                self._link_error = f"{exc} (retrying in {backoff:.0f} s)"
+                log.warning("link %s: %s", self.link.id, self._link_error)
+                self._publish()
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+        self._publish()
+        if not self.finished.is_set():
+            self._unpublish()
+
+    def _session(self) -> None:
+        link, settings = self.link, self.config.mirror
+        source = self.config.clusters[link.source].bootstrap
+        target = self.config.clusters[link.target].bootstrap
+        self._failure = None
+        admin_target = AdminClient({"bootstrap.servers": target})
+        _ensure_map_topic(admin_target)
+        self._maps = read_maps(target, link.id)
+        self._producer = Producer(
+            {
+                "bootstrap.servers": target,
+                "enable.idempotence": True,
+                "enable.gapless.guarantee": True,  # a failed batch stops the producer before a later one lands
+                "message.timeout.ms": 0,  # never give up on a record locally (gapless does not cover that)
+                "linger.ms": 5,
+                "on_delivery": self._delivered,
+                **settings.producer,
+            }
+        )
+        self._probe = Consumer(
+            {
+                "bootstrap.servers": target,
+                "group.id": f"{group_id(link.id)}.probe",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            }
+        )
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": source,
+                "group.id": group_id(link.id),
+                "client.id": f"switchyard-mirror@{self.member}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "error",
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+                "statistics.interval.ms": int(settings.status_interval_s * 1000),
+                "stats_cb": self._stats,
+                **settings.consumer,
+            }
+        )
+        admin_source = AdminClient({"bootstrap.servers": source})
+        topics: list[str] = []
+        next_refresh = next_status = 0.0
+        try:
+            while not self._stop.is_set():
+                now = time.time()
+                if self.link.state is LinkState.PROMOTED:
+                    self._finish()
+                    return
+                if now >= next_refresh:
+                    found = _sync_topics(self.link, admin_source, admin_target)
+                    if found != topics:
+                        topics = found
+                        if topics:
+                            self._consumer.subscribe(
+                                topics,
+                                on_assign=self._assigned,
+                                on_revoke=self._revoked,
+                                on_lost=self._revoked,
+                            )
+                        log.info("link %s: copying %d topics", link.id, len(topics))
+                    next_refresh = now + settings.topic_refresh_s
+                    self._link_error = None
+                self._follow_pause()
+                for msg in self._consumer.consume(1000, 0.1) if topics else ():
+                    self._copy(msg)
+                self._producer.poll(0)
+                if self._failure:
+                    raise MirrorError(self._failure)
+                if now >= next_status:
+                    self._publish()
+                    next_status = now + settings.status_interval_s
+        finally:
+            self._close()
+
+    def _finish(self) -> None:
+        """Promoted: the last writes are acknowledged, the group is left, the status says so for good."""
+        assert self._producer is not None
+        remaining = self._producer.flush(30)
+        if remaining or self._failure:
+            raise MirrorError(f"promoted, but {remaining} records were not acknowledged: {self._failure}")
+        self._final = dict(self._partitions)  # the last status stays: what was copied, for good
+        self.finished.set()
+        log.info("link %s promoted: copying stopped", self.link.id)
+
+    def _close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+        for consumer in (self._consumer, self._probe):
+            if consumer is not None:
+                consumer.close()
+        self._consumer = self._probe = self._producer = None
+        self._partitions.clear()
+
+    # ---- partitions come and go
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        assert self._probe is not None
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        ends = kafka.log_ends(self._probe, keys)
+        for tp, key in zip(partitions, keys, strict=True):
+            offset_map = self._maps.setdefault(key, OffsetMap())
+            end = ends[key]
+            start = offset_map.source_of(end - 1) + 1 if end > 0 else 0
+            tp.offset = start if end > 0 else OFFSET_BEGINNING
+            self._partitions[key] = PartitionCopy(
+                key[0], key[1], offset_map, next_target=end, acked_target=end, acked_source=start,
+                read_to=start, begun=end > 0, error=self._failed.get(key),
+            )  # fmt: skip
+        consumer.assign(partitions)
+        held = [tp for tp in partitions if (tp.topic, tp.partition) in self._failed]
+        if self._paused:
+            held = partitions
+        if held:
+            consumer.pause(held)
+        log.info("link %s: copying %s", self.link.id, ", ".join(f"{t}[{p}]@{ends[(t, p)]}" for t, p in keys))
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._producer is not None:
+            self._producer.flush(30)  # our writes land before another process resumes from the target
+        for tp in partitions:
+            self._partitions.pop((tp.topic, tp.partition), None)
+
+    def _follow_pause(self) -> None:
+        assert self._consumer is not None
+        wanted = self.link.state is LinkState.PAUSED
+        if wanted == self._paused:
+            return
+        assignment = self._consumer.assignment()
+        if wanted:
+            self._consumer.pause(assignment)
+        else:
+            running = [tp for tp in assignment if (tp.topic, tp.partition) not in self._failed]
+            self._consumer.resume(running)
+            for tp in running:  # read on exactly where the copy stands, whatever was prefetched
+                st = self._partitions.get((tp.topic, tp.partition))
+                if st is not None:
+                    position = st.read_to if st.begun else OFFSET_BEGINNING
+                    self._consumer.seek(TopicPartition(tp.topic, tp.partition, position))
+        self._paused = wanted
+        log.info("link %s %s", self.link.id, "paused" if wanted else "resumed")
+
+    # ---- records
+
+    def _copy(self, msg: Message) -> None:
+        key = (msg.topic() or "", msg.partition() or 0)
+        st = self._partitions.get(key)
+        error = msg.error()
+        if error is not None:
+            self._copy_error(key, st, error, msg)
+            return
+        if st is None or st.error:
+            return
+        offset = msg.offset() or 0
+        if offset < st.read_to:
+            return  # read again after a pause or a seek: already copied
+        if not st.offset_map.continues(offset, st.next_target):
+            self._add_segment(st, offset)
+        assert self._producer is not None
+        kind, timestamp = msg.timestamp()
+        if kind == TIMESTAMP_NOT_AVAILABLE:
+            timestamp = 0  # the target stamps it
+        while True:
+            try:
+                self._producer.produce(
+                    key[0],
+                    msg.value(),
+                    msg.key(),
+                    partition=key[1],
+                    headers=msg.headers(),
+                    timestamp=timestamp,
+                )
+                break
+            except BufferError:  # the target is slow or away: wait, but stay stoppable
+                if self._stop.is_set():
+                    raise MirrorError("stopped while the target was not taking records") from None
+                self._producer.poll(0.05)
+        st.next_target += 1
+        st.read_to = offset + 1
+        st.begun = True
+
+    def _copy_error(self, key: Key, st: PartitionCopy | None, error: KafkaError, msg: Message) -> None:
+        code = error.code()
+        if code == KafkaError._PARTITION_EOF:
+            if st is not None:
+                st.source_end = max(st.source_end, msg.offset() or 0)
+                st.read_to = max(st.read_to, msg.offset() or 0)
+                st.fetched_at = time.time()
+            return
+        if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE) and st is not None:
+            reason = (
+                f"source offset {st.read_to} no longer exists (retention or deletion): the records from "
+                "there to the source's log start were never copied; not skipping them silently"
+            )
+            self._fail_partition(key, reason)
+            return
+        raise MirrorError(f"source: {error}")
+
+    def _add_segment(self, st: PartitionCopy, source: int) -> None:
+        """The source skipped offsets: store the new segment once everything before it is acknowledged."""
+        assert self._producer is not None
+        if self._producer.flush(30) or self._failure:
+            raise MirrorError(f"the target did not acknowledge {st.topic}[{st.partition}]: {self._failure}")
+        record_key, value = segment_record(self.link.id, st.topic, st.partition, source, st.next_target)
+        self._producer.produce(MAP_TOPIC, value, record_key)
+        if self._producer.flush(30) or self._failure:
+            raise MirrorError(f"the offset map could not be stored: {self._failure}")
+        st.offset_map.add(source, st.next_target)
+
+    def _delivered(self, error: KafkaError | None, msg: Message) -> None:
+        topic = msg.topic() or ""
+        if error is not None:
+            self._failure = f"the target refused a record for {topic}[{msg.partition()}]: {error}"
+            return
+        if topic == MAP_TOPIC:
+            return
+        key = (topic, msg.partition() or 0)
+        st = self._partitions.get(key)
+        if st is None:
+            return
+        offset = msg.offset() or 0
+        if offset != st.acked_target:
+            self._fail_partition(
+                key,
+                f"the target wrote a copy at offset {offset}, the mirror expected {st.acked_target}: "
+                "something else writes to the target partition",
+            )
+            self._failure = self._failed[key]
+            return
+        st.acked_target += 1
+        st.acked_source = st.offset_map.source_of(offset) + 1
+
+    def _fail_partition(self, key: Key, reason: str) -> None:
+        log.error("link %s: %s[%d]: %s", self.link.id, key[0], key[1], reason)
+        self._failed[key] = reason
+        st = self._partitions.get(key)
+        if st is not None:
+            st.error = reason
+        if self._consumer is not None:
+            self._consumer.pause([TopicPartition(key[0], key[1])])
+
+    # ---- status
+
+    def _stats(self, raw: str) -> None:
+        """librdkafka statistics: each partition's high watermark and when its leader last answered."""
+        stats = json.loads(raw)
+        now = time.time()
+        answered: dict[int, float] = {}
+        for broker in stats.get("brokers", {}).values():
+            if broker.get("state") == "UP" and broker.get("rxidle", -1) >= 0:
+                answered[broker["nodeid"]] = now - broker["rxidle"] / 1e6
+        for topic, entry in stats.get("topics", {}).items():
+            for number, partition in entry.get("partitions", {}).items():
+                st = self._partitions.get((topic, int(number)))
+                if st is None or partition.get("hi_offset", -1) < 0:
+                    continue
+                st.source_end = partition["hi_offset"]
+                leader = answered.get(partition.get("leader", -1))
+                if leader is not None and partition.get("fetch_state") == "active":
+                    st.fetched_at = leader
+
+    def _publish(self) -> None:
+        now = time.time()
+        state = "promoted" if self.finished.is_set() else "paused" if self._paused else "copying"
+        shown = self._final if self.finished.is_set() else self._partitions
+        status = MemberStatus(
+            member=self.member,
+            host=f"{os.uname().nodename}:{os.getpid()}",
+            updated_at=datetime.fromtimestamp(now, UTC),
+            partitions=tuple(st.status(state, now) for _, st in sorted(shown.items())),
+            link_error=self._link_error,
+        )
+        path = member_path(self.layout, self.link.id, self.member)
+        try:
+            try:
+                self.zk.set(path, status.to_json())
+            except NoNodeError:
+                self.zk.create(path, status.to_json(), ephemeral=True, makepath=True)
+        except (KazooException, NodeExistsError) as exc:
+            log.warning("link %s: status not published: %r", self.link.id, exc)
+
+    def _unpublish(self) -> None:
+        with contextlib.suppress(KazooException):
+            self.zk.delete(member_path(self.layout, self.link.id, self.member))
+
+
+def _ensure_map_topic(admin: AdminClient) -> None:
+    if MAP_TOPIC in admin.list_topics(timeout=10).topics:
+        return
+    futures = admin.create_topics([NewTopic(MAP_TOPIC, 1, config=MAP_TOPIC_CONFIG)])
+    for future in futures.values():
+        try:
+            future.result(10)
+        except Exception as exc:
+            if "already exists" not in str(exc).lower() and "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise MirrorError(f"cannot create {MAP_TOPIC} on the target: {exc}") from exc
+
+
+def _sync_topics(link: Link, source: AdminClient, target: AdminClient) -> list[str]:
+    """The source topics the link copies; each created on the target with as many partitions."""
+    wanted = {
+        name: len(meta.partitions)
+        for name, meta in source.list_topics(timeout=10).topics.items()
+        if meta.error is None and link.copies(name) and not name.startswith("__") and name != MAP_TOPIC
+    }
+    existing = {name: len(meta.partitions) for name, meta in target.list_topics(timeout=10).topics.items()}
+    missing = [name for name in wanted if name not in existing]
+    if missing:
+        configs = _topic_configs(source, missing)
+        futures = target.create_topics(
+            [NewTopic(name, wanted[name], config=configs.get(name, {})) for name in missing]
+        )
+        for name, future in futures.items():
+            try:
+                future.result(30)
+            except Exception as exc:
+                if "already exists" not in str(exc).lower() and "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise MirrorError(f"cannot create topic {name} on the target: {exc}") from exc
+    short = {name: count for name, count in wanted.items() if name in existing and existing[name] < count}
+    if short:
+        futures = target.create_partitions([NewPartitions(name, count) for name, count in short.items()])
+        for name, future in futures.items():
+            try:
+                future.result(30)
+            except Exception as exc:
+                raise MirrorError(
+                    f"topic {name} has {existing[name]} partitions on the target and {short[name]} on the "
+                    f"source, and the target cannot add partitions: {exc}"
+                ) from exc
+    return sorted(wanted)
+
+
+def _topic_configs(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, str]]:
+    """The source topics' own settings (not defaults, not read-only), to create the copies with."""
+    found: dict[str, dict[str, str]] = {}
+    try:
+        futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics])
+        for resource, future in futures.items():
+            entries: dict[str, Any] = future.result(10)
+            found[resource.name] = {
+                name: entry.value
+                for name, entry in entries.items()
+                if not entry.is_default and not entry.is_read_only and not entry.is_sensitive and entry.value
+            }
+    except Exception as exc:  # configs are copied where the broker allows; the data matters more
+        log.warning("topic configs not copied (%s): creating with the target's defaults", exc)
+    return found

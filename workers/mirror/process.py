@@ -1,0 +1,84 @@
+"""One mirror process: a copier per link, started, paused and stopped as the links in ZooKeeper say.
+
+Links come from ZooKeeper, where they change by fenced compare-and-set like any routing state (pause,
+resume, promote: ``switchyard links``). The links in the configuration are created there the first
+time a mirror process starts; after that ZooKeeper is the reference, and a configuration that differs
+is reported, not applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from kazoo.client import KazooClient
+
+from switchyard.config import Config
+from switchyard.errors import BindingConflict, BindingRefused
+from switchyard.ledger import Ledger
+from switchyard.model import Link, LinkState
+from switchyard.routing.snapshot import RoutingSnapshot
+from switchyard.routing.store import RoutingStore
+from switchyard.routing.view import BindingView
+from workers.mirror.copier import LinkCopier
+
+log = logging.getLogger(__name__)
+
+
+class MirrorProcess:
+    def __init__(self, config: Config, zk: KazooClient, ledger: Ledger, member: str) -> None:
+        self.config = config
+        self.zk = zk
+        self.member = member
+        self.store = RoutingStore(zk, config.zookeeper.root, ledger)
+        self.view = BindingView(zk, self.store.layout, config.default_cluster)
+        self.copiers: dict[str, LinkCopier] = {}
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self.store.ensure_layout()
+        self._seed_links()
+        self.view.on_change(self._follow)
+        self.view.start()
+        self._follow(self.view.snapshot)
+        log.info("mirror %s: following %d links", self.member, len(self.view.snapshot.links))
+
+    def stop(self) -> None:
+        self.view.stop()
+        with self._lock:
+            for copier in self.copiers.values():
+                copier.stop()
+            self.copiers.clear()
+
+    def _seed_links(self) -> None:
+        for link_id, wanted in self.config.mirror.links.items():
+            existing = self.store.link(link_id)
+            if existing is None:
+                try:
+                    self.store.create_link(
+                        link_id, wanted.source, wanted.target, include=wanted.include, exclude=wanted.exclude,
+                        actor=f"mirror:{self.member}", reason="defined in the configuration",
+                    )  # fmt: skip
+                except (BindingConflict, BindingRefused) as exc:  # another member was first, or no cluster
+                    log.warning("link %s from the configuration not created: %s", link_id, exc)
+            elif (existing.source, existing.target, list(existing.include), list(existing.exclude)) != (
+                wanted.source, wanted.target, wanted.include, wanted.exclude
+            ):  # fmt: skip
+                log.warning("link %s differs from the configuration; ZooKeeper's definition is used", link_id)
+
+    def _follow(self, snapshot: RoutingSnapshot) -> None:
+        """Start a copier for each running or paused link, tell each its link's state, stop the rest."""
+        with self._lock:
+            for link_id, link in snapshot.links.items():
+                copier = self.copiers.get(link_id)
+                if copier is not None:
+                    copier.update(link)
+                elif link.state is not LinkState.PROMOTED:
+                    self._start(link)
+            for link_id in set(self.copiers) - set(snapshot.links):
+                self.copiers.pop(link_id).stop()
+
+    def _start(self, link: Link) -> None:
+        copier = LinkCopier(self.config, link, self.zk, self.store.layout, self.member)
+        copier.start()
+        self.copiers[link.id] = copier
