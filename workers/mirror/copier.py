@@ -175,7 +175,7 @@ class LinkCopier:
             {
                 "bootstrap.servers": target,
                 "enable.idempotence": True,
-                "enable.gapless.guarantee": True,  # a failed batch stops the producer before a later one lands
+                "enable.gapless.guarantee": True,  # a failed batch stops the producer before later ones land
                 "message.timeout.ms": 0,  # never give up on a record locally (gapless does not cover that)
                 "linger.ms": 5,
                 "on_delivery": self._delivered,
