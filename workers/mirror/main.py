@@ -16,9 +16,7 @@ from workers.mirror.process import MirrorProcess
 
 
 @click.command("mirror")
-@click.option(
-    "--id", "member", help="This process's name among mirror processes (default: the host name)."
-)
+@click.option("--id", "member", help="This process's name among mirror processes (default: the host name).")
 @click.pass_context
 def mirror_command(ctx: click.Context, member: str | None) -> None:
     """Copy the topics of every link, offset for offset, and keep consumer group offsets in step."""
