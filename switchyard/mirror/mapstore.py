@@ -2,13 +2,16 @@
 
 The map sits next to the data it describes, so whoever can read the target's copy (a consumer being
 moved, the verification job, the reverse link) can translate offsets, even with ZooKeeper gone. Each
-segment is its own key, so compaction never drops one; the newest record for a key wins.
+segment is its own key, so compaction never drops one; the newest record for a key wins. When a link is
+promoted, each partition's final position — how far the source was copied, and the target's end then —
+is stored the same way: the reverse link starts from it.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import dataclass
 
 from switchyard import kafka
 from switchyard.errors import KafkaOperationError
@@ -27,20 +30,47 @@ def segment_record(link_id: str, topic: str, partition: int, source: int, target
     return key, value
 
 
-def read_maps(bootstrap: str, link_id: str) -> dict[TopicPartitionKey, OffsetMap]:
-    """Every partition map of ``link_id`` stored on the cluster at ``bootstrap`` (empty: all identical)."""
+def end_record(link_id: str, topic: str, partition: int, source: int, target: int) -> tuple[bytes, bytes]:
+    """The key and value that store a partition's final position when its link is promoted."""
+    key = json.dumps([link_id, topic, partition, "end"]).encode()
+    value = json.dumps({"link": link_id, "topic": topic, "partition": partition, "source": source,
+                        "target": target, "end": True}).encode()  # fmt: skip
+    return key, value
+
+
+@dataclass(frozen=True)
+class LinkRecords:
+    maps: dict[TopicPartitionKey, OffsetMap]
+    """Partitions without an entry have identical offsets."""
+    ends: dict[TopicPartitionKey, tuple[int, int]]
+    """Once promoted: (source position copied up to, target end then) per partition."""
+
+
+def read_link(bootstrap: str, link_id: str) -> LinkRecords:
+    """The offset map and final positions of ``link_id``, stored on the cluster at ``bootstrap``."""
     try:
         stored = kafka.read_partitions(bootstrap, MAP_TOPIC)
     except KafkaOperationError as exc:
         if "no such topic" in str(exc):
-            return {}
+            return LinkRecords({}, {})
         raise
     segments: dict[TopicPartitionKey, dict[int, int]] = defaultdict(dict)
+    ends: dict[TopicPartitionKey, tuple[int, int]] = {}
     for records in stored.values():
         for record in records:
             if record.value is None:
                 continue
             raw = json.loads(record.value)
-            if raw["link"] == link_id:
-                segments[(raw["topic"], raw["partition"])][raw["source"]] = raw["target"]
-    return {tp: OffsetMap(sorted(found.items())) for tp, found in segments.items()}
+            if raw["link"] != link_id:
+                continue
+            key = (raw["topic"], raw["partition"])
+            if raw.get("end"):
+                ends[key] = (raw["source"], raw["target"])
+            else:
+                segments[key][raw["source"]] = raw["target"]
+    return LinkRecords({tp: OffsetMap(sorted(found.items())) for tp, found in segments.items()}, ends)
+
+
+def read_maps(bootstrap: str, link_id: str) -> dict[TopicPartitionKey, OffsetMap]:
+    """Every partition map of ``link_id`` stored on the cluster at ``bootstrap`` (empty: all identical)."""
+    return read_link(bootstrap, link_id).maps

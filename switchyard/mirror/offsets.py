@@ -68,6 +68,18 @@ class OffsetMap:
         s, t = segments[i]
         return s + (target - t)
 
+    def next_source(self, target_end: int) -> int:
+        """Where copying resumes when the target holds ``target_end`` records of this partition.
+
+        A segment that starts exactly at ``target_end`` was stored ahead of its first record (before a
+        crash, or by a reverse link starting after records it does not copy): it names the source
+        offset; otherwise copying goes on right after the source offset of the last record copied.
+        """
+        starting = [s for s, t in self.segments if t == target_end]
+        if starting:
+            return starting[-1]
+        return self.source_of(target_end - 1) + 1 if target_end > 0 else 0
+
     def inverse(self) -> OffsetMap:
         """The map for copying back the other way: this link's target offsets become the source."""
         segments = self._all()

@@ -11,17 +11,20 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
 from switchyard.config import Config
+from switchyard.errors import BindingRefused
 from switchyard.ledger import Ledger
+from switchyard.mirror.control import reverse_link
 from switchyard.mirror.mapstore import read_maps
 from switchyard.mirror.status import DrainReport, drain_report, read_status
 from switchyard.model import LinkState, now
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
-from switchyard.stack import Stack
+from switchyard.stack import TESTBED_CONSUMER_SETTINGS, Stack
 from tests.support import MirrorProcess
 
 ACTOR = "user:test"
@@ -64,6 +67,7 @@ class Mirrors:
                 "SWITCHYARD__LEDGER__URL": f"sqlite:///{self.ledger_path}",
                 "SWITCHYARD__MIRROR__TOPIC_REFRESH_S": "1",
                 "SWITCHYARD__MIRROR__STATUS_INTERVAL_S": "0.5",
+                "SWITCHYARD__MIRROR__GROUP_SYNC_INTERVAL_S": "1",
                 "SWITCHYARD__MIRROR__CONSUMER": "{session.timeout.ms: 6000}",
             },
         )
@@ -239,6 +243,36 @@ def test_source_gaps_give_an_exact_offset_map(
         assert offset_map.target_of(s.offset) == t.offset
         assert offset_map.source_of(t.offset) == s.offset
 
+    # a group that read 60 records on the source resumes on the target at the 61st, whatever its offset
+    group = unique("g")
+    _commit(primary, group, topic, source[60].offset)
+    translated = _wait_group_offset(standby, group, topic, 60)
+    assert translated == 60 != source[60].offset
+    resumed = kafka.consume(standby, topic, group=group, count=1, settings=TESTBED_CONSUMER_SETTINGS)
+    assert (resumed[0].key, resumed[0].value) == (source[60].key, source[60].value)
+
+
+def _commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def _wait_group_offset(bootstrap: str, group: str, topic: str, expected: int, timeout_s: float = 30) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout_s
+    found = None
+    while time.monotonic() < deadline:
+        future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+        offsets = {(tp.topic, tp.partition): tp.offset for tp in future.result(10).topic_partitions or ()}
+        found = offsets.get((topic, 0))
+        if found == expected:
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"group {group} on the target: {topic}[0] at {found}, expected {expected}")
+
 
 def test_pause_resume_and_promote(mirrors: Mirrors, routing: RoutingStore, stack_config: Config) -> None:
     topic, link = unique("ctl"), unique("link")
@@ -266,6 +300,39 @@ def test_pause_resume_and_promote(mirrors: Mirrors, routing: RoutingStore, stack
     kafka.produce(primary, topic, records(10, "after"))
     time.sleep(2)
     assert len(kafka.read_partitions(standby, topic)[0]) == 150, "copied after promotion"
+
+    # the 10 written to the old source after promotion were never copied: reversing must say so
+    with pytest.raises(BindingRefused, match="holds 10 records the link never copied"):
+        reverse_link(stack_config, routing, link, f"{link}-back", actor=ACTOR, reason="t")
+    report = reverse_link(stack_config, routing, link, f"{link}-back", actor=ACTOR, reason="t", force=True)
+    assert report.uncopied == {(topic, 0): 10}
+    kafka.produce(standby, topic, records(20, "new"))  # the promoted side is the writable one now
+    wait_drained(routing, f"{link}-back", [(topic, 0)], since=now())
+    back = kafka.read_partitions(primary, topic)[0]
+    assert [r.value for r in back[160:]] == [r.value for r in records(20, "new")]  # after the 10 left there
+    offset_map = read_maps(primary, f"{link}-back")[(topic, 0)]
+    assert [offset_map.target_of(o) for o in (0, 149, 150, 169)] == [0, 149, 160, 179]
+
+
+def test_a_planned_switch_back_keeps_offsets_identical_both_ways(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config
+) -> None:
+    topic, link = unique("round"), unique("link")
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.create_topics(primary, [topic], partitions=2)
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
+    mirrors.start()
+    kafka.produce(primary, topic, records(400))
+    wait_drained(routing, link, [(topic, 0), (topic, 1)], since=now())
+    routing.set_link_state(link, LinkState.PROMOTED, actor=ACTOR, reason="switchover")
+    _wait_state(routing, link, "promoted", partitions=2)
+
+    report = reverse_link(stack_config, routing, link, f"{link}-back", actor=ACTOR, reason="switch back")
+    assert report.uncopied == {}
+    kafka.produce(standby, topic, records(300, "on-standby"))
+    wait_drained(routing, f"{link}-back", [(topic, 0), (topic, 1)], since=now())
+    assert sum(len(r) for r in same_records(stack_config, topic).values()) == 700
+    assert read_maps(primary, f"{link}-back") == {}  # identical offsets: no segment at all
 
 
 def _wait_state(

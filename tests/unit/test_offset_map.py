@@ -6,6 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from switchyard.errors import BindingRefused
+from switchyard.mirror.control import reverse_maps
 from switchyard.mirror.offsets import OffsetMap
 
 # a source log: a start offset, then the gaps between consecutive records (0 = adjacent)
@@ -78,3 +80,38 @@ def test_segments_must_move_forward() -> None:
         offset_map.add(5, 3)
     with pytest.raises(ValueError, match="does not follow"):
         offset_map.add(9, 1)
+
+
+@given(logs)
+def test_copying_resumes_right_after_the_last_record_copied(log: tuple[int, list[int]]) -> None:
+    source = offsets_of(*log)
+    offset_map = copy(source)
+    for end in range(1, len(source) + 1):
+        resume = offset_map.next_source(end)
+        assert resume > source[end - 1]  # nothing copied twice
+        if end < len(source):
+            assert resume <= source[end]  # nothing skipped: the next record read is the next one due
+
+
+def test_a_segment_stored_ahead_of_its_records_names_where_copying_resumes() -> None:
+    offset_map = copy(list(range(10)))
+    offset_map.add(25, 10)  # stored, then the process died before writing source 25 at target 10
+    assert offset_map.next_source(10) == 25
+    assert OffsetMap([(100, 0)]).next_source(0) == 100
+
+
+def test_reverse_maps_continue_the_pairs_and_step_over_what_was_never_copied() -> None:
+    key = ("orders", 0)
+    forward = copy([0, 1, 2, 4, 5])  # a marker at 3: target 0..4 hold source 0, 1, 2, 4, 5
+    planned, uncopied = reverse_maps({key: (6, 5)}, {key: forward}, {key: 6})
+    assert uncopied == {}
+    back = planned[key]
+    assert [back.target_of(t) for t in range(5)] == [0, 1, 2, 4, 5]
+    assert back.next_source(6) == 5  # the reverse copy resumes at the first record written to the target
+
+    unplanned, uncopied = reverse_maps({key: (6, 5)}, {key: forward}, {key: 9})  # 3 never copied
+    assert uncopied == {key: 3}
+    assert unplanned[key].next_source(9) == 5
+    assert unplanned[key].target_of(5) == 9  # the first new record lands after the three
+    with pytest.raises(BindingRefused, match="truncated"):
+        reverse_maps({key: (6, 5)}, {key: forward}, {key: 4})

@@ -48,7 +48,8 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
 from switchyard import kafka
 from switchyard.config import Config
-from switchyard.mirror.mapstore import MAP_TOPIC, MAP_TOPIC_CONFIG, read_maps, segment_record
+from switchyard.mirror.groups import sync_groups
+from switchyard.mirror.mapstore import MAP_TOPIC, MAP_TOPIC_CONFIG, end_record, read_maps, segment_record
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.status import MemberStatus, PartitionStatus, member_path
 from switchyard.model import Link, LinkState
@@ -87,9 +88,13 @@ class PartitionCopy:
     caught_up_at: float = field(default_factory=time.time)
     error: str | None = None
 
-    def status(self, state: str, now: float) -> PartitionStatus:
+    def mirrored(self) -> int:
+        """Every source offset below this is on the target (markers after the last record included)."""
         idle = self.acked_target == self.next_target
-        mirrored = max(self.acked_source, self.read_to) if idle else self.acked_source
+        return max(self.acked_source, self.read_to) if idle else self.acked_source
+
+    def status(self, state: str, now: float) -> PartitionStatus:
+        mirrored = self.mirrored()
         lag = max(0, self.source_end - mirrored) if self.source_end >= 0 else 0
         if lag == 0 and self.source_end >= 0:
             self.caught_up_at = now
@@ -206,7 +211,7 @@ class LinkCopier:
         )
         admin_source = AdminClient({"bootstrap.servers": source})
         topics: list[str] = []
-        next_refresh = next_status = 0.0
+        next_refresh = next_status = next_group_sync = 0.0
         try:
             while not self._stop.is_set():
                 now = time.time()
@@ -236,6 +241,9 @@ class LinkCopier:
                 if now >= next_status:
                     self._publish()
                     next_status = now + settings.status_interval_s
+                if now >= next_group_sync and self._partitions:
+                    self._sync_groups(admin_source, admin_target)
+                    next_group_sync = now + settings.group_sync_interval_s
         finally:
             self._close()
 
@@ -245,6 +253,11 @@ class LinkCopier:
         remaining = self._producer.flush(30)
         if remaining or self._failure:
             raise MirrorError(f"promoted, but {remaining} records were not acknowledged: {self._failure}")
+        for st in self._partitions.values():  # where a reverse link will start
+            key, value = end_record(self.link.id, st.topic, st.partition, st.mirrored(), st.acked_target)
+            self._producer.produce(MAP_TOPIC, value, key)
+        if self._producer.flush(30) or self._failure:
+            raise MirrorError(f"promoted, but the final positions could not be stored: {self._failure}")
         self._final = dict(self._partitions)  # the last status stays: what was copied, for good
         self.finished.set()
         log.info("link %s promoted: copying stopped", self.link.id)
@@ -267,11 +280,12 @@ class LinkCopier:
         for tp, key in zip(partitions, keys, strict=True):
             offset_map = self._maps.setdefault(key, OffsetMap())
             end = ends[key]
-            start = offset_map.source_of(end - 1) + 1 if end > 0 else 0
-            tp.offset = start if end > 0 else OFFSET_BEGINNING
+            start = offset_map.next_source(end)
+            begun = end > 0 or bool(offset_map.segments)  # else: from wherever the source log starts
+            tp.offset = start if begun else OFFSET_BEGINNING
             self._partitions[key] = PartitionCopy(
                 key[0], key[1], offset_map, next_target=end, acked_target=end, acked_source=start,
-                read_to=start, begun=end > 0, error=self._failed.get(key),
+                read_to=start, begun=begun, error=self._failed.get(key),
             )  # fmt: skip
         consumer.assign(partitions)
         held = [tp for tp in partitions if (tp.topic, tp.partition) in self._failed]
@@ -404,6 +418,30 @@ class LinkCopier:
             st.error = reason
         if self._consumer is not None:
             self._consumer.pause([TopicPartition(key[0], key[1])])
+
+    # ---- group offsets
+
+    def _sync_groups(self, source: AdminClient, target: AdminClient) -> None:
+        """Carry the groups' offsets for the partitions this process copies (each process its own)."""
+        copying = {k: st for k, st in self._partitions.items() if not st.error}
+        try:
+            report = sync_groups(
+                source,
+                target,
+                self.link.copies,
+                {k: st.offset_map for k, st in copying.items()},
+                {k: st.mirrored() for k, st in copying.items()},
+            )
+        except Exception as exc:  # groups are synced again at the next interval; copying goes on
+            log.warning("link %s: group offsets not synced: %s", self.link.id, exc)
+            return
+        for written in report.written:
+            log.info(
+                "link %s: group %s %s[%d]: %d -> %d", self.link.id, written.group, written.topic,
+                written.partition, written.source, written.target,
+            )  # fmt: skip
+        for reason in report.skipped:
+            log.debug("link %s: group offsets: %s", self.link.id, reason)
 
     # ---- status
 

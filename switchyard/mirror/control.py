@@ -1,0 +1,140 @@
+"""Reversing a promoted link: copy back from the promoted side, offsets aligned the same exact way.
+
+After a switchover the old target is where clients write; the reverse link copies those new records
+back to the old source so that a switch back finds them there. Its offset map is the old map turned
+around, so every record both clusters hold keeps one offset pair, and new records continue it.
+
+The old source may hold records the old link never copied — written after the last copy, the lost
+window of an unplanned failover. They stay where they are (the reconciliation job reads them) and
+are not part of the reverse copy; the reverse map starts its new records after them. Because that
+means records only one side has, it is refused unless forced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.errors import BindingRefused, KafkaOperationError
+from switchyard.mirror.mapstore import MAP_TOPIC, MAP_TOPIC_CONFIG, read_link, segment_record
+from switchyard.mirror.offsets import OffsetMap
+from switchyard.model import LinkState
+from switchyard.routing.store import RoutingStore
+
+Key = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class ReverseReport:
+    link_id: str
+    epoch: int
+    partitions: int
+    uncopied: dict[Key, int] = field(default_factory=dict)
+    """Records on the old source the old link never copied, per partition (left in place)."""
+
+
+def reverse_maps(
+    ends: dict[Key, tuple[int, int]], maps: dict[Key, OffsetMap], old_source_ends: dict[Key, int]
+) -> tuple[dict[Key, OffsetMap], dict[Key, int]]:
+    """The reverse link's maps, and the records on the old source beyond the copy, per partition."""
+    reversed_maps, uncopied = {}, {}
+    for key, (copied_to, target_end) in ends.items():
+        inverse = maps.get(key, OffsetMap()).inverse()
+        old_end = old_source_ends[key]
+        if old_end < copied_to:
+            raise BindingRefused(
+                f"{key[0]}[{key[1]}]: the old source ends at {old_end}, before what was copied from it "
+                f"({copied_to}): its log was truncated or replaced; reversing would misalign offsets"
+            )
+        if old_end > copied_to:
+            uncopied[key] = old_end - copied_to
+            if not inverse.continues(target_end, old_end):  # new records go after those only it has
+                inverse.segments.append((target_end, old_end))
+        reversed_maps[key] = inverse
+    return reversed_maps, uncopied
+
+
+def reverse_link(
+    config: Config,
+    store: RoutingStore,
+    link_id: str,
+    new_id: str,
+    *,
+    actor: str,
+    reason: str,
+    force: bool = False,
+) -> ReverseReport:
+    old = store.link(link_id)
+    if old is None:
+        raise BindingRefused(f"link {link_id!r} does not exist")
+    if old.state is not LinkState.PROMOTED:
+        raise BindingRefused(f"link {link_id} is {old.state}: promote it before reversing it")
+    old_source = config.clusters[old.source].bootstrap
+    old_target = config.clusters[old.target].bootstrap
+    stored = read_link(old_target, link_id)
+    copied = _copied_partitions(old_target, old.copies)
+    missing = sorted(set(copied) - set(stored.ends))
+    if missing:
+        names = ", ".join(f"{t}[{p}]" for t, p in missing[:10])
+        raise BindingRefused(
+            f"link {link_id}: no final position stored for {names} (was the mirror running at promotion?)"
+        )
+    probe = Consumer(
+        {"bootstrap.servers": old_source, "group.id": "switchyard-reverse", "enable.partition.eof": True}
+    )
+    try:
+        old_source_ends = kafka.log_ends(probe, list(stored.ends))
+    finally:
+        probe.close()
+    maps, uncopied = reverse_maps(stored.ends, stored.maps, old_source_ends)
+    if uncopied and not force:
+        total = sum(uncopied.values())
+        raise BindingRefused(
+            f"the old source holds {total} records the link never copied (the lost window, in "
+            f"{len(uncopied)} partitions): reconcile them first, or force the reverse to leave them in place"
+        )
+    _store_maps(old_source, new_id, maps)
+    epoch = store.create_link(
+        new_id, old.target, old.source, include=old.include, exclude=old.exclude, reverse_of=link_id,
+        actor=actor, reason=reason,
+    )  # fmt: skip
+    return ReverseReport(new_id, epoch, len(maps), uncopied)
+
+
+def _copied_partitions(bootstrap: str, copies: Callable[[str], bool]) -> list[Key]:
+    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    return [
+        (name, p)
+        for name, meta in topics.items()
+        if copies(name) and not name.startswith("__") and name != MAP_TOPIC
+        for p in meta.partitions
+    ]
+
+
+def _store_maps(bootstrap: str, link_id: str, maps: dict[Key, OffsetMap]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if MAP_TOPIC not in admin.list_topics(timeout=10).topics:
+        for future in admin.create_topics([NewTopic(MAP_TOPIC, 1, config=MAP_TOPIC_CONFIG)]).values():
+            try:
+                future.result(10)
+            except Exception as exc:
+                if "exist" not in str(exc).lower():
+                    raise KafkaOperationError(f"{bootstrap}: cannot create {MAP_TOPIC}: {exc}") from exc
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    failures: list[str] = []
+    for (topic, partition), offset_map in maps.items():
+        for source, target in offset_map.segments:
+            key, value = segment_record(link_id, topic, partition, source, target)
+            producer.produce(
+                MAP_TOPIC, value, key, on_delivery=lambda e, _m: failures.append(str(e)) if e else None
+            )
+    if producer.flush(30) or failures:
+        raise KafkaOperationError(
+            f"{bootstrap}: the reverse link's offset map was not stored: {failures[:1]}"
+        )

@@ -1,0 +1,122 @@
+"""Consumer group offsets, carried from a link's source to its target through the exact offset map.
+
+A group's committed offset is a position: the next record to read. On the target it becomes the
+position of that same record (``OffsetMap.position``), so a consumer moved to the target resumes at
+exactly the next record — nothing skipped, nothing read twice. Two rules keep that true:
+
+- an offset beyond what the mirror has copied is not translated yet (the record it points at is not
+  on the target); the next sync carries it once the copy has caught up;
+- a group that is active on the target (members joined there) is left alone: its own commits there
+  are newer than anything the source can say.
+
+Used periodically by the mirror processes (each for the partitions it copies) and on demand by a
+saga's final sync, after the drain.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from switchyard.mirror.offsets import OffsetMap
+
+log = logging.getLogger(__name__)
+Key = tuple[str, int]
+MIRROR_GROUP_PREFIX = "switchyard-"
+"""Switchyard's own groups (the mirror's, readers) are never synced."""
+_IDLE_STATES = (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    group: str
+    topic: str
+    partition: int
+    source: int
+    target: int
+
+
+@dataclass
+class GroupSyncReport:
+    written: list[GroupOffset] = field(default_factory=list)
+    unchanged: int = 0
+    skipped: list[str] = field(default_factory=list)
+    """Why a group or partition was not synced this time (it is retried at the next sync)."""
+
+
+def sync_groups(
+    source: AdminClient,
+    target: AdminClient,
+    copies: Callable[[str], bool],
+    maps: Mapping[Key, OffsetMap],
+    mirrored: Mapping[Key, int] | None = None,
+    *,
+    groups: Iterable[str] | None = None,
+    timeout_s: float = 10.0,
+) -> GroupSyncReport:
+    """Write each group's translated offsets for the topics ``copies`` accepts.
+
+    ``mirrored`` is how far the copy got per partition; with it, only those partitions are synced and
+    offsets ahead of the copy wait. Without it (after a drain) every partition of a copied topic is.
+    """
+    report = GroupSyncReport()
+    names = list(groups) if groups is not None else _groups(source, timeout_s)
+    for group in names:
+        committed = _committed(source, group, timeout_s)
+        wanted: dict[Key, GroupOffset] = {}
+        for (topic, partition), offset in committed.items():
+            key = (topic, partition)
+            if offset < 0 or not copies(topic) or (mirrored is not None and key not in mirrored):
+                continue
+            if mirrored is not None and offset > mirrored[key]:
+                report.skipped.append(
+                    f"{group}: {topic}[{partition}] at {offset} is ahead of the copy ({mirrored[key]})"
+                )
+                continue
+            translated = maps.get(key, OffsetMap()).position(offset)
+            wanted[key] = GroupOffset(group, topic, partition, offset, translated)
+        if not wanted:
+            continue
+        state, members = _state(target, group, timeout_s)
+        if state not in _IDLE_STATES or members:
+            report.skipped.append(f"{group}: active on the target ({members} members, {state.name})")
+            continue
+        current = _committed(target, group, timeout_s)
+        changed = [o for key, o in wanted.items() if current.get(key) != o.target]
+        report.unchanged += len(wanted) - len(changed)
+        if changed:
+            request = ConsumerGroupTopicPartitions(
+                group, [TopicPartition(o.topic, o.partition, o.target) for o in changed]
+            )
+            for future in target.alter_consumer_group_offsets([request]).values():
+                future.result(timeout_s)
+            report.written.extend(changed)
+    return report
+
+
+def _groups(admin: AdminClient, timeout_s: float) -> list[str]:
+    listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s)
+    return sorted(g.group_id for g in listed.valid if not g.group_id.startswith(MIRROR_GROUP_PREFIX))
+
+
+def _committed(admin: AdminClient, group: str, timeout_s: float) -> dict[Key, int]:
+    futures = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s
+    )
+    found: dict[Key, int] = {}
+    for future in futures.values():
+        for tp in future.result(timeout_s).topic_partitions or ():
+            if tp.error is None:
+                found[(tp.topic, tp.partition)] = tp.offset
+    return found
+
+
+def _state(admin: AdminClient, group: str, timeout_s: float) -> tuple[ConsumerGroupState, int]:
+    for future in admin.describe_consumer_groups([group], request_timeout=timeout_s).values():
+        description = future.result(timeout_s)
+        return description.state, len(description.members)
+    return ConsumerGroupState.UNKNOWN, 0
