@@ -249,7 +249,12 @@ class OtlpReceiver:
                         for metric in scope.metrics:
                             kind = metric.WhichOneof("data") or ""
                             for point in getattr(metric, kind).data_points:
-                                labels = {a.key: a.value.string_value for a in point.attributes}
+                                labels = {
+                                    a.key: str(
+                                        getattr(a.value, a.value.WhichOneof("value") or "string_value")
+                                    )
+                                    for a in point.attributes
+                                }
                                 if kind == "histogram":
                                     histograms[(metric.name, tuple(sorted(labels.items())))] = (
                                         list(point.explicit_bounds),

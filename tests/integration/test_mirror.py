@@ -25,7 +25,7 @@ from switchyard.model import LinkState, now
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS, Stack
-from tests.support import MirrorProcess
+from tests.support import MirrorProcess, OtlpReceiver
 
 ACTOR = "user:test"
 
@@ -55,6 +55,7 @@ class Mirrors:
     def __init__(self, config: Config, routing: RoutingStore, ledger_path: Path, logs: Path) -> None:
         self.config, self.routing, self.ledger_path, self.logs = config, routing, ledger_path, logs
         self.running: list[MirrorProcess] = []
+        self.otlp = OtlpReceiver()
 
     def start(self, name: str = "m1") -> MirrorProcess:
         assert self.config.source is not None
@@ -69,6 +70,8 @@ class Mirrors:
                 "SWITCHYARD__MIRROR__STATUS_INTERVAL_S": "0.5",
                 "SWITCHYARD__MIRROR__GROUP_SYNC_INTERVAL_S": "1",
                 "SWITCHYARD__MIRROR__CONSUMER": "{session.timeout.ms: 6000}",
+                "SWITCHYARD__TELEMETRY__OTLP_ENDPOINT": self.otlp.endpoint,
+                "SWITCHYARD__TELEMETRY__EXPORT_INTERVAL_S": "0.5",
             },
         )
         process.start()
@@ -78,6 +81,7 @@ class Mirrors:
     def stop_all(self) -> None:
         for process in self.running:
             process.stop()
+        self.otlp.close()
 
 
 @pytest.fixture
@@ -149,6 +153,13 @@ def test_a_fresh_link_copies_with_identical_offsets(
     kafka.produce(primary, topic, records(600, "more"))  # while it runs
     wait_drained(routing, link, partitions, since=now())
     assert sum(len(r) for r in same_records(stack_config, topic).values()) == 1500
+
+    deadline = time.monotonic() + 10  # the same figures as metrics (OTLP, every 0.5 s)
+    while mirrors.otlp.latest("mirror.mirrored", link=link, topic=topic) < 1500:
+        assert time.monotonic() < deadline, f"mirror metrics: {mirrors.otlp.points[-4:]}"
+        time.sleep(0.3)
+    assert mirrors.otlp.latest("mirror.source_end", link=link, topic=topic) == 1500
+    assert mirrors.otlp.latest("mirror.lag", link=link, topic=topic) == 0
 
 
 def test_kill_9_mid_stream_then_restart_copies_every_record_exactly_once(
@@ -272,6 +283,29 @@ def _wait_group_offset(bootstrap: str, group: str, topic: str, expected: int, ti
             return found
         time.sleep(0.3)
     raise AssertionError(f"group {group} on the target: {topic}[0] at {found}, expected {expected}")
+
+
+def test_a_source_position_that_is_gone_is_reported_not_skipped(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config
+) -> None:
+    """The target holds more than the source (the source topic was recreated): resuming at 100 is
+    impossible on a source that ends at 30, and the mirror must say so instead of copying from 0."""
+    topic, link = unique("gone"), unique("link")
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    for bootstrap, count in ((standby, 100), (primary, 30)):
+        kafka.create_topics(bootstrap, [topic], partitions=1)
+        kafka.produce(bootstrap, topic, records(count))
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
+    mirrors.start()
+    deadline = time.monotonic() + 30
+    while True:
+        report = drain_report(routing.zk, routing.layout, link, since=now(), partitions=[(topic, 0)])
+        if any("failed" in line for line in report.waiting):
+            break
+        assert time.monotonic() < deadline, f"no failure reported: {report.waiting}"
+        time.sleep(0.3)
+    assert "source offset 100 is not on the source" in report.waiting[0]
+    assert len(kafka.read_partitions(standby, topic)[0]) == 100, "the mirror wrote anyway"
 
 
 def test_pause_resume_and_promote(mirrors: Mirrors, routing: RoutingStore, stack_config: Config) -> None:

@@ -131,6 +131,8 @@ class LinkCopier:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._probe: Consumer | None = None
+        self._source_probe: Consumer | None = None
+        """Consumers that only read log ends, of the target and of the source."""
         self._maps: dict[Key, OffsetMap] = {}
         self._final: dict[Key, PartitionCopy] = {}
         self.finished = threading.Event()
@@ -145,6 +147,13 @@ class LinkCopier:
 
     def update(self, link: Link) -> None:
         self._wanted = link
+
+    def statuses(self) -> list[PartitionStatus]:
+        """The current status of every partition this copier holds (for metrics; any thread)."""
+        now = time.time()
+        state = "promoted" if self.finished.is_set() else "paused" if self._paused else "copying"
+        shown = self._final if self.finished.is_set() else self._partitions
+        return [st.status(state, now) for _, st in sorted(dict(shown).items())]
 
     def stop(self, timeout_s: float = 30.0) -> None:
         self._stop.set()
@@ -187,13 +196,16 @@ class LinkCopier:
                 **settings.producer,
             }
         )
-        self._probe = Consumer(
-            {
-                "bootstrap.servers": target,
-                "group.id": f"{group_id(link.id)}.probe",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-            }
+        self._probe, self._source_probe = (
+            Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": f"{group_id(link.id)}.probe",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                }
+            )
+            for bootstrap in (target, source)
         )
         self._consumer = Consumer(
             {
@@ -265,18 +277,21 @@ class LinkCopier:
     def _close(self) -> None:
         if self._producer is not None:
             self._producer.flush(10)
-        for consumer in (self._consumer, self._probe):
+        for consumer in (self._consumer, self._probe, self._source_probe):
             if consumer is not None:
                 consumer.close()
-        self._consumer = self._probe = self._producer = None
+        self._consumer = self._probe = self._source_probe = self._producer = None
         self._partitions.clear()
 
     # ---- partitions come and go
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         assert self._probe is not None
+        assert self._source_probe is not None
         keys = [(tp.topic, tp.partition) for tp in partitions]
         ends = kafka.log_ends(self._probe, keys)
+        source_ends = kafka.log_ends(self._source_probe, keys)
+        gone: list[tuple[Key, str]] = []
         for tp, key in zip(partitions, keys, strict=True):
             offset_map = self._maps.setdefault(key, OffsetMap())
             end = ends[key]
@@ -285,9 +300,14 @@ class LinkCopier:
             tp.offset = start if begun else OFFSET_BEGINNING
             self._partitions[key] = PartitionCopy(
                 key[0], key[1], offset_map, next_target=end, acked_target=end, acked_source=start,
-                read_to=start, begun=begun, error=self._failed.get(key),
+                read_to=start, begun=begun, source_end=source_ends[key], error=self._failed.get(key),
             )  # fmt: skip
+            low, _ = self._source_probe.get_watermark_offsets(tp, timeout=10)
+            if begun and not low <= start <= source_ends[key]:
+                gone.append((key, _gone(start, low, source_ends[key])))
         consumer.assign(partitions)
+        for key, reason in gone:
+            self._fail_partition(key, reason)
         held = [tp for tp in partitions if (tp.topic, tp.partition) in self._failed]
         if self._paused:
             held = partitions
@@ -368,11 +388,7 @@ class LinkCopier:
                 st.fetched_at = time.time()
             return
         if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE) and st is not None:
-            reason = (
-                f"source offset {st.read_to} no longer exists (retention or deletion): the records from "
-                "there to the source's log start were never copied; not skipping them silently"
-            )
-            self._fail_partition(key, reason)
+            self._fail_partition(key, _gone(st.read_to, None, None))
             return
         raise MirrorError(f"source: {error}")
 
@@ -465,13 +481,11 @@ class LinkCopier:
 
     def _publish(self) -> None:
         now = time.time()
-        state = "promoted" if self.finished.is_set() else "paused" if self._paused else "copying"
-        shown = self._final if self.finished.is_set() else self._partitions
         status = MemberStatus(
             member=self.member,
             host=f"{os.uname().nodename}:{os.getpid()}",
             updated_at=datetime.fromtimestamp(now, UTC),
-            partitions=tuple(st.status(state, now) for _, st in sorted(shown.items())),
+            partitions=tuple(self.statuses()),
             link_error=self._link_error,
         )
         path = member_path(self.layout, self.link.id, self.member)
@@ -486,6 +500,14 @@ class LinkCopier:
     def _unpublish(self) -> None:
         with contextlib.suppress(KazooException):
             self.zk.delete(member_path(self.layout, self.link.id, self.member))
+
+
+def _gone(position: int, low: int | None, end: int | None) -> str:
+    where = f" (it holds {low} to {end})" if end is not None else ""
+    return (
+        f"source offset {position} is not on the source{where}: deleted by retention, or the topic was "
+        "recreated; copying on from elsewhere would skip or repeat records, so this partition stops"
+    )
 
 
 def _ensure_map_topic(admin: AdminClient) -> None:

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from kazoo.client import KazooClient
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
 
 from switchyard.config import Config
 from switchyard.errors import BindingConflict, BindingRefused
@@ -23,6 +26,12 @@ from switchyard.routing.view import BindingView
 from workers.mirror.copier import LinkCopier
 
 log = logging.getLogger(__name__)
+_GAUGES = (
+    ("mirror.lag", "{record}", "lag", "source records not yet on the target"),
+    ("mirror.lag_seconds", "s", "lag_s", "seconds since the partition was last fully copied"),
+    ("mirror.source_end", "{offset}", "source_end", "source high watermark, from the latest fetch"),
+    ("mirror.mirrored", "{offset}", "mirrored", "source position copied up to, acknowledged by the target"),
+)
 
 
 class MirrorProcess:
@@ -34,6 +43,11 @@ class MirrorProcess:
         self.view = BindingView(zk, self.store.layout, config.default_cluster)
         self.copiers: dict[str, LinkCopier] = {}
         self._lock = threading.Lock()
+        meter = metrics.get_meter("switchyard.mirror")
+        for name, unit, field, description in _GAUGES:
+            meter.create_observable_gauge(
+                name, callbacks=[self._observer(field)], unit=unit, description=description
+            )
 
     def start(self) -> None:
         self.store.ensure_layout()
@@ -77,6 +91,19 @@ class MirrorProcess:
                     self._start(link)
             for link_id in set(self.copiers) - set(snapshot.links):
                 self.copiers.pop(link_id).stop()
+
+    def _observer(self, field: str) -> Callable[[CallbackOptions], list[Observation]]:
+        def observe(_options: CallbackOptions) -> list[Observation]:
+            with self._lock:
+                copiers = list(self.copiers.values())
+            return [
+                Observation(getattr(status, field), {"link": c.link.id, "topic": status.topic,
+                                                     "partition": status.partition})
+                for c in copiers
+                for status in c.statuses()
+            ]  # fmt: skip
+
+        return observe
 
     def _start(self, link: Link) -> None:
         copier = LinkCopier(self.config, link, self.zk, self.store.layout, self.member)
