@@ -77,8 +77,8 @@ class PartitionCopy:
     """The target offset the next record written will get."""
     acked_target: int
     """The target offset the next delivery report must confirm."""
-    acked_source: int
-    """Every source offset below this is on the target, acknowledged."""
+    start: int
+    """The source position this session started copying from."""
     read_to: int
     """The consumer's position: past every record and marker read so far."""
     begun: bool = False
@@ -88,10 +88,18 @@ class PartitionCopy:
     caught_up_at: float = field(default_factory=time.time)
     error: str | None = None
 
+    last_source: int = -1
+    """The source offset of the last record written in this session (-1: none yet)."""
+
+    def acked_source(self) -> int:
+        """Every source offset below this is on the target, acknowledged (worked out when asked:
+        translating on every delivery report would cost the copy loop a map lookup per record)."""
+        return self.offset_map.source_of(self.acked_target - 1) + 1 if self.acked_target > 0 else self.start
+
     def mirrored(self) -> int:
         """Every source offset below this is on the target (markers after the last record included)."""
         idle = self.acked_target == self.next_target
-        return max(self.acked_source, self.read_to) if idle else self.acked_source
+        return max(self.acked_source(), self.read_to) if idle else self.acked_source()
 
     def status(self, state: str, now: float) -> PartitionStatus:
         mirrored = self.mirrored()
@@ -217,13 +225,22 @@ class LinkCopier:
                 "enable.partition.eof": True,
                 "isolation.level": "read_committed",
                 "statistics.interval.ms": int(settings.status_interval_s * 1000),
+                "fetch.wait.max.ms": 100,  # bounds the copy's latency on brokers that hold fetches long
                 "stats_cb": self._stats,
                 **settings.consumer,
             }
         )
         admin_source = AdminClient({"bootstrap.servers": source})
         topics: list[str] = []
-        next_refresh = next_status = next_group_sync = 0.0
+        next_refresh = next_status = 0.0
+        session_over = threading.Event()
+        groups = threading.Thread(
+            target=self._sync_groups_every,
+            args=(admin_source, admin_target, session_over),
+            name=f"mirror-groups-{link.id}",
+            daemon=True,
+        )  # off the copy loop: listing a source's groups can take long, the copy must not wait for it
+        groups.start()
         try:
             while not self._stop.is_set():
                 now = time.time()
@@ -245,7 +262,7 @@ class LinkCopier:
                     next_refresh = now + settings.topic_refresh_s
                     self._link_error = None
                 self._follow_pause()
-                for msg in self._consumer.consume(1000, 0.1) if topics else ():
+                for msg in self._next_records() if topics else ():
                     self._copy(msg)
                 self._producer.poll(0)
                 if self._failure:
@@ -253,11 +270,15 @@ class LinkCopier:
                 if now >= next_status:
                     self._publish()
                     next_status = now + settings.status_interval_s
-                if now >= next_group_sync and self._partitions:
-                    self._sync_groups(admin_source, admin_target)
-                    next_group_sync = now + settings.group_sync_interval_s
         finally:
+            session_over.set()
+            groups.join(30)
             self._close()
+
+    def _next_records(self) -> list[Message]:
+        """What has arrived, at once; when nothing has, wait up to 0.1 s for the first record only."""
+        assert self._consumer is not None
+        return self._consumer.consume(1000, 0) or self._consumer.consume(1, 0.1)
 
     def _finish(self) -> None:
         """Promoted: the last writes are acknowledged, the group is left, the status says so for good."""
@@ -299,7 +320,7 @@ class LinkCopier:
             begun = end > 0 or bool(offset_map.segments)  # else: from wherever the source log starts
             tp.offset = start if begun else OFFSET_BEGINNING
             self._partitions[key] = PartitionCopy(
-                key[0], key[1], offset_map, next_target=end, acked_target=end, acked_source=start,
+                key[0], key[1], offset_map, next_target=end, acked_target=end, start=start,
                 read_to=start, begun=begun, source_end=source_ends[key], error=self._failed.get(key),
             )  # fmt: skip
             low, _ = self._source_probe.get_watermark_offsets(tp, timeout=10)
@@ -354,8 +375,8 @@ class LinkCopier:
         offset = msg.offset() or 0
         if offset < st.read_to:
             return  # read again after a pause or a seek: already copied
-        if not st.offset_map.continues(offset, st.next_target):
-            self._add_segment(st, offset)
+        if offset != st.last_source + 1 and not st.offset_map.continues(offset, st.next_target):
+            self._add_segment(st, offset)  # (right after a record that continued the map, this one does)
         assert self._producer is not None
         kind, timestamp = msg.timestamp()
         if kind == TIMESTAMP_NOT_AVAILABLE:
@@ -377,6 +398,7 @@ class LinkCopier:
                 self._producer.poll(0.05)
         st.next_target += 1
         st.read_to = offset + 1
+        st.last_source = offset
         st.begun = True
 
     def _copy_error(self, key: Key, st: PartitionCopy | None, error: KafkaError, msg: Message) -> None:
@@ -424,7 +446,6 @@ class LinkCopier:
             self._failure = self._failed[key]
             return
         st.acked_target += 1
-        st.acked_source = st.offset_map.source_of(offset) + 1
 
     def _fail_partition(self, key: Key, reason: str) -> None:
         log.error("link %s: %s[%d]: %s", self.link.id, key[0], key[1], reason)
@@ -437,9 +458,16 @@ class LinkCopier:
 
     # ---- group offsets
 
+    def _sync_groups_every(
+        self, source: AdminClient, target: AdminClient, session_over: threading.Event
+    ) -> None:
+        while not session_over.wait(self.config.mirror.group_sync_interval_s):
+            if self._partitions and self.link.state is LinkState.RUNNING:
+                self._sync_groups(source, target)
+
     def _sync_groups(self, source: AdminClient, target: AdminClient) -> None:
         """Carry the groups' offsets for the partitions this process copies (each process its own)."""
-        copying = {k: st for k, st in self._partitions.items() if not st.error}
+        copying = {k: st for k, st in dict(self._partitions).items() if not st.error}
         try:
             report = sync_groups(
                 source,
