@@ -214,7 +214,8 @@ def test_mirror_against_a_plain_loop(
     )
     print(render(
         ("path", "copy msg/s", "ratio"),
-        [("plain consume->produce", f"{plain:,.0f}", "100%"), ("mirror", f"{mirrored:,.0f}", f"{mirrored / plain:.0%}")],
+        [("plain consume->produce", f"{plain:,.0f}", "100%"),
+         ("mirror", f"{mirrored:,.0f}", f"{mirrored / plain:.0%}")],
     ))  # fmt: skip
     print(f"steady state at {RATE:,}/s for {SECONDS}s, produce -> visible on the target:")
     print(render(
