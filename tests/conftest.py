@@ -42,6 +42,27 @@ def stack(stack_config: Config) -> Iterator[Stack]:
         embedded.down()
 
 
+@pytest.fixture(scope="module")
+def ledger_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The SQLite ledger of this module's routing root (processes the tests start open it too)."""
+    return tmp_path_factory.mktemp("ledger") / "ledger.db"
+
+
+@pytest.fixture(scope="module")
+def routing(stack: Stack, stack_config: Config, ledger_path: Path) -> Iterator[RoutingStore]:
+    """A routing root of this module's own, with both clusters registered."""
+    zk = connect(stack_config)
+    ledger = Ledger.open(f"sqlite:///{ledger_path}")
+    store = RoutingStore(zk, f"/t-{uuid.uuid4().hex[:10]}", ledger)
+    store.ensure_layout()
+    for cluster_id, cluster in stack_config.clusters.items():
+        store.register_cluster(cluster_id, cluster.bootstrap, actor="user:test", reason="test")
+    yield store
+    zk.delete(store.layout.root, recursive=True)
+    disconnect(zk)
+    ledger.close()
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
     server = PostgresServer()

@@ -22,7 +22,6 @@ from switchyard import kafka
 from switchyard.config import Config
 from switchyard.routing.store import RoutingStore
 from switchyard.table import render
-from tests.integration.test_gateway import routing  # noqa: F401 - shared module fixture
 from tests.support import GatewayProcess, OtlpReceiver, bucket_quantile
 
 SIZE = 1024
@@ -96,7 +95,7 @@ def otlp() -> Iterator[OtlpReceiver]:
 
 @pytest.fixture(scope="module")
 def gateway(
-    routing: RoutingStore,  # noqa: F811
+    routing: RoutingStore,
     stack_config: Config,
     otlp: OtlpReceiver,
     tmp_path_factory: pytest.TempPathFactory,

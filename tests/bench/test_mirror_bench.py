@@ -26,7 +26,6 @@ from switchyard.mirror.status import read_status
 from switchyard.model import LinkState
 from switchyard.routing.store import RoutingStore
 from switchyard.table import render
-from tests.integration.test_mirror import ledger_path, routing  # noqa: F401 - shared module fixtures
 from tests.support import MirrorProcess
 
 SIZE = 1024
@@ -39,8 +38,8 @@ ACTOR = "user:bench"
 @pytest.fixture(scope="module")
 def mirror(
     stack_config: Config,
-    routing: RoutingStore,  # noqa: F811
-    ledger_path: Path,  # noqa: F811
+    routing: RoutingStore,
+    ledger_path: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[MirrorProcess]:
     assert stack_config.source is not None
@@ -190,7 +189,7 @@ def mirrored_topic(store: RoutingStore, source: str, topic: str) -> str:
 
 def test_mirror_against_a_plain_loop(
     mirror: MirrorProcess,
-    routing: RoutingStore,  # noqa: F811
+    routing: RoutingStore,
     stack_config: Config,
 ) -> None:
     source, target = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))

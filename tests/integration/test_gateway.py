@@ -13,32 +13,13 @@ from confluent_kafka.admin import AdminClient
 from switchyard import kafka
 from switchyard.config import Config, split_hostport
 from switchyard.keys import BindingKey
-from switchyard.ledger import Ledger
 from switchyard.model import LinkState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
-from switchyard.routing.zk import connect, disconnect
-from switchyard.stack import TESTBED_CONSUMER_SETTINGS, Stack, health
+from switchyard.stack import TESTBED_CONSUMER_SETTINGS, health
 from tests.support import GatewayProcess
 
 ACTOR = "user:test"
-
-
-@pytest.fixture(scope="module")
-def routing(
-    stack: Stack, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RoutingStore]:
-    """A routing root of this module's own, with both clusters registered."""
-    zk = connect(stack_config)
-    ledger = Ledger.open(f"sqlite:///{tmp_path_factory.mktemp('gw') / 'ledger.db'}")
-    store = RoutingStore(zk, f"/gw-{uuid.uuid4().hex[:10]}", ledger)
-    store.ensure_layout()
-    for cluster_id, cluster in stack_config.clusters.items():
-        store.register_cluster(cluster_id, cluster.bootstrap, actor=ACTOR, reason="test")
-    yield store
-    zk.delete(store.layout.root, recursive=True)
-    disconnect(zk)
-    ledger.close()
 
 
 @pytest.fixture(scope="module")

@@ -19,13 +19,12 @@ from switchyard.config import Config
 from switchyard.keys import BindingKey
 from switchyard.routing.gateways import registered, wait_for_acks
 from switchyard.routing.store import RoutingStore
-from tests.integration.test_gateway import routing  # noqa: F401 - shared module fixture
 from tests.support import GatewayProcess
 
 
 @pytest.fixture(scope="module")
 def pair(
-    routing: RoutingStore,  # noqa: F811
+    routing: RoutingStore,
     stack_config: Config,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
@@ -63,7 +62,7 @@ def test_both_present_the_same_virtual_brokers(pair: tuple[GatewayProcess, Gatew
 
 def test_both_acknowledge_every_epoch(
     pair: tuple[GatewayProcess, GatewayProcess],
-    routing: RoutingStore,  # noqa: F811
+    routing: RoutingStore,
 ) -> None:
     assert set(registered(routing.zk, routing.layout)) == {"gw-1", "gw-2"}
     epoch = routing.set_binding(

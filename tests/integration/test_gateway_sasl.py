@@ -17,11 +17,9 @@ from switchyard.keys import BindingKey
 from switchyard.model import BindingState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
-from tests.integration.test_gateway import bind, only_on, records, routing, unique
+from tests.integration.test_gateway import bind, only_on, records, unique
 from tests.support import GatewayProcess, OtlpReceiver
 from workers.gateway.sasl import user_line
-
-__all__ = ["routing"]  # the module-scoped routing root fixture, shared with test_gateway
 
 PASSWORD = "correct horse battery staple"
 

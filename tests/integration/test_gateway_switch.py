@@ -25,7 +25,7 @@ from switchyard.model import BindingState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import BindingChange, RoutingStore
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS
-from tests.integration.test_gateway import gateway, routing  # noqa: F401 - shared module fixtures
+from tests.integration.test_gateway import gateway  # noqa: F401 - shared module fixture
 from tests.support import GatewayProcess
 
 PARTITIONS = 3
@@ -144,7 +144,7 @@ def copy_group_offsets(source: str, target: str, group: str, topic: str) -> dict
 
 
 @pytest.fixture
-def mover(routing: RoutingStore, stack_config: Config) -> tuple[str, str]:  # noqa: F811
+def mover(routing: RoutingStore, stack_config: Config) -> tuple[str, str]:
     app, topic = f"mover-{uuid.uuid4().hex[:6]}", f"moving-{uuid.uuid4().hex[:6]}"
     for cluster in stack_config.clusters.values():
         kafka.create_topics(cluster.bootstrap, [topic], partitions=PARTITIONS)
@@ -154,7 +154,7 @@ def mover(routing: RoutingStore, stack_config: Config) -> tuple[str, str]:  # no
 @pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent-producer", "plain-producer"])
 def test_live_traffic_follows_a_switch_exactly_once(
     gateway: GatewayProcess,  # noqa: F811
-    routing: RoutingStore,  # noqa: F811
+    routing: RoutingStore,
     stack_config: Config,
     mover: tuple[str, str],
     idempotent: bool,

@@ -17,36 +17,15 @@ from confluent_kafka.admin import AdminClient
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import BindingRefused
-from switchyard.ledger import Ledger
 from switchyard.mirror.control import reverse_link
 from switchyard.mirror.mapstore import read_maps
 from switchyard.mirror.status import DrainReport, drain_report, read_status
 from switchyard.model import LinkState, now
 from switchyard.routing.store import RoutingStore
-from switchyard.routing.zk import connect, disconnect
-from switchyard.stack import TESTBED_CONSUMER_SETTINGS, Stack
+from switchyard.stack import TESTBED_CONSUMER_SETTINGS
 from tests.support import MirrorProcess, OtlpReceiver
 
 ACTOR = "user:test"
-
-
-@pytest.fixture(scope="module")
-def ledger_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("mirror") / "ledger.db"
-
-
-@pytest.fixture(scope="module")
-def routing(stack: Stack, stack_config: Config, ledger_path: Path) -> Iterator[RoutingStore]:
-    zk = connect(stack_config)
-    ledger = Ledger.open(f"sqlite:///{ledger_path}")
-    store = RoutingStore(zk, f"/mirror-{uuid.uuid4().hex[:10]}", ledger)
-    store.ensure_layout()
-    for cluster_id, cluster in stack_config.clusters.items():
-        store.register_cluster(cluster_id, cluster.bootstrap, actor=ACTOR, reason="test")
-    yield store
-    zk.delete(store.layout.root, recursive=True)
-    disconnect(zk)
-    ledger.close()
 
 
 class Mirrors:
@@ -91,6 +70,13 @@ def mirrors(
     started = Mirrors(stack_config, routing, ledger_path, tmp_path)
     yield started
     started.stop_all()
+
+
+def link_topic(routing: RoutingStore, prefix: str) -> tuple[str, str]:
+    """A new topic name and a link primary -> standby that copies exactly it."""
+    topic, link = unique(prefix), unique("link")
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
+    return topic, link
 
 
 def unique(prefix: str) -> str:
@@ -165,10 +151,9 @@ def test_a_fresh_link_copies_with_identical_offsets(
 def test_kill_9_mid_stream_then_restart_copies_every_record_exactly_once(
     mirrors: Mirrors, routing: RoutingStore, stack_config: Config
 ) -> None:
-    topic, link = unique("crash"), unique("link")
+    topic, link = link_topic(routing, "crash")
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
     kafka.create_topics(primary, [topic], partitions=2)
-    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
     first = mirrors.start("m1")
     _wait_state(routing, link, "copying", partitions=2)  # in the group, assigned: copying as records come
     total = 30_000
@@ -309,10 +294,9 @@ def test_a_source_position_that_is_gone_is_reported_not_skipped(
 
 
 def test_pause_resume_and_promote(mirrors: Mirrors, routing: RoutingStore, stack_config: Config) -> None:
-    topic, link = unique("ctl"), unique("link")
+    topic, link = link_topic(routing, "ctl")
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
     kafka.create_topics(primary, [topic], partitions=1)
-    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
     mirrors.start()
     kafka.produce(primary, topic, records(100))
     wait_drained(routing, link, [(topic, 0)], since=now())
@@ -351,10 +335,9 @@ def test_pause_resume_and_promote(mirrors: Mirrors, routing: RoutingStore, stack
 def test_a_planned_switch_back_keeps_offsets_identical_both_ways(
     mirrors: Mirrors, routing: RoutingStore, stack_config: Config
 ) -> None:
-    topic, link = unique("round"), unique("link")
+    topic, link = link_topic(routing, "round")
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
     kafka.create_topics(primary, [topic], partitions=2)
-    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
     mirrors.start()
     kafka.produce(primary, topic, records(400))
     wait_drained(routing, link, [(topic, 0), (topic, 1)], since=now())
