@@ -176,6 +176,32 @@ def test_kill_9_mid_stream_then_restart_copies_every_record_exactly_once(
     assert sum(len(r) for r in same_records(stack_config, topic).values()) == total
 
 
+def test_two_processes_share_a_link_and_one_takes_over_from_the_other(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config
+) -> None:
+    topic, link = link_topic(routing, "shared")
+    primary = stack_config.clusters["primary"].bootstrap
+    kafka.create_topics(primary, [topic], partitions=4)
+    first, _ = mirrors.start("m1"), mirrors.start("m2")
+    deadline = time.monotonic() + 60
+    while True:  # the group split the partitions between the two
+        owners = {m.member: len(m.partitions) for m in read_status(routing.zk, routing.layout, link)}
+        if sorted(owners.values()) == [2, 2]:
+            break
+        assert time.monotonic() < deadline, f"partitions not shared: {owners}"
+        time.sleep(0.2)
+    writer = threading.Thread(target=_produce_paced, args=(primary, topic, 20_000, 5_000))
+    writer.start()
+    time.sleep(1)
+    first.stop(signal.SIGKILL)  # mid-stream; m2 gets its partitions after the session times out
+    writer.join()
+    report = wait_drained(routing, link, [(topic, p) for p in range(4)], since=now(), timeout_s=90)
+    assert {s.key for s in report.partitions.values()} == {(topic, p) for p in range(4)}
+    survivor = next(m for m in read_status(routing.zk, routing.layout, link) if m.member == "m2")
+    assert len(survivor.partitions) == 4
+    assert sum(len(r) for r in same_records(stack_config, topic).values()) == 20_000
+
+
 def _produce_paced(bootstrap: str, topic: str, count: int, per_second: int) -> None:
     """Produce ``count`` records at about ``per_second``, so the mirror copies while they arrive."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
