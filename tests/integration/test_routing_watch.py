@@ -23,7 +23,7 @@ from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.store import BindingChange, RoutingStore
 from switchyard.routing.view import BindingView
 from switchyard.routing.zk import connect, disconnect
-from tests.support import PrivateZooKeeper
+from tests.support import PrivateService
 
 ORDERS = BindingKey.for_app("orders")
 HOST7 = BindingKey.instance("orders", "host-7")
@@ -161,7 +161,7 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 30) -> bool:
 
 
 def test_view_serves_its_last_routes_while_zookeeper_is_away(tmp_path: Path, stack_config: Config) -> None:
-    zookeeper = PrivateZooKeeper(tmp_path)
+    zookeeper = PrivateService.zookeeper(tmp_path)
     zookeeper.start()
     config = stack_config.model_copy(
         update={"zookeeper": stack_config.zookeeper.model_copy(update={"connect": zookeeper.connect})}
