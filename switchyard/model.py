@@ -78,6 +78,10 @@ class Cluster:
         )
 
 
+NEVER_COPIED = ("__", "switchyard.")
+"""Topic name prefixes no link copies: the brokers' internal topics and Switchyard's own (offset maps)."""
+
+
 class LinkState(StrEnum):
     RUNNING = "running"
     PAUSED = "paused"
@@ -103,7 +107,9 @@ class Link:
     """The link this one reverses (started from the promoted side of ``reverse_of``)."""
 
     def copies(self, topic: str) -> bool:
-        """Whether ``topic`` belongs to the link (patterns match the whole name)."""
+        """Whether ``topic`` belongs to the link (patterns match the whole name; internal topics never)."""
+        if topic.startswith(NEVER_COPIED):
+            return False
         return any(re.fullmatch(p, topic) for p in self.include) and not any(
             re.fullmatch(p, topic) for p in self.exclude
         )

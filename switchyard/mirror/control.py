@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import BindingRefused, KafkaOperationError
-from switchyard.mirror.mapstore import MAP_TOPIC, MAP_TOPIC_CONFIG, read_link, segment_record
+from switchyard.mirror.mapstore import MAP_TOPIC, ensure_map_topic, read_link, segment_record
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.model import LinkState
 from switchyard.routing.store import RoutingStore
@@ -109,23 +108,11 @@ def reverse_link(
 
 def _copied_partitions(bootstrap: str, copies: Callable[[str], bool]) -> list[Key]:
     topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
-    return [
-        (name, p)
-        for name, meta in topics.items()
-        if copies(name) and not name.startswith("__") and name != MAP_TOPIC
-        for p in meta.partitions
-    ]
+    return [(name, p) for name, meta in topics.items() if copies(name) for p in meta.partitions]
 
 
 def _store_maps(bootstrap: str, link_id: str, maps: dict[Key, OffsetMap]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    if MAP_TOPIC not in admin.list_topics(timeout=10).topics:
-        for future in admin.create_topics([NewTopic(MAP_TOPIC, 1, config=MAP_TOPIC_CONFIG)]).values():
-            try:
-                future.result(10)
-            except Exception as exc:
-                if "exist" not in str(exc).lower():
-                    raise KafkaOperationError(f"{bootstrap}: cannot create {MAP_TOPIC}: {exc}") from exc
+    ensure_map_topic(AdminClient({"bootstrap.servers": bootstrap}))
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     failures: list[str] = []
     for (topic, partition), offset_map in maps.items():

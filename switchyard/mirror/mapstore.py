@@ -13,6 +13,9 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
 from switchyard import kafka
 from switchyard.errors import KafkaOperationError
 from switchyard.mirror.offsets import OffsetMap
@@ -20,6 +23,19 @@ from switchyard.mirror.offsets import OffsetMap
 MAP_TOPIC = "switchyard.offset-map"
 MAP_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 TopicPartitionKey = tuple[str, int]
+
+
+def ensure_map_topic(admin: AdminClient) -> None:
+    """Create the map topic, compacted, where it is missing (before anything reads it: Tansu and
+    brokers with auto-creation would otherwise create it on first read, uncompacted)."""
+    if MAP_TOPIC in admin.list_topics(timeout=10).topics:
+        return
+    for future in admin.create_topics([NewTopic(MAP_TOPIC, 1, config=MAP_TOPIC_CONFIG)]).values():
+        try:
+            future.result(10)
+        except Exception as exc:
+            if "exist" not in str(exc).lower():
+                raise KafkaOperationError(f"cannot create {MAP_TOPIC}: {exc}") from exc
 
 
 def segment_record(link_id: str, topic: str, partition: int, source: int, target: int) -> tuple[bytes, bytes]:

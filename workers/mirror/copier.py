@@ -30,7 +30,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -41,19 +40,19 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource
-from confluent_kafka.cimpl import NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.mirror.groups import sync_groups
-from switchyard.mirror.mapstore import MAP_TOPIC, MAP_TOPIC_CONFIG, end_record, read_maps, segment_record
+from switchyard.mirror.mapstore import MAP_TOPIC, end_record, ensure_map_topic, read_maps, segment_record
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.status import MemberStatus, PartitionStatus, member_path
 from switchyard.model import Link, LinkState
 from switchyard.routing.layout import Layout
+from workers.mirror.topics import sync_topics
 
 log = logging.getLogger(__name__)
 Key = tuple[str, int]
@@ -191,7 +190,7 @@ class LinkCopier:
         target = self.config.clusters[link.target].bootstrap
         self._failure = None
         admin_target = AdminClient({"bootstrap.servers": target})
-        _ensure_map_topic(admin_target)
+        ensure_map_topic(admin_target)
         self._maps = read_maps(target, link.id)
         self._producer = Producer(
             {
@@ -248,7 +247,7 @@ class LinkCopier:
                     self._finish()
                     return
                 if now >= next_refresh:
-                    found = _sync_topics(self.link, admin_source, admin_target)
+                    found = sync_topics(self.link, admin_source, admin_target)
                     if found != topics:
                         topics = found
                         if topics:
@@ -479,11 +478,13 @@ class LinkCopier:
         except Exception as exc:  # groups are synced again at the next interval; copying goes on
             log.warning("link %s: group offsets not synced: %s", self.link.id, exc)
             return
-        for written in report.written:
+        if report.written:
+            groups = sorted({w.group for w in report.written})
             log.info(
-                "link %s: group %s %s[%d]: %d -> %d", self.link.id, written.group, written.topic,
-                written.partition, written.source, written.target,
-            )  # fmt: skip
+                "link %s: %d group offsets carried (%s)", self.link.id, len(report.written), ", ".join(groups)
+            )
+        for written in report.written:
+            log.debug("link %s: %s", self.link.id, written)
         for reason in report.skipped:
             log.debug("link %s: group offsets: %s", self.link.id, reason)
 
@@ -536,66 +537,3 @@ def _gone(position: int, low: int | None, end: int | None) -> str:
         f"source offset {position} is not on the source{where}: deleted by retention, or the topic was "
         "recreated; copying on from elsewhere would skip or repeat records, so this partition stops"
     )
-
-
-def _ensure_map_topic(admin: AdminClient) -> None:
-    if MAP_TOPIC in admin.list_topics(timeout=10).topics:
-        return
-    futures = admin.create_topics([NewTopic(MAP_TOPIC, 1, config=MAP_TOPIC_CONFIG)])
-    for future in futures.values():
-        try:
-            future.result(10)
-        except Exception as exc:
-            if "already exists" not in str(exc).lower() and "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise MirrorError(f"cannot create {MAP_TOPIC} on the target: {exc}") from exc
-
-
-def _sync_topics(link: Link, source: AdminClient, target: AdminClient) -> list[str]:
-    """The source topics the link copies; each created on the target with as many partitions."""
-    wanted = {
-        name: len(meta.partitions)
-        for name, meta in source.list_topics(timeout=10).topics.items()
-        if meta.error is None and link.copies(name) and not name.startswith("__") and name != MAP_TOPIC
-    }
-    existing = {name: len(meta.partitions) for name, meta in target.list_topics(timeout=10).topics.items()}
-    missing = [name for name in wanted if name not in existing]
-    if missing:
-        configs = _topic_configs(source, missing)
-        futures = target.create_topics(
-            [NewTopic(name, wanted[name], config=configs.get(name, {})) for name in missing]
-        )
-        for name, future in futures.items():
-            try:
-                future.result(30)
-            except Exception as exc:
-                if "already exists" not in str(exc).lower() and "TOPIC_ALREADY_EXISTS" not in str(exc):
-                    raise MirrorError(f"cannot create topic {name} on the target: {exc}") from exc
-    short = {name: count for name, count in wanted.items() if name in existing and existing[name] < count}
-    if short:
-        futures = target.create_partitions([NewPartitions(name, count) for name, count in short.items()])
-        for name, future in futures.items():
-            try:
-                future.result(30)
-            except Exception as exc:
-                raise MirrorError(
-                    f"topic {name} has {existing[name]} partitions on the target and {short[name]} on the "
-                    f"source, and the target cannot add partitions: {exc}"
-                ) from exc
-    return sorted(wanted)
-
-
-def _topic_configs(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, str]]:
-    """The source topics' own settings (not defaults, not read-only), to create the copies with."""
-    found: dict[str, dict[str, str]] = {}
-    try:
-        futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics])
-        for resource, future in futures.items():
-            entries: dict[str, Any] = future.result(10)
-            found[resource.name] = {
-                name: entry.value
-                for name, entry in entries.items()
-                if not entry.is_default and not entry.is_read_only and not entry.is_sensitive and entry.value
-            }
-    except Exception as exc:  # configs are copied where the broker allows; the data matters more
-        log.warning("topic configs not copied (%s): creating with the target's defaults", exc)
-    return found

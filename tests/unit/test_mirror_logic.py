@@ -1,6 +1,8 @@
-"""The offset map against a plain model: copy a source log with gaps densely, as the mirror does."""
+"""The mirror's pure logic: the offset map against a plain model of copying, reverse maps, link topics."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 from switchyard.errors import BindingRefused
 from switchyard.mirror.control import reverse_maps
 from switchyard.mirror.offsets import OffsetMap
+from switchyard.model import Link, LinkState
 
 # a source log: a start offset, then the gaps between consecutive records (0 = adjacent)
 logs = st.tuples(
@@ -115,3 +118,10 @@ def test_reverse_maps_continue_the_pairs_and_step_over_what_was_never_copied() -
     assert unplanned[key].target_of(5) == 9  # the first new record lands after the three
     with pytest.raises(BindingRefused, match="truncated"):
         reverse_maps({key: (6, 5)}, {key: forward}, {key: 4})
+
+
+def test_links_never_copy_internal_or_switchyard_topics() -> None:
+    link = Link("l", "a", "b", (".*",), (), LinkState.RUNNING, 1, datetime.now(UTC), "t")
+    assert link.copies("orders")
+    assert not link.copies("__consumer_offsets")
+    assert not link.copies("switchyard.offset-map")
