@@ -25,10 +25,19 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from switchyard.errors import LedgerError
 from switchyard.keys import BindingKey
-from switchyard.ledger.schema import binding_events, cluster_events, ledger_txns, link_events
+from switchyard.ledger.schema import (
+    binding_events,
+    cluster_events,
+    ledger_txns,
+    link_events,
+    reconciliation_runs,
+    verification_partitions,
+    verification_runs,
+)
 from switchyard.model import Binding, BindingState, Cluster, ClusterState, Link, LinkState
 
 PENDING, COMMITTED = "pending", "committed"
+_COUNTS = ("records", "missing", "extra", "mismatched", "misaligned")
 _MIGRATIONS = Path(__file__).with_name("migrations")
 
 
@@ -229,6 +238,95 @@ class Ledger:
                 )  # fmt: skip
                 epoch = max(epoch, k.epoch)
         return LedgerState(epoch, bindings, clusters, links)
+
+    # ---- verification and reconciliation
+
+    def record_verification(
+        self, run_id: str, link_id: str, result: dict[str, Any], *, verdict: str, started_at: datetime,
+        finished_at: datetime, master: str,
+    ) -> None:  # fmt: skip
+        """A verification job's findings: totals per run, counts and first examples per partition."""
+        partitions = result["partitions"]
+        groups = result.get("groups", [])
+        totals = {name: sum(p[name] for p in partitions) for name in _COUNTS}
+        with self._connection() as conn:
+            conn.execute(
+                insert(verification_runs).values(
+                    id=run_id,
+                    link_id=link_id,
+                    started_at=started_at,
+                    finished_at=finished_at,
+                    verdict=verdict,
+                    groups_checked=len(groups),
+                    groups_wrong=sum(1 for g in groups if not g["ok"]),
+                    master=master,
+                    report=json.dumps(result),
+                    **totals,
+                )
+            )
+            if partitions:
+                conn.execute(
+                    insert(verification_partitions),
+                    [
+                        {
+                            "run_id": run_id,
+                            "topic": p["topic"],
+                            "partition": p["partition"],
+                            "source_from": p["source_from"],
+                            "source_to": p["source_to"],
+                            "examples": json.dumps(p["examples"]),
+                            **{n: p[n] for n in _COUNTS},
+                        }
+                        for p in partitions
+                    ],
+                )
+
+    def verification(self, run_id: str) -> dict[str, Any] | None:
+        """A recorded verification: its row, with the findings document decoded."""
+        with self._connection() as conn:
+            row = conn.execute(select(verification_runs).where(verification_runs.c.id == run_id)).first()
+        return {**row._mapping, "report": json.loads(row.report)} if row else None
+
+    def record_reconciliation(
+        self, run_id: str, link_id: str, result: dict[str, Any], *, parquet: str, started_at: datetime,
+        finished_at: datetime,
+    ) -> None:  # fmt: skip
+        records = sum(e["records"] for e in result.get("exported", []))
+        with self._connection() as conn:
+            conn.execute(
+                insert(reconciliation_runs).values(
+                    id=run_id,
+                    link_id=link_id,
+                    started_at=started_at,
+                    finished_at=finished_at,
+                    parquet=parquet,
+                    records=records,
+                    report=json.dumps(result),
+                )
+            )
+
+    def reconciliation(self, run_id: str) -> dict[str, Any] | None:
+        with self._connection() as conn:
+            row = conn.execute(select(reconciliation_runs).where(reconciliation_runs.c.id == run_id)).first()
+        return {**row._mapping, "report": json.loads(row.report)} if row else None
+
+    def claim_republish(self, run_id: str, *, at: datetime) -> bool:
+        """Mark a reconciliation as being republished; False when it already was (never twice)."""
+        with self._connection() as conn:
+            claimed = conn.execute(
+                update(reconciliation_runs)
+                .where(reconciliation_runs.c.id == run_id, reconciliation_runs.c.republished_at.is_(None))
+                .values(republished_at=at)
+            )
+        return claimed.rowcount == 1
+
+    def finish_republish(self, run_id: str, records: int) -> None:
+        with self._connection() as conn:
+            conn.execute(
+                update(reconciliation_runs)
+                .where(reconciliation_runs.c.id == run_id)
+                .values(republished_records=records)
+            )
 
     @contextmanager
     def _connection(self) -> Iterator[Connection]:

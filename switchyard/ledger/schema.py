@@ -86,3 +86,55 @@ link_events = Table(
     Index("ix_link_events_link_epoch", "link_id", "epoch"),
 )
 """Mirror links: created, paused, resumed, promoted. ``include``/``exclude`` are JSON lists of regexes."""
+
+verification_runs = Table(
+    "verification_runs",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("link_id", String(255), nullable=False, index=True),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False),
+    Column("verdict", String(16), nullable=False),
+    Column("records", BigInteger, nullable=False),
+    Column("missing", BigInteger, nullable=False),
+    Column("extra", BigInteger, nullable=False),
+    Column("mismatched", BigInteger, nullable=False),
+    Column("misaligned", BigInteger, nullable=False),
+    Column("groups_checked", Integer, nullable=False),
+    Column("groups_wrong", Integer, nullable=False),
+    Column("master", String(512), nullable=False),
+    Column("report", Text, nullable=False),
+)
+"""One verification job: its verdict and totals; ``report`` is the whole findings document (JSON)."""
+
+verification_partitions = Table(
+    "verification_partitions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(36), ForeignKey("verification_runs.id"), nullable=False, index=True),
+    Column("topic", String(255), nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("source_from", BigInteger, nullable=False),
+    Column("source_to", BigInteger, nullable=False),
+    Column("records", BigInteger, nullable=False),
+    Column("missing", BigInteger, nullable=False),
+    Column("extra", BigInteger, nullable=False),
+    Column("mismatched", BigInteger, nullable=False),
+    Column("misaligned", BigInteger, nullable=False),
+    Column("examples", Text, nullable=False),
+)
+
+reconciliation_runs = Table(
+    "reconciliation_runs",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("link_id", String(255), nullable=False, index=True),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False),
+    Column("parquet", Text, nullable=False),
+    Column("records", BigInteger, nullable=False),
+    Column("report", Text, nullable=False),
+    Column("republished_at", DateTime(timezone=True)),
+    Column("republished_records", BigInteger),
+)
+"""The lost window found after a failover, exported to ``parquet``; republished once at most."""

@@ -1,0 +1,248 @@
+"""Preparing, submitting and recording the Spark jobs: what the CLI and the saga activities call.
+
+A job gets everything it needs in a JSON spec (clusters, partition ranges, offset maps, group offsets),
+runs under ``spark-submit`` on ``spark.master`` (``local[*]`` by default), reports ``progress: done/total``
+lines, and writes its result to a JSON file that is then read back here and recorded in the ledger.
+A job that fails raises :class:`VerificationError` with Spark's own error lines; a job whose caller is
+cancelled is killed (its whole process group).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.errors import BindingRefused, SwitchyardError
+from switchyard.mirror.groups import MIRROR_GROUP_PREFIX
+from switchyard.mirror.mapstore import read_link
+from switchyard.mirror.offsets import OffsetMap
+from switchyard.model import Link, now
+
+JOB = Path(__file__).with_name("job.py")
+Key = tuple[str, int]
+
+
+class VerificationError(SwitchyardError):
+    """The Spark job failed or was cancelled; the message carries Spark's error text."""
+
+
+@dataclass(frozen=True)
+class JobResult:
+    result: dict[str, Any]
+    started_at: datetime
+    finished_at: datetime
+    master: str
+
+
+def verify_spec(
+    config: Config, link: Link, *, topics: Iterable[str] = (), groups: Iterable[str] | None = None
+) -> dict[str, Any]:
+    """What to compare: every partition of the link's topics (or ``topics``), from the source's log
+    start to its end now, against the target up to its end now; and the groups' offsets."""
+    source = config.clusters[link.source].bootstrap
+    target = config.clusters[link.target].bootstrap
+    wanted = set(topics)
+    listed = AdminClient({"bootstrap.servers": source}).list_topics(timeout=10).topics
+    keys = sorted(
+        (name, p)
+        for name, meta in listed.items()
+        if link.copies(name) and (not wanted or name in wanted)
+        for p in meta.partitions
+    )
+    if not keys:
+        raise BindingRefused(f"link {link.id}: no topic to verify on {link.source}")
+    maps = read_link(target, link.id).maps
+    source_starts, source_ends = _bounds(source, keys)
+    _, target_ends = _bounds(target, keys)
+    partitions = []
+    for key in keys:
+        offset_map = maps.get(key, OffsetMap())
+        partitions.append({
+            "topic": key[0], "partition": key[1],
+            "source_from": source_starts[key], "source_to": source_ends[key],
+            "target_from": offset_map.position(source_starts[key]), "target_to": target_ends[key],
+            "segments": offset_map.segments,
+        })  # fmt: skip
+    checks = _group_checks(
+        maps, groups, source=source, target=target, source_ends=source_ends, target_ends=target_ends
+    )
+    return {"mode": "verify", "link": link.id, "source": source, "target": target, "partitions": partitions,
+            "groups": checks}  # fmt: skip
+
+
+def lost_window_spec(config: Config, link: Link, parquet: str) -> dict[str, Any]:
+    """The records on the link's source beyond what was copied: from each partition's final copied
+    position (stored at promotion) — or, for a link never promoted, from where the target's copy
+    ends — to the source's end now."""
+    source = config.clusters[link.source].bootstrap
+    target = config.clusters[link.target].bootstrap
+    stored = read_link(target, link.id)
+    listed = AdminClient({"bootstrap.servers": source}).list_topics(timeout=10).topics
+    keys = sorted((name, p) for name, meta in listed.items() if link.copies(name) for p in meta.partitions)
+    _, source_ends = _bounds(source, keys)
+    copied = {k: stored.ends[k][0] for k in keys if k in stored.ends}
+    unknown = [k for k in keys if k not in copied]
+    if unknown:
+        _, target_ends = _bounds(target, unknown)
+        for key in unknown:
+            copied[key] = stored.maps.get(key, OffsetMap()).next_source(target_ends[key])
+    partitions = [
+        {"topic": k[0], "partition": k[1], "source_from": copied[k], "source_to": source_ends[k]}
+        for k in keys
+        if source_ends[k] > copied[k]
+    ]
+    return {"mode": "export", "link": link.id, "source": source, "partitions": partitions, "parquet": parquet}
+
+
+def run_job(
+    config: Config,
+    spec: dict[str, Any],
+    *,
+    on_progress: Callable[[str], None] = lambda _line: None,
+    cancelled: threading.Event | None = None,
+) -> JobResult:
+    """Submit the job, relay its progress, wait; raise VerificationError with Spark's error text."""
+    started = now()
+    with tempfile.TemporaryDirectory(prefix="switchyard-job-") as work:
+        spec_path, output = Path(work) / "spec.json", Path(work) / "result.json"
+        spec_path.write_text(json.dumps({**spec, "output": str(output)}), encoding="utf-8")
+        argv = [
+            _spark_submit(),
+            "--master",
+            config.spark.master,
+            *config.spark.submit_args,
+            str(JOB),
+            str(spec_path),
+        ]
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+        )
+        errors: deque[str] = deque(maxlen=40)
+        readers = [
+            threading.Thread(target=_relay, args=(process.stdout, on_progress), daemon=True),
+            threading.Thread(target=_relay, args=(process.stderr, errors.append), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
+        while process.poll() is None:
+            if cancelled is not None and cancelled.wait(0.5):
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                raise VerificationError(f"the {spec['mode']} job was cancelled and stopped")
+            if cancelled is None:
+                process.wait()
+        for reader in readers:
+            reader.join(5)
+        if process.returncode != 0 or not output.exists():
+            raise VerificationError(
+                f"the {spec['mode']} job failed (spark-submit exit {process.returncode}):\n"
+                + _spark_error(errors)
+            )
+        result = json.loads(output.read_text(encoding="utf-8"))
+    return JobResult(result, started, now(), config.spark.master)
+
+
+def verdict(result: dict[str, Any]) -> str:
+    partitions_clean = all(
+        not (p["missing"] or p["extra"] or p["mismatched"] or p["misaligned"]) for p in result["partitions"]
+    )
+    return "clean" if partitions_clean and all(g["ok"] for g in result.get("groups", [])) else "diverged"
+
+
+def new_run_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _bounds(bootstrap: str, keys: list[Key]) -> tuple[dict[Key, int], dict[Key, int]]:
+    """Log start and exact log end of each partition."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "switchyard-verify", "enable.partition.eof": True}
+    )
+    try:
+        starts = {k: consumer.get_watermark_offsets(TopicPartition(*k), timeout=10)[0] for k in keys}
+        ends = kafka.log_ends(consumer, keys)
+    finally:
+        consumer.close()
+    return starts, ends
+
+
+def _group_checks(
+    maps: dict[Key, OffsetMap],
+    groups: Iterable[str] | None,
+    *,
+    source: str,
+    target: str,
+    source_ends: dict[Key, int],
+    target_ends: dict[Key, int],
+) -> list[dict[str, Any]]:
+    """Each group's offsets on the copied partitions, with where the map says they must be."""
+    source_admin, target_admin = (AdminClient({"bootstrap.servers": b}) for b in (source, target))
+    if groups is None:
+        listed = source_admin.list_consumer_groups().result(10).valid
+        groups = sorted(g.group_id for g in listed if not g.group_id.startswith(MIRROR_GROUP_PREFIX))
+    checks = []
+    for group in groups:
+        committed = _committed(source_admin, group)
+        on_target = _committed(target_admin, group)
+        for key, offset in sorted(committed.items()):
+            if key not in source_ends or offset < 0:
+                continue
+            checks.append({
+                "group": group, "topic": key[0], "partition": key[1], "source_offset": offset,
+                "source_end": source_ends[key], "target_offset": on_target.get(key, -1),
+                "target_end": target_ends[key], "expected": maps.get(key, OffsetMap()).position(offset),
+            })  # fmt: skip
+    return checks
+
+
+def _committed(admin: AdminClient, group: str) -> dict[Key, int]:
+    found: dict[Key, int] = {}
+    for future in admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values():
+        for tp in future.result(10).topic_partitions or ():
+            if tp.error is None:
+                found[(tp.topic, tp.partition)] = tp.offset
+    return found
+
+
+def _spark_submit() -> str:
+    beside = Path(sys.executable).with_name("spark-submit")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("spark-submit")
+    if found is None:
+        raise VerificationError("spark-submit not found (install pyspark, or put Spark's bin on PATH)")
+    return found
+
+
+def _relay(stream: Any, sink: Callable[[str], None]) -> None:
+    for line in stream:
+        sink(line.rstrip("\n"))
+
+
+def _spark_error(lines: Iterable[str]) -> str:
+    """Spark's own explanation: the exception lines if there are any, else the last lines."""
+    kept = list(lines)
+    errors = [line for line in kept if "Error" in line or "Exception" in line]
+    return "\n".join(errors[-10:] or kept[-15:])
