@@ -1,0 +1,183 @@
+"""Activities that run the Spark jobs for a saga: verify a link's copy, find the lost window.
+
+A job takes minutes, so the activity heartbeats (with the job's progress) every few seconds; a saga that
+is cancelled, or a worker that lost its activity, stops the job — the heartbeat is where the cancellation
+arrives, and the job's whole process group is killed. A failed job fails the activity with Spark's own
+error lines (not retryable: the same spec would fail the same way); a failure to reach ZooKeeper or the
+ledger is left retryable.
+
+Each activity is idempotent by its ``run_id`` (the saga picks it, so a retry records the same run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from switchyard.config import Config, load_config
+from switchyard.ledger import Ledger
+from switchyard.model import Link
+from switchyard.routing.store import RoutingStore
+from switchyard.routing.zk import connect, disconnect
+from switchyard.verify.submit import (
+    JobResult,
+    VerificationError,
+    lost_window_spec,
+    run_job,
+    verdict,
+    verify_spec,
+)
+
+HEARTBEAT_S = 5.0
+Result = TypeVar("Result")
+
+
+@dataclass
+class VerifyRequest:
+    run_id: str
+    link_id: str
+    topics: list[str] = field(default_factory=list)
+    groups: list[str] | None = None
+    config_path: str | None = None
+
+
+@dataclass
+class VerifyOutcome:
+    run_id: str
+    verdict: str
+    records: int
+    divergent_partitions: list[str]
+    wrong_groups: list[str]
+
+
+@dataclass
+class LostWindowRequest:
+    run_id: str
+    link_id: str
+    parquet: str
+    config_path: str | None = None
+
+
+@dataclass
+class LostWindowOutcome:
+    run_id: str
+    records: int
+    partitions: dict[str, int]
+
+
+@activity.defn
+async def verify_link(request: VerifyRequest) -> VerifyOutcome:
+    return await _heartbeating(lambda job: _verify(request, job))
+
+
+@activity.defn
+async def find_lost_window(request: LostWindowRequest) -> LostWindowOutcome:
+    return await _heartbeating(lambda job: _find(request, job))
+
+
+@dataclass
+class _Job:
+    """What the activity's thread and its heartbeat loop share."""
+
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    progress: str = "preparing"
+
+    def run(self, config: Config, spec: dict[str, Any]) -> JobResult:
+        self.progress = "submitted"
+        return run_job(config, spec, on_progress=self._note, cancelled=self.cancelled)
+
+    def _note(self, line: str) -> None:
+        self.progress = line
+
+
+def _verify(request: VerifyRequest, job: _Job) -> VerifyOutcome:
+    config = load_config(request.config_path)
+    ledger = Ledger.open(config.ledger_url)
+    try:
+        done = ledger.verification(request.run_id)
+        if done is not None:  # a retry after the answer was lost: the run happened
+            return _verify_outcome(request.run_id, done["verdict"], done["report"])
+        link = _link(config, ledger, request.link_id)
+        result = job.run(config, verify_spec(config, link, topics=request.topics, groups=request.groups))
+        outcome = verdict(result.result)
+        ledger.record_verification(
+            request.run_id, request.link_id, result.result, verdict=outcome, started_at=result.started_at,
+            finished_at=result.finished_at, master=result.master,
+        )  # fmt: skip
+        return _verify_outcome(request.run_id, outcome, result.result)
+    finally:
+        ledger.close()
+
+
+def _find(request: LostWindowRequest, job: _Job) -> LostWindowOutcome:
+    config = load_config(request.config_path)
+    ledger = Ledger.open(config.ledger_url)
+    try:
+        done = ledger.reconciliation(request.run_id)
+        if done is None:
+            link = _link(config, ledger, request.link_id)
+            result = job.run(config, lost_window_spec(config, link, request.parquet))
+            ledger.record_reconciliation(
+                request.run_id, request.link_id, result.result, parquet=request.parquet,
+                started_at=result.started_at, finished_at=result.finished_at,
+            )  # fmt: skip
+            report = result.result
+        else:
+            report = done["report"]
+        partitions = {f"{e['topic']}[{e['partition']}]": e["records"] for e in report.get("exported", [])}
+        return LostWindowOutcome(request.run_id, sum(partitions.values()), partitions)
+    finally:
+        ledger.close()
+
+
+async def _heartbeating(work: Callable[[_Job], Result]) -> Result:
+    """Do ``work`` on a thread (it blocks: Kafka, ZooKeeper, SQL, Spark), heartbeating its progress;
+    when the activity is cancelled, stop the Spark job and wait for the thread to finish."""
+    job = _Job()
+    running = asyncio.get_running_loop().run_in_executor(None, work, job)
+    try:
+        while True:
+            activity.heartbeat(job.progress)
+            try:
+                return await asyncio.wait_for(asyncio.shield(running), HEARTBEAT_S)
+            except TimeoutError:
+                continue
+    except VerificationError as exc:
+        raise ApplicationError(str(exc), type="SparkJobFailed", non_retryable=True) from exc
+    except asyncio.CancelledError:
+        job.cancelled.set()  # run_job kills the job's process group and returns
+        await asyncio.gather(running, return_exceptions=True)
+        raise
+
+
+def _link(config: Config, ledger: Ledger, link_id: str) -> Link:
+    zk = connect(config)
+    try:
+        link = RoutingStore(zk, config.zookeeper.root, ledger).link(link_id)
+    finally:
+        disconnect(zk)
+    if link is None:
+        raise ApplicationError(f"link {link_id!r} does not exist", type="NoSuchLink", non_retryable=True)
+    return link
+
+
+def _verify_outcome(run_id: str, outcome: str, report: dict[str, Any]) -> VerifyOutcome:
+    return VerifyOutcome(
+        run_id=run_id,
+        verdict=outcome,
+        records=sum(p["records"] for p in report["partitions"]),
+        divergent_partitions=[
+            f"{p['topic']}[{p['partition']}]"
+            for p in report["partitions"]
+            if p["missing"] or p["extra"] or p["mismatched"] or p["misaligned"]
+        ],
+        wrong_groups=[
+            f"{g['group']} {g['topic']}[{g['partition']}]" for g in report.get("groups", []) if not g["ok"]
+        ],
+    )
