@@ -8,7 +8,7 @@ import click
 from confluent_kafka.admin import AdminClient
 
 from switchyard.cli.base import Group, actor_option, cli, config_of, reason_option, store_of
-from switchyard.mirror.control import reverse_link
+from switchyard.mirror.control import promote_link, reverse_link
 from switchyard.mirror.groups import sync_groups
 from switchyard.mirror.mapstore import read_link
 from switchyard.mirror.status import drain_report, read_status
@@ -119,9 +119,22 @@ _state_command(
     "pause", LinkState.PAUSED, "Stop copying LINK_ID where it stands; resume continues from there."
 )
 _state_command("resume", LinkState.RUNNING, "Copy LINK_ID again from where it stopped.")
-_state_command(
-    "promote", LinkState.PROMOTED, "Stop copying LINK_ID for good: its target becomes the writable copy."
-)
+
+
+@links.command("promote")
+@click.argument("link_id")
+@actor_option
+@reason_option
+@click.pass_context
+def promote(ctx: click.Context, link_id: str, actor: str, reason: str) -> None:
+    """Stop copying LINK_ID for good: its target becomes the writable copy.
+
+    Pauses the link, waits for the mirror to stand still, stores each partition's final position
+    (where the lost window and a reverse link start), then promotes.
+    """
+    with store_of(ctx) as store:
+        epoch = promote_link(config_of(ctx), store, link_id, actor=actor, reason=reason)
+    click.echo(f"link {link_id} is promoted, epoch {epoch}")
 
 
 @links.command("reverse")

@@ -1,4 +1,12 @@
-"""Reversing a promoted link: copy back from the promoted side, offsets aligned the same exact way.
+"""Promoting and reversing links: the two changes that need more than a state write.
+
+Promotion stores each partition's final position — how far the source was copied, and the target's
+end at that moment — next to the offset map, so the lost window and the reverse link start from facts,
+not from a target that clients have written to since. It pauses the link first and waits for the
+mirror to stand still, so the target's ends are stable while they are read; with no mirror running
+(an unplanned failover), they are stable already.
+
+Reversing a promoted link: copy back from the promoted side, offsets aligned the same exact way.
 
 After a switchover the old target is where clients write; the reverse link copies those new records
 back to the old source so that a switch back finds them there. Its offset map is the old map turned
@@ -12,6 +20,7 @@ means records only one side has, it is refused unless forced.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,9 +30,10 @@ from confluent_kafka.admin import AdminClient
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import BindingRefused, KafkaOperationError
-from switchyard.mirror.mapstore import MAP_TOPIC, ensure_map_topic, read_link, segment_record
+from switchyard.mirror.mapstore import MAP_TOPIC, end_record, ensure_map_topic, read_link, segment_record
 from switchyard.mirror.offsets import OffsetMap
-from switchyard.model import LinkState
+from switchyard.mirror.status import read_status
+from switchyard.model import Link, LinkState
 from switchyard.routing.store import RoutingStore
 
 Key = tuple[str, int]
@@ -36,6 +46,62 @@ class ReverseReport:
     partitions: int
     uncopied: dict[Key, int] = field(default_factory=dict)
     """Records on the old source the old link never copied, per partition (left in place)."""
+
+
+def promote_link(
+    config: Config, store: RoutingStore, link_id: str, *, actor: str, reason: str, wait_s: float = 30.0
+) -> int:
+    """Pause, store the final positions, promote; return the promotion's epoch."""
+    link = store.link(link_id)
+    if link is None:
+        raise BindingRefused(f"link {link_id!r} does not exist")
+    if link.state is LinkState.PROMOTED:
+        raise BindingRefused(f"link {link_id} is already promoted")
+    if link.state is LinkState.RUNNING:
+        store.set_link_state(link_id, LinkState.PAUSED, actor=actor, reason=f"{reason} (pausing to promote)")
+    _wait_paused(store, link_id, wait_s)
+    paused = store.link(link_id)
+    assert paused is not None
+    record_final_positions(config, paused)
+    return store.set_link_state(link_id, LinkState.PROMOTED, actor=actor, reason=reason)
+
+
+def record_final_positions(config: Config, link: Link) -> dict[Key, tuple[int, int]]:
+    """Each copied partition's (source position copied up to, target end), stored with the map."""
+    target = config.clusters[link.target].bootstrap
+    maps = read_link(target, link.id).maps
+    keys = _copied_partitions(target, link.copies)
+    probe = Consumer(
+        {"bootstrap.servers": target, "group.id": "switchyard-promote", "enable.partition.eof": True}
+    )
+    try:
+        ends = kafka.log_ends(probe, keys)
+    finally:
+        probe.close()
+    final = {key: (maps.get(key, OffsetMap()).next_source(end), end) for key, end in ends.items()}
+    producer = Producer({"bootstrap.servers": target, "enable.idempotence": True})
+    failures: list[str] = []
+    for (topic, partition), (copied_to, end) in final.items():
+        key, value = end_record(link.id, topic, partition, copied_to, end)
+        producer.produce(
+            MAP_TOPIC, value, key, on_delivery=lambda e, _m: failures.append(str(e)) if e else None
+        )
+    if producer.flush(30) or failures:
+        raise KafkaOperationError(f"{target}: final positions of link {link.id} not stored: {failures[:1]}")
+    return final
+
+
+def _wait_paused(store: RoutingStore, link_id: str, wait_s: float) -> None:
+    """Until every live mirror process reports the link's partitions paused (none running: at once)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        reported = [p for m in read_status(store.zk, store.layout, link_id) for p in m.partitions]
+        copying = [f"{p.topic}[{p.partition}]" for p in reported if p.state == "copying"]
+        if not copying:
+            return
+        if time.monotonic() > deadline:
+            raise BindingRefused(f"link {link_id}: still copying {', '.join(copying[:5])}; not promoted")
+        time.sleep(0.2)
 
 
 def reverse_maps(

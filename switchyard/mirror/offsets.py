@@ -45,6 +45,8 @@ class OffsetMap:
 
     def target_of(self, source: int) -> int | None:
         """The target offset of source record ``source``, or None if it was never copied."""
+        if not self.segments:
+            return source  # identical offsets: the common case, asked once per record by verification
         segments = self._all()
         i = bisect.bisect_right(segments, (source, _MAX)) - 1
         s, t = segments[i]

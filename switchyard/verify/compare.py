@@ -22,25 +22,30 @@ MAX_EXAMPLES = 5
 @dataclass(frozen=True)
 class Digested:
     offset: int
-    digest: str
+    digest: bytes
     timestamp: int
 
 
-def digest(key: Any, value: Any, headers: Any) -> str:
-    """Of key, value and headers as a Kafka client hands them over (bytes or str; headers a list or dict)."""
-    key, value = _as_bytes(key), _as_bytes(value)
-    pairs = headers.items() if isinstance(headers, dict) else headers or ()
-    h = hashlib.blake2b(digest_size=16)
-    for part in (key, value):
-        h.update(b"\x00" if part is None else b"\x01" + len(part).to_bytes(8, "big") + part)
-    for name, header_value_raw in pairs:
-        header_value = _as_bytes(header_value_raw)
-        raw = name.encode()
-        h.update(len(raw).to_bytes(4, "big") + raw)
-        h.update(
-            b"\x00" if header_value is None else b"\x01" + len(header_value).to_bytes(8, "big") + header_value
-        )
-    return h.hexdigest()
+def digest(key: Any, value: Any, headers: Any) -> bytes:
+    """Of key, value and headers as a Kafka client hands them over (bytes or str; headers a list or dict).
+
+    One hash call per record over length-prefixed parts (-1 for null), so no two different records
+    share the bytes hashed; this is a large part of a verification's CPU time.
+    """
+    parts = [_part(key), _part(value)]
+    for name, header_value in headers.items() if isinstance(headers, dict) else headers or ():
+        parts += (_part(name), _part(header_value))
+    return hashlib.blake2b(b"".join(parts), digest_size=16).digest()
+
+
+def _part(data: Any) -> bytes:
+    if data is None:
+        return _NULL
+    raw = data.encode() if isinstance(data, str) else data
+    return len(raw).to_bytes(8, "big", signed=True) + raw
+
+
+_NULL = (-1).to_bytes(8, "big", signed=True)
 
 
 @dataclass
@@ -77,7 +82,7 @@ def compare_partition(
 ) -> PartitionFindings:
     """Fill ``findings`` from the source records of its range and the target records of its range."""
     at_target = {r.offset: r for r in target}
-    by_digest: dict[str, list[int]] = {}
+    by_digest: dict[bytes, list[int]] = {}
     for r in at_target.values():
         by_digest.setdefault(r.digest, []).append(r.offset)
     accounted: set[int] = set()
@@ -114,7 +119,3 @@ def compare_partition(
         findings.extra += 1
         findings.note(f"target {offset}: no source record accounts for it")
     return findings
-
-
-def _as_bytes(data: Any) -> bytes | None:
-    return data.encode() if isinstance(data, str) else data

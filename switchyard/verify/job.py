@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from typing import Any
 
 from switchyard.mirror.offsets import OffsetMap
@@ -103,7 +104,9 @@ def main(argv: list[str]) -> int:
     try:
         if spec["mode"] == "verify":
             rdd = context.parallelize(tasks, max(1, len(tasks)))
+            started = time.perf_counter()
             result["partitions"] = rdd.map(lambda t: verify_partition(t, source, target)).collect()
+            result["compare_seconds"] = time.perf_counter() - started  # the work, Spark's start-up excluded
             result["groups"] = [check_group(g, source, target) for g in spec.get("groups", [])]
         elif spec["mode"] == "export":
             schema = StructType([

@@ -34,7 +34,7 @@ from switchyard.errors import BindingRefused, SwitchyardError
 from switchyard.mirror.groups import MIRROR_GROUP_PREFIX
 from switchyard.mirror.mapstore import read_link
 from switchyard.mirror.offsets import OffsetMap
-from switchyard.model import Link, now
+from switchyard.model import Link, LinkState, now
 
 JOB = Path(__file__).with_name("job.py")
 Key = tuple[str, int]
@@ -90,8 +90,8 @@ def verify_spec(
 
 def lost_window_spec(config: Config, link: Link, parquet: str) -> dict[str, Any]:
     """The records on the link's source beyond what was copied: from each partition's final copied
-    position (stored at promotion) — or, for a link never promoted, from where the target's copy
-    ends — to the source's end now."""
+    position (stored at promotion; for a link not promoted yet, where the target's copy ends) to the
+    source's end now."""
     source = config.clusters[link.source].bootstrap
     target = config.clusters[link.target].bootstrap
     stored = read_link(target, link.id)
@@ -100,7 +100,13 @@ def lost_window_spec(config: Config, link: Link, parquet: str) -> dict[str, Any]
     _, source_ends = _bounds(source, keys)
     copied = {k: stored.ends[k][0] for k in keys if k in stored.ends}
     unknown = [k for k in keys if k not in copied]
-    if unknown:
+    if unknown and link.state is LinkState.PROMOTED:
+        names = ", ".join(f"{t}[{p}]" for t, p in unknown[:5])
+        raise BindingRefused(
+            f"link {link.id} was promoted without storing final positions for {names} (promote with "
+            "`switchyard links promote`): its target has been written to since, so the copy's end is unknown"
+        )
+    if unknown:  # never promoted: only the mirror writes the target, its end is where the copy ends
         _, target_ends = _bounds(target, unknown)
         for key in unknown:
             copied[key] = stored.maps.get(key, OffsetMap()).next_source(target_ends[key])

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import BindingRefused
-from switchyard.mirror.control import reverse_link
+from switchyard.mirror.control import promote_link, reverse_link
 from switchyard.mirror.mapstore import read_maps
 from switchyard.mirror.status import DrainReport, drain_report, read_status
 from switchyard.model import LinkState, now
@@ -367,7 +367,7 @@ def test_pause_resume_and_promote(mirrors: Mirrors, routing: RoutingStore, stack
     wait_drained(routing, link, [(topic, 0)], since=now())
     assert len(same_records(stack_config, topic)[0]) == 150
 
-    routing.set_link_state(link, LinkState.PROMOTED, actor=ACTOR, reason="t")
+    promote_link(stack_config, routing, link, actor=ACTOR, reason="t")
     _wait_state(routing, link, "promoted")
     kafka.produce(primary, topic, records(10, "after"))
     time.sleep(2)
@@ -395,7 +395,7 @@ def test_a_planned_switch_back_keeps_offsets_identical_both_ways(
     mirrors.start()
     kafka.produce(primary, topic, records(400))
     wait_drained(routing, link, [(topic, 0), (topic, 1)], since=now())
-    routing.set_link_state(link, LinkState.PROMOTED, actor=ACTOR, reason="switchover")
+    promote_link(stack_config, routing, link, actor=ACTOR, reason="switchover")
     _wait_state(routing, link, "promoted", partitions=2)
 
     report = reverse_link(stack_config, routing, link, f"{link}-back", actor=ACTOR, reason="switch back")

@@ -17,9 +17,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from switchyard import kafka
 from switchyard.cli import cli
 from switchyard.config import Config
-from switchyard.model import LinkState
+from switchyard.mirror.control import promote_link
+from switchyard.model import now
 from switchyard.routing.store import RoutingStore
 from switchyard.verify.submit import VerificationError, run_job, verdict, verify_spec
+from tests.integration.test_mirror import Mirrors, wait_drained
 
 ACTOR = "user:test"
 N = 50
@@ -142,16 +144,22 @@ def test_a_spark_failure_carries_sparks_own_error(stack_config: Config) -> None:
 def test_the_lost_window_is_found_exported_and_republished_once(
     routing: RoutingStore, stack_config: Config, ledger_path: Path, tmp_path: Path
 ) -> None:
-    """The mirror stopped at 40 of 40; 7 more were written to the primary; then the standby took over."""
+    """A real mirror copies 40 records and stops; 7 more reach the primary; the standby takes over."""
     topic, link = f"lw-{uuid.uuid4().hex[:6]}", f"lw-{uuid.uuid4().hex[:6]}"
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
-    for bootstrap in (primary, standby):
-        kafka.create_topics(bootstrap, [topic], partitions=1)
+    kafka.create_topics(primary, [topic], partitions=1)
     kafka.produce(primary, topic, records(40))
-    kafka.produce(standby, topic, records(40))  # what the mirror had copied
-    kafka.produce(primary, topic, records(7, "lost"))  # written after the mirror stopped
     routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
-    routing.set_link_state(link, LinkState.PROMOTED, actor=ACTOR, reason="failover")
+    mirrors = Mirrors(stack_config, routing, ledger_path, tmp_path)
+    try:
+        mirrors.start()
+        wait_drained(routing, link, [(topic, 0)], since=now())
+    finally:
+        mirrors.stop_all()  # the primary's site goes dark: the mirror stops with it
+    kafka.produce(primary, topic, records(7, "lost"))  # acknowledged to producers, never copied
+    promote_link(
+        stack_config, routing, link, actor=ACTOR, reason="failover"
+    )  # no mirror: positions as they stand
     env = {
         "SWITCHYARD__ZOOKEEPER__ROOT": routing.layout.root,
         "SWITCHYARD__LEDGER__URL": f"sqlite:///{ledger_path}",

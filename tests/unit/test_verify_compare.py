@@ -34,7 +34,7 @@ def test_a_clean_copy() -> None:
 
 def test_missing_extra_altered() -> None:
     assert counts(run(log(10), log(9))) == (9, 1, 0, 0, 0)
-    assert counts(run(log(10), [*log(10), Digested(10, "x", 0)])) == (10, 0, 1, 0, 0)
+    assert counts(run(log(10), [*log(10), Digested(10, b"x", 0)])) == (10, 0, 1, 0, 0)
     altered = log(10)
     altered[4] = Digested(4, digest(b"k4", b"changed", [("h", b"1")]), 1004)
     found = run(log(10), altered)

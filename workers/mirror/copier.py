@@ -47,7 +47,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.mirror.groups import sync_groups
-from switchyard.mirror.mapstore import MAP_TOPIC, end_record, ensure_map_topic, read_maps, segment_record
+from switchyard.mirror.mapstore import MAP_TOPIC, ensure_map_topic, read_maps, segment_record
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.status import MemberStatus, PartitionStatus, member_path
 from switchyard.model import Link, LinkState
@@ -285,11 +285,6 @@ class LinkCopier:
         remaining = self._producer.flush(30)
         if remaining or self._failure:
             raise MirrorError(f"promoted, but {remaining} records were not acknowledged: {self._failure}")
-        for st in self._partitions.values():  # where a reverse link will start
-            key, value = end_record(self.link.id, st.topic, st.partition, st.mirrored(), st.acked_target)
-            self._producer.produce(MAP_TOPIC, value, key)
-        if self._producer.flush(30) or self._failure:
-            raise MirrorError(f"promoted, but the final positions could not be stored: {self._failure}")
         self._final = dict(self._partitions)  # the last status stays: what was copied, for good
         self.finished.set()
         log.info("link %s promoted: copying stopped", self.link.id)
