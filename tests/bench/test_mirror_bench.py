@@ -26,7 +26,7 @@ from switchyard.mirror.status import read_status
 from switchyard.model import LinkState
 from switchyard.routing.store import RoutingStore
 from switchyard.table import render
-from tests.support import MirrorProcess
+from tests.support import MirrorProcess, fill_topic
 
 SIZE = 1024
 RECORDS = 100_000
@@ -58,20 +58,6 @@ def mirror(
     process.start()
     yield process
     process.stop()
-
-
-def preload(bootstrap: str, topic: str) -> None:
-    kafka.create_topics(bootstrap, [topic], partitions=PARTITIONS)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000})
-    payload = b"p" * SIZE
-    for i in range(RECORDS):
-        while True:
-            try:
-                producer.produce(topic, payload, str(i).encode())
-                break
-            except BufferError:
-                producer.poll(0.01)
-    assert producer.flush(60) == 0
 
 
 def plain_loop(source: str, target: str, topic: str) -> float:
@@ -194,10 +180,10 @@ def test_mirror_against_a_plain_loop(
 ) -> None:
     source, target = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
     plain_topic, mirror_topic = f"plain-{uuid.uuid4().hex[:6]}", f"mirrored-{uuid.uuid4().hex[:6]}"
-    preload(source, plain_topic)
+    fill_topic(source, plain_topic, RECORDS, partitions=PARTITIONS, size=SIZE)
     kafka.create_topics(target, [plain_topic], partitions=PARTITIONS)
     plain = plain_loop(source, target, plain_topic)
-    preload(source, mirror_topic)
+    fill_topic(source, mirror_topic, RECORDS, partitions=PARTITIONS, size=SIZE)
     mirrored = mirror_throughput(routing, source, mirror_topic)
     plain_topic = f"steady-plain-{uuid.uuid4().hex[:6]}"
     for bootstrap in (source, target):

@@ -8,39 +8,21 @@ from __future__ import annotations
 
 import uuid
 
-from confluent_kafka import Producer
-
-from switchyard import kafka
 from switchyard.config import Config
 from switchyard.routing.store import RoutingStore
 from switchyard.table import render
 from switchyard.verify.submit import run_job, verdict, verify_spec
+from tests.support import fill_topic
 
 RECORDS = 200_000
 PARTITIONS = 4
 SIZE = 1024
 
 
-def load(bootstrap: str, topic: str) -> None:
-    kafka.create_topics(bootstrap, [topic], partitions=PARTITIONS)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000})
-    payload = b"q" * SIZE
-    for i in range(RECORDS):
-        while True:
-            try:
-                producer.produce(
-                    topic, payload, str(i).encode(), partition=i % PARTITIONS, timestamp=1_700_000_000_000 + i
-                )
-                break
-            except BufferError:
-                producer.poll(0.01)
-    assert producer.flush(120) == 0
-
-
 def test_verification_scaling(routing: RoutingStore, stack_config: Config) -> None:
     topic, link_id = f"verify-bench-{uuid.uuid4().hex[:6]}", f"verify-bench-{uuid.uuid4().hex[:6]}"
     for cluster in ("primary", "standby"):
-        load(stack_config.clusters[cluster].bootstrap, topic)
+        fill_topic(stack_config.clusters[cluster].bootstrap, topic, RECORDS, partitions=PARTITIONS, size=SIZE)
     routing.create_link(link_id, "primary", "standby", include=[topic], actor="user:bench", reason="bench")
     link = routing.link(link_id)
     assert link is not None

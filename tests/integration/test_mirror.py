@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
@@ -23,7 +23,7 @@ from switchyard.mirror.status import DrainReport, drain_report, read_status
 from switchyard.model import LinkState, now
 from switchyard.routing.store import RoutingStore
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS
-from tests.support import MirrorProcess, OtlpReceiver, PrivateService
+from tests.support import MirrorProcess, OtlpReceiver, PrivateService, commit_offset
 
 ACTOR = "user:test"
 
@@ -295,19 +295,11 @@ def test_source_gaps_give_an_exact_offset_map(
 
     # a group that read 60 records on the source resumes on the target at the 61st, whatever its offset
     group = unique("g")
-    _commit(primary, group, topic, source[60].offset)
+    commit_offset(primary, group, topic, source[60].offset)
     translated = _wait_group_offset(standby, group, topic, 60)
     assert translated == 60 != source[60].offset
     resumed = kafka.consume(standby, topic, group=group, count=1, settings=TESTBED_CONSUMER_SETTINGS)
     assert (resumed[0].key, resumed[0].value) == (source[60].key, source[60].value)
-
-
-def _commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
-    finally:
-        consumer.close()
 
 
 def _wait_group_offset(bootstrap: str, group: str, topic: str, expected: int, timeout_s: float = 30) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from switchyard import kafka
 from switchyard.cli import cli
@@ -22,6 +22,7 @@ from switchyard.model import now
 from switchyard.routing.store import RoutingStore
 from switchyard.verify.submit import VerificationError, run_job, verdict, verify_spec
 from tests.integration.test_mirror import Mirrors, wait_drained
+from tests.support import commit_offset
 
 ACTOR = "user:test"
 N = 50
@@ -63,19 +64,11 @@ def seeded(routing: RoutingStore, stack_config: Config) -> tuple[str, str]:
     producer.commit_transaction(10)
     kafka.produce(standby, topics["shifted"], records(N)[5:])
     for group, target_offset in ((f"{prefix}-right", 30), (f"{prefix}-wrong", 28)):
-        commit(primary, group, topics["clean"], 30)
-        commit(standby, group, topics["clean"], target_offset)
+        commit_offset(primary, group, topics["clean"], 30)
+        commit_offset(standby, group, topics["clean"], target_offset)
     link = f"{prefix}-link"
     routing.create_link(link, "primary", "standby", include=[f"{prefix}-.*"], actor=ACTOR, reason="t")
     return link, prefix
-
-
-def commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
-    finally:
-        consumer.close()
 
 
 def test_each_seeded_divergence_is_reported_exactly(
