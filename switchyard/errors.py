@@ -34,6 +34,10 @@ class KafkaOperationError(SwitchyardError):
     """A Kafka operation failed or did only part of its work."""
 
 
+class NoSuchTopic(KafkaOperationError):
+    """The topic a read was asked for does not exist."""
+
+
 class StackError(SwitchyardError):
     """A service of the embedded stack could not be started, stopped or reached."""
 

@@ -7,7 +7,8 @@ naming the topic and the count, never a short list returned as if all were well.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from switchyard.errors import KafkaOperationError
+from switchyard.errors import KafkaOperationError, NoSuchTopic
 
 ClientSettings = Mapping[str, Any]
 
@@ -178,7 +179,7 @@ def read_partitions(bootstrap: str, topic: str, *, timeout_s: float = 60.0) -> d
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
         if metadata is None or metadata.error is not None:
-            raise KafkaOperationError(f"{bootstrap}: {topic}: no such topic")
+            raise NoSuchTopic(f"{bootstrap}: {topic}: no such topic")
         partitions = sorted(metadata.partitions)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         found: dict[int, list[Record]] = {p: [] for p in partitions}
@@ -198,6 +199,39 @@ def read_partitions(bootstrap: str, topic: str, *, timeout_s: float = 60.0) -> d
                 else:
                     found[msg.partition() or 0].append(_record(msg))
         return found
+    finally:
+        consumer.close()
+
+
+def partitions(bootstrap: str, accept: Callable[[str], bool]) -> list[tuple[str, int]]:
+    """Every partition, sorted, of the topics on ``bootstrap`` whose names ``accept`` takes."""
+    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    return sorted((name, p) for name, meta in topics.items() if accept(name) for p in meta.partitions)
+
+
+def ends_of(bootstrap: str, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """Each partition's exact log end (see :func:`log_ends`), on a consumer of its own."""
+    with _probe(bootstrap) as consumer:
+        return log_ends(consumer, keys)
+
+
+def bounds_of(
+    bootstrap: str, keys: Iterable[tuple[str, int]]
+) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+    """Each partition's log start and exact log end, on a consumer of its own."""
+    wanted = list(keys)
+    with _probe(bootstrap) as consumer:
+        starts = {k: consumer.get_watermark_offsets(TopicPartition(*k), timeout=10)[0] for k in wanted}
+        return starts, log_ends(consumer, wanted)
+
+
+@contextmanager
+def _probe(bootstrap: str) -> Iterator[Consumer]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "switchyard-bounds", "enable.partition.eof": True}
+    )
+    try:
+        yield consumer
     finally:
         consumer.close()
 

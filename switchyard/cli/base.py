@@ -17,6 +17,7 @@ import click
 from switchyard import __version__, telemetry
 from switchyard.config import Config, load_config
 from switchyard.errors import SwitchyardError
+from switchyard.model import Link
 from switchyard.routing import RoutingStore, open_store
 
 
@@ -66,6 +67,14 @@ def config_of(ctx: click.Context, service: str = "cli") -> Config:
 def store_of(ctx: click.Context) -> Iterator[RoutingStore]:
     with open_store(config_of(ctx)) as store:
         yield store
+
+
+def link_of(store: RoutingStore, link_id: str) -> Link:
+    """The link, or a usage error naming it."""
+    link = store.link(link_id)
+    if link is None:
+        raise click.ClickException(f"link {link_id!r} does not exist (switchyard links list)")
+    return link
 
 
 def default_actor() -> str:

@@ -7,7 +7,7 @@ from datetime import timedelta
 import click
 from confluent_kafka.admin import AdminClient
 
-from switchyard.cli.base import Group, actor_option, cli, config_of, reason_option, store_of
+from switchyard.cli.base import Group, actor_option, cli, config_of, link_of, reason_option, store_of
 from switchyard.mirror.control import promote_link, reverse_link
 from switchyard.mirror.groups import sync_groups
 from switchyard.mirror.mapstore import read_link
@@ -163,9 +163,7 @@ def sync_groups_command(ctx: click.Context, link_id: str, groups: tuple[str, ...
     """Carry consumer group offsets to the target now (after a drain: every partition is copied)."""
     config = config_of(ctx)
     with store_of(ctx) as store:
-        link = store.link(link_id)
-    if link is None:
-        raise click.ClickException(f"link {link_id!r} does not exist")
+        link = link_of(store, link_id)
     source, target = (config.clusters[c].bootstrap for c in (link.source, link.target))
     report = sync_groups(
         AdminClient({"bootstrap.servers": source}),

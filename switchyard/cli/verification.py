@@ -7,19 +7,11 @@ from pathlib import Path
 
 import click
 
-from switchyard.cli.base import Group, cli, config_of, store_of
+from switchyard.cli.base import Group, cli, config_of, link_of, store_of
 from switchyard.errors import BindingRefused
-from switchyard.model import Link, now
-from switchyard.routing.store import RoutingStore
+from switchyard.model import now
 from switchyard.table import render
 from switchyard.verify.submit import lost_window_spec, new_run_id, run_job, verdict, verify_spec
-
-
-def _link(store: RoutingStore, link_id: str) -> Link:
-    link = store.link(link_id)
-    if link is None:
-        raise click.ClickException(f"link {link_id!r} does not exist (switchyard links list)")
-    return link
 
 
 def _progress(line: str) -> None:
@@ -46,7 +38,7 @@ def verify(
     """
     config = config_of(ctx)
     with store_of(ctx) as store:
-        link = _link(store, link_id)
+        link = link_of(store, link_id)
         spec = verify_spec(config, link, topics=topics, groups=groups or None)
         click.echo(
             f"verifying {len(spec['partitions'])} partitions of link {link_id} on {config.spark.master}",
@@ -112,7 +104,7 @@ def find(ctx: click.Context, link_id: str, parquet: Path) -> None:
     """Export the lost window of LINK_ID (its source beyond what was copied) to Parquet, and count it."""
     config = config_of(ctx)
     with store_of(ctx) as store:
-        link = _link(store, link_id)
+        link = link_of(store, link_id)
         spec = lost_window_spec(config, link, str(parquet))
         if not spec["partitions"]:
             click.echo(f"link {link_id}: the source holds nothing beyond what was copied")
@@ -147,7 +139,7 @@ def republish(ctx: click.Context, run_id: str) -> None:
         run = store.ledger.reconciliation(run_id)
         if run is None:
             raise click.ClickException(f"no reconciliation run {run_id}")
-        link = _link(store, run["link_id"])
+        link = link_of(store, run["link_id"])
         if not store.ledger.claim_republish(run_id, at=now()):
             raise BindingRefused(
                 f"run {run_id} was already republished (at {run['republished_at']}): not twice"

@@ -283,9 +283,7 @@ class Ledger:
 
     def verification(self, run_id: str) -> dict[str, Any] | None:
         """A recorded verification: its row, with the findings document decoded."""
-        with self._connection() as conn:
-            row = conn.execute(select(verification_runs).where(verification_runs.c.id == run_id)).first()
-        return {**row._mapping, "report": json.loads(row.report)} if row else None
+        return self._run(verification_runs, run_id)
 
     def record_reconciliation(
         self, run_id: str, link_id: str, result: dict[str, Any], *, parquet: str, started_at: datetime,
@@ -306,8 +304,11 @@ class Ledger:
             )
 
     def reconciliation(self, run_id: str) -> dict[str, Any] | None:
+        return self._run(reconciliation_runs, run_id)
+
+    def _run(self, table: Any, run_id: str) -> dict[str, Any] | None:
         with self._connection() as conn:
-            row = conn.execute(select(reconciliation_runs).where(reconciliation_runs.c.id == run_id)).first()
+            row = conn.execute(select(table).where(table.c.id == run_id)).first()
         return {**row._mapping, "report": json.loads(row.report)} if row else None
 
     def claim_republish(self, run_id: str, *, at: datetime) -> bool:

@@ -21,16 +21,12 @@ means records only one side has, it is refused unless forced.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
 from switchyard.config import Config
-from switchyard.errors import BindingRefused, KafkaOperationError
-from switchyard.mirror.mapstore import MAP_TOPIC, end_record, ensure_map_topic, read_link, segment_record
+from switchyard.errors import BindingRefused
+from switchyard.mirror.mapstore import end_record, read_link, segment_record, store_records
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.status import read_status
 from switchyard.model import Link, LinkState
@@ -70,24 +66,12 @@ def record_final_positions(config: Config, link: Link) -> dict[Key, tuple[int, i
     """Each copied partition's (source position copied up to, target end), stored with the map."""
     target = config.clusters[link.target].bootstrap
     maps = read_link(target, link.id).maps
-    keys = _copied_partitions(target, link.copies)
-    probe = Consumer(
-        {"bootstrap.servers": target, "group.id": "switchyard-promote", "enable.partition.eof": True}
-    )
-    try:
-        ends = kafka.log_ends(probe, keys)
-    finally:
-        probe.close()
+    ends = kafka.ends_of(target, kafka.partitions(target, link.copies))
     final = {key: (maps.get(key, OffsetMap()).next_source(end), end) for key, end in ends.items()}
-    producer = Producer({"bootstrap.servers": target, "enable.idempotence": True})
-    failures: list[str] = []
-    for (topic, partition), (copied_to, end) in final.items():
-        key, value = end_record(link.id, topic, partition, copied_to, end)
-        producer.produce(
-            MAP_TOPIC, value, key, on_delivery=lambda e, _m: failures.append(str(e)) if e else None
-        )
-    if producer.flush(30) or failures:
-        raise KafkaOperationError(f"{target}: final positions of link {link.id} not stored: {failures[:1]}")
+    store_records(
+        target, (end_record(link.id, t, p, copied_to, end) for (t, p), (copied_to, end) in final.items()),
+        f"final positions of link {link.id}",
+    )  # fmt: skip
     return final
 
 
@@ -143,20 +127,14 @@ def reverse_link(
     old_source = config.clusters[old.source].bootstrap
     old_target = config.clusters[old.target].bootstrap
     stored = read_link(old_target, link_id)
-    copied = _copied_partitions(old_target, old.copies)
+    copied = kafka.partitions(old_target, old.copies)
     missing = sorted(set(copied) - set(stored.ends))
     if missing:
         names = ", ".join(f"{t}[{p}]" for t, p in missing[:10])
         raise BindingRefused(
-            f"link {link_id}: no final position stored for {names} (was the mirror running at promotion?)"
+            f"link {link_id}: no final position stored for {names} (promote with `switchyard links promote`)"
         )
-    probe = Consumer(
-        {"bootstrap.servers": old_source, "group.id": "switchyard-reverse", "enable.partition.eof": True}
-    )
-    try:
-        old_source_ends = kafka.log_ends(probe, list(stored.ends))
-    finally:
-        probe.close()
+    old_source_ends = kafka.ends_of(old_source, stored.ends)
     maps, uncopied = reverse_maps(stored.ends, stored.maps, old_source_ends)
     if uncopied and not force:
         total = sum(uncopied.values())
@@ -164,30 +142,13 @@ def reverse_link(
             f"the old source holds {total} records the link never copied (the lost window, in "
             f"{len(uncopied)} partitions): reconcile them first, or force the reverse to leave them in place"
         )
-    _store_maps(old_source, new_id, maps)
+    store_records(
+        old_source,
+        (segment_record(new_id, t, p, s, tt) for (t, p), m in maps.items() for s, tt in m.segments),
+        f"the offset map of link {new_id}",
+    )
     epoch = store.create_link(
         new_id, old.target, old.source, include=old.include, exclude=old.exclude, reverse_of=link_id,
         actor=actor, reason=reason,
     )  # fmt: skip
     return ReverseReport(new_id, epoch, len(maps), uncopied)
-
-
-def _copied_partitions(bootstrap: str, copies: Callable[[str], bool]) -> list[Key]:
-    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
-    return [(name, p) for name, meta in topics.items() if copies(name) for p in meta.partitions]
-
-
-def _store_maps(bootstrap: str, link_id: str, maps: dict[Key, OffsetMap]) -> None:
-    ensure_map_topic(AdminClient({"bootstrap.servers": bootstrap}))
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    failures: list[str] = []
-    for (topic, partition), offset_map in maps.items():
-        for source, target in offset_map.segments:
-            key, value = segment_record(link_id, topic, partition, source, target)
-            producer.produce(
-                MAP_TOPIC, value, key, on_delivery=lambda e, _m: failures.append(str(e)) if e else None
-            )
-    if producer.flush(30) or failures:
-        raise KafkaOperationError(
-            f"{bootstrap}: the reverse link's offset map was not stored: {failures[:1]}"
-        )

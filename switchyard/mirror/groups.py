@@ -64,9 +64,9 @@ def sync_groups(
     offsets ahead of the copy wait. Without it (after a drain) every partition of a copied topic is.
     """
     report = GroupSyncReport()
-    names = list(groups) if groups is not None else _groups(source, timeout_s)
+    names = list(groups) if groups is not None else list_groups(source, timeout_s)
     for group in names:
-        committed = _committed(source, group, timeout_s)
+        committed = committed_offsets(source, group, timeout_s)
         wanted: dict[Key, GroupOffset] = {}
         for (topic, partition), offset in committed.items():
             key = (topic, partition)
@@ -85,7 +85,7 @@ def sync_groups(
         if state not in _IDLE_STATES or members:
             report.skipped.append(f"{group}: active on the target ({members} members, {state.name})")
             continue
-        current = _committed(target, group, timeout_s)
+        current = committed_offsets(target, group, timeout_s)
         changed = [o for key, o in wanted.items() if current.get(key) != o.target]
         report.unchanged += len(wanted) - len(changed)
         if changed:
@@ -98,12 +98,14 @@ def sync_groups(
     return report
 
 
-def _groups(admin: AdminClient, timeout_s: float) -> list[str]:
+def list_groups(admin: AdminClient, timeout_s: float = 10.0) -> list[str]:
+    """The consumer groups on a cluster, Switchyard's own left out."""
     listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s)
     return sorted(g.group_id for g in listed.valid if not g.group_id.startswith(MIRROR_GROUP_PREFIX))
 
 
-def _committed(admin: AdminClient, group: str, timeout_s: float) -> dict[Key, int]:
+def committed_offsets(admin: AdminClient, group: str, timeout_s: float = 10.0) -> dict[Key, int]:
+    """A group's committed offset per partition (partitions without one are left out)."""
     futures = admin.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s
     )

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from switchyard import kafka
-from switchyard.errors import KafkaOperationError
+from switchyard.errors import KafkaOperationError, NoSuchTopic
 from switchyard.mirror.offsets import OffsetMap
 
 MAP_TOPIC = "switchyard.offset-map"
@@ -36,6 +38,21 @@ def ensure_map_topic(admin: AdminClient) -> None:
         except Exception as exc:
             if "exist" not in str(exc).lower():
                 raise KafkaOperationError(f"cannot create {MAP_TOPIC}: {exc}") from exc
+
+
+def store_records(bootstrap: str, records: Iterable[tuple[bytes, bytes]], what: str) -> None:
+    """Write map records (segments, final positions) and wait until every one is acknowledged."""
+    ensure_map_topic(AdminClient({"bootstrap.servers": bootstrap}))
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    failures: list[str] = []
+    for key, value in records:
+        producer.produce(
+            MAP_TOPIC, value, key, on_delivery=lambda e, _m: failures.append(str(e)) if e else None
+        )
+    if producer.flush(30) or failures:
+        raise KafkaOperationError(
+            f"{bootstrap}: {what} not stored: {failures[:1] or 'not acknowledged in time'}"
+        )
 
 
 def segment_record(link_id: str, topic: str, partition: int, source: int, target: int) -> tuple[bytes, bytes]:
@@ -66,10 +83,8 @@ def read_link(bootstrap: str, link_id: str) -> LinkRecords:
     """The offset map and final positions of ``link_id``, stored on the cluster at ``bootstrap``."""
     try:
         stored = kafka.read_partitions(bootstrap, MAP_TOPIC)
-    except KafkaOperationError as exc:
-        if "no such topic" in str(exc):
-            return LinkRecords({}, {})
-        raise
+    except NoSuchTopic:
+        return LinkRecords({}, {})
     segments: dict[TopicPartitionKey, dict[int, int]] = defaultdict(dict)
     ends: dict[TopicPartitionKey, tuple[int, int]] = {}
     for records in stored.values():

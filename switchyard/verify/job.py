@@ -19,7 +19,10 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from typing import Any
+
+from confluent_kafka import Message
 
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.verify.compare import Digested, PartitionFindings, compare_partition, digest
@@ -35,16 +38,22 @@ def verify_partition(task: dict[str, Any], source: str, target: str) -> dict[str
         task["target_from"],
         task["target_to"],
     )
-    source_records = (
-        Digested(m.offset() or 0, digest(m.key(), m.value(), m.headers()), m.timestamp()[1])
-        for m in read_range(source, task["topic"], task["partition"], task["source_from"], task["source_to"])
+    topic, partition = task["topic"], task["partition"]
+    source_records = _digested(read_range(source, topic, partition, task["source_from"], task["source_to"]))
+    target_records = list(
+        _digested(read_range(target, topic, partition, task["target_from"], task["target_to"]))
     )
-    target_records = [
-        Digested(m.offset() or 0, digest(m.key(), m.value(), m.headers()), m.timestamp()[1])
-        for m in read_range(target, task["topic"], task["partition"], task["target_from"], task["target_to"])
-    ]
     offset_map = OffsetMap([(s, t) for s, t in task["segments"]])
     return compare_partition(findings, source_records, target_records, offset_map).to_dict()
+
+
+def _digested(messages: Iterable[Message]) -> Iterator[Digested]:
+    for m in messages:
+        yield Digested(m.offset() or 0, _digest_of(m), m.timestamp()[1])
+
+
+def _digest_of(message: Message) -> bytes:
+    return digest(message.key(), message.value(), message.headers())
 
 
 def export_partition(task: dict[str, Any], source: str) -> list[tuple[Any, ...]]:
@@ -68,9 +77,7 @@ def check_group(check: dict[str, Any], source: str, target: str) -> dict[str, An
             detail = f"consumed all on the source, but at {at} of {check['target_end']} on the target"
     elif at_target is None:
         detail = f"target offset {at} holds no record (the group reads source {following.offset()} next)"
-    elif digest(following.key(), following.value(), following.headers()) != digest(
-        at_target.key(), at_target.value(), at_target.headers()
-    ):
+    elif _digest_of(following) != _digest_of(at_target):
         detail = (
             f"target offset {at} holds another record than source {following.offset()}, which the group "
             f"reads next (expected target {check['expected']})"

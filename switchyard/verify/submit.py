@@ -25,13 +25,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import BindingRefused, SwitchyardError
-from switchyard.mirror.groups import MIRROR_GROUP_PREFIX
+from switchyard.mirror.groups import committed_offsets, list_groups
 from switchyard.mirror.mapstore import read_link
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.model import Link, LinkState, now
@@ -60,18 +59,12 @@ def verify_spec(
     source = config.clusters[link.source].bootstrap
     target = config.clusters[link.target].bootstrap
     wanted = set(topics)
-    listed = AdminClient({"bootstrap.servers": source}).list_topics(timeout=10).topics
-    keys = sorted(
-        (name, p)
-        for name, meta in listed.items()
-        if link.copies(name) and (not wanted or name in wanted)
-        for p in meta.partitions
-    )
+    keys = kafka.partitions(source, lambda name: link.copies(name) and (not wanted or name in wanted))
     if not keys:
         raise BindingRefused(f"link {link.id}: no topic to verify on {link.source}")
     maps = read_link(target, link.id).maps
-    source_starts, source_ends = _bounds(source, keys)
-    _, target_ends = _bounds(target, keys)
+    source_starts, source_ends = kafka.bounds_of(source, keys)
+    target_ends = kafka.ends_of(target, keys)
     partitions = []
     for key in keys:
         offset_map = maps.get(key, OffsetMap())
@@ -95,9 +88,8 @@ def lost_window_spec(config: Config, link: Link, parquet: str) -> dict[str, Any]
     source = config.clusters[link.source].bootstrap
     target = config.clusters[link.target].bootstrap
     stored = read_link(target, link.id)
-    listed = AdminClient({"bootstrap.servers": source}).list_topics(timeout=10).topics
-    keys = sorted((name, p) for name, meta in listed.items() if link.copies(name) for p in meta.partitions)
-    _, source_ends = _bounds(source, keys)
+    keys = kafka.partitions(source, link.copies)
+    source_ends = kafka.ends_of(source, keys)
     copied = {k: stored.ends[k][0] for k in keys if k in stored.ends}
     unknown = [k for k in keys if k not in copied]
     if unknown and link.state is LinkState.PROMOTED:
@@ -107,7 +99,7 @@ def lost_window_spec(config: Config, link: Link, parquet: str) -> dict[str, Any]
             "`switchyard links promote`): its target has been written to since, so the copy's end is unknown"
         )
     if unknown:  # never promoted: only the mirror writes the target, its end is where the copy ends
-        _, target_ends = _bounds(target, unknown)
+        target_ends = kafka.ends_of(target, unknown)
         for key in unknown:
             copied[key] = stored.maps.get(key, OffsetMap()).next_source(target_ends[key])
     partitions = [
@@ -181,19 +173,6 @@ def new_run_id() -> str:
     return str(uuid.uuid4())
 
 
-def _bounds(bootstrap: str, keys: list[Key]) -> tuple[dict[Key, int], dict[Key, int]]:
-    """Log start and exact log end of each partition."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "switchyard-verify", "enable.partition.eof": True}
-    )
-    try:
-        starts = {k: consumer.get_watermark_offsets(TopicPartition(*k), timeout=10)[0] for k in keys}
-        ends = kafka.log_ends(consumer, keys)
-    finally:
-        consumer.close()
-    return starts, ends
-
-
 def _group_checks(
     maps: dict[Key, OffsetMap],
     groups: Iterable[str] | None,
@@ -205,13 +184,10 @@ def _group_checks(
 ) -> list[dict[str, Any]]:
     """Each group's offsets on the copied partitions, with where the map says they must be."""
     source_admin, target_admin = (AdminClient({"bootstrap.servers": b}) for b in (source, target))
-    if groups is None:
-        listed = source_admin.list_consumer_groups().result(10).valid
-        groups = sorted(g.group_id for g in listed if not g.group_id.startswith(MIRROR_GROUP_PREFIX))
     checks = []
-    for group in groups:
-        committed = _committed(source_admin, group)
-        on_target = _committed(target_admin, group)
+    for group in list_groups(source_admin) if groups is None else groups:
+        committed = committed_offsets(source_admin, group)
+        on_target = committed_offsets(target_admin, group)
         for key, offset in sorted(committed.items()):
             if key not in source_ends or offset < 0:
                 continue
@@ -221,15 +197,6 @@ def _group_checks(
                 "target_end": target_ends[key], "expected": maps.get(key, OffsetMap()).position(offset),
             })  # fmt: skip
     return checks
-
-
-def _committed(admin: AdminClient, group: str) -> dict[Key, int]:
-    found: dict[Key, int] = {}
-    for future in admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values():
-        for tp in future.result(10).topic_partitions or ():
-            if tp.error is None:
-                found[(tp.topic, tp.partition)] = tp.offset
-    return found
 
 
 def _spark_submit() -> str:

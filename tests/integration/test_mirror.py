@@ -11,13 +11,14 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import BindingRefused
 from switchyard.mirror.control import promote_link, reverse_link
+from switchyard.mirror.groups import committed_offsets
 from switchyard.mirror.mapstore import read_maps
 from switchyard.mirror.status import DrainReport, drain_report, read_status
 from switchyard.model import LinkState, now
@@ -160,17 +161,15 @@ def test_kill_9_mid_stream_then_restart_copies_every_record_exactly_once(
     total = 30_000
     writer = threading.Thread(target=_produce_paced, args=(primary, topic, total, 5_000))
     writer.start()
-    probe = Consumer({"bootstrap.servers": standby, "group.id": "probe", "enable.partition.eof": True})
     try:
         deadline = time.monotonic() + 60
         while _copied(routing, link) < 3000:  # some copied, most not even written yet
             assert time.monotonic() < deadline, "the mirror copied nothing"
             time.sleep(0.05)
         first.stop(signal.SIGKILL)
-        killed_at = sum(kafka.log_ends(probe, [(topic, 0), (topic, 1)]).values())
+        killed_at = sum(kafka.ends_of(standby, [(topic, 0), (topic, 1)]).values())
     finally:
         writer.join()
-        probe.close()
     assert killed_at < total, "the mirror finished before it was killed"
     mirrors.start("m2")
     wait_drained(routing, link, [(topic, 0), (topic, 1)], since=now())
@@ -307,9 +306,7 @@ def _wait_group_offset(bootstrap: str, group: str, topic: str, expected: int, ti
     deadline = time.monotonic() + timeout_s
     found = None
     while time.monotonic() < deadline:
-        future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
-        offsets = {(tp.topic, tp.partition): tp.offset for tp in future.result(10).topic_partitions or ()}
-        found = offsets.get((topic, 0))
+        found = committed_offsets(admin, group).get((topic, 0))
         if found == expected:
             return found
         time.sleep(0.3)
