@@ -152,14 +152,57 @@ class GatewaySaslConfig(_Section):
         return self
 
 
+MiB = 1024 * 1024
+Bytes = Annotated[int, Field(ge=1024)]
+
+
+class GatewayLimitsConfig(_Section):
+    """What one client may cost the gateway. The defaults are a Kafka broker's where it has one."""
+
+    frame_read_timeout_s: PositiveSeconds = 30.0
+    """Once a frame has begun, the rest of it must arrive within this."""
+    idle_timeout_s: PositiveSeconds = 600.0
+    """A connection with no request for this long and none in flight is closed
+    (the broker's ``connections.max.idle.ms``)."""
+    login_timeout_s: PositiveSeconds = 10.0
+    """With ``sasl.mode: required``, a connection must log in within this of connecting."""
+    unauthenticated_max_frame_bytes: Bytes = 512 * 1024
+    """Largest frame before a login, with ``sasl.mode: required`` (the broker's
+    ``sasl.server.max.receive.size``)."""
+    max_in_flight: Annotated[int, Field(ge=1)] = 64
+    """Requests one connection may have waiting for their answers; the next is read when one is answered."""
+    connection_buffer_bytes: Bytes = 100 * MiB
+    """Request bytes one connection may hold (read and not yet answered)."""
+    buffer_bytes: Bytes = 512 * MiB
+    """Request bytes all connections together may hold; a reader waits for room (the broker's
+    ``queued.max.request.bytes``)."""
+
+
 class GatewayConfig(_Section):
     id: str | None = None
     """This instance's name among the gateways; defaults to the host name. Unique per live instance."""
     host: str = "127.0.0.1"
     advertised_host: str | None = None
     bootstrap_port: Port = 9192
-    max_frame_bytes: Annotated[int, Field(ge=1024)] = 100 * 1024 * 1024
+    max_frame_bytes: Bytes = 100 * MiB
     sasl: GatewaySaslConfig = GatewaySaslConfig()
+    limits: GatewayLimitsConfig = GatewayLimitsConfig()
+
+    @model_validator(mode="after")
+    def _budgets_hold_a_frame(self) -> GatewayConfig:
+        if self.limits.connection_buffer_bytes < self.max_frame_bytes:
+            raise _KeyError(
+                "gateway.limits.connection_buffer_bytes",
+                f"must be at least gateway.max_frame_bytes ({self.max_frame_bytes}), or the largest frame "
+                "could never be read",
+            )
+        if self.limits.buffer_bytes < self.limits.connection_buffer_bytes:
+            raise _KeyError(
+                "gateway.limits.buffer_bytes",
+                "must be at least gateway.limits.connection_buffer_bytes "
+                f"({self.limits.connection_buffer_bytes})",
+            )
+        return self
 
 
 class LinkConfig(_Section):
@@ -273,6 +316,8 @@ def load_config(
     except OSError as exc:
         hint = f" (set --config or ${CONFIG_ENV})" if path is None else ""
         raise ConfigError(f"{file}: cannot read configuration: {exc.strerror}{hint}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:

@@ -12,7 +12,8 @@
     │   ├── LockHeld           another saga holds the key's lock (names the owner)
     │   ├── GatewayIdInUse     another live gateway registered under the same id
     │   └── AcksTimeout        gateways did not apply an epoch in time (names the laggards)
-    └── LedgerError            the SQL ledger could not be written or read
+    ├── LedgerError            the SQL ledger could not be written or read
+    └── GatewayError           the gateway cannot serve (a port it needs is taken, ...)
 
 Each error carries the exit code the CLI ends with when it is not caught.
 """
@@ -100,3 +101,9 @@ class LedgerError(SwitchyardError):
     """The SQL ledger could not be read or written."""
 
     exit_code = 6
+
+
+class GatewayError(SwitchyardError):
+    """The gateway cannot serve as configured (a port it must listen on is taken, ...)."""
+
+    exit_code = 7

@@ -14,6 +14,7 @@ group name round-trips. In ZooKeeper each part is one path segment, percent-enco
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import quote, unquote
@@ -75,7 +76,11 @@ class BindingKey:
         """Parse the text form; raises ValueError saying what is wrong."""
         app, i = _read_part(text, 0)
         if i == len(text):
-            return cls(app) if app else _fail(text, "the AppID is empty")
+            if not app:
+                _fail(text, "the AppID is empty")
+            key = cls(app)
+            key.check()
+            return key
         if text.startswith("##", i):
             kind, i = KeyKind.GROUP, i + 2
         elif text[i] == "#":
@@ -88,7 +93,15 @@ class BindingKey:
         if not name:
             _fail(text, f"the {kind} name is empty")
         assert end == len(text)
-        return cls(app, kind, name)
+        key = cls(app, kind, name)
+        key.check()
+        return key
+
+    def check(self) -> None:
+        """Refuse what would make a key hard to see or type (raises ValueError saying what)."""
+        check_name("the AppID", self.app)
+        if self.name is not None:
+            check_name(f"the {self.kind} name", self.name)
 
     @property
     def path(self) -> str:
@@ -110,6 +123,26 @@ class BindingKey:
     def specificity(self) -> int:
         """Higher wins: group > topic > instance > app."""
         return [KeyKind.APP, KeyKind.INSTANCE, KeyKind.TOPIC, KeyKind.GROUP].index(self.kind)
+
+
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""Unicode categories refused in names: control and format characters, surrogates, line breaks."""
+
+
+def check_name(what: str, value: str) -> str:
+    """``value`` if it can name an AppID, instance, topic, group, cluster or link; else ValueError.
+
+    Names are compared exactly, so a name with a trailing space or a line break in it would be a
+    different key from the one the operator sees, and lookups would miss it silently.
+    """
+    if not value:
+        raise ValueError(f"{what} is empty")
+    if value != value.strip():
+        raise ValueError(f"{what} {value!r} begins or ends with white space")
+    for position, char in enumerate(value):
+        if unicodedata.category(char) in _INVISIBLE:
+            raise ValueError(f"{what} {value!r} has an invisible character {char!r} at {position}")
+    return value
 
 
 def folders() -> tuple[str, ...]:

@@ -7,8 +7,10 @@ epoch E" means it has applied every change up to E.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -88,6 +90,8 @@ class LinkState(StrEnum):
     """Copying stops where it is and resumes from there; the target stays read-only to clients."""
     PROMOTED = "promoted"
     """Copying has stopped for good: the target is the writable copy now (final for this link)."""
+    DELETED = "deleted"
+    """The link was removed (its node emptied); seen only in the ledger, never on a live link."""
 
 
 @dataclass(frozen=True)
@@ -107,12 +111,30 @@ class Link:
     """The link this one reverses (started from the promoted side of ``reverse_of``)."""
 
     def copies(self, topic: str) -> bool:
-        """Whether ``topic`` belongs to the link (patterns match the whole name; internal topics never)."""
-        if topic.startswith(NEVER_COPIED):
+        """Whether ``topic`` belongs to the link (patterns match the whole name; internal topics never).
+
+        An invalid link (see :attr:`problem`) copies nothing.
+        """
+        patterns = self._patterns
+        if patterns is None or topic.startswith(NEVER_COPIED):
             return False
-        return any(re.fullmatch(p, topic) for p in self.include) and not any(
-            re.fullmatch(p, topic) for p in self.exclude
-        )
+        include, exclude = patterns
+        return any(p.fullmatch(topic) for p in include) and not any(p.fullmatch(topic) for p in exclude)
+
+    @property
+    def problem(self) -> str | None:
+        """Why this link cannot be followed (a pattern that is not a regular expression), or None.
+
+        Only a link written before patterns were checked, or by hand, can have one; it is reported
+        and ignored rather than allowed to break the processes that read it.
+        """
+        return pattern_problem((*self.include, *self.exclude))
+
+    @functools.cached_property
+    def _patterns(self) -> tuple[list[re.Pattern[str]], list[re.Pattern[str]]] | None:
+        if self.problem is not None:
+            return None
+        return [re.compile(p) for p in self.include], [re.compile(p) for p in self.exclude]
 
     def to_json(self) -> bytes:
         raw = asdict(self)
@@ -141,6 +163,16 @@ class Link:
             by=raw["by"],
             reverse_of=raw.get("reverse_of"),
         )
+
+
+def pattern_problem(patterns: Iterable[str]) -> str | None:
+    """The first pattern that is not a regular expression, and why; None when all are."""
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            return f"pattern {pattern!r} is not a regular expression ({exc})"
+    return None
 
 
 def now() -> datetime:

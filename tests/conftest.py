@@ -14,7 +14,8 @@ from switchyard.ledger import Ledger
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import Stack
-from tests.support import PostgresServer, write_stack_config
+from tests.helpers.services import PostgresServer
+from tests.helpers.stacks import write_stack_config
 
 _MARKERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
 

@@ -8,7 +8,7 @@ import click
 from confluent_kafka.admin import AdminClient
 
 from switchyard.cli.base import Group, actor_option, cli, config_of, link_of, reason_option, store_of
-from switchyard.mirror.control import promote_link, reverse_link
+from switchyard.mirror.control import delete_link, promote_link, reverse_link
 from switchyard.mirror.groups import sync_groups
 from switchyard.mirror.mapstore import read_link
 from switchyard.mirror.status import drain_report, read_status
@@ -55,8 +55,8 @@ def list_links(ctx: click.Context) -> None:
     with store_of(ctx) as store:
         snapshot = store.snapshot()
     rows = [
-        (k.id, k.source, k.target, k.state, ",".join(k.include), ",".join(k.exclude) or "-",
-         k.reverse_of or "-", k.epoch)
+        (k.id, k.source, k.target, f"invalid: {k.problem}" if k.problem else k.state, ",".join(k.include),
+         ",".join(k.exclude) or "-", k.reverse_of or "-", k.epoch)
         for k in sorted(snapshot.links.values(), key=lambda k: k.id)
     ]  # fmt: skip
     click.echo(render(("LINK", "SOURCE", "TARGET", "STATE", "INCLUDE", "EXCLUDE", "REVERSES", "EPOCH"), rows))
@@ -153,6 +153,22 @@ def reverse(ctx: click.Context, link_id: str, new_id: str, force: bool, actor: s
         click.echo(
             f"  {topic}[{partition}]: {count} records on the old source were never copied (left there)"
         )
+
+
+@links.command("delete")
+@click.argument("link_id")
+@click.option("--force", is_flag=True, help="Delete a running link too (its target is writable mid-copy).")
+@actor_option
+@reason_option
+@click.pass_context
+def delete(ctx: click.Context, link_id: str, force: bool, actor: str, reason: str) -> None:
+    """Remove LINK_ID: mirror processes stop copying it, and its offset map on the target is removed.
+
+    The copied topics stay on the target as they are. Refused for a running link unless forced.
+    """
+    with store_of(ctx) as store:
+        epoch, removed = delete_link(config_of(ctx), store, link_id, actor=actor, reason=reason, force=force)
+    click.echo(f"link {link_id} deleted, epoch {epoch} ({removed} offset map records removed)")
 
 
 @links.command("sync-groups")

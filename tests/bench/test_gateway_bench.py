@@ -22,7 +22,8 @@ from switchyard import kafka
 from switchyard.config import Config
 from switchyard.routing.store import RoutingStore
 from switchyard.table import render
-from tests.support import GatewayProcess, OtlpReceiver, bucket_quantile
+from tests.helpers.otlp import OtlpReceiver, bucket_quantile
+from tests.helpers.processes import GatewayProcess
 
 SIZE = 1024
 FULL = 40_000

@@ -26,7 +26,8 @@ from switchyard.mirror.status import read_status
 from switchyard.model import LinkState
 from switchyard.routing.store import RoutingStore
 from switchyard.table import render
-from tests.support import MirrorProcess, fill_topic
+from tests.helpers.processes import MirrorProcess
+from tests.helpers.records import fill_topic
 
 SIZE = 1024
 RECORDS = 100_000

@@ -12,7 +12,7 @@ from switchyard.config import Config
 from switchyard.routing.store import RoutingStore
 from switchyard.table import render
 from switchyard.verify.submit import run_job, verdict, verify_spec
-from tests.support import fill_topic
+from tests.helpers.records import fill_topic
 
 RECORDS = 200_000
 PARTITIONS = 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import uuid
@@ -17,18 +18,35 @@ from switchyard.model import LinkState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS, health
-from tests.support import GatewayProcess
+from tests.helpers.otlp import OtlpReceiver
+from tests.helpers.processes import GatewayProcess
 
 ACTOR = "user:test"
 
 
 @pytest.fixture(scope="module")
+def otlp() -> Iterator[OtlpReceiver]:
+    receiver = OtlpReceiver()
+    yield receiver
+    receiver.close()
+
+
+@pytest.fixture(scope="module")
 def gateway(
-    routing: RoutingStore, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
+    routing: RoutingStore, stack_config: Config, otlp: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
     assert stack_config.source is not None
     log = tmp_path_factory.mktemp("gw-log") / "gateway.log"
-    process = GatewayProcess(stack_config.source, root=routing.layout.root, gateway_id="gw-a", log=log)
+    process = GatewayProcess(
+        stack_config.source,
+        root=routing.layout.root,
+        gateway_id="gw-a",
+        log=log,
+        overrides={
+            "SWITCHYARD__TELEMETRY__OTLP_ENDPOINT": otlp.endpoint,
+            "SWITCHYARD__TELEMETRY__EXPORT_INTERVAL_S": "0.5",
+        },
+    )
     process.start()
     yield process
     process.stop()
@@ -161,3 +179,20 @@ def test_a_malformed_frame_closes_that_connection_only(gateway: GatewayProcess, 
     assert health.kafka("127.0.0.1", gateway.port).ok  # and it goes on serving everyone else
     assert gateway.process is not None
     assert gateway.process.poll() is None
+
+
+def test_a_broken_link_planted_in_zookeeper_is_ignored_and_traffic_goes_on(
+    gateway: GatewayProcess, routing: RoutingStore, stack_config: Config
+) -> None:
+    """A link whose pattern does not compile (written around the store, as an older version could):
+    the gateway reports it and routes as before, instead of failing every Produce to its target."""
+    app, topic, link = unique("planted"), unique("planted"), unique("link")
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
+    node = routing.layout.link(link)
+    raw = json.loads(routing.zk.get(node)[0])
+    routing.zk.set(node, json.dumps({**raw, "include": ["mir[("]}).encode())
+    bind(routing, BindingKey.for_app(app), "standby")  # a new epoch: the gateway reads the tree again
+    kafka.create_topics(stack_config.clusters["standby"].bootstrap, [topic], partitions=1)
+    assert kafka.produce(gateway.bootstrap, topic, records(20), settings={"client.id": app}) == 20
+    only_on(stack_config, "standby", topic, 20)
+    assert f"link {link} is ignored: pattern 'mir[(' is not a regular expression" in gateway.log.read_text()

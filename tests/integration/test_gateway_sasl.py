@@ -17,8 +17,9 @@ from switchyard.keys import BindingKey
 from switchyard.model import BindingState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
+from tests.helpers.otlp import OtlpReceiver
+from tests.helpers.processes import GatewayProcess
 from tests.integration.test_gateway import bind, only_on, records, unique
-from tests.support import GatewayProcess, OtlpReceiver
 from workers.gateway.sasl import user_line
 
 PASSWORD = "correct horse battery staple"

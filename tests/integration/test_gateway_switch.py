@@ -4,8 +4,10 @@ A producer and a consumer group run through the gateway the whole time. The test
 waits for the gateway's acknowledgement, copies the topic and the group's committed offsets to the
 standby (the mirror's job, done by hand here, offsets identical), flips the binding, and lets traffic
 go on. Every acknowledged record must be on the standby exactly once, nothing may reach the primary
-after the block, and the group must process every record exactly once (a record counts as processed
-when the commit after it succeeds).
+after the block (while the producer is seen trying), and the application must receive every record, in
+order per partition, receiving one again only where its commit was refused. That last allowance is
+what clients still notice of a switch: the commit for the batch in hand is refused while blocked, and
+the group resumes from the last commit that got through (the test prints how many records that is).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
+from dataclasses import dataclass
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -25,14 +28,37 @@ from switchyard.model import BindingState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import BindingChange, RoutingStore
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS
-from tests.integration.test_gateway import gateway  # noqa: F401 - shared module fixture
-from tests.support import GatewayProcess
+from tests.helpers.otlp import OtlpReceiver
+from tests.helpers.processes import GatewayProcess
+from tests.helpers.threads import Worker
+from tests.integration.test_gateway import gateway, otlp  # noqa: F401 - shared module fixtures
 
 PARTITIONS = 3
+EXPECTED_COMMIT_FAILURES = {
+    "NOT_COORDINATOR",
+    "UNKNOWN_MEMBER_ID",
+    "ILLEGAL_GENERATION",
+    "REBALANCE_IN_PROGRESS",
+}
+"""Why commits fail across a switch today (carrying them over is the gateway's next step)."""
+
+
+@dataclass
+class Batch:
+    """What the application got from one ``consume`` call, and whether committing it worked."""
+
+    records: list[tuple[int, int, int]]
+    """(partition, offset, value) in the order received."""
+    commit_error: str | None = None
 
 
 class Traffic:
-    """A producer and a consumer group on one topic, through the gateway, in background threads."""
+    """A producer and a consumer group on one topic, through the gateway, in background threads.
+
+    The consumer is the application: every record it receives is processed, then the batch is
+    committed synchronously. Everything is kept — each batch, its commit's outcome, every error the
+    client reported — so the test judges the switch by what the application saw.
+    """
 
     def __init__(self, bootstrap: str, app: str, topic: str, group: str, *, idempotent: bool) -> None:
         self.topic = topic
@@ -41,8 +67,8 @@ class Traffic:
         self.sent = 0
         self.acked: list[int] = []
         self.failed: list[str] = []
-        self.processed: list[int] = []
-        self.commit_failures = 0
+        self.batches: list[Batch] = []
+        self.errors: list[str] = []
         # Idempotent (the Java client's default): the gateway carries its producer id and sequences
         # over to the new cluster. Not idempotent: one request in flight keeps order across retries.
         self.producer = Producer(
@@ -68,11 +94,15 @@ class Traffic:
                 **TESTBED_CONSUMER_SETTINGS,
             }
         )
-        self.threads = [threading.Thread(target=self._produce), threading.Thread(target=self._consume)]
+        self.threads = [Worker(self._produce, name="producer"), Worker(self._consume, name="consumer")]
 
     def start(self) -> None:
         for t in self.threads:
             t.start()
+
+    @property
+    def received(self) -> list[int]:
+        return [value for batch in self.batches for _, _, value in batch.records]
 
     def _produce(self) -> None:
         def delivered(err: object, msg: object) -> None:
@@ -90,21 +120,27 @@ class Traffic:
             )
             self.sent += 1
             self.producer.poll(0.002)
-        assert self.producer.flush(60) == 0
+        assert self.producer.flush(60) == 0, "records never acknowledged"
 
     def _consume(self) -> None:
         self.consumer.subscribe([self.topic])
         try:
             while not self.stop_consuming.is_set():
-                batch = [m for m in self.consumer.consume(200, 0.2) if m.error() is None]
-                if not batch:
+                messages = self.consumer.consume(200, 0.2)
+                self.errors += [str(m.error()) for m in messages if m.error() is not None]
+                records = [
+                    (m.partition() or 0, m.offset() or 0, int(m.value() or b"-1"))
+                    for m in messages
+                    if m.error() is None
+                ]
+                if not records:
                     continue
+                batch = Batch(records)
+                self.batches.append(batch)  # processed: the application has seen them
                 try:
                     self.consumer.commit(asynchronous=False)
-                except KafkaException:
-                    self.commit_failures += 1  # not processed: the group will hand these out again
-                    continue
-                self.processed.extend(int(m.value()) for m in batch)
+                except KafkaException as exc:
+                    batch.commit_error = exc.args[0].name()
         finally:
             self.consumer.close()
 
@@ -151,9 +187,23 @@ def mover(routing: RoutingStore, stack_config: Config) -> tuple[str, str]:
     return app, topic
 
 
+def assert_in_order(batches: list[Batch]) -> None:
+    """Per partition, records arrive in offset order: each the next one, or a step back to one already
+    seen (the group resuming at its last commit) — never a step over a record not yet seen."""
+    last: dict[int, int] = defaultdict(lambda: -1)
+    highest: dict[int, int] = defaultdict(lambda: -1)
+    for batch in batches:
+        for partition, offset, _ in batch.records:
+            assert offset == last[partition] + 1 or offset <= highest[partition], (
+                f"partition {partition}: {offset} after {last[partition]} (highest {highest[partition]})"
+            )
+            last[partition], highest[partition] = offset, max(highest[partition], offset)
+
+
 @pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent-producer", "plain-producer"])
-def test_live_traffic_follows_a_switch_exactly_once(
+def test_live_traffic_follows_a_switch(
     gateway: GatewayProcess,  # noqa: F811
+    otlp: OtlpReceiver,  # noqa: F811
     routing: RoutingStore,
     stack_config: Config,
     mover: tuple[str, str],
@@ -170,9 +220,9 @@ def test_live_traffic_follows_a_switch_exactly_once(
     traffic.start()
     try:
         deadline = time.monotonic() + 60
-        while len(traffic.processed) < 300 and time.monotonic() < deadline:
+        while len(traffic.received) < 300 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert len(traffic.processed) >= 300, "traffic never got going through the gateway"
+        assert len(traffic.received) >= 300, "traffic never got going through the gateway"
 
         # 1. block, and wait until the gateway has applied it (in-flight requests answered)
         blocked = routing.apply(
@@ -180,8 +230,12 @@ def test_live_traffic_follows_a_switch_exactly_once(
         )
         wait_for_acks(routing.zk, routing.layout, blocked, timeout_s=10)
         frozen = ends(primary, topic)
-        time.sleep(1.0)  # traffic keeps trying while blocked...
-        assert ends(primary, topic) == frozen  # ...and nothing gets through
+        refused = otlp.latest("gateway.blocked", api="produce", app=app)
+        deadline = time.monotonic() + 30
+        while otlp.latest("gateway.blocked", api="produce", app=app) < refused + 5:
+            assert time.monotonic() < deadline, "the producer was not seen trying while blocked"
+            time.sleep(0.2)
+        assert ends(primary, topic) == frozen  # it kept trying, and nothing got through
 
         # 2. the mirror's part, by hand: identical offsets, group offsets carried over
         copy_topic(primary, standby, topic)
@@ -201,11 +255,12 @@ def test_live_traffic_follows_a_switch_exactly_once(
         traffic.threads[0].join(90)
 
     deadline = time.monotonic() + 90
-    while set(traffic.processed) != set(traffic.acked) and time.monotonic() < deadline:
+    while not set(traffic.acked) <= set(traffic.received) and time.monotonic() < deadline:
         time.sleep(0.2)
     traffic.stop_consuming.set()
     traffic.threads[1].join(30)
 
+    # what the producer saw
     assert traffic.failed == []
     assert sorted(traffic.acked) == list(range(traffic.sent))  # every record acknowledged
     assert len(traffic.acked) > after_flip + 400  # and plenty of them after the flip
@@ -213,6 +268,21 @@ def test_live_traffic_follows_a_switch_exactly_once(
     on_standby = Counter(topic_ids(standby, topic))
     assert set(on_standby) == set(traffic.acked)
     assert max(on_standby.values()) == 1  # each record exactly once on the standby
-    processed = Counter(traffic.processed)
-    assert set(processed) == set(traffic.acked), "records skipped by the group"
-    assert max(processed.values()) == 1, "records processed twice by the group"
+
+    # what the consumer saw: every record, in order per partition; twice only where a commit failed
+    print(f"\n{'idempotent' if idempotent else 'plain'} producer: {judge_consumer(traffic)}")
+
+
+def judge_consumer(traffic: Traffic) -> str:
+    """What the application received is complete, in order, and only repeated where a commit failed."""
+    assert traffic.errors == []
+    received = Counter(traffic.received)
+    assert set(received) == set(traffic.acked), "records the application never received"
+    assert_in_order(traffic.batches)
+    failed = [b for b in traffic.batches if b.commit_error is not None]
+    uncommitted = {value for batch in failed for _, _, value in batch.records}
+    twice = {value for value, times in received.items() if times > 1}
+    assert twice <= uncommitted, "records processed again although their commit had succeeded"
+    reasons = Counter(str(b.commit_error) for b in failed)
+    assert set(reasons) <= EXPECTED_COMMIT_FAILURES, reasons
+    return f"{len(received)} records, {len(twice)} twice, {len(failed)} commits refused {dict(reasons)}"

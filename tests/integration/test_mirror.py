@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 import signal
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -11,20 +11,24 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import BindingRefused
-from switchyard.mirror.control import promote_link, reverse_link
+from switchyard.mirror.control import delete_link, promote_link, reverse_link
 from switchyard.mirror.groups import committed_offsets
-from switchyard.mirror.mapstore import read_maps
+from switchyard.mirror.mapstore import read_maps, segment_record, store_records
 from switchyard.mirror.status import DrainReport, drain_report, read_status
 from switchyard.model import LinkState, now
 from switchyard.routing.store import RoutingStore
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS
-from tests.support import MirrorProcess, OtlpReceiver, PrivateService, commit_offset
+from tests.helpers.otlp import OtlpReceiver
+from tests.helpers.processes import MirrorProcess
+from tests.helpers.records import commit_offset
+from tests.helpers.services import PrivateService
+from tests.helpers.threads import Worker
 
 ACTOR = "user:test"
 
@@ -159,7 +163,7 @@ def test_kill_9_mid_stream_then_restart_copies_every_record_exactly_once(
     first = mirrors.start("m1")
     _wait_state(routing, link, "copying", partitions=2)  # in the group, assigned: copying as records come
     total = 30_000
-    writer = threading.Thread(target=_produce_paced, args=(primary, topic, total, 5_000))
+    writer = Worker(_produce_paced, primary, topic, total, 5_000)
     writer.start()
     try:
         deadline = time.monotonic() + 60
@@ -169,7 +173,7 @@ def test_kill_9_mid_stream_then_restart_copies_every_record_exactly_once(
         first.stop(signal.SIGKILL)
         killed_at = sum(kafka.ends_of(standby, [(topic, 0), (topic, 1)]).values())
     finally:
-        writer.join()
+        writer.join(120)
     assert killed_at < total, "the mirror finished before it was killed"
     mirrors.start("m2")
     wait_drained(routing, link, [(topic, 0), (topic, 1)], since=now())
@@ -190,11 +194,11 @@ def test_two_processes_share_a_link_and_one_takes_over_from_the_other(
             break
         assert time.monotonic() < deadline, f"partitions not shared: {owners}"
         time.sleep(0.2)
-    writer = threading.Thread(target=_produce_paced, args=(primary, topic, 20_000, 5_000))
+    writer = Worker(_produce_paced, primary, topic, 20_000, 5_000)
     writer.start()
     time.sleep(1)
     first.stop(signal.SIGKILL)  # mid-stream; m2 gets its partitions after the session times out
-    writer.join()
+    writer.join(120)
     report = wait_drained(routing, link, [(topic, p) for p in range(4)], since=now(), timeout_s=90)
     assert {s.key for s in report.partitions.values()} == {(topic, p) for p in range(4)}
     survivor = next(m for m in read_status(routing.zk, routing.layout, link) if m.member == "m2")
@@ -215,6 +219,7 @@ def test_an_unreachable_source_is_retried_and_reported(
         wait_drained(routing, link, [(topic, 0)], since=now())
     finally:
         source.stop()
+    stopped_at = now()
     deadline = time.monotonic() + 60
     while True:
         errors = [m.link_error for m in read_status(routing.zk, routing.layout, link) if m.link_error]
@@ -223,8 +228,10 @@ def test_an_unreachable_source_is_retried_and_reported(
         assert time.monotonic() < deadline, "the lost source was never reported"
         time.sleep(0.5)
     assert "retrying in" in errors[0]
-    report = drain_report(routing.zk, routing.layout, link, since=now(), partitions=[(topic, 0)])
+    # copied up to the source's end once, but nothing fetched since it went: never drained
+    report = drain_report(routing.zk, routing.layout, link, since=stopped_at, partitions=[(topic, 0)])
     assert not report.drained
+    assert any(why in report.waiting[0] for why in ("no mirror process reports", "has not answered a fetch"))
     standby = stack_config.clusters["standby"].bootstrap
     assert len(kafka.read_partitions(standby, topic)[0]) == 100  # what was copied stays
 
@@ -336,10 +343,21 @@ def test_a_source_position_that_is_gone_is_reported_not_skipped(
     assert len(kafka.read_partitions(standby, topic)[0]) == 100, "the mirror wrote anyway"
 
 
+def copied_meanwhile(routing: RoutingStore, stack_config: Config, control: tuple[str, str], tag: str) -> None:
+    """Write to a control link's topic and wait until the same mirror process has copied it: proof that
+    it ran, fetched and copied in the meantime (what a link that stands still is compared with)."""
+    topic, link = control
+    kafka.produce(stack_config.clusters["primary"].bootstrap, topic, records(10, tag))
+    since = now()
+    report = wait_drained(routing, link, [(topic, 0)], since=since)
+    assert report.partitions[(topic, 0)].mirrored % 10 == 0
+
+
 def test_pause_resume_and_promote(mirrors: Mirrors, routing: RoutingStore, stack_config: Config) -> None:
     topic, link = link_topic(routing, "ctl")
+    control = link_topic(routing, "control")
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
-    kafka.create_topics(primary, [topic], partitions=1)
+    kafka.create_topics(primary, [topic, control[0]], partitions=1)
     mirrors.start()
     kafka.produce(primary, topic, records(100))
     wait_drained(routing, link, [(topic, 0)], since=now())
@@ -347,10 +365,11 @@ def test_pause_resume_and_promote(mirrors: Mirrors, routing: RoutingStore, stack
     routing.set_link_state(link, LinkState.PAUSED, actor=ACTOR, reason="t")
     _wait_state(routing, link, "paused")
     kafka.produce(primary, topic, records(50, "paused"))
-    time.sleep(2)
+    copied_meanwhile(routing, stack_config, control, "while-paused")
     assert len(kafka.read_partitions(standby, topic)[0]) == 100, "copied while paused"
-    report = drain_report(routing.zk, routing.layout, link, since=now(), partitions=[(topic, 0)])
-    assert not report.drained
+    status = drain_report(routing.zk, routing.layout, link, since=now(), partitions=[(topic, 0)])
+    assert status.partitions[(topic, 0)].state == "paused"
+    assert status.partitions[(topic, 0)].mirrored == 100
 
     routing.set_link_state(link, LinkState.RUNNING, actor=ACTOR, reason="t")
     wait_drained(routing, link, [(topic, 0)], since=now())
@@ -359,7 +378,7 @@ def test_pause_resume_and_promote(mirrors: Mirrors, routing: RoutingStore, stack
     promote_link(stack_config, routing, link, actor=ACTOR, reason="t")
     _wait_state(routing, link, "promoted")
     kafka.produce(primary, topic, records(10, "after"))
-    time.sleep(2)
+    copied_meanwhile(routing, stack_config, control, "after-promotion")
     assert len(kafka.read_partitions(standby, topic)[0]) == 150, "copied after promotion"
 
     # the 10 written to the old source after promotion were never copied: reversing must say so
@@ -407,3 +426,131 @@ def _wait_state(
             return
         assert time.monotonic() < deadline, f"link {link}: partitions {states}, not {state}"
         time.sleep(0.2)
+
+
+def test_a_link_that_cannot_be_followed_is_reported_and_can_be_deleted(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config
+) -> None:
+    """A pattern that does not compile, planted around the store: reported, nothing copied, deletable
+    (with its offset map: a new link under the same id starts from nothing)."""
+    topic, link = link_topic(routing, "planted")
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.create_topics(primary, [topic], partitions=1)
+    kafka.produce(primary, topic, records(30))
+    store_records(standby, [segment_record(link, topic, 0, 0, 0)], "a leftover segment")
+    node = routing.layout.link(link)
+    raw = json.loads(routing.zk.get(node)[0])
+    routing.zk.set(node, json.dumps({**raw, "include": ["mir[("]}).encode())
+    mirrors.start()
+    deadline = time.monotonic() + 30
+    while True:
+        errors = [m.link_error for m in read_status(routing.zk, routing.layout, link) if m.link_error]
+        if errors:
+            break
+        assert time.monotonic() < deadline, "the broken link was never reported"
+        time.sleep(0.3)
+    assert "invalid link, nothing is copied: pattern 'mir[(' is not a regular expression" in errors[0]
+    assert topic not in AdminClient({"bootstrap.servers": standby}).list_topics(timeout=10).topics
+
+    epoch, removed = delete_link(stack_config, routing, link, actor=ACTOR, reason="t", force=True)
+    assert removed == 1
+    assert read_maps(standby, link) == {}
+    assert routing.link(link) is None
+    assert routing.ledger.link_history(link)[0].to_state is LinkState.DELETED
+    deadline = time.monotonic() + 30
+    while read_status(routing.zk, routing.layout, link):  # the mirror let go of it
+        assert time.monotonic() < deadline, "the mirror still reports a deleted link"
+        time.sleep(0.3)
+    assert routing.epoch() >= epoch
+
+
+def test_a_write_to_the_target_stops_that_partition_with_the_reason(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config
+) -> None:
+    """Only the mirror writes a target partition; a record written there by anyone else shifts every
+    later copy, so the first delivery report that shows it stops that partition, for good and with the
+    reason (what was already on its way lands; nothing after)."""
+    topic, link = link_topic(routing, "intruded")
+    control = link_topic(routing, "control")
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.create_topics(primary, [topic, control[0]], partitions=1)
+    mirrors.start()
+    kafka.produce(primary, topic, records(50))
+    wait_drained(routing, link, [(topic, 0)], since=now())
+    kafka.produce(standby, topic, records(1, "intruder"))  # straight to the broker, around the gateway
+    kafka.produce(primary, topic, records(20, "later"))
+    deadline = time.monotonic() + 30
+    while True:
+        report = drain_report(routing.zk, routing.layout, link, since=now(), partitions=[(topic, 0)])
+        found = report.partitions.get((topic, 0))
+        if found is not None and found.state == "failed":
+            break
+        assert time.monotonic() < deadline, f"no failure reported: {report.waiting}"
+        time.sleep(0.3)
+    assert found.error is not None
+    assert "the target wrote a copy at offset 51, the mirror expected 50" in found.error
+    assert "something else writes to the target partition" in found.error
+    stopped_at = len(kafka.read_partitions(standby, topic)[0])
+    kafka.produce(primary, topic, records(20, "after-the-stop"))
+    copied_meanwhile(routing, stack_config, control, "meanwhile")
+    on_target = kafka.read_partitions(standby, topic)[0]
+    assert len(on_target) == stopped_at <= 71, "the mirror went on copying after the intrusion"
+    assert [r.value for r in on_target[:51]] == [r.value for r in [*records(50), *records(1, "intruder")]]
+    again = drain_report(routing.zk, routing.layout, link, since=now(), partitions=[(topic, 0)])
+    assert again.partitions[(topic, 0)].error == found.error  # the first reason stays
+
+
+def test_group_offsets_are_carried_only_while_the_group_is_idle_on_the_target(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config
+) -> None:
+    topic, _ = link_topic(routing, "groups")
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.create_topics(primary, [topic], partitions=1)
+    kafka.create_topics(standby, [topic], partitions=1)
+    kafka.produce(primary, topic, records(40))
+    busy, idle = unique("busy"), unique("idle")
+    member = Consumer(
+        {
+            "bootstrap.servers": standby,
+            "group.id": busy,
+            "enable.auto.commit": False,
+            **TESTBED_CONSUMER_SETTINGS,
+        }
+    )
+    member.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 60
+        while not member.assignment():  # a live member of the group on the target
+            member.poll(0.2)
+            assert time.monotonic() < deadline, "the consumer never joined on the target"
+        commit_offset(primary, busy, topic, 30)
+        commit_offset(primary, idle, topic, 20)
+        mirrors.start()
+        assert _wait_group_offset(standby, idle, topic, 20) == 20  # the sync ran...
+        admin = AdminClient({"bootstrap.servers": standby})
+        for _ in range(3):  # ...and keeps running (every second here) without touching the busy group
+            member.poll(1.0)
+            assert committed_offsets(admin, busy).get((topic, 0)) is None
+    finally:
+        member.close()
+    assert _wait_group_offset(standby, busy, topic, 30) == 30  # idle now: carried
+
+
+def test_sigterm_during_a_group_join_exits_within_seconds(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config
+) -> None:
+    """With the default session timeout, Tansu holds a first join for ~23 s; a mirror asked to stop
+    then must not wait for it (its partitions go to another member once the session times out)."""
+    topic, _ = link_topic(routing, "joining")
+    kafka.create_topics(stack_config.clusters["primary"].bootstrap, [topic], partitions=1)
+    process = mirrors.start("m-join", SWITCHYARD__MIRROR__CONSUMER="{}")  # librdkafka's defaults
+    time.sleep(6)  # subscribed, the join under way
+    assert process.process is not None
+    started = time.monotonic()
+    process.process.send_signal(signal.SIGTERM)
+    assert process.process.wait(30) == 0
+    took = time.monotonic() - started
+    assert took < 5, f"SIGTERM took {took:.1f}s"
+    log = process.log.read_text()
+    assert "left without waiting for the group (a join was in progress)" in log
+    assert "Traceback" not in log

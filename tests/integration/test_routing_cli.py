@@ -132,3 +132,25 @@ def test_rebuild_and_recover(run: Operator) -> None:
     assert run("bindings", "rebuild").output == "wrote 1 bindings, 1 clusters and 0 links at epoch 2\n"
     assert run("bindings", "list").output == before
     assert run("bindings", "recover").output == "nothing pending\n"
+
+
+def test_links_refuse_what_would_break_routing_and_can_be_deleted(run: Operator) -> None:
+    run("clusters", "add", "primary")
+    run("clusters", "add", "standby")
+    bad = run("links", "create", "mirror", "--source", "primary", "--target", "standby", "--include", "mir[(")
+    assert bad.exit_code == 5
+    assert "pattern 'mir[(' is not a regular expression" in bad.output
+    empty = run("links", "create", "", "--source", "primary", "--target", "standby")
+    assert empty.exit_code == 5
+    assert "a link id is empty" in empty.output
+    assert run.table("links", "list")[1:] == []
+
+    assert run("links", "create", "p2s", "--source", "primary", "--target", "standby").exit_code == 0
+    running = run("links", "delete", "p2s")
+    assert running.exit_code == 5
+    assert "link p2s is running: pause it first" in running.output
+    deleted = run("links", "delete", "p2s", "--force", "--reason", "retired")
+    assert deleted.exit_code == 0, deleted.output
+    assert deleted.output.startswith("link p2s deleted, epoch 4")
+    assert run.table("links", "list")[1:] == []
+    assert run("links", "delete", "p2s", "--force").exit_code == 5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import timedelta
 
@@ -339,3 +340,42 @@ def test_rebuild_restores_links(store: RoutingStore) -> None:
     report = rebuild(store)
     assert report.links == 1
     assert store.snapshot() == before
+
+
+def test_names_and_patterns_are_checked_where_they_enter(store: RoutingStore) -> None:
+    for bad, problem in (
+        (BindingKey.for_app("orders "), "the AppID 'orders ' begins or ends with white space"),
+        (BindingKey.group("orders", "bill\ning"), "the group name 'bill\\ning' has an invisible character"),
+    ):
+        with pytest.raises(BindingRefused, match=re.escape(problem)):
+            bind(store, bad, "primary")
+    with pytest.raises(BindingRefused, match=r"pattern 'mir\[\(' is not a regular expression"):
+        store.create_link("bad", "primary", "standby", include=["mir[("], actor=ACTOR, reason="t")
+    with pytest.raises(BindingRefused, match="a link id is empty"):
+        store.create_link("", "primary", "standby", actor=ACTOR, reason="t")
+    with pytest.raises(BindingRefused, match="a cluster id ' dr' begins or ends"):
+        store.register_cluster(" dr", "dr:9092", actor=ACTOR, reason="t")
+    assert store.snapshot().links == {}
+    assert store.ledger.link_history("bad") == []
+
+
+def test_a_deleted_link_is_gone_from_the_tree_the_ledger_and_a_rebuild(store: RoutingStore) -> None:
+    store.create_link("p2s", "primary", "standby", actor=ACTOR, reason="t")
+    link = store.link("p2s")
+    assert link is not None
+    store.set_link_state("p2s", LinkState.PAUSED, actor=ACTOR, reason="t")
+    with pytest.raises(BindingConflict, match="link p2s: expected epoch"):  # fenced like every change
+        store.apply(links=[LinkChange.of(link, LinkState.DELETED)], actor=ACTOR, reason="stale")
+    deleted = store.set_link_state("p2s", LinkState.DELETED, actor=ACTOR, reason="done with it")
+    assert store.link("p2s") is None
+    assert "p2s" not in store.snapshot().links
+    assert store.ledger.link_history("p2s")[0].to_state is LinkState.DELETED  # newest first
+    assert "p2s" not in store.ledger.state().links
+    with pytest.raises(BindingRefused, match="link 'p2s' does not exist"):
+        store.set_link_state("p2s", LinkState.DELETED, actor=ACTOR, reason="again")
+    assert rebuild(store).links == 0
+    recreated = store.create_link("p2s", "standby", "primary", actor=ACTOR, reason="a new link, same id")
+    assert recreated > deleted
+    again = store.link("p2s")
+    assert again is not None
+    assert (again.source, again.target) == ("standby", "primary")

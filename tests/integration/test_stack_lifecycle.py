@@ -16,7 +16,7 @@ import pytest
 
 from switchyard.config import load_config
 from switchyard.stack import Stack
-from tests.support import write_stack_config
+from tests.helpers.stacks import write_stack_config
 
 
 def switchyard(config: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -21,8 +21,8 @@ from switchyard.mirror.control import promote_link
 from switchyard.model import now
 from switchyard.routing.store import RoutingStore
 from switchyard.verify.submit import VerificationError, run_job, verdict, verify_spec
+from tests.helpers.records import commit_offset
 from tests.integration.test_mirror import Mirrors, wait_drained
-from tests.support import commit_offset
 
 ACTOR = "user:test"
 N = 50

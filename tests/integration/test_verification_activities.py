@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 import uuid
 from datetime import timedelta
@@ -20,6 +19,7 @@ from activities.verification import VerifyOutcome, VerifyRequest, verify_link
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.routing.store import RoutingStore
+from tests.helpers.processes import command_line, descendants
 
 N = 30
 
@@ -87,11 +87,9 @@ async def run_workflow(
         return await handle.result()
 
 
-def job_processes() -> list[str]:
-    found = subprocess.run(
-        ["pgrep", "-f", "switchyard/verify/job.py"], check=False, capture_output=True, text=True
-    )
-    return found.stdout.split()
+def job_processes() -> list[int]:
+    """The Spark jobs this test run started (other runs on the machine may have their own)."""
+    return [pid for pid in descendants() if "switchyard/verify/job.py" in command_line(pid)]
 
 
 def test_the_activity_verifies_and_records_once(

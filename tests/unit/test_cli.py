@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from switchyard import __version__
 from switchyard.cli import cli
-from tests.support import write_stack_config
+from tests.helpers.stacks import write_stack_config
 
 
 def run(*args: str) -> tuple[int, str]:

@@ -154,3 +154,32 @@ def test_hostport_round_trip(host: str, port: int) -> None:
 def test_hostport_rejects(bad: str) -> None:
     with pytest.raises(ValueError, match=r"host:port|port must be"):
         split_hostport(bad)
+
+
+def test_a_file_that_is_not_utf8_is_named_with_the_byte(tmp_path: Path) -> None:
+    path = tmp_path / "switchyard.yaml"
+    path.write_bytes(b"clusters:\n  primary: {bootstrap: 'h\xe9:1'}\n")
+    with pytest.raises(
+        ConfigError, match=r"switchyard\.yaml: not UTF-8 text \(byte 35: invalid continuation byte\)"
+    ):
+        load_config(path, environ={})
+
+
+def test_gateway_limits_default_to_a_brokers_and_budgets_must_hold_a_frame(tmp_path: Path) -> None:
+    limits = load_config(write(tmp_path, MINIMAL), environ={}).gateway.limits
+    assert (limits.idle_timeout_s, limits.unauthenticated_max_frame_bytes) == (600.0, 512 * 1024)
+    message = error_for(tmp_path, merged(gateway={"limits": {"connection_buffer_bytes": 4096}}))
+    assert "gateway.limits.connection_buffer_bytes: must be at least gateway.max_frame_bytes" in message
+    message = error_for(
+        tmp_path,
+        merged(
+            gateway={
+                "max_frame_bytes": 2048,
+                "limits": {"connection_buffer_bytes": 8192, "buffer_bytes": 4096},
+            }
+        ),
+    )
+    assert (
+        "gateway.limits.buffer_bytes: must be at least gateway.limits.connection_buffer_bytes (8192)"
+        in message
+    )

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from switchyard.stack import health
-from tests.support import free_ports
+from tests.helpers.ports import unused_port
 
 
 @pytest.fixture
@@ -41,14 +41,14 @@ def impostor() -> Iterator[tuple[int, list[bytes]]]:
 
 @pytest.mark.parametrize("probe", [health.zookeeper, health.kafka])
 def test_closed_port_is_unhealthy(probe: object) -> None:
-    (port,) = free_ports(1)
+    port = unused_port()
     result = probe("127.0.0.1", port)  # type: ignore[operator]
     assert not result.ok
     assert "unreachable" in result.detail
 
 
 def test_temporal_on_a_closed_port_is_unhealthy() -> None:
-    (port,) = free_ports(1)
+    port = unused_port()
     result = health.temporal(f"127.0.0.1:{port}")
     assert not result.ok
     assert "connection refused" in result.detail

@@ -1,23 +1,67 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from switchyard.keys import BindingKey, KeyKind
+from switchyard.keys import BindingKey, KeyKind, check_name
+
+
+def _well_formed(name: str) -> bool:
+    try:
+        check_name("a name", name)
+    except ValueError:
+        return False
+    return True
+
 
 text = st.text(min_size=1, max_size=20)
-keys = st.one_of(
-    st.builds(BindingKey.for_app, text),
-    st.builds(BindingKey.instance, text, text),
-    st.builds(BindingKey.topic, text, text),
-    st.builds(BindingKey.group, text, text),
-)
+"""Any name: ZooKeeper paths must hold whatever was stored before names were checked."""
+names = text.filter(_well_formed)
+
+
+def key_strategy(part: st.SearchStrategy[str]) -> st.SearchStrategy[BindingKey]:
+    return st.one_of(
+        st.builds(BindingKey.for_app, part),
+        st.builds(BindingKey.instance, part, part),
+        st.builds(BindingKey.topic, part, part),
+        st.builds(BindingKey.group, part, part),
+    )
+
+
+keys = key_strategy(text)
+
+
+@given(key_strategy(names))
+def test_text_form_round_trips(key: BindingKey) -> None:
+    assert BindingKey.parse(str(key)) == key
 
 
 @given(keys)
-def test_text_form_round_trips(key: BindingKey) -> None:
-    assert BindingKey.parse(str(key)) == key
+def test_a_key_parses_back_exactly_or_is_refused_with_the_reason(key: BindingKey) -> None:
+    parts = [key.app] if key.name is None else [key.app, key.name]
+    if all(_well_formed(p) for p in parts):
+        assert BindingKey.parse(str(key)) == key
+    else:
+        with pytest.raises(ValueError, match=r"white space|invisible character"):
+            BindingKey.parse(str(key))
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (" orders", "the AppID ' orders' begins or ends with white space"),
+        ("orders\n@host", "the AppID 'orders\\n' begins or ends with white space"),
+        ("orders@host\t", "the instance name 'host\\t' begins or ends with white space"),
+        ("orders##g\u200b1", "the group name 'g\\u200b1' has an invisible character '\\u200b' at 1"),
+        ("orders#pay\x07ments", "the topic name 'pay\\x07ments' has an invisible character '\\x07' at 3"),
+    ],
+)
+def test_names_that_would_hide_from_an_operator_are_refused(text: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        BindingKey.parse(text)
 
 
 @given(keys)

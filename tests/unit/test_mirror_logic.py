@@ -125,3 +125,14 @@ def test_links_never_copy_internal_or_switchyard_topics() -> None:
     assert link.copies("orders")
     assert not link.copies("__consumer_offsets")
     assert not link.copies("switchyard.offset-map")
+
+
+def test_a_link_with_a_pattern_that_does_not_compile_copies_nothing_and_says_why() -> None:
+    link = Link("l", "a", "b", ("ord.*", "mir[("), (), LinkState.RUNNING, 1, datetime.now(UTC), "t")
+    assert link.problem is not None
+    assert link.problem.startswith("pattern 'mir[(' is not a regular expression")
+    assert not link.copies("orders")  # not half a link: nothing at all
+    good = Link("l", "a", "b", ("ord.*",), ("orders-x",), LinkState.RUNNING, 1, datetime.now(UTC), "t")
+    assert good.problem is None
+    assert good.copies("orders")
+    assert not good.copies("orders-x")

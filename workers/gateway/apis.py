@@ -23,6 +23,9 @@ OFFSET_FOR_LEADER_EPOCH, SASL_AUTHENTICATE, DESCRIBE_CLUSTER = 23, 36, 60
 GROUP_APIS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP})
 PARTITION_APIS = frozenset({PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH})
 BLOCKABLE = GROUP_APIS | PARTITION_APIS
+LONG_POLLS = frozenset({FETCH, JOIN_GROUP, SYNC_GROUP})
+"""Requests a broker may hold for long (a Fetch up to its max_wait, a join or sync until the rebalance
+ends); a newer epoch that routes them elsewhere answers them at once (see workers.gateway.inflight)."""
 
 VERSION_CAPS = {
     PRODUCE: 12,  # v13+ names topics by id; routing needs names

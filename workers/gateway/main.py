@@ -22,8 +22,8 @@ async def serve(gateway: Gateway) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await gateway.start()
     try:
+        await gateway.start()
         await stop.wait()
     finally:
         await gateway.stop()

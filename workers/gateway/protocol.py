@@ -1,9 +1,11 @@
 """Kafka framing and headers, with kio's generated schemas doing the encoding.
 
-A frame is a 4-byte big-endian size and that many bytes. The gateway parses a request's header and,
-where routing needs it, its body; the original bytes are what is forwarded, so Produce records and Fetch
-payloads are never re-encoded. Error handling: anything malformed raises :class:`FrameError`, which
-closes that one connection.
+A frame is a 4-byte big-endian size and that many bytes. Every request's lengths are checked against
+its frame before anything decodes it (:mod:`workers.gateway.bounds`: kio's native decoder aborts the
+process on a length it cannot allocate); the header is read here, the body by kio only where routing
+needs it. The original bytes are what is forwarded, so Produce records and Fetch payloads are never
+re-encoded. Error handling: anything malformed raises :class:`FrameError`, which closes that one
+connection.
 """
 
 from __future__ import annotations
@@ -18,18 +20,18 @@ from typing import Any
 
 import kio.index
 from kio.schema.index import api_key_map, schema_name_map
-from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from workers.gateway.bounds import BoundsError, check_entity, check_request_header, check_response_header
 from workers.gateway.entities import make
 
 API_VERSIONS = 18
 _SIZE = struct.Struct(">i")
 _KEY_VERSION_CORRELATION = struct.Struct(">hhi")
+_CLIENT_ID_SIZE = struct.Struct(">h")
 
 
 class FrameError(Exception):
@@ -77,16 +79,29 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes | No
 
 
 def parse_request(frame: bytes) -> Request:
+    """The request's header, with every length of header and body checked against the frame.
+
+    An ApiVersions request at a version this codec does not know is still a request: its header is read
+    as version 1 (what follows is never decoded), so that it can be answered in the v0 form (KIP-511).
+    """
     if len(frame) < 8:
         raise FrameError(f"request of {len(frame)} bytes has no header")
     api_key, api_version, correlation_id = _KEY_VERSION_CORRELATION.unpack_from(frame)
-    header_schema = RequestHeaderV2 if is_flexible(api_key, api_version) else RequestHeaderV1
     try:
-        header: Any
-        header, size = entity_reader(header_schema)(frame, 0)
-    except Exception as exc:
-        raise FrameError(f"malformed request header: {exc}") from exc
-    return Request(frame, api_key, api_version, correlation_id, header.client_id, size)
+        if api_key == API_VERSIONS and not _known(api_key, api_version):
+            body_offset = check_request_header(frame, flexible=False)
+        else:
+            schema = request_schema(api_key, api_version)
+            body_offset = check_request_header(frame, flexible=schema.__flexible__)
+            check_entity(schema, frame, body_offset)
+    except BoundsError as exc:
+        raise FrameError(f"malformed {api_name(api_key)} v{api_version} request: {exc}") from exc
+    (size,) = _CLIENT_ID_SIZE.unpack_from(frame, 8)
+    try:
+        client_id = frame[10 : 10 + size].decode() if size >= 0 else None
+    except UnicodeDecodeError as exc:
+        raise FrameError(f"client id is not UTF-8: {exc}") from exc
+    return Request(frame, api_key, api_version, correlation_id, client_id, body_offset)
 
 
 def encode_request(
@@ -129,10 +144,12 @@ def encode_response(request: Request, body: Any) -> bytes:
 
 def decode_response(request: Request, frame: bytes) -> Any:
     """Decode a response frame (without its size) to the request's response schema."""
-    header = response_header_schema(request.api_key, request.api_version)
+    schema = response_schema(request.api_key, request.api_version)
+    flexible = response_header_schema(request.api_key, request.api_version) is ResponseHeaderV1
     try:
-        _, offset = entity_reader(header)(frame, 0)
-        body, _ = entity_reader(response_schema(request.api_key, request.api_version))(frame, offset)
+        offset = check_response_header(frame, flexible=flexible)
+        check_entity(schema, frame, offset)
+        body, _ = entity_reader(schema)(frame, offset)
     except Exception as exc:
         raise FrameError(f"undecodable {api_name(request.api_key)} response: {exc}") from exc
     return body
@@ -165,6 +182,11 @@ def _schema(load: Callable[[int, int], Any], api_key: int, api_version: int) -> 
         return load(api_key, api_version)
     except kio.index.KioIndexError as exc:
         raise FrameError(f"unknown API {api_key} v{api_version}") from exc
+
+
+def _known(api_key: int, api_version: int) -> bool:
+    versions = known_versions(api_key)
+    return versions is not None and versions[0] <= api_version <= versions[1]
 
 
 @cache

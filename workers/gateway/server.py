@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import functools
 import logging
+import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from opentelemetry import metrics
 
 from switchyard.config import Config, split_hostport
-from switchyard.errors import ConfigError
+from switchyard.errors import ConfigError, GatewayError
 from switchyard.identity import Identity
 from switchyard.model import LinkState
 from switchyard.routing.gateways import GatewayRegistration
@@ -35,6 +35,8 @@ from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.view import BindingView
 from workers.gateway import apis
 from workers.gateway.entities import element_type, make
+from workers.gateway.inflight import InFlight
+from workers.gateway.intake import ByteBudget
 from workers.gateway.producers import Translation
 from workers.gateway.protocol import (
     API_VERSIONS,
@@ -53,29 +55,6 @@ CLUSTER_ID = "switchyard"
 """The cluster id clients see, whichever real cluster answers: to them it is one cluster."""
 LOCAL_APIS = {apis.API_VERSIONS: (0, 3), apis.SASL_HANDSHAKE: (1, 1), apis.SASL_AUTHENTICATE: (0, 2)}
 """SaslHandshake v0 would be followed by unframed tokens; v1 (Kafka 1.0 on) frames them."""
-
-
-class InFlight:
-    """Requests sent upstream and not yet answered, counted by the routing epoch they were sent under."""
-
-    def __init__(self) -> None:
-        self._counts: collections.Counter[int] = collections.Counter()
-        self._changed = asyncio.Event()
-
-    def start(self, epoch: int) -> int:
-        self._counts[epoch] += 1
-        return epoch
-
-    def finish(self, epoch: int) -> None:
-        self._counts[epoch] -= 1
-        if self._counts[epoch] <= 0:
-            del self._counts[epoch]
-            self._changed.set()
-
-    async def drained_before(self, epoch: int) -> None:
-        while any(e < epoch for e in self._counts):
-            self._changed.clear()
-            await self._changed.wait()
 
 
 LATENCY_BUCKETS_MS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
@@ -149,6 +128,8 @@ class Gateway:
             zk, self.layout, self.id, takeover_wait_s=config.zookeeper.session_timeout_s + 2
         )
         self.inflight = InFlight()
+        self.budget = ByteBudget(config.gateway.limits.buffer_bytes)
+        """Request bytes every connection together may hold (``gateway.limits.buffer_bytes``)."""
         users_file = config.gateway.sasl.users_file
         self.users = UsersFile(users_file) if users_file is not None else None
         self.metrics = Metrics.create()
@@ -160,6 +141,9 @@ class Gateway:
         self._mirrored: dict[tuple[str, str], bool] = {}
         self._mirrored_in: RoutingSnapshot | None = None
         self._servers: dict[int | None, asyncio.Server] = {}
+        self._sessions: set[ClientSession] = set()
+        self._reported: set[tuple[str, int]] = set()
+        """Invalid links already logged (by id and epoch)."""
         self._epoch_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -184,6 +168,7 @@ class Gateway:
         await self._listen(None)
         await asyncio.to_thread(self.registration.register)
         self._tasks.append(asyncio.create_task(self._acknowledge()))
+        self._tasks.append(asyncio.create_task(self._discover_missing()))
         log.info(
             "gateway %s serving on %s:%d",
             self.id,
@@ -191,16 +176,29 @@ class Gateway:
             self.config.gateway.bootstrap_port,
         )
 
-    async def stop(self) -> None:
+    async def stop(self, *, grace_s: float = 5.0) -> None:
+        """Stop listening, end every client connection (their waiting requests fail, so clients retry
+        elsewhere), deregister."""
         for task in self._tasks:
             task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         for server in self._servers.values():
             server.close()
-        for server in self._servers.values():
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 2)
+        sessions = [asyncio.create_task(self._end(session, grace_s)) for session in list(self._sessions)]
+        await asyncio.gather(*sessions, return_exceptions=True)
         await asyncio.to_thread(self.registration.close)
         await asyncio.to_thread(self.view.stop)
+
+    async def _end(self, session: ClientSession, grace_s: float) -> None:
+        session.close()
+        task = session.task
+        if task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), grace_s)
+        except TimeoutError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     async def _listen(self, virtual_id: int | None) -> None:
         if virtual_id in self._servers:
@@ -209,13 +207,29 @@ class Gateway:
         port = self.config.gateway.bootstrap_port + (virtual_id or 0)
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await ClientSession(self, listener, reader, writer).run()
+            session = ClientSession(self, listener, reader, writer)
+            session.task = asyncio.current_task()
+            self._sessions.add(session)
+            try:
+                await session.run()
+            finally:
+                self._sessions.discard(session)
 
-        self._servers[virtual_id] = await asyncio.start_server(serve, self.config.gateway.host, port)
+        host = self.config.gateway.host
+        try:
+            self._servers[virtual_id] = await asyncio.start_server(serve, host, port)
+        except OSError as exc:
+            what = "gateway.bootstrap_port" if virtual_id is None else f"virtual broker {virtual_id}'s port"
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise GatewayError(f"cannot listen on {host}:{port} ({what}): {reason}") from exc
 
     # ---- epochs
 
     def _on_snapshot(self, snapshot: RoutingSnapshot) -> None:  # on the view's thread
+        for link in snapshot.links.values():
+            if link.problem is not None and (link.id, link.epoch) not in self._reported:
+                self._reported.add((link.id, link.epoch))
+                log.error("gateway %s: link %s is ignored: %s", self.id, link.id, link.problem)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._epoch_changed.set)
 
@@ -224,8 +238,22 @@ class Gateway:
         while True:
             await self._epoch_changed.wait()
             self._epoch_changed.clear()
-            epoch = self.view.snapshot.epoch
-            await self.inflight.drained_before(epoch)
+            snapshot = self.view.snapshot
+            epoch = snapshot.epoch
+            woken = self.inflight.supersede(snapshot)
+            if woken:
+                log.info("gateway %s: epoch %d answered %d long polls early", self.id, epoch, woken)
+            drained = asyncio.ensure_future(self.inflight.drained_before(epoch))
+            try:
+                if not (await asyncio.wait({drained}, timeout=_SLOW_ACK_S))[0]:
+                    held = self.inflight.holding(epoch)
+                    log.warning(
+                        "gateway %s: epoch %d waits for %d requests routed the old way: %s",
+                        self.id, epoch, len(held), ", ".join(map(str, held[:10])),
+                    )  # fmt: skip
+                await drained
+            finally:
+                drained.cancel()
             if self.view.stale:
                 continue  # acknowledged when fresh again: the reconnect publishes a new snapshot
             try:
@@ -310,6 +338,11 @@ class Gateway:
             )
         return found
 
+    def offers(self, api_key: int, api_version: int) -> bool:
+        """Whether this gateway offers ``api_key`` at ``api_version`` (what ApiVersions tells clients)."""
+        versions = self.offered.get(api_key)
+        return versions is not None and versions[0] <= api_version <= versions[1]
+
     def issued(self, identity: Identity, producer_id: int, cluster: str) -> None:
         _remember(self.producer_ids, (identity, producer_id), cluster)
 
@@ -348,7 +381,10 @@ class Gateway:
                 mechanism=sasl.mechanism,
                 credentials=credentials or Credentials(sasl.username, sasl.password),
             )
-        return Upstream(host, port, max_frame_bytes=self.config.gateway.max_frame_bytes, login=login)
+        return Upstream(
+            host, port, max_frame_bytes=self.config.gateway.max_frame_bytes, login=login, cluster=cluster,
+            node=node,
+        )  # fmt: skip
 
     def address(self, virtual_id: int) -> tuple[str, int]:
         gateway = self.config.gateway
@@ -369,6 +405,14 @@ class Gateway:
             await self._listen(vid)
             virtual[node] = vid
         return virtual
+
+    async def _discover_missing(self) -> None:
+        """Keep trying the clusters not reached yet: their brokers and versions join the offer then."""
+        while True:
+            await asyncio.sleep(_REDISCOVER_S)
+            for cluster, known in self.brokers.items():
+                if not known:
+                    await self._discover(cluster)
 
     async def _discover(self, cluster: str) -> None:
         """Learn a cluster's brokers and API versions from its bootstrap server."""
@@ -404,6 +448,9 @@ class Gateway:
 
 
 _REMEMBERED = 100_000
+_REDISCOVER_S = 5.0
+_SLOW_ACK_S = 5.0
+"""An acknowledgement held up longer than this is logged with the requests holding it."""
 
 
 def _remember(table: dict[Any, Any], key: Any, value: Any) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,8 @@ from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway import apis
 from workers.gateway.apis import context_of
 from workers.gateway.blocking import TOPIC_AUTHORIZATION_FAILED, blocked_response
+from workers.gateway.inflight import Ticket
+from workers.gateway.intake import Intake, Lease
 from workers.gateway.producers import translate
 from workers.gateway.protocol import (
     FrameError,
@@ -36,7 +38,6 @@ from workers.gateway.protocol import (
     decode_response,
     encode_response,
     parse_request,
-    read_frame,
     replace_body,
     with_size,
 )
@@ -49,7 +50,8 @@ if TYPE_CHECKING:
     from workers.gateway.server import Gateway
 
 log = logging.getLogger(__name__)
-_QUEUE_DEPTH = 64
+Replies = asyncio.Queue[tuple[Awaitable[bytes | None], Lease] | None]
+"""Each request's answer-to-be, in request order, with its bytes' lease (None: no more)."""
 _HIGH_WATER = 256 * 1024
 """Bytes waiting to go to the client before the session waits for them to drain."""
 
@@ -74,62 +76,114 @@ class ClientSession:
         """Who the client proved to be over SASL; its broker connections log in as the same user."""
         self._handshaken = False
         self._closing = False
-        self._upstreams: dict[tuple[str, int | None], Upstream] = {}
+        self._upstreams: dict[tuple[str, int | None, bool], Upstream] = {}
+        """Broker connections by (cluster, node, for long polls): a long poll never shares its connection
+        with other requests, which would wait behind it at the broker (a broker answers a connection's
+        requests one after the other)."""
         self._identities: dict[str | None, Identity] = {}
         self._resolved: dict[tuple[Identity, tuple[str, ...], str | None], Resolution] = {}
         self._resolved_in: RoutingSnapshot | None = None
         self._answering: set[asyncio.Task[bytes]] = set()
-        """Answers on their way from brokers; each holds an in-flight token until it settles."""
+        """Answers on their way from brokers; each holds an in-flight ticket until it settles."""
+        self._retired: list[Upstream] = []
+        """Broker connections left behind by a long poll answered early; closed when their answers are in."""
+        self._unanswered = 0
+        self._ending = False
+        self.task: asyncio.Task[Any] | None = None
+        """The task running this session (set by the gateway, which ends it at shutdown)."""
+        config = gateway.config.gateway
+        self.intake = Intake(
+            reader,
+            config.limits,
+            max_frame_bytes=config.max_frame_bytes,
+            process_budget=gateway.budget,
+            busy=lambda: self._unanswered > 0,
+            login_required=config.sasl.mode == "required",
+        )
 
     async def run(self) -> None:
-        replies: asyncio.Queue[Awaitable[bytes | None] | None] = asyncio.Queue(_QUEUE_DEPTH)
+        limits = self.gateway.config.gateway.limits
+        replies: Replies = asyncio.Queue(limits.max_in_flight)
         writer_task = asyncio.create_task(self._write(replies))
         metrics = self.gateway.metrics
         metrics.connections.add(1)
         try:
             while not writer_task.done():
-                frame = await read_frame(self.reader, self.gateway.config.gateway.max_frame_bytes)
-                if frame is None:
+                got = await self.intake.next_frame()
+                if got is None:
                     break
-                request = parse_request(frame)
-                await replies.put(await self._dispatch(request))
+                frame, lease = got
+                self._unanswered += 1
+                try:
+                    reply = await self._dispatch(parse_request(frame))
+                except BaseException:
+                    self._answered(lease)
+                    raise
+                await replies.put((reply, lease))
                 if self._closing:
                     break
         except (FrameError, SaslError) as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
         except UpstreamError as exc:
             log.warning("closing connection from %s: upstream failed: %s", self.peer, exc)
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         except Exception:  # a bug must cost one connection, never the process or a hung client
             log.exception("closing connection from %s after an unexpected error", self.peer)
         finally:
             metrics.connections.add(-1)
-            if not writer_task.done():
-                await replies.put(None)
-            await asyncio.gather(writer_task, return_exceptions=True)
-            for upstream in self._upstreams.values():
-                await upstream.close()  # fails whatever still waits on a broker...
-            await asyncio.gather(*self._answering, return_exceptions=True)  # ...so these settle
-            self.writer.close()
+            await self._close_down(writer_task, replies)
 
-    async def _write(self, replies: asyncio.Queue[Awaitable[bytes | None] | None]) -> None:
-        while (reply := await replies.get()) is not None:
+    async def _close_down(self, writer_task: asyncio.Task[None], replies: Replies) -> None:
+        """Fail what still waits on brokers, let the writer end, give back every request's bytes."""
+        self._ending = True
+        if not writer_task.done():
+            try:
+                replies.put_nowait(None)
+            except asyncio.QueueFull:
+                writer_task.cancel()
+        for upstream in [*self._upstreams.values(), *self._retired]:
+            await upstream.close()  # fails whatever still waits on a broker...
+        await asyncio.gather(*self._answering, return_exceptions=True)  # ...so these settle
+        await asyncio.gather(writer_task, return_exceptions=True)
+        while not replies.empty():
+            item = replies.get_nowait()
+            if item is not None:
+                self._answered(item[1])
+        self.writer.close()
+
+    def close(self) -> None:
+        """End the connection (gateway shutdown): the reader sees the end of the stream."""
+        self.writer.close()
+
+    def _answered(self, lease: Lease) -> None:
+        lease.release()
+        self._unanswered -= 1
+
+    async def _write(self, replies: Replies) -> None:
+        while (item := await replies.get()) is not None:
+            reply, lease = item
             try:
                 data = await reply
             except (UpstreamError, FrameError) as exc:
-                log.warning("closing connection from %s: %s", self.peer, exc)
+                if not self._ending:  # else the client left, and its unanswered requests with it
+                    log.warning("closing connection from %s: %s", self.peer, exc)
+                self._answered(lease)
                 break
             except Exception:
                 log.exception("closing connection from %s after an unexpected error", self.peer)
+                self._answered(lease)
                 break
+            self._answered(lease)
             if data is not None:
                 self.writer.write(data)
                 if self.writer.transport.get_write_buffer_size() > _HIGH_WATER:
                     await self.writer.drain()
         self.writer.close()
         while not replies.empty():  # let the reader see the end rather than block on a full queue
-            replies.get_nowait()
+            item = replies.get_nowait()
+            if item is not None:
+                self._answered(item[1])
 
     async def _dispatch(self, request: Request) -> Awaitable[bytes | None]:
         """Decide, and for a forwarded request write it upstream now; return the awaitable reply."""
@@ -141,6 +195,11 @@ class ClientSession:
             return _ready(encode_response(request, await self._sasl(request)))
         if self.credentials is None and self.gateway.config.gateway.sasl.mode == "required":
             raise SaslError(f"{api_name(key)} before SASL authentication, which this gateway requires")
+        if not self.gateway.offers(key, request.api_version):
+            raise FrameError(
+                f"{api_name(key)} v{request.api_version} is not offered by this gateway "
+                "(ApiVersions says what is)"
+            )
         context = context_of(request)
         identity = self._identity(request.client_id)
         snapshot = self.gateway.view.snapshot  # one snapshot decides the request and dates it
@@ -167,23 +226,29 @@ class ClientSession:
 
         broker = self.listener.broker
         node = broker.node_id if broker is not None and broker.cluster == resolution.cluster else None
-        upstream = self._upstream(resolution.cluster, node)
-        token = self.gateway.inflight.start(snapshot.epoch)
+        upstream = self._upstream(resolution.cluster, node, long_poll=key in apis.LONG_POLLS)
+        inflight = self.gateway.inflight
+        ticket = inflight.start(
+            snapshot.epoch,
+            self._still_routed(identity, context.topics, context.group, resolution),
+            long_poll=key in apis.LONG_POLLS,
+            what=(api_name(key), str(identity), resolution.cluster, node),
+        )
         try:
             future = await upstream.send(
                 frame, request.correlation_id, expects_response=context.expects_response
             )
         except BaseException:
-            self.gateway.inflight.finish(token)
+            inflight.finish(ticket)
             raise
         if future is None:
-            self.gateway.inflight.finish(token)
+            inflight.finish(ticket)
             return _ready(None)
         answer = asyncio.create_task(
-            self._answer(request, future, resolution.cluster, token, identity, received=received)
+            self._answer(request, future, upstream, ticket, identity, received=received)
         )
         self._answering.add(answer)
-        answer.add_done_callback(self._answering.discard)
+        answer.add_done_callback(self._settled)
         return answer
 
     async def _sasl(self, request: Request) -> Any:
@@ -197,6 +262,7 @@ class ClientSession:
             self._closing = True  # as a broker does: the refusal is sent, then the connection closed
         else:
             self.credentials = credentials
+            self.intake.logged_in = True
             self._identities.clear()
         return reply
 
@@ -204,8 +270,8 @@ class ClientSession:
         self,
         request: Request,
         future: asyncio.Future[bytes],
-        cluster: str,
-        token: int,
+        upstream: Upstream,
+        ticket: Ticket,
         identity: Identity,
         *,
         received: float,
@@ -213,10 +279,17 @@ class ClientSession:
         loop = asyncio.get_running_loop()
         sent = loop.time()
         try:
+            if ticket.superseded is not None:
+                await asyncio.wait((future, ticket.superseded), return_when=asyncio.FIRST_COMPLETED)
+                if not future.done():  # a newer epoch routes it elsewhere: answer as that epoch would
+                    future.add_done_callback(_dropped)
+                    self._retire(upstream)
+                    return encode_response(request, blocked_response(request, request.body))
             frame = await future
         finally:
-            self.gateway.inflight.finish(token)
+            self.gateway.inflight.finish(ticket)
         answered = loop.time()
+        cluster = upstream.cluster
         if request.api_key == apis.INIT_PRODUCER_ID:
             issued = decode_response(request, frame)
             if issued.producer_id >= 0:
@@ -231,6 +304,32 @@ class ClientSession:
         added = (loop.time() - received) - (answered - sent)
         self.gateway.metrics.added_latency.record(added * 1000, attributes)
         return reply
+
+    def _settled(self, answer: asyncio.Task[bytes]) -> None:
+        """An answer is in (or failed). Its failure is seen by the writer, if it still waits for it; when
+        the connection is already ending nobody will, and that is no error worth a traceback."""
+        self._answering.discard(answer)
+        if not answer.cancelled():
+            answer.exception()
+
+    def _still_routed(
+        self, identity: Identity, topics: tuple[str, ...], group: str | None, resolution: Resolution
+    ) -> Callable[[RoutingSnapshot], bool]:
+        """Whether a newer snapshot would still send this request where ``resolution`` did."""
+
+        def still_routed(snapshot: RoutingSnapshot) -> bool:
+            now = self._resolve(snapshot, identity, topics, group)
+            return (now.cluster, now.state) == (resolution.cluster, resolution.state)
+
+        return still_routed
+
+    def _retire(self, upstream: Upstream) -> None:
+        """Send no more requests over ``upstream``: one left behind would wait behind the dropped poll."""
+        for key, current in list(self._upstreams.items()):
+            if current is upstream:
+                del self._upstreams[key]
+        self._retired.append(upstream)
+        upstream.retire()
 
     async def _translate(
         self, request: Request, identity: Identity, producer: tuple[int, int], cluster: str
@@ -282,12 +381,18 @@ class ClientSession:
             )
         return identity
 
-    def _upstream(self, cluster: str, node: int | None) -> Upstream:
-        upstream = self._upstreams.get((cluster, node))
-        if upstream is None or upstream.closed:
-            upstream = self.gateway.upstream(cluster, node, self.credentials)
-            self._upstreams[(cluster, node)] = upstream
+    def _upstream(self, cluster: str, node: int | None, *, long_poll: bool) -> Upstream:
+        key = (cluster, node, long_poll)
+        upstream = self._upstreams.get(key)
+        if upstream is None or upstream.closed or upstream.retired:
+            upstream = self._upstreams[key] = self.gateway.upstream(cluster, node, self.credentials)
         return upstream
+
+
+def _dropped(future: asyncio.Future[bytes]) -> None:
+    """The broker's late answer to a long poll already answered: nobody wants it."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _ready(value: Any) -> Awaitable[Any]:

@@ -47,8 +47,12 @@ class Upstream:
         max_frame_bytes: int,
         login: Login | None = None,
         connect_timeout_s: float = 10.0,
+        cluster: str = "",
+        node: int | None = None,
     ) -> None:
         self.host, self.port = host, port
+        self.cluster, self.node = cluster, node
+        """Which cluster and real broker (None: the bootstrap server) this connection was made for."""
         self.max_frame_bytes = max_frame_bytes
         self.login = login
         self.connect_timeout_s = connect_timeout_s
@@ -59,6 +63,8 @@ class Upstream:
         self._connecting = asyncio.Lock()
         self._outgoing: list[bytes] = []
         self.closed = False
+        self.retired = False
+        """Takes no new requests; closes once the waiting ones are answered."""
 
     async def send(
         self, frame: bytes, correlation_id: int, *, expects_response: bool
@@ -136,6 +142,9 @@ class Upstream:
                     break
                 if not future.done():
                     future.set_result(frame)
+                if self.retired and not self._waiting:
+                    error = UpstreamError(f"{self.host}:{self.port}: retired")
+                    break
         except (OSError, FrameError) as exc:
             error = UpstreamError(f"{self.host}:{self.port}: {exc!r}")
         self._fail(error)
@@ -148,6 +157,11 @@ class Upstream:
                 future.set_exception(error)
         if self._writer is not None:
             self._writer.close()
+
+    def retire(self) -> None:
+        self.retired = True
+        if not self._waiting:
+            self._fail(UpstreamError(f"{self.host}:{self.port}: retired"))
 
     async def close(self) -> None:
         self._fail(UpstreamError(f"connection to {self.host}:{self.port} closed by the gateway"))

@@ -57,6 +57,7 @@ from workers.mirror.topics import sync_topics
 log = logging.getLogger(__name__)
 Key = tuple[str, int]
 _BACKOFF_MAX_S = 30.0
+_LEAVE_WAIT_S = 2.0
 
 
 class MirrorError(Exception):
@@ -186,6 +187,8 @@ class LinkCopier:
 
     def _session(self) -> None:
         link, settings = self.link, self.config.mirror
+        if link.problem is not None:
+            raise MirrorError(f"invalid link, nothing is copied: {link.problem}")
         source = self.config.clusters[link.source].bootstrap
         target = self.config.clusters[link.target].bootstrap
         self._failure = None
@@ -292,9 +295,14 @@ class LinkCopier:
     def _close(self) -> None:
         if self._producer is not None:
             self._producer.flush(10)
-        for consumer in (self._consumer, self._probe, self._source_probe):
+        for consumer in (self._probe, self._source_probe):
             if consumer is not None:
                 consumer.close()
+        if self._consumer is not None:
+            if self._stop.is_set():
+                _close_within(self._consumer, _LEAVE_WAIT_S, self.link.id)
+            else:  # a new session follows: the old member must be gone from the group first
+                self._consumer.close()
         self._consumer = self._probe = self._source_probe = self._producer = None
         self._partitions.clear()
 
@@ -318,7 +326,7 @@ class LinkCopier:
                 read_to=start, begun=begun, source_end=source_ends[key], error=self._failed.get(key),
             )  # fmt: skip
             low, _ = self._source_probe.get_watermark_offsets(tp, timeout=10)
-            if begun and not low <= start <= source_ends[key]:
+            if key not in self._failed and begun and not low <= start <= source_ends[key]:
                 gone.append((key, _gone(start, low, source_ends[key])))
         consumer.assign(partitions)
         for key, reason in gone:
@@ -442,8 +450,12 @@ class LinkCopier:
         st.acked_target += 1
 
     def _fail_partition(self, key: Key, reason: str) -> None:
-        log.error("link %s: %s[%d]: %s", self.link.id, key[0], key[1], reason)
-        self._failed[key] = reason
+        """Stop copying ``key`` for the life of this process; the first reason is the one kept."""
+        if key in self._failed:
+            reason = self._failed[key]
+        else:
+            log.error("link %s: %s[%d]: %s", self.link.id, key[0], key[1], reason)
+            self._failed[key] = reason
         st = self._partitions.get(key)
         if st is not None:
             st.error = reason
@@ -524,6 +536,22 @@ class LinkCopier:
     def _unpublish(self) -> None:
         with contextlib.suppress(KazooException):
             self.zk.delete(member_path(self.layout, self.link.id, self.member))
+
+
+def _close_within(consumer: Consumer, wait_s: float, link_id: str) -> None:
+    """Close ``consumer``, waiting at most ``wait_s``: leaving a group in the middle of a join waits for
+    the join to end (up to the session timeout), and a stopping process should not. Its partitions are
+    then handed on when the group's session times out, as after a crash; nothing is lost either way,
+    since copying resumes from the target."""
+    closed = threading.Event()
+
+    def close() -> None:
+        consumer.close()
+        closed.set()
+
+    threading.Thread(target=close, name=f"mirror-leave-{link_id}", daemon=True).start()
+    if not closed.wait(wait_s):
+        log.warning("link %s: left without waiting for the group (a join was in progress)", link_id)
 
 
 def _gone(position: int, low: int | None, end: int | None) -> str:

@@ -1,0 +1,1 @@
+"""Test-side helpers, one module per topic: ports, stacks, private services, processes, metrics."""

@@ -1,0 +1,83 @@
+"""An OTLP/HTTP metrics endpoint for tests, and reading quantiles off the histograms it receives."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP metrics endpoint that keeps every data point it is sent, for tests to read."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+            ExportMetricsServiceRequest,
+        )
+
+        points: list[tuple[str, dict[str, str], float]] = []
+        histograms: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[list[float], list[int]]] = {}
+        self.points, self.histograms = points, histograms
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                export = ExportMetricsServiceRequest.FromString(body)
+                for resource in export.resource_metrics:
+                    for scope in resource.scope_metrics:
+                        for metric in scope.metrics:
+                            kind = metric.WhichOneof("data") or ""
+                            for point in getattr(metric, kind).data_points:
+                                labels = {
+                                    a.key: str(
+                                        getattr(a.value, a.value.WhichOneof("value") or "string_value")
+                                    )
+                                    for a in point.attributes
+                                }
+                                if kind == "histogram":
+                                    histograms[(metric.name, tuple(sorted(labels.items())))] = (
+                                        list(point.explicit_bounds),
+                                        list(point.bucket_counts),
+                                    )
+                                value = (
+                                    point.count if kind == "histogram" else point.as_int or point.as_double
+                                )
+                                points.append((metric.name, labels, float(value)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def latest(self, name: str, **labels: str) -> float:
+        """The last reported value of metric ``name`` at the points whose attributes include ``labels``."""
+        found: dict[tuple[tuple[str, str], ...], float] = {}
+        for metric, attributes, value in self.points:
+            if metric == name and labels.items() <= attributes.items():
+                found[tuple(sorted(attributes.items()))] = value
+        return sum(found.values())
+
+    def histogram(self, name: str, **labels: str) -> tuple[list[float], list[int]]:
+        """The latest report of histogram ``name`` (cumulative): bucket bounds and counts."""
+        for (metric, attributes), found in self.histograms.items():
+            if metric == name and labels.items() <= dict(attributes).items():
+                return found
+        return [], [0]
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def bucket_quantile(bounds: list[float], counts: list[int], q: float) -> float:
+    """The upper bound of the histogram bucket that holds quantile ``q`` (inf for the overflow bucket)."""
+    rank, seen = q * sum(counts), 0
+    for bound, count in zip([*bounds, float("inf")], counts, strict=True):
+        seen += count
+        if seen >= rank:
+            return bound
+    return float("inf")

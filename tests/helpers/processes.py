@@ -1,0 +1,118 @@
+"""Real ``switchyard`` processes (gateway, mirror) started by a test, and what a test needs to watch them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.helpers import ports
+
+
+class SwitchyardProcess:
+    """A real ``switchyard <command>`` process with its own routing root and a log file."""
+
+    command = ""
+
+    def __init__(
+        self,
+        config_path: Path,
+        *,
+        root: str,
+        name: str,
+        log: Path,
+        overrides: dict[str, str] | None = None,
+    ) -> None:
+        self.root = root
+        self.id = name
+        self.log = log
+        self.env = {**os.environ, "SWITCHYARD__ZOOKEEPER__ROOT": root, **(overrides or {})}
+        self.argv = [
+            sys.executable,
+            "-m",
+            "switchyard",
+            "--config",
+            str(config_path),
+            self.command,
+            "--id",
+            name,
+        ]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not self.ready():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{self.command} did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def ready(self) -> bool:
+        return True
+
+    def stop(self, sig: int = 15) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(timeout=30)
+
+
+class GatewayProcess(SwitchyardProcess):
+    """A real `switchyard gateway` process on a free block of ports."""
+
+    command = "gateway"
+
+    def __init__(
+        self,
+        config_path: Path,
+        *,
+        root: str,
+        gateway_id: str,
+        log: Path,
+        overrides: dict[str, str] | None = None,
+    ) -> None:
+        self.port = ports.reserve_block(16)
+        overrides = {"SWITCHYARD__GATEWAY__BOOTSTRAP_PORT": str(self.port), **(overrides or {})}
+        super().__init__(config_path, root=root, name=gateway_id, log=log, overrides=overrides)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def ready(self) -> bool:
+        from switchyard.stack import health
+
+        return health.kafka("127.0.0.1", self.port).ok
+
+
+class MirrorProcess(SwitchyardProcess):
+    """A real `switchyard mirror` process (ready once started: it reports per link in ZooKeeper)."""
+
+    command = "mirror"
+
+
+def descendants(pid: int | None = None) -> set[int]:
+    """Every process started, directly or not, by ``pid`` (default: this process)."""
+    root = os.getpid() if pid is None else pid
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,36 @@
+"""Writing records and offsets directly to a cluster, as a test's set-up."""
+
+from __future__ import annotations
+
+
+def commit_offset(bootstrap: str, group: str, topic: str, offset: int, partition: int = 0) -> None:
+    """Commit ``offset`` for ``group`` as a consumer would, without joining the group."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def fill_topic(bootstrap: str, topic: str, count: int, *, partitions: int, size: int = 1024) -> None:
+    """``count`` records of ``size`` bytes spread round-robin over the partitions, as fast as the broker
+    takes them (benchmark set-up); keys are the record numbers, timestamps fixed and increasing."""
+    from confluent_kafka import Producer
+
+    from switchyard import kafka
+
+    kafka.create_topics(bootstrap, [topic], partitions=partitions)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000})
+    payload = b"q" * size
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(
+                    topic, payload, str(i).encode(), partition=i % partitions, timestamp=1_700_000_000_000 + i
+                )
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(120) == 0

@@ -1,0 +1,97 @@
+"""Servers of a test's own: a throwaway PostgreSQL, a private ZooKeeper or Kafka broker it may stop."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import ports
+
+
+class PostgresServer:
+    """A throwaway PostgreSQL server: initdb in a temporary directory, trust auth, a free port.
+
+    PostgreSQL refuses to run as root, so as root it runs as the ``postgres`` system user that
+    Debian's package creates, in a directory of its own under /tmp (pytest's are closed to others).
+    """
+
+    def __init__(self) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="switchyard-pg-"))
+        self.data = self.directory / "data"
+        self.port = ports.reserve_block(1)
+        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+        if not bins:
+            raise RuntimeError("PostgreSQL is not installed (make setup installs it)")
+        self.bin = bins[-1].parent
+
+    def _run(self, *argv: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*prefix, *argv], check=True, capture_output=True, text=True)
+
+    def start(self) -> None:
+        if os.geteuid() == 0:
+            shutil.chown(self.directory, "postgres", "postgres")
+        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "switchyard", "--auth=trust")
+        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off"
+        log = str(self.directory / "postgres.log")
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", log, "-w", "start")
+
+    def stop(self) -> None:
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql+psycopg://switchyard@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, name: str) -> str:
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(self.url(), isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        engine.dispose()
+        return self.url(name)
+
+
+class PrivateService:
+    """A ZooKeeper or a Kafka broker of a test's own, which the test may stop and restart."""
+
+    def __init__(self, directory: Path, make: Callable[[Path, str, int], Any], name: str) -> None:
+        from switchyard.stack.process import ManagedProcess
+
+        self.port = ports.reserve_block(1)
+        self.name = name
+        self.service = make(directory / name, "127.0.0.1", self.port)
+        self.process = ManagedProcess(name, directory)
+        self.connect = f"127.0.0.1:{self.port}"
+
+    @classmethod
+    def zookeeper(cls, directory: Path) -> PrivateService:
+        from switchyard.stack.services import zookeeper
+
+        return cls(directory, zookeeper, "zookeeper")
+
+    @classmethod
+    def kafka(cls, directory: Path) -> PrivateService:
+        from switchyard.stack.services import kafka_broker
+
+        return cls(directory, lambda _home, host, port: kafka_broker("private", host, port), "kafka")
+
+    def start(self) -> None:
+        assert self.service.argv is not None
+        self.service.prepare()
+        self.process.start(self.service.argv())
+        deadline = time.monotonic() + 30
+        while not self.service.probe().ok:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"private {self.name} did not start:\n{self.process.log_tail()}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.process.stop()

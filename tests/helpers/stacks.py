@@ -1,0 +1,33 @@
+"""Configurations for embedded stacks of the tests' own, on reserved ports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.helpers import ports
+
+
+def stack_config_data(state_dir: Path) -> dict[str, Any]:
+    zk, primary, standby, temporal, ui = ports.reserve(5)
+    return {
+        "clusters": {
+            "primary": {"bootstrap": f"127.0.0.1:{primary}"},
+            "standby": {"bootstrap": f"127.0.0.1:{standby}"},
+        },
+        "default_cluster": "primary",
+        "zookeeper": {"connect": f"127.0.0.1:{zk}"},
+        "temporal": {"address": f"127.0.0.1:{temporal}"},
+        "gateway": {"bootstrap_port": ports.reserve_block(16)},
+        "stack": {"state_dir": str(state_dir), "temporal_ui_port": ui},
+    }
+
+
+def write_stack_config(directory: Path) -> Path:
+    """A config for an isolated stack on reserved ports, its state under ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "switchyard.yaml"
+    path.write_text(yaml.safe_dump(stack_config_data(directory / "state"), sort_keys=False))
+    return path

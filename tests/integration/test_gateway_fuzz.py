@@ -1,0 +1,211 @@
+"""A live gateway process under thousands of broken and random frames, while a normal client works.
+
+Every offered API at every offered version, each length field of the request set to its largest value,
+to a negative one and past the end of the frame; then random frames with valid sizes and headers, and
+random bytes. Each must cost at most its own connection: the process stays up, logs no unexpected error,
+and a producer and a consumer going through it all along lose nothing. The gateway's brokers are private
+to this module: frames that are well formed enough to be forwarded must not disturb the session stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+import time
+import uuid
+from collections.abc import Iterator
+
+import kio.index
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.routing.store import RoutingStore
+from switchyard.stack import TESTBED_CONSUMER_SETTINGS, health
+from tests.helpers.frames import Encoded, broken, example
+from tests.helpers.processes import GatewayProcess
+from tests.helpers.services import PrivateService
+from tests.helpers.threads import Worker
+from workers.gateway import apis
+
+RANDOM_FRAMES = 3000
+RANDOM_BYTES = 1000
+
+
+@pytest.fixture(scope="module")
+def fuzzed(
+    routing: RoutingStore, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[GatewayProcess, PrivateService]]:
+    directory = tmp_path_factory.mktemp("fuzz")
+    broker = PrivateService.kafka(directory)
+    broker.start()
+    assert stack_config.source is not None
+    gateway = GatewayProcess(
+        stack_config.source, root=routing.layout.root, gateway_id="gw-fuzz", log=directory / "gateway.log",
+        overrides={
+            "SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP": broker.connect,
+            "SWITCHYARD__CLUSTERS__STANDBY__BOOTSTRAP": broker.connect,
+        },
+    )  # fmt: skip
+    gateway.start()
+    yield gateway, broker
+    gateway.stop()
+    broker.stop()
+
+
+class Steady:
+    """A producer and a consumer through the gateway, going all along."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self.acked: list[int] = []
+        self.failed: list[str] = []
+        self.received: set[int] = set()
+        self.running = True
+        self.workers = [
+            Worker(self._produce, name="steady-producer"),
+            Worker(self._consume, name="steady-consumer"),
+        ]
+
+    def _produce(self) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "client.id": "steady@p", "linger.ms": 5})
+        sent = 0
+
+        def delivered(err: object, msg: object) -> None:
+            if err is None:
+                self.acked.append(int(msg.value()))  # type: ignore[attr-defined]
+            else:
+                self.failed.append(str(err))
+
+        while self.running:
+            producer.produce(self.topic, str(sent).encode(), on_delivery=delivered)
+            sent += 1
+            producer.poll(0.005)
+        assert producer.flush(30) == 0
+
+    def _consume(self) -> None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "client.id": "steady@c",
+                "group.id": f"steady-{uuid.uuid4().hex[:6]}",
+                "auto.offset.reset": "earliest",
+                **TESTBED_CONSUMER_SETTINGS,
+            }
+        )
+        consumer.subscribe([self.topic])
+        try:
+            while self.running or not set(self.acked) <= self.received:
+                for message in consumer.consume(500, 0.2):
+                    if message.error() is None:
+                        self.received.add(int(message.value() or b"-1"))
+        finally:
+            consumer.close()
+
+    def progress(self, timeout_s: float = 30) -> int:
+        """Wait until more records were acknowledged and received than now; return how many are."""
+        mark = len(self.acked), len(self.received)
+        deadline = time.monotonic() + timeout_s
+        while len(self.acked) <= mark[0] + 50 or len(self.received) <= mark[1] + 50:
+            assert time.monotonic() < deadline, f"the normal client stalled at {mark}"
+            time.sleep(0.1)
+        return len(self.acked)
+
+
+def offered_requests(port: int) -> list[tuple[str, bytes, Encoded]]:
+    """For every API and version the gateway offers: a well-formed request and where its lengths are."""
+    found = []
+    for key, (low, high) in sorted(health.api_versions("127.0.0.1", port).items()):
+        for version in range(low, high + 1):
+            try:
+                schema = kio.index.load_request_schema(key, version)
+            except kio.index.KioIndexError:
+                continue
+            encoded = Encoded()
+            frame = encoded.request(schema, example(schema))
+            found.append((f"{schema.__name__} v{version}", frame, encoded))
+    return found
+
+
+async def _send_all(port: int, frames: list[bytes], *, concurrency: int = 16) -> dict[str, int]:
+    """Send each frame on its own connection; count how each connection ended."""
+    outcomes = {"closed": 0, "answered": 0}
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    for frame in frames:
+        queue.put_nowait(frame)
+
+    async def one(data: bytes) -> str:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(data)
+            await writer.drain()
+            writer.write_eof()
+            got = await asyncio.wait_for(reader.read(1), 15)
+            return "answered" if got else "closed"
+        except (ConnectionResetError, BrokenPipeError):
+            return "closed"
+        finally:
+            writer.close()
+
+    async def worker() -> None:
+        while not queue.empty():
+            outcomes[await one(queue.get_nowait())] += 1
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return outcomes
+
+
+def sized(frame: bytes) -> bytes:
+    return struct.pack(">i", len(frame)) + frame
+
+
+def test_broken_and_random_frames_cost_only_their_own_connection(
+    fuzzed: tuple[GatewayProcess, PrivateService],
+) -> None:
+    gateway, broker = fuzzed
+    topic = f"steady-{uuid.uuid4().hex[:6]}"
+    kafka.create_topics(broker.connect, [topic], partitions=2)
+    steady = Steady(gateway.bootstrap, topic)
+    for worker in steady.workers:
+        worker.start()
+    try:
+        steady.progress(60)
+        requests = offered_requests(gateway.port)
+        assert len(requests) > 100  # every offered API, every offered version
+        assert {apis.PRODUCE, apis.FETCH, apis.METADATA} <= {
+            struct.unpack_from(">h", f)[0] for _, f, _ in requests
+        }
+
+        lengths = [sized(bad) for _, frame, encoded in requests for _, bad in broken(frame, encoded.lengths)]
+        assert len(lengths) > 3000
+        outcome = asyncio.run(_send_all(gateway.port, lengths))
+        assert outcome == {"closed": len(lengths), "answered": 0}, outcome  # every one refused, unanswered
+        steady.progress()
+
+        rng = random.Random(20261122)
+        offered = [struct.unpack_from(">hh", frame) for _, frame, _ in requests]
+        frames = []
+        for _ in range(RANDOM_FRAMES):
+            key, version = rng.choice(offered)
+            header = struct.pack(">hhih", key, version, rng.randrange(2**31), 2) + b"fz"
+            frames.append(sized(header + rng.randbytes(rng.randrange(0, 120))))
+        frames += [rng.randbytes(rng.randrange(1, 64)) for _ in range(RANDOM_BYTES)]
+        outcome = asyncio.run(_send_all(gateway.port, frames))
+        assert sum(outcome.values()) == len(frames)
+        steady.progress()
+    finally:
+        steady.running = False
+        for worker in steady.workers:
+            worker.join(90)
+
+    assert gateway.process is not None
+    assert gateway.process.poll() is None, "the gateway process died"
+    assert health.kafka("127.0.0.1", gateway.port).ok
+    assert steady.failed == []
+    assert set(steady.acked) <= steady.received
+    log = gateway.log.read_text()
+    assert "unexpected error" not in log, log[log.find("unexpected error") - 200 :][:3000]
+    assert "Traceback" not in log
+    print(f"\nfuzz: {len(lengths)} broken lengths, {len(frames)} random frames, {len(steady.acked)} records")

@@ -1,0 +1,179 @@
+"""The gateway's limits on what one client may hold: byte budgets, read and idle time-outs, and long polls
+answered early when a newer epoch routes them elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable
+
+import pytest
+
+from switchyard.config import GatewayLimitsConfig
+from switchyard.routing.snapshot import RoutingSnapshot
+from workers.gateway.inflight import InFlight
+from workers.gateway.intake import ByteBudget, Intake
+from workers.gateway.protocol import FrameError
+
+FRAME = struct.pack(">hhih", 18, 0, 1, 1) + b"x"
+
+
+def sized(frame: bytes) -> bytes:
+    return struct.pack(">i", len(frame)) + frame
+
+
+def intake(
+    reader: asyncio.StreamReader,
+    *,
+    budget: ByteBudget | None = None,
+    busy: Callable[[], bool] = lambda: False,
+    login_required: bool = False,
+    **limits: float,
+) -> Intake:
+    return Intake(
+        reader,
+        GatewayLimitsConfig(**limits),  # type: ignore[arg-type]
+        max_frame_bytes=1 << 20,
+        process_budget=budget or ByteBudget(1 << 30),
+        busy=busy,
+        login_required=login_required,
+    )
+
+
+def test_a_budget_makes_takers_wait_in_turn_and_survives_cancelled_waiters() -> None:
+    async def scenario() -> list[str]:
+        budget = ByteBudget(100)
+        order: list[str] = []
+        await budget.take(80)
+
+        async def taker(name: str, size: int) -> None:
+            await budget.take(size)
+            order.append(name)
+
+        big = asyncio.create_task(taker("big", 50))
+        gone = asyncio.create_task(taker("gone", 60))
+        small = asyncio.create_task(taker("small", 10))
+        await asyncio.sleep(0.01)
+        assert order == []  # first come, first served: small waits behind big, though it would fit
+        gone.cancel()
+        await asyncio.gather(gone, return_exceptions=True)
+        budget.give_back(80)
+        await asyncio.gather(big, small)
+        assert budget.held == 60
+        return order
+
+    assert asyncio.run(scenario()) == ["big", "small"]
+
+
+def test_a_frame_is_read_whole_and_its_bytes_held_until_released() -> None:
+    async def scenario() -> None:
+        reader = asyncio.StreamReader()
+        reader.feed_data(sized(FRAME) * 2)
+        budget = ByteBudget(1 << 20)
+        frames = intake(reader, budget=budget)
+        frame, lease = (await frames.next_frame()) or (b"", None)
+        assert frame == FRAME
+        assert budget.held == len(FRAME)
+        assert lease is not None
+        lease.release()
+        lease.release()  # twice is once
+        assert budget.held == 0
+        reader.feed_eof()
+        assert (await frames.next_frame()) is not None
+        assert await frames.next_frame() is None  # a clean end
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_waits_for_room_in_its_own_budget() -> None:
+    async def scenario() -> None:
+        large = struct.pack(">hhih", 18, 0, 1, 600) + b"x" * 600
+        reader = asyncio.StreamReader()
+        reader.feed_data(sized(large) * 2)
+        frames = intake(reader, connection_buffer_bytes=1024, buffer_bytes=1 << 20)
+        first = await frames.next_frame()
+        assert first is not None
+        second = asyncio.create_task(frames.next_frame())
+        await asyncio.sleep(0.05)
+        assert not second.done()  # the first frame's bytes leave no room for the second
+        first[1].release()
+        assert (await second) is not None
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("sent", "problem"),
+    [
+        (b"\x00\x00", "a frame size was not sent whole in 0.2s"),
+        (struct.pack(">i", 100) + b"only some", "a frame of 100 bytes was not sent whole in 0.2s"),
+    ],
+)
+def test_a_started_frame_must_arrive_within_the_read_timeout(sent: bytes, problem: str) -> None:
+    async def scenario() -> None:
+        reader = asyncio.StreamReader()
+        reader.feed_data(sent)
+        with pytest.raises(FrameError, match=problem):
+            await intake(reader, frame_read_timeout_s=0.2).next_frame()
+
+    asyncio.run(scenario())
+
+
+def test_an_idle_connection_is_closed_unless_it_waits_for_answers() -> None:
+    async def scenario() -> None:
+        reader = asyncio.StreamReader()
+        with pytest.raises(FrameError, match=r"idle for 0.2s"):
+            await intake(reader, idle_timeout_s=0.2).next_frame()
+
+        waiting = [True]
+        busy_reader = asyncio.StreamReader()
+        reading = asyncio.create_task(
+            intake(busy_reader, idle_timeout_s=0.1, busy=lambda: waiting[0]).next_frame()
+        )
+        await asyncio.sleep(0.35)
+        assert not reading.done()  # requests in flight: not idle
+        waiting[0] = False
+        with pytest.raises(FrameError, match="idle"):
+            await reading
+
+    asyncio.run(scenario())
+
+
+def test_a_login_must_come_in_time_and_frames_before_it_are_small() -> None:
+    async def scenario() -> None:
+        reader = asyncio.StreamReader()
+        with pytest.raises(FrameError, match=r"no SASL login within 0.2s"):
+            await intake(reader, login_required=True, login_timeout_s=0.2).next_frame()
+
+        big = asyncio.StreamReader()
+        big.feed_data(struct.pack(">i", 600_000))
+        frames = intake(big, login_required=True)
+        with pytest.raises(FrameError, match=r"frame size 600000 outside 8\.\.524288"):
+            await frames.next_frame()
+
+    asyncio.run(scenario())
+
+
+def test_a_new_epoch_waits_only_for_the_requests_it_moves_and_answers_moved_long_polls() -> None:
+    async def scenario() -> None:
+        inflight = InFlight()
+        moved_at_5 = lambda snapshot: snapshot.epoch < 5  # noqa: E731
+        unrelated = inflight.start(3, lambda snapshot: True, long_poll=True)  # another app's long poll
+        poll = inflight.start(3, moved_at_5, long_poll=True)  # a Fetch of the identity being moved
+        produce = inflight.start(3, moved_at_5)  # its Produce, which may still land
+        assert inflight.supersede(RoutingSnapshot(epoch=4)) == 0  # epoch 4 moves none of them
+        assert inflight.supersede(RoutingSnapshot(epoch=5)) == 1
+        assert poll.superseded is not None
+        assert poll.superseded.done()
+        assert unrelated.superseded is not None
+        assert not unrelated.superseded.done()
+        waiting = asyncio.create_task(inflight.drained_before(5))
+        inflight.finish(poll)  # answered early
+        await asyncio.sleep(0.01)
+        assert not waiting.done()  # the Produce sent under epoch 3 is still out; the unrelated poll is not
+        inflight.finish(produce)
+        await asyncio.wait_for(waiting, 1)
+        assert unrelated.epoch == 5  # dated with the epoch it agrees with
+        inflight.finish(unrelated)
+
+    asyncio.run(scenario())

@@ -1,0 +1,164 @@
+"""Reading a client's frames within the gateway's limits: time-outs, frame sizes, byte budgets.
+
+A client must not hold the gateway's memory or a connection for free:
+- a connection with nothing in flight and no request for ``idle_timeout_s`` is closed, as a broker
+  closes idle connections; with ``sasl.mode: required`` one that has not logged in within
+  ``login_timeout_s`` is closed too, and its frames may not exceed ``unauthenticated_max_frame_bytes``;
+- once a frame has begun, the rest of it must arrive within ``frame_read_timeout_s``;
+- every request's bytes are counted from the moment its size is read until it is answered, against the
+  connection's budget and the process's. A reader that finds no room waits (the client's TCP window
+  fills up and it slows down) rather than reading on: memory is bounded by the budgets, whatever the
+  clients send.
+
+Error handling: a broken limit raises :class:`FrameError` naming it, which closes that one connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import struct
+from collections.abc import Callable
+
+from switchyard.config import GatewayLimitsConfig
+from workers.gateway.protocol import FrameError
+
+_SIZE = struct.Struct(">i")
+
+
+class ByteBudget:
+    """Bytes that may be held at once; ``take`` waits, first come first served, until there is room."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.held = 0
+        self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    async def take(self, size: int) -> None:
+        if not self._waiting and self.held + size <= self.capacity:
+            self.held += size
+            return
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((size, granted))
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():
+                self.give_back(size)  # granted just as the wait was cancelled
+            else:
+                self._grant()  # it may have been first in line
+            raise
+
+    def give_back(self, size: int) -> None:
+        self.held -= size
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiting:
+            wanted, granted = self._waiting[0]
+            if not granted.done():
+                if self.held + wanted > self.capacity:
+                    return
+                self.held += wanted
+                granted.set_result(None)
+            self._waiting.popleft()
+
+
+class Lease:
+    """One request's bytes, held in both budgets until the request is answered."""
+
+    def __init__(self, size: int, budgets: tuple[ByteBudget, ...]) -> None:
+        self.size = size
+        self._budgets: tuple[ByteBudget, ...] = budgets
+
+    def release(self) -> None:
+        budgets, self._budgets = self._budgets, ()
+        for budget in budgets:
+            budget.give_back(self.size)
+
+
+class Intake:
+    """The frames of one client connection, read under the limits."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        limits: GatewayLimitsConfig,
+        *,
+        max_frame_bytes: int,
+        process_budget: ByteBudget,
+        busy: Callable[[], bool],
+        login_required: bool,
+    ) -> None:
+        self.reader = reader
+        self.limits = limits
+        self.max_frame_bytes = max_frame_bytes
+        self.budget = ByteBudget(limits.connection_buffer_bytes)
+        self.process_budget = process_budget
+        self.busy = busy
+        """Whether the connection has requests in flight (then it is not idle)."""
+        self.logged_in = not login_required
+        loop = asyncio.get_running_loop()
+        self._login_deadline = loop.time() + limits.login_timeout_s
+
+    async def next_frame(self) -> tuple[bytes, Lease] | None:
+        """The next whole frame and its lease on the budgets; None at a clean end of stream."""
+        first = await self._first_byte()
+        if first is None:
+            return None
+        try:
+            async with asyncio.timeout(self.limits.frame_read_timeout_s):
+                head = first + await self.reader.readexactly(3)
+                (size,) = _SIZE.unpack(head)
+                largest = self.max_frame_bytes
+                if not self.logged_in:
+                    largest = self.limits.unauthenticated_max_frame_bytes
+                if size < 8 or size > largest:
+                    raise FrameError(f"frame size {size} outside 8..{largest}")
+        except TimeoutError:
+            raise FrameError(
+                f"a frame size was not sent whole in {self.limits.frame_read_timeout_s:g}s"
+            ) from None
+        except asyncio.IncompleteReadError as exc:
+            raise FrameError("connection closed inside a frame size") from exc
+        lease = await self._lease(size)
+        try:
+            async with asyncio.timeout(self.limits.frame_read_timeout_s):
+                frame = await self.reader.readexactly(size)
+        except TimeoutError:
+            lease.release()
+            raise FrameError(
+                f"a frame of {size} bytes was not sent whole in {self.limits.frame_read_timeout_s:g}s"
+            ) from None
+        except BaseException as exc:
+            lease.release()
+            if isinstance(exc, asyncio.IncompleteReadError):
+                raise FrameError(f"connection closed after {len(exc.partial)} of {size} frame bytes") from exc
+            raise
+        return frame, lease
+
+    async def _first_byte(self) -> bytes | None:
+        loop = asyncio.get_running_loop()
+        while True:
+            wait = self.limits.idle_timeout_s
+            if not self.logged_in:
+                wait = min(wait, self._login_deadline - loop.time())
+            try:
+                async with asyncio.timeout(max(wait, 0)):
+                    return await self.reader.readexactly(1)
+            except asyncio.IncompleteReadError:
+                return None
+            except TimeoutError:
+                if not self.logged_in and loop.time() >= self._login_deadline:
+                    raise FrameError(f"no SASL login within {self.limits.login_timeout_s:g}s") from None
+                if not self.busy():
+                    raise FrameError(f"idle for {self.limits.idle_timeout_s:g}s") from None
+
+    async def _lease(self, size: int) -> Lease:
+        await self.budget.take(size)
+        try:
+            await self.process_budget.take(size)
+        except BaseException:
+            self.budget.give_back(size)
+            raise
+        return Lease(size, (self.budget, self.process_budget))
