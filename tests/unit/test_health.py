@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -97,3 +99,40 @@ def test_http_probe_reports_the_status(impostor: tuple[int, list[bytes]]) -> Non
     port, answers = impostor
     answers.append(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
     assert health.http(f"http://127.0.0.1:{port}/") == health.Health(False, "HTTP 503")
+
+
+def test_a_probe_of_a_silent_server_leaves_nothing_behind_at_exit() -> None:
+    """The Temporal probe that times out must not leave the SDK's native client running: one still
+    running when Python exits hangs the interpreter or aborts it ("PyGILState_Release ... finalizing";
+    how `stack up` once ended with SIGSEGV after printing its table). Each run is a short-lived process
+    probing a server that accepts and never answers, as a Temporal server still starting does."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        held: list[socket.socket] = []
+        stop = threading.Event()
+
+        def accept() -> None:
+            silent.settimeout(0.1)
+            while not stop.is_set():
+                try:
+                    held.append(silent.accept()[0])
+                except TimeoutError:
+                    continue
+
+        acceptor = threading.Thread(target=accept, daemon=True)
+        acceptor.start()
+        script = (
+            "from switchyard.stack import health\n"
+            f"print(health.temporal('127.0.0.1:{port}', timeout_s=0.5).ok)\n"
+        )
+        try:
+            for _ in range(3):
+                done = subprocess.run(
+                    [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
+                )
+                assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "False", "")
+        finally:
+            stop.set()
+            acceptor.join()
+            for sock in held:
+                sock.close()
