@@ -550,7 +550,7 @@ def test_sigterm_during_a_group_join_exits_within_seconds(
     process.process.send_signal(signal.SIGTERM)
     assert process.process.wait(30) == 0
     took = time.monotonic() - started
-    assert took < 5, f"SIGTERM took {took:.1f}s"
+    assert took < 8, f"SIGTERM took {took:.1f}s"  # ~23 s before: it waited for the join
     log = process.log.read_text()
     assert "left without waiting for the group (a join was in progress)" in log
     assert "Traceback" not in log

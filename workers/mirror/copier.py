@@ -164,8 +164,12 @@ class LinkCopier:
         return [st.status(state, now) for _, st in sorted(dict(shown).items())]
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        self._stop.set()
+        self.request_stop()
         self._thread.join(timeout_s)
+
+    def request_stop(self) -> None:
+        """Ask the copy to end (``stop`` waits for it); several copiers can then end side by side."""
+        self._stop.set()
 
     # ---- the session loop
 
@@ -274,7 +278,7 @@ class LinkCopier:
                     next_status = now + settings.status_interval_s
         finally:
             session_over.set()
-            groups.join(30)
+            groups.join(_LEAVE_WAIT_S if self._stop.is_set() else 30)  # a stopping process waits little
             self._close()
 
     def _next_records(self) -> list[Message]:

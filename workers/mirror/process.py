@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from kazoo.client import KazooClient
@@ -58,11 +59,17 @@ class MirrorProcess:
         log.info("mirror %s: following %d links", self.member, len(self.view.snapshot.links))
 
     def stop(self) -> None:
+        """End every link's copy side by side (each waits for its last writes), then forget them."""
+        started = time.monotonic()
         self.view.stop()
         with self._lock:
-            for copier in self.copiers.values():
-                copier.stop()
+            copiers = list(self.copiers.values())
             self.copiers.clear()
+        for copier in copiers:
+            copier.request_stop()
+        for copier in copiers:
+            copier.stop()
+        log.info("mirror %s: stopped in %.1fs", self.member, time.monotonic() - started)
 
     def _seed_links(self) -> None:
         for link_id, wanted in self.config.mirror.links.items():
