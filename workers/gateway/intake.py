@@ -4,13 +4,15 @@ A client must not hold the gateway's memory or a connection for free:
 - a connection with nothing in flight and no request for ``idle_timeout_s`` is closed, as a broker
   closes idle connections; with ``sasl.mode: required`` one that has not logged in within
   ``login_timeout_s`` is closed too, and its frames may not exceed ``unauthenticated_max_frame_bytes``;
-- once a frame has begun, the rest of it must arrive within ``frame_read_timeout_s``;
+- once a frame has begun, the rest of it must arrive within ``frame_read_timeout_s`` (a frame waiting
+  for room in a budget counts as begun: a client cannot hold others up for longer than that);
 - every request's bytes are counted from the moment its size is read until it is answered, against the
   connection's budget and the process's. A reader that finds no room waits (the client's TCP window
   fills up and it slows down) rather than reading on: memory is bounded by the budgets, whatever the
   clients send.
 
-Error handling: a broken limit raises :class:`FrameError` naming it, which closes that one connection.
+Error handling: a frame too large raises :class:`FrameError`; a time-out run past is reported by
+:meth:`Intake.overdue` and the gateway's watchdog ends the connection. Either way, only that one.
 """
 
 from __future__ import annotations
@@ -78,7 +80,12 @@ class Lease:
 
 
 class Intake:
-    """The frames of one client connection, read under the limits."""
+    """The frames of one client connection, read under the limits.
+
+    Time-outs cost nothing per frame: reading only notes when a frame began and when the last one
+    ended, and :meth:`overdue`, asked about every connection a few times a second by the gateway's
+    watchdog, says whether one has been broken (the watchdog then ends that connection).
+    """
 
     def __init__(
         self,
@@ -98,61 +105,50 @@ class Intake:
         self.busy = busy
         """Whether the connection has requests in flight (then it is not idle)."""
         self.logged_in = not login_required
-        loop = asyncio.get_running_loop()
-        self._login_deadline = loop.time() + limits.login_timeout_s
+        self._loop = asyncio.get_running_loop()
+        self._connected_at = self._last_frame_at = self._loop.time()
+        self._frame_began: float | None = None
+        self._frame_size: int | None = None
 
     async def next_frame(self) -> tuple[bytes, Lease] | None:
         """The next whole frame and its lease on the budgets; None at a clean end of stream."""
-        first = await self._first_byte()
-        if first is None:
-            return None
         try:
-            async with asyncio.timeout(self.limits.frame_read_timeout_s):
-                head = first + await self.reader.readexactly(3)
-                (size,) = _SIZE.unpack(head)
-                largest = self.max_frame_bytes
-                if not self.logged_in:
-                    largest = self.limits.unauthenticated_max_frame_bytes
-                if size < 8 or size > largest:
-                    raise FrameError(f"frame size {size} outside 8..{largest}")
-        except TimeoutError:
-            raise FrameError(
-                f"a frame size was not sent whole in {self.limits.frame_read_timeout_s:g}s"
-            ) from None
+            first = await self.reader.readexactly(1)
+        except asyncio.IncompleteReadError:
+            return None
+        self._frame_began = self._loop.time()
+        try:
+            (size,) = _SIZE.unpack(first + await self.reader.readexactly(3))
         except asyncio.IncompleteReadError as exc:
             raise FrameError("connection closed inside a frame size") from exc
+        largest = self.max_frame_bytes if self.logged_in else self.limits.unauthenticated_max_frame_bytes
+        if size < 8 or size > largest:
+            raise FrameError(f"frame size {size} outside 8..{largest}")
+        self._frame_size = size
         lease = await self._lease(size)
         try:
-            async with asyncio.timeout(self.limits.frame_read_timeout_s):
-                frame = await self.reader.readexactly(size)
-        except TimeoutError:
-            lease.release()
-            raise FrameError(
-                f"a frame of {size} bytes was not sent whole in {self.limits.frame_read_timeout_s:g}s"
-            ) from None
+            frame = await self.reader.readexactly(size)
         except BaseException as exc:
             lease.release()
             if isinstance(exc, asyncio.IncompleteReadError):
                 raise FrameError(f"connection closed after {len(exc.partial)} of {size} frame bytes") from exc
             raise
+        self._frame_began = self._frame_size = None
+        self._last_frame_at = self._loop.time()
         return frame, lease
 
-    async def _first_byte(self) -> bytes | None:
-        loop = asyncio.get_running_loop()
-        while True:
-            wait = self.limits.idle_timeout_s
-            if not self.logged_in:
-                wait = min(wait, self._login_deadline - loop.time())
-            try:
-                async with asyncio.timeout(max(wait, 0)):
-                    return await self.reader.readexactly(1)
-            except asyncio.IncompleteReadError:
-                return None
-            except TimeoutError:
-                if not self.logged_in and loop.time() >= self._login_deadline:
-                    raise FrameError(f"no SASL login within {self.limits.login_timeout_s:g}s") from None
-                if not self.busy():
-                    raise FrameError(f"idle for {self.limits.idle_timeout_s:g}s") from None
+    def overdue(self, now: float) -> str | None:
+        """Which time-out this connection has run past, if any."""
+        limits = self.limits
+        if self._frame_began is not None:
+            if now - self._frame_began > limits.frame_read_timeout_s:
+                what = "a frame size" if self._frame_size is None else f"a frame of {self._frame_size} bytes"
+                return f"{what} was not sent whole in {limits.frame_read_timeout_s:g}s"
+        elif not self.logged_in and now - self._connected_at > limits.login_timeout_s:
+            return f"no SASL login within {limits.login_timeout_s:g}s"
+        elif now - self._last_frame_at > limits.idle_timeout_s and not self.busy():
+            return f"idle for {limits.idle_timeout_s:g}s"
+        return None
 
     async def _lease(self, size: int) -> Lease:
         await self.budget.take(size)

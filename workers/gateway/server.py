@@ -41,6 +41,7 @@ from workers.gateway.producers import Translation
 from workers.gateway.protocol import (
     API_VERSIONS,
     Request,
+    api_name,
     known_versions,
     response_schema,
 )
@@ -169,6 +170,7 @@ class Gateway:
         await asyncio.to_thread(self.registration.register)
         self._tasks.append(asyncio.create_task(self._acknowledge()))
         self._tasks.append(asyncio.create_task(self._discover_missing()))
+        self._tasks.append(asyncio.create_task(self._watch()))
         log.info(
             "gateway %s serving on %s:%d",
             self.id,
@@ -249,7 +251,7 @@ class Gateway:
                     held = self.inflight.holding(epoch)
                     log.warning(
                         "gateway %s: epoch %d waits for %d requests routed the old way: %s",
-                        self.id, epoch, len(held), ", ".join(map(str, held[:10])),
+                        self.id, epoch, len(held), ", ".join(_describe(what) for what in held[:10]),
                     )  # fmt: skip
                 await drained
             finally:
@@ -406,6 +408,18 @@ class Gateway:
             virtual[node] = vid
         return virtual
 
+    async def _watch(self) -> None:
+        """Ask every connection, a few times a second, whether it has run past a time-out."""
+        limits = self.config.gateway.limits
+        shortest = min(limits.frame_read_timeout_s, limits.idle_timeout_s, limits.login_timeout_s)
+        interval = min(max(shortest / 4, 0.1), 1.0)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            for session in list(self._sessions):
+                session.check(now)
+
     async def _discover_missing(self) -> None:
         """Keep trying the clusters not reached yet: their brokers and versions join the offer then."""
         while True:
@@ -451,6 +465,14 @@ _REMEMBERED = 100_000
 _REDISCOVER_S = 5.0
 _SLOW_ACK_S = 5.0
 """An acknowledgement held up longer than this is logged with the requests holding it."""
+
+
+def _describe(what: object) -> str:
+    """A request holding an acknowledgement up, as the log shows it."""
+    if isinstance(what, tuple) and len(what) == 4:
+        key, identity, cluster, node = what
+        return f"{api_name(key)} of {identity} to {cluster}" + (f" broker {node}" if node is not None else "")
+    return str(what)
 
 
 def _remember(table: dict[Any, Any], key: Any, value: Any) -> None:

@@ -156,6 +156,16 @@ class ClientSession:
         """End the connection (gateway shutdown): the reader sees the end of the stream."""
         self.writer.close()
 
+    def check(self, now: float) -> None:
+        """End the connection if it has run past a time-out (called by the gateway's watchdog)."""
+        reason = self.intake.overdue(now)
+        if reason is not None and not self._ending:
+            log.warning("closing connection from %s: %s", self.peer, reason)
+            self._ending = True
+            self.writer.transport.abort()
+            if self.task is not None:
+                self.task.cancel()  # it may be waiting for room in a budget, where no end of stream reaches
+
     def _answered(self, lease: Lease) -> None:
         lease.release()
         self._unanswered -= 1
@@ -232,7 +242,7 @@ class ClientSession:
             snapshot.epoch,
             self._still_routed(identity, context.topics, context.group, resolution),
             long_poll=key in apis.LONG_POLLS,
-            what=(api_name(key), str(identity), resolution.cluster, node),
+            what=(key, identity, resolution.cluster, node),
         )
         try:
             future = await upstream.send(
