@@ -20,11 +20,11 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from switchyard.config import Config, load_config
-from switchyard.ledger import Ledger
+from activities.deps import Deps
+from switchyard.config import Config
 from switchyard.model import Link
-from switchyard.routing.store import RoutingStore
-from switchyard.routing.zk import connect, disconnect
+from switchyard.sagas import steps
+from switchyard.sagas.steps import LostWindowOutcome, LostWindowRequest, VerifyOutcome, VerifyRequest
 from switchyard.verify.submit import (
     JobResult,
     VerificationError,
@@ -38,47 +38,54 @@ HEARTBEAT_S = 5.0
 Result = TypeVar("Result")
 
 
-@dataclass
-class VerifyRequest:
-    run_id: str
-    link_id: str
-    topics: list[str] = field(default_factory=list)
-    groups: list[str] | None = None
-    config_path: str | None = None
+class VerificationActivities:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
 
+    @activity.defn(name=steps.VERIFY)
+    async def verify_link(self, request: VerifyRequest) -> VerifyOutcome:
+        return await _heartbeating(lambda job: self._verify(request, job))
 
-@dataclass
-class VerifyOutcome:
-    run_id: str
-    verdict: str
-    records: int
-    divergent_partitions: list[str]
-    wrong_groups: list[str]
+    @activity.defn(name=steps.FIND_LOST_WINDOW)
+    async def find_lost_window(self, request: LostWindowRequest) -> LostWindowOutcome:
+        return await _heartbeating(lambda job: self._find(request, job))
 
+    def _verify(self, request: VerifyRequest, job: _Job) -> VerifyOutcome:
+        config, ledger = self.deps.config, self.deps.ledger
+        done = ledger.verification(request.run_id)
+        if done is not None:  # a retry after the answer was lost: the run happened
+            return _verify_outcome(request.run_id, done["verdict"], done["report"])
+        link = self._link(request.link_id)
+        result = job.run(config, verify_spec(config, link, topics=request.topics, groups=request.groups))
+        outcome = verdict(result.result)
+        ledger.record_verification(
+            request.run_id, request.link_id, result.result, verdict=outcome, started_at=result.started_at,
+            finished_at=result.finished_at, master=result.master,
+        )  # fmt: skip
+        return _verify_outcome(request.run_id, outcome, result.result)
 
-@dataclass
-class LostWindowRequest:
-    run_id: str
-    link_id: str
-    parquet: str
-    config_path: str | None = None
+    def _find(self, request: LostWindowRequest, job: _Job) -> LostWindowOutcome:
+        config, ledger = self.deps.config, self.deps.ledger
+        done = ledger.reconciliation(request.run_id)
+        if done is None:
+            link = self._link(request.link_id)
+            parquet = request.parquet or str(config.stack.state_dir / "lost-window" / request.run_id)
+            result = job.run(config, lost_window_spec(config, link, parquet))
+            ledger.record_reconciliation(
+                request.run_id, request.link_id, result.result, parquet=parquet,
+                started_at=result.started_at, finished_at=result.finished_at,
+            )  # fmt: skip
+            report = result.result
+        else:
+            report = done["report"]
+        partitions = {f"{e['topic']}[{e['partition']}]": e["records"] for e in report.get("exported", [])}
+        return LostWindowOutcome(request.run_id, sum(partitions.values()), partitions)
 
-
-@dataclass
-class LostWindowOutcome:
-    run_id: str
-    records: int
-    partitions: dict[str, int]
-
-
-@activity.defn
-async def verify_link(request: VerifyRequest) -> VerifyOutcome:
-    return await _heartbeating(lambda job: _verify(request, job))
-
-
-@activity.defn
-async def find_lost_window(request: LostWindowRequest) -> LostWindowOutcome:
-    return await _heartbeating(lambda job: _find(request, job))
+    def _link(self, link_id: str) -> Link:
+        link = self.deps.store.link(link_id)
+        if link is None:
+            raise ApplicationError(f"link {link_id!r} does not exist", type="NoSuchLink", non_retryable=True)
+        return link
 
 
 @dataclass
@@ -94,46 +101,6 @@ class _Job:
 
     def _note(self, line: str) -> None:
         self.progress = line
-
-
-def _verify(request: VerifyRequest, job: _Job) -> VerifyOutcome:
-    config = load_config(request.config_path)
-    ledger = Ledger.open(config.ledger_url)
-    try:
-        done = ledger.verification(request.run_id)
-        if done is not None:  # a retry after the answer was lost: the run happened
-            return _verify_outcome(request.run_id, done["verdict"], done["report"])
-        link = _link(config, ledger, request.link_id)
-        result = job.run(config, verify_spec(config, link, topics=request.topics, groups=request.groups))
-        outcome = verdict(result.result)
-        ledger.record_verification(
-            request.run_id, request.link_id, result.result, verdict=outcome, started_at=result.started_at,
-            finished_at=result.finished_at, master=result.master,
-        )  # fmt: skip
-        return _verify_outcome(request.run_id, outcome, result.result)
-    finally:
-        ledger.close()
-
-
-def _find(request: LostWindowRequest, job: _Job) -> LostWindowOutcome:
-    config = load_config(request.config_path)
-    ledger = Ledger.open(config.ledger_url)
-    try:
-        done = ledger.reconciliation(request.run_id)
-        if done is None:
-            link = _link(config, ledger, request.link_id)
-            result = job.run(config, lost_window_spec(config, link, request.parquet))
-            ledger.record_reconciliation(
-                request.run_id, request.link_id, result.result, parquet=request.parquet,
-                started_at=result.started_at, finished_at=result.finished_at,
-            )  # fmt: skip
-            report = result.result
-        else:
-            report = done["report"]
-        partitions = {f"{e['topic']}[{e['partition']}]": e["records"] for e in report.get("exported", [])}
-        return LostWindowOutcome(request.run_id, sum(partitions.values()), partitions)
-    finally:
-        ledger.close()
 
 
 async def _heartbeating(work: Callable[[_Job], Result]) -> Result:
@@ -154,17 +121,6 @@ async def _heartbeating(work: Callable[[_Job], Result]) -> Result:
         job.cancelled.set()  # run_job kills the job's process group and returns
         await asyncio.gather(running, return_exceptions=True)
         raise
-
-
-def _link(config: Config, ledger: Ledger, link_id: str) -> Link:
-    zk = connect(config)
-    try:
-        link = RoutingStore(zk, config.zookeeper.root, ledger).link(link_id)
-    finally:
-        disconnect(zk)
-    if link is None:
-        raise ApplicationError(f"link {link_id!r} does not exist", type="NoSuchLink", non_retryable=True)
-    return link
 
 
 def _verify_outcome(run_id: str, outcome: str, report: dict[str, Any]) -> VerifyOutcome:

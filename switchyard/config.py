@@ -230,6 +230,26 @@ class MirrorConfig(_Section):
     """Extra librdkafka settings for the target producers (e.g. ``linger.ms``)."""
 
 
+SagaKind = Literal["switchover", "switchback", "failover", "topic-migration"]
+Approval = Literal["none", "before-block", "before-flip"]
+
+
+class SagasConfig(_Section):
+    """How sagas run; fixed in each saga's history when it starts, so changing it affects new sagas only."""
+
+    approval: dict[SagaKind, Approval] = Field(default_factory=dict)
+    """Which sagas wait for a human, and where; a kind not named waits for nobody."""
+    approval_timeout_s: PositiveSeconds = 3600.0
+    fence_window_s: PositiveSeconds = 0.5
+    """After the block, the source's ends must stand still this long."""
+    drain_timeout_s: PositiveSeconds = 60.0
+    acks_timeout_s: PositiveSeconds = 15.0
+    spark_verify: bool = False
+    """Verify with the Spark job before the flip (clients stay blocked meanwhile)."""
+    recovery_wait_s: Annotated[float, Field(ge=0)] = 0.0
+    """Failover: how long to wait for the old primary to come back and measure the lost window."""
+
+
 class TelemetryConfig(_Section):
     otlp_endpoint: str | None = None
     """OTLP/HTTP collector, e.g. ``http://collector:4318``; empty means no exporter."""
@@ -258,6 +278,7 @@ class Config(_Section):
     spark: SparkConfig = SparkConfig()
     gateway: GatewayConfig = GatewayConfig()
     mirror: MirrorConfig = MirrorConfig()
+    sagas: SagasConfig = SagasConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     logging: LoggingConfig = LoggingConfig()
     stack: StackConfig = StackConfig()

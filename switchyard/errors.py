@@ -13,7 +13,12 @@
     │   ├── GatewayIdInUse     another live gateway registered under the same id
     │   └── AcksTimeout        gateways did not apply an epoch in time (names the laggards)
     ├── LedgerError            the SQL ledger could not be written or read
-    └── GatewayError           the gateway cannot serve (a port it needs is taken, ...)
+    ├── GatewayError           the gateway cannot serve (a port it needs is taken, ...)
+    └── SagaError              a saga step found it must not go on (names what it found)
+        ├── SwitchRefused      the switch cannot be done as asked; nothing was changed
+        ├── FenceBroken        the source's ends moved after the block: a writer goes around the gateway
+        ├── DrainTimeout       the copy did not reach the source's ends in time
+        └── CopyDiverged       the copy does not hold exactly what the source holds
 
 Each error carries the exit code the CLI ends with when it is not caught.
 """
@@ -107,3 +112,25 @@ class GatewayError(SwitchyardError):
     """The gateway cannot serve as configured (a port it must listen on is taken, ...)."""
 
     exit_code = 7
+
+
+class SagaError(SwitchyardError):
+    """A saga step found that the saga must not go on."""
+
+    exit_code = 8
+
+
+class SwitchRefused(SagaError):
+    """The switch cannot be done as asked (the plan says why); nothing was changed."""
+
+
+class FenceBroken(SagaError):
+    """After the block, the source's partition ends kept moving: something writes around the gateway."""
+
+
+class DrainTimeout(SagaError):
+    """The copy did not reach the source's ends in time."""
+
+
+class CopyDiverged(SagaError):
+    """The copy does not hold exactly what the source holds."""

@@ -27,6 +27,9 @@ from confluent_kafka.cimpl import NewTopic
 from switchyard.errors import KafkaOperationError, NoSuchTopic
 
 ClientSettings = Mapping[str, Any]
+READ_WAIT_MS = 10
+"""How long a fetch of the readers here may wait at the broker: they read what is there and stop, and
+some brokers hold a fetch its whole wait even with data at hand (docs/testbed.md)."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,7 @@ def read_partitions(bootstrap: str, topic: str, *, timeout_s: float = 60.0) -> d
             "group.id": "switchyard-reader",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            "fetch.wait.max.ms": READ_WAIT_MS,
         }
     )
     try:
@@ -190,7 +194,7 @@ def read_partitions(bootstrap: str, topic: str, *, timeout_s: float = 60.0) -> d
                 raise KafkaOperationError(
                     f"{bootstrap}: {topic}: partitions {sorted(open_partitions)} not read to the end"
                 )
-            for msg in consumer.consume(1000, 0.5):
+            for msg in _next_messages(consumer):
                 error = msg.error()
                 if error is not None and error.code() == KafkaError._PARTITION_EOF:
                     open_partitions.discard(msg.partition())
@@ -228,7 +232,12 @@ def bounds_of(
 @contextmanager
 def _probe(bootstrap: str) -> Iterator[Consumer]:
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "switchyard-bounds", "enable.partition.eof": True}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "switchyard-bounds",
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": READ_WAIT_MS,
+        }
     )
     try:
         yield consumer
@@ -260,7 +269,7 @@ def log_ends(
             if time.monotonic() > deadline:
                 missing = [f"{t}[{p}]" for t, p in wanted if (t, p) not in ends]
                 raise KafkaOperationError(f"no end of partition reached for {', '.join(missing)}")
-            for msg in consumer.consume(1000, 0.2):
+            for msg in _next_messages(consumer):
                 error = msg.error()
                 if error is not None and error.code() == KafkaError._PARTITION_EOF:
                     ends[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
@@ -269,3 +278,9 @@ def log_ends(
     finally:
         consumer.unassign()
     return ends
+
+
+def _next_messages(consumer: Consumer) -> list[Message]:
+    """What has arrived, at once; when nothing has, wait a little for the first message only
+    (``consume(n, t)`` would wait the whole ``t`` for ``n`` messages, even with the last one in hand)."""
+    return consumer.consume(1000, 0) or consumer.consume(1, 0.05)

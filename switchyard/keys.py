@@ -72,14 +72,16 @@ class BindingKey:
         return f"{_escape(self.app)}{_SEPARATOR[self.kind]}{_escape(self.name)}"
 
     @classmethod
-    def parse(cls, text: str) -> BindingKey:
-        """Parse the text form; raises ValueError saying what is wrong."""
+    def parse(cls, text: str, *, check: bool = True) -> BindingKey:
+        """Parse the text form; raises ValueError saying what is wrong. ``check=False`` reads back what
+        was stored before names were checked (:meth:`check`), as it is."""
         app, i = _read_part(text, 0)
         if i == len(text):
             if not app:
                 _fail(text, "the AppID is empty")
             key = cls(app)
-            key.check()
+            if check:
+                key.check()
             return key
         if text.startswith("##", i):
             kind, i = KeyKind.GROUP, i + 2
@@ -94,7 +96,8 @@ class BindingKey:
             _fail(text, f"the {kind} name is empty")
         assert end == len(text)
         key = cls(app, kind, name)
-        key.check()
+        if check:
+            key.check()
         return key
 
     def check(self) -> None:

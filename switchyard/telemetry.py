@@ -21,6 +21,7 @@ from switchyard import __version__
 from switchyard.config import Config
 
 _configured = False
+_providers: tuple[Any, ...] = ()
 _CHATTY_LOGGERS = ("alembic", "kazoo.client")
 
 
@@ -78,4 +79,15 @@ def setup(config: Config, service: str) -> None:
         )
     trace.set_tracer_provider(tracer_provider)
     metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))
+    global _providers  # noqa: PLW0603 - process-wide, by design
+    _providers = (tracer_provider, metrics.get_meter_provider())
     logging.getLogger(__name__).debug("telemetry ready (otlp=%s)", endpoint or "off")
+
+
+def shutdown() -> None:
+    """Export what is still buffered (spans, the last metrics) and stop the providers."""
+    for provider in _providers:
+        try:
+            provider.shutdown()
+        except Exception:  # leaving anyway: a collector out of reach must not keep the process
+            logging.getLogger(__name__).debug("telemetry shutdown failed", exc_info=True)

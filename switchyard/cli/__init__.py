@@ -1,10 +1,19 @@
 """The `switchyard` command; each sub-command group lives in its own module."""
 
-from switchyard.cli import bindings, clusters, links, stack, verification
+import sys
+
+from switchyard import temporal
+from switchyard.cli import bindings, clusters, links, sagas, stack, verification
 from switchyard.cli.base import cli
 
-__all__ = ["bindings", "cli", "clusters", "links", "main", "stack", "verification"]
+__all__ = ["bindings", "cli", "clusters", "links", "main", "sagas", "stack", "verification"]
 
 
 def main() -> None:
-    cli(prog_name="switchyard")
+    try:
+        cli(prog_name="switchyard")
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        if done.code is not None and not isinstance(done.code, int):
+            print(done.code, file=sys.stderr)
+        temporal.leave(code)

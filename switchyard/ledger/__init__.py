@@ -1,13 +1,21 @@
-"""The SQL ledger of routing changes (SQLAlchemy; SQLite by default, PostgreSQL by URL)."""
+"""The SQL ledger (SQLAlchemy; SQLite by default, PostgreSQL by URL): routing changes, the Spark jobs'
+findings, and the sagas' trails, each in a module of its own over one connection."""
 
-from switchyard.ledger.ledger import (
+from switchyard.ledger.jobs import JobRecords
+from switchyard.ledger.routing import (
     BindingEvent,
     ClusterEvent,
-    Ledger,
     LedgerState,
     LinkEvent,
+    RoutingRecords,
     RoutingTxn,
     TxnRecord,
 )
+from switchyard.ledger.sagas import SagaRecords
+
+
+class Ledger(RoutingRecords, JobRecords, SagaRecords):
+    """The whole ledger: open it once per process (``Ledger.open(url)``) and close it at the end."""
+
 
 __all__ = ["BindingEvent", "ClusterEvent", "Ledger", "LedgerState", "LinkEvent", "RoutingTxn", "TxnRecord"]

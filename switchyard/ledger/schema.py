@@ -138,3 +138,36 @@ reconciliation_runs = Table(
     Column("republished_records", BigInteger),
 )
 """The lost window found after a failover, exported to ``parquet``; republished once at most."""
+
+saga_runs = Table(
+    "saga_runs",
+    metadata,
+    Column("run_id", String(64), primary_key=True),
+    Column("saga_id", String(255), nullable=False, index=True),
+    Column("kind", String(32), nullable=False),
+    Column("keys", Text, nullable=False),
+    Column("actor", String(512), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True)),
+    Column("outcome", String(32)),
+    Column("result", Text),
+)
+"""One run of a saga (``run_id`` is Temporal's, ``saga_id`` the workflow id): ``keys`` a JSON list,
+``result`` the saga's result as JSON once it ended."""
+
+saga_steps = Table(
+    "saga_steps",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(64), nullable=False, index=True),
+    Column("step", String(64), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True), nullable=False),
+    Column("outcome", String(32), nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("figures", Text, nullable=False),
+)
+"""Each step of a saga as it ended (every attempt of it), and its decisions (approved, rejected):
+appended as they happen, so a saga killed halfway leaves its trail. ``figures`` is JSON."""

@@ -46,6 +46,8 @@ class GroupSyncReport:
     unchanged: int = 0
     skipped: list[str] = field(default_factory=list)
     """Why a group or partition was not synced this time (it is retried at the next sync)."""
+    in_step: list[str] = field(default_factory=list)
+    """The groups whose offsets on the target now match the source's, written or already so."""
 
 
 def sync_groups(
@@ -95,6 +97,7 @@ def sync_groups(
             for future in target.alter_consumer_group_offsets([request]).values():
                 future.result(timeout_s)
             report.written.extend(changed)
+        report.in_step.append(group)
     return report
 
 

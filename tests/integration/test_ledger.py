@@ -12,7 +12,7 @@ from alembic.script import ScriptDirectory
 
 from switchyard.keys import BindingKey
 from switchyard.ledger import BindingEvent, ClusterEvent, Ledger, RoutingTxn
-from switchyard.ledger import ledger as ledger_module
+from switchyard.ledger import base as ledger_module
 from switchyard.ledger.schema import metadata
 from switchyard.model import Binding, BindingState, Cluster, ClusterState
 

@@ -1,44 +1,25 @@
-"""The SQL ledger: every routing change that reached ZooKeeper, in order, with who made it and why.
+"""Routing changes in the ledger: every change that reached ZooKeeper, in order, with who made it and why.
 
 A change is written here first as a *pending* transaction, then to ZooKeeper, then marked committed; a
 change that never reached ZooKeeper is removed again (see :mod:`switchyard.routing.store`). Only
 committed transactions count for history and for rebuilding the ZooKeeper tree.
-
-The schema is created and upgraded by Alembic when the ledger is opened.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 from typing import Any
 
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from sqlalchemy import Connection, Engine, create_engine, delete, insert, select, update
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import delete, insert, select, update
 
-from switchyard.errors import LedgerError
 from switchyard.keys import BindingKey
-from switchyard.ledger.schema import (
-    binding_events,
-    cluster_events,
-    ledger_txns,
-    link_events,
-    reconciliation_runs,
-    verification_partitions,
-    verification_runs,
-)
+from switchyard.ledger.base import LedgerBase, utc
+from switchyard.ledger.schema import binding_events, cluster_events, ledger_txns, link_events
 from switchyard.model import Binding, BindingState, Cluster, ClusterState, Link, LinkState
 
 PENDING, COMMITTED = "pending", "committed"
-_COUNTS = ("records", "missing", "extra", "mismatched", "misaligned")
-_MIGRATIONS = Path(__file__).with_name("migrations")
 
 
 @dataclass(frozen=True)
@@ -115,30 +96,7 @@ class LedgerState:
     links: dict[str, Link]
 
 
-class Ledger:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    @classmethod
-    def open(cls, url: str) -> Ledger:
-        """Connect and bring the schema to the newest revision."""
-        parsed = make_url(url)
-        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        ledger = cls(create_engine(url))
-        ledger.migrate()
-        return ledger
-
-    def migrate(self) -> None:
-        config = AlembicConfig()
-        config.set_main_option("script_location", str(_MIGRATIONS))
-        with self._connection() as conn:
-            config.attributes["connection"] = conn
-            command.upgrade(config, "head")
-
-    def close(self) -> None:
-        self.engine.dispose()
-
+class RoutingRecords(LedgerBase):
     def record_intent(self, txn: RoutingTxn) -> None:
         """Write the change as pending, in one SQL transaction, before ZooKeeper is touched."""
         with self._connection() as conn:
@@ -189,7 +147,7 @@ class Ledger:
         columns = (ledger_txns.c.id, ledger_txns.c.epoch, ledger_txns.c.status, ledger_txns.c.created_at)
         with self._connection() as conn:
             rows = conn.execute(select(*columns).where(condition).order_by(ledger_txns.c.epoch))
-            return [TxnRecord(r.id, r.epoch, r.status, _utc(r.created_at)) for r in rows]
+            return [TxnRecord(r.id, r.epoch, r.status, utc(r.created_at)) for r in rows]
 
     def history(self, key: BindingKey | None = None, *, limit: int = 100) -> list[BindingEvent]:
         """Committed binding events, newest first; of one key, or of all."""
@@ -242,104 +200,6 @@ class Ledger:
                 )  # fmt: skip
         return LedgerState(epoch, bindings, clusters, links)
 
-    # ---- verification and reconciliation
-
-    def record_verification(
-        self, run_id: str, link_id: str, result: dict[str, Any], *, verdict: str, started_at: datetime,
-        finished_at: datetime, master: str,
-    ) -> None:  # fmt: skip
-        """A verification job's findings: totals per run, counts and first examples per partition."""
-        partitions = result["partitions"]
-        groups = result.get("groups", [])
-        totals = {name: sum(p[name] for p in partitions) for name in _COUNTS}
-        with self._connection() as conn:
-            conn.execute(
-                insert(verification_runs).values(
-                    id=run_id,
-                    link_id=link_id,
-                    started_at=started_at,
-                    finished_at=finished_at,
-                    verdict=verdict,
-                    groups_checked=len(groups),
-                    groups_wrong=sum(1 for g in groups if not g["ok"]),
-                    master=master,
-                    report=json.dumps(result),
-                    **totals,
-                )
-            )
-            if partitions:
-                conn.execute(
-                    insert(verification_partitions),
-                    [
-                        {
-                            "run_id": run_id,
-                            "topic": p["topic"],
-                            "partition": p["partition"],
-                            "source_from": p["source_from"],
-                            "source_to": p["source_to"],
-                            "examples": json.dumps(p["examples"]),
-                            **{n: p[n] for n in _COUNTS},
-                        }
-                        for p in partitions
-                    ],
-                )
-
-    def verification(self, run_id: str) -> dict[str, Any] | None:
-        """A recorded verification: its row, with the findings document decoded."""
-        return self._run(verification_runs, run_id)
-
-    def record_reconciliation(
-        self, run_id: str, link_id: str, result: dict[str, Any], *, parquet: str, started_at: datetime,
-        finished_at: datetime,
-    ) -> None:  # fmt: skip
-        records = sum(e["records"] for e in result.get("exported", []))
-        with self._connection() as conn:
-            conn.execute(
-                insert(reconciliation_runs).values(
-                    id=run_id,
-                    link_id=link_id,
-                    started_at=started_at,
-                    finished_at=finished_at,
-                    parquet=parquet,
-                    records=records,
-                    report=json.dumps(result),
-                )
-            )
-
-    def reconciliation(self, run_id: str) -> dict[str, Any] | None:
-        return self._run(reconciliation_runs, run_id)
-
-    def _run(self, table: Any, run_id: str) -> dict[str, Any] | None:
-        with self._connection() as conn:
-            row = conn.execute(select(table).where(table.c.id == run_id)).first()
-        return {**row._mapping, "report": json.loads(row.report)} if row else None
-
-    def claim_republish(self, run_id: str, *, at: datetime) -> bool:
-        """Mark a reconciliation as being republished; False when it already was (never twice)."""
-        with self._connection() as conn:
-            claimed = conn.execute(
-                update(reconciliation_runs)
-                .where(reconciliation_runs.c.id == run_id, reconciliation_runs.c.republished_at.is_(None))
-                .values(republished_at=at)
-            )
-        return claimed.rowcount == 1
-
-    def finish_republish(self, run_id: str, records: int) -> None:
-        with self._connection() as conn:
-            conn.execute(
-                update(reconciliation_runs)
-                .where(reconciliation_runs.c.id == run_id)
-                .values(republished_records=records)
-            )
-
-    @contextmanager
-    def _connection(self) -> Iterator[Connection]:
-        try:
-            with self.engine.begin() as conn:
-                yield conn
-        except SQLAlchemyError as exc:
-            raise LedgerError(f"ledger {self.engine.url.render_as_string()}: {exc}") from exc
-
 
 def _committed(table: Any) -> Any:
     return (
@@ -347,11 +207,6 @@ def _committed(table: Any) -> Any:
         .join(ledger_txns, ledger_txns.c.id == table.c.txn_id)
         .where(ledger_txns.c.status == COMMITTED)
     )
-
-
-def _utc(value: datetime) -> datetime:
-    """SQLite hands back naive datetimes; everything the ledger stores is UTC."""
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _row(txn_id: str, event: BindingEvent | ClusterEvent | LinkEvent) -> dict[str, Any]:
@@ -366,7 +221,7 @@ def _row(txn_id: str, event: BindingEvent | ClusterEvent | LinkEvent) -> dict[st
 
 def _binding_event(row: Any) -> BindingEvent:
     return BindingEvent(
-        key=BindingKey.parse(row["binding_key"]),
+        key=BindingKey.parse(row["binding_key"], check=False),
         from_cluster=row["from_cluster"],
         to_cluster=row["to_cluster"],
         from_state=BindingState(row["from_state"]) if row["from_state"] else None,
@@ -374,7 +229,7 @@ def _binding_event(row: Any) -> BindingEvent:
         epoch=row["epoch"],
         actor=row["actor"],
         reason=row["reason"],
-        at=_utc(row["at"]),
+        at=utc(row["at"]),
     )
 
 
@@ -387,7 +242,7 @@ def _cluster_event(row: Any) -> ClusterEvent:
         epoch=row["epoch"],
         actor=row["actor"],
         reason=row["reason"],
-        at=_utc(row["at"]),
+        at=utc(row["at"]),
     )
 
 
@@ -404,5 +259,5 @@ def _link_event(row: Any) -> LinkEvent:
         epoch=row["epoch"],
         actor=row["actor"],
         reason=row["reason"],
-        at=_utc(row["at"]),
+        at=utc(row["at"]),
     )

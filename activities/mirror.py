@@ -1,0 +1,198 @@
+"""Saga steps about the copy: the fence on the source, draining the link, carrying group offsets,
+checking the copy, reversing the link, and what an unplanned failover lost.
+
+The target is the truth about how far the copy got (only the mirror writes it), so draining compares
+the target's exact ends with the source's, through the offset map, instead of waiting for the mirror's
+next status report. Where the source ends in offsets no record holds (transaction markers), the
+mirror's own report of how far it read says the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from temporalio import activity
+
+from activities.deps import Deps, Key
+from activities.recorded import step
+from switchyard.errors import CopyDiverged, DrainTimeout, FenceBroken
+from switchyard.mirror.control import reverse_link
+from switchyard.mirror.groups import committed_offsets, sync_groups
+from switchyard.mirror.mapstore import read_link
+from switchyard.mirror.offsets import OffsetMap
+from switchyard.mirror.status import read_status
+from switchyard.sagas import steps
+from switchyard.sagas.requests import PartitionLoss
+from switchyard.sagas.steps import (
+    CopyChecked,
+    CopyCheckRequest,
+    Drained,
+    DrainRequest,
+    Fence,
+    FenceRequest,
+    GroupsSynced,
+    GroupSyncRequest,
+    Loss,
+    LossRequest,
+    PartitionEnd,
+    Reversed,
+    ReverseRequest,
+)
+
+_DRAIN_POLL_S = 0.05
+_MAPS_AGE_S = 2.0
+
+
+class MirrorActivities:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    @step(steps.FENCE)
+    def verify_fence(self, request: FenceRequest) -> Fence:
+        """The source's ends, read after the block, must stand still through the window: whatever still
+        moves them writes around the gateway, and the switch would lose its records."""
+        link = self.deps.link(request.link)
+        keys = [(p.topic, p.partition) for p in request.partitions]
+        first = self.deps.ends(link.source, keys)
+        time.sleep(request.window_s)
+        activity.heartbeat("the source's ends read twice")
+        second = self.deps.ends(link.source, keys)
+        moved = {k: (first[k], second[k]) for k in keys if second[k] != first[k]}
+        if moved:
+            named = ", ".join(f"{t}[{p}] {a} -> {b}" for (t, p), (a, b) in sorted(moved.items()))
+            raise FenceBroken(
+                f"after the block, the source kept being written: {named}. Something writes to "
+                f"{link.source} without the gateway; stop it, or those records would be left behind"
+            )
+        return Fence([PartitionEnd(t, p, e) for (t, p), e in sorted(second.items())])
+
+    @step(steps.DRAIN)
+    def drain_link(self, request: DrainRequest) -> Drained:
+        """Wait until the target holds everything below the fenced source ends (heartbeating the lag)."""
+        link = self.deps.link(request.link)
+        wanted = {(e.topic, e.partition): e.end for e in request.ends}
+        since = datetime.now(UTC)
+        deadline = time.monotonic() + request.timeout_s
+        maps: dict[Key, OffsetMap] = {}
+        maps_read = 0.0
+        while True:
+            if time.monotonic() - maps_read > _MAPS_AGE_S:  # gaps may add segments while it drains
+                maps, maps_read = read_link(self.deps.bootstrap(link.target), link.id).maps, time.monotonic()
+            ends = self.deps.ends(link.target, wanted)
+            behind = {
+                k: end for k, end in wanted.items() if maps.get(k, OffsetMap()).next_source(ends[k]) < end
+            }
+            if behind:
+                behind = self._read_past_markers(link.id, behind, since)
+            if not behind:
+                return Drained(
+                    [PartitionEnd(t, p, e) for (t, p), e in sorted(ends.items())], sum(ends.values())
+                )
+            lag = {
+                f"{t}[{p}]": end - maps.get((t, p), OffsetMap()).next_source(ends[(t, p)])
+                for (t, p), end in behind.items()
+            }
+            activity.heartbeat(
+                {"partitions": len(wanted), "behind": len(behind), "lag": dict(list(lag.items())[:20])}
+            )
+            if time.monotonic() > deadline:
+                named = ", ".join(f"{k} ({n} records)" for k, n in list(lag.items())[:10])
+                raise DrainTimeout(
+                    f"link {link.id} did not copy up to the fenced ends in {request.timeout_s:g}s: {named}"
+                )
+            time.sleep(_DRAIN_POLL_S)
+
+    def _read_past_markers(self, link_id: str, behind: dict[Key, int], since: datetime) -> dict[Key, int]:
+        """Those of ``behind`` the mirror has not read up to, by its own report made after ``since``: the
+        offsets left may be transaction markers, which take source offsets and no target ones."""
+        reported = {
+            (s.topic, s.partition): s
+            for member in read_status(self.deps.zk, self.deps.store.layout, link_id)
+            for s in member.partitions
+        }
+        still = {}
+        for key, end in behind.items():
+            status = reported.get(key)
+            fresh = status is not None and status.fetched_at is not None and status.fetched_at >= since
+            if not (fresh and status is not None and status.mirrored >= end):
+                still[key] = end
+        return still
+
+    @step(steps.SYNC_GROUPS)
+    def sync_groups(self, request: GroupSyncRequest) -> GroupsSynced:
+        """Every group's committed offsets, carried to the target through the map (after the drain)."""
+        link = self.deps.link(request.link)
+        maps = read_link(self.deps.bootstrap(link.target), link.id).maps
+        report = sync_groups(self.deps.admin(link.source), self.deps.admin(link.target), link.copies, maps)
+        return GroupsSynced(len(report.written), report.unchanged, report.skipped, report.in_step)
+
+    @step(steps.CHECK_COPY)
+    def check_copy(self, request: CopyCheckRequest) -> CopyChecked:
+        """The fast check before the flip: the source still ends where it was fenced, the target holds
+        exactly that much (no more: nothing else wrote to it), and the groups read the same records."""
+        link = self.deps.link(request.link)
+        keys = {(e.topic, e.partition): e.end for e in request.ends}
+        source, target = self.deps.ends(link.source, keys), self.deps.ends(link.target, keys)
+        maps = read_link(self.deps.bootstrap(link.target), link.id).maps
+        problems = []
+        for (t, p), fenced in sorted(keys.items()):
+            if source[(t, p)] != fenced:
+                problems.append(f"{t}[{p}]: the source moved from {fenced} to {source[(t, p)]}")
+            expected = maps.get((t, p), OffsetMap()).position(fenced)
+            if target[(t, p)] > expected:
+                problems.append(
+                    f"{t}[{p}]: the target holds {target[(t, p)]}, more than the {expected} copied"
+                )
+        problems += self._groups_differ(link.source, link.target, maps, keys, request.groups)
+        if problems:
+            raise CopyDiverged(f"link {link.id}: {'; '.join(problems[:10])}")
+        return CopyChecked("clean")
+
+    def _groups_differ(
+        self, source: str, target: str, maps: dict[Key, OffsetMap], keys: dict[Key, int], groups: list[str]
+    ) -> list[str]:
+        found = []
+        target_admin = self.deps.admin(target)
+        for group in groups:
+            theirs = committed_offsets(target_admin, group)
+            for key, offset in committed_offsets(self.deps.admin(source), group).items():
+                if key not in keys or offset < 0:
+                    continue
+                expected = maps.get(key, OffsetMap()).position(offset)
+                if theirs.get(key) != expected:
+                    where = f"{key[0]}[{key[1]}]"
+                    found.append(
+                        f"group {group} {where}: at {theirs.get(key)} on the target, {expected} expected"
+                    )
+        return found
+
+    @step(steps.REVERSE)
+    def reverse_link(self, request: ReverseRequest) -> Reversed:
+        """Copy back from the promoted side for the switch back; a retry finds its link made."""
+        existing = self.deps.store.link(request.new_link)
+        if existing is not None and existing.reverse_of == request.link:
+            return Reversed(existing.id)
+        report = reverse_link(
+            self.deps.config, self.deps.store, request.link, request.new_link,
+            actor=f"saga:{request.saga_id}", reason="switch: copy back for the switch back",
+            force=request.force,
+        )  # fmt: skip
+        return Reversed(report.link_id, sum(report.uncopied.values()))
+
+    @step(steps.MEASURE_LOSS)
+    def measure_loss(self, request: LossRequest) -> Loss:
+        """Failover: per partition, the source's end as the mirror last saw it, against how far the copy
+        got — the records the source acknowledged that the target never got (at least these)."""
+        seen: dict[Key, int] = {}
+        for member in read_status(self.deps.zk, self.deps.store.layout, request.link):
+            for s in member.partitions:
+                seen[(s.topic, s.partition)] = max(seen.get((s.topic, s.partition), -1), s.source_end)
+        return Loss(
+            [
+                PartitionLoss(
+                    f.topic, f.partition, max(seen.get((f.topic, f.partition), f.end), f.end), f.end
+                )
+                for f in request.final
+            ]
+        )

@@ -1,0 +1,79 @@
+"""Saga steps as activities: Switchyard's errors mapped (:mod:`activities.errors`), and each attempt of
+each step written to the ledger as it ends — outcome, detail and figures — so a saga killed halfway
+leaves its trail."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from temporalio import activity
+
+from activities.deps import Deps
+from activities.errors import mapped
+from switchyard.model import now
+
+log = logging.getLogger(__name__)
+Request = TypeVar("Request")
+Result = TypeVar("Result")
+_LONGEST_LIST = 20
+
+
+class HasDeps(Protocol):
+    deps: Deps
+
+
+def step(name: str) -> Callable[[Callable[[Any, Request], Result]], Callable[[Any, Request], Result]]:
+    """Make a method of an activities class the saga step ``name``."""
+
+    def decorate(work: Callable[[Any, Request], Result]) -> Callable[[Any, Request], Result]:
+        @functools.wraps(work)
+        def run(self: HasDeps, request: Request) -> Result:
+            started = now()
+            try:
+                with mapped():
+                    result = work(self, request)
+            except BaseException as exc:
+                _record(
+                    self.deps,
+                    name,
+                    started,
+                    outcome="failed",
+                    detail=f"{type(exc).__name__}: {exc}",
+                    found={},
+                )
+                raise
+            _record(self.deps, name, started, outcome="ok", detail="", found=figures(result))
+            return result
+
+        return activity.defn(name=name)(run)
+
+    return decorate
+
+
+def figures(result: object) -> dict[str, Any]:
+    """What a step's result says, small enough for the ledger: long lists are counted, not copied."""
+    if not dataclasses.is_dataclass(result) or isinstance(result, type):
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in dataclasses.asdict(result).items():
+        out[key] = f"{len(value)} items" if isinstance(value, list) and len(value) > _LONGEST_LIST else value
+    return out
+
+
+def _record(deps: Deps, name: str, started: Any, *, outcome: str, detail: str, found: dict[str, Any]) -> None:
+    info = activity.info()
+    if info.workflow_run_id is None:
+        return
+    try:
+        deps.ledger.saga_step(
+            info.workflow_run_id, name, attempt=info.attempt, started_at=started, ended_at=now(),
+            outcome=outcome, detail=detail, figures=found,
+        )  # fmt: skip
+    except Exception:
+        if outcome == "ok":
+            raise  # retried: the step is idempotent, and its trail must not have a hole
+        log.exception("step %s: its failure could not be recorded", name)

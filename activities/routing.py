@@ -1,0 +1,181 @@
+"""Saga steps that change routing: locks, the block, the flip, and waiting for every gateway to apply them.
+
+Every write is a fenced change under the epochs the saga read, carrying a request id derived from the
+saga and the step: a step retried after its answer was lost finds its change committed and writes
+nothing twice.
+"""
+
+from __future__ import annotations
+
+import time
+
+from temporalio import activity
+
+from activities.deps import Deps
+from activities.recorded import step
+from switchyard import kafka
+from switchyard.errors import AcksTimeout, BindingConflict, BindingRefused
+from switchyard.keys import BindingKey
+from switchyard.mirror.mapstore import end_record, read_link, store_records
+from switchyard.mirror.offsets import OffsetMap
+from switchyard.model import BindingState, ClusterState, LinkState
+from switchyard.routing.gateways import wait_for_acks
+from switchyard.routing.locks import SagaLocks
+from switchyard.routing.store import BindingChange, ClusterChange, LinkChange
+from switchyard.sagas import steps
+from switchyard.sagas.ids import step_request_id
+from switchyard.sagas.steps import (
+    Acked,
+    AcksRequest,
+    Blocked,
+    BlockRequest,
+    Flipped,
+    FlipRequest,
+    LockRequest,
+    PartitionEnd,
+    Unblocked,
+    UnblockRequest,
+)
+
+_ACK_POLL_S = 1.0
+
+
+class RoutingActivities:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+        self.locks = SagaLocks(deps.zk, deps.store.layout)
+
+    @step(steps.LOCK)
+    def lock_keys(self, request: LockRequest) -> None:
+        for text in request.keys:
+            self.locks.acquire(BindingKey.parse(text), request.saga_id)
+
+    @step(steps.UNLOCK)
+    def unlock_keys(self, request: LockRequest) -> None:
+        for text in request.keys:
+            self.locks.release(BindingKey.parse(text), request.saga_id)
+
+    @step(steps.BLOCK)
+    def block_keys(self, request: BlockRequest) -> Blocked:
+        """Block the keys where they are, fenced on the plan's epochs; wait until every gateway holds
+        their requests."""
+        changes = [
+            BindingChange(BindingKey.parse(k), request.epochs[k], request.source, BindingState.BLOCKED)
+            for k in request.keys
+        ]
+        epoch = self.deps.store.apply(
+            changes, actor=f"saga:{request.saga_id}", reason="switch: block stale requests",
+            request_id=_request_id("block"),
+        )  # fmt: skip
+        acked = self._await(epoch, request.acks_timeout_s)
+        return Blocked(epoch, acked)
+
+    @step(steps.UNBLOCK)
+    def unblock_keys(self, request: UnblockRequest) -> Unblocked:
+        """Undo the block (compensation): the keys active again where they were. Nothing to do when the
+        block never landed; ``flipped`` when the flip landed after all (the saga then goes forward)."""
+        store = self.deps.store
+        flip = store.ledger.requested(_request_id("flip"))
+        if any(t.status == "committed" for t in flip):
+            return Unblocked(0, flipped=True)
+        changes = []
+        for text in request.keys:
+            key = BindingKey.parse(text)
+            bound = store.binding(key)
+            if bound is None or bound.state is BindingState.ACTIVE:
+                continue  # never blocked
+            moved = request.block_epoch and bound.epoch != request.block_epoch
+            if bound.cluster != request.source or moved:
+                raise BindingConflict(
+                    text, request.block_epoch, bound.epoch, f" ({bound.state} on {bound.cluster})"
+                )
+            changes.append(BindingChange(key, bound.epoch, request.source, BindingState.ACTIVE))
+        if not changes:
+            return Unblocked(0)
+        epoch = store.apply(
+            changes, actor=f"saga:{request.saga_id}", reason="switch abandoned: unblock",
+            request_id=_request_id("unblock"),
+        )  # fmt: skip
+        self._await(epoch, request.acks_timeout_s)
+        return Unblocked(epoch)
+
+    @step(steps.FLIP)
+    def flip_keys(self, request: FlipRequest) -> Flipped:
+        """Store where the copy stands, then in one fenced change: the keys active on the target, the
+        link promoted (the gateway refuses clients' writes to an unpromoted target, so none sees one
+        without the other) and, for a failover, the source shielded."""
+        store, deps = self.deps.store, self.deps
+        request_id = _request_id("flip")
+        link = deps.link(request.link)
+        if link.state is LinkState.PROMOTED:
+            done = [t for t in store.ledger.requested(request_id) if t.status == "committed"]
+            if done:  # this step's own change, retried after its answer was lost
+                return Flipped(done[0].epoch, self._final(request))
+            raise BindingRefused(f"link {link.id} was promoted by someone else")
+        final = self._store_final(request)
+        bindings = [
+            BindingChange(BindingKey.parse(k), request.epochs[k], request.target, BindingState.ACTIVE)
+            for k in request.keys
+        ]
+        clusters = []
+        if request.shield_source:
+            source = store.cluster(request.source)
+            if source is not None and source.state is ClusterState.ACTIVE:
+                shielded = ClusterChange(source.id, source.epoch, source.bootstrap, ClusterState.SHIELDED)
+                clusters.append(shielded)
+        epoch = store.apply(
+            bindings, clusters, [LinkChange.of(link, LinkState.PROMOTED)], actor=f"saga:{request.saga_id}",
+            reason=f"switch to {request.target}", request_id=request_id,
+        )  # fmt: skip
+        return Flipped(epoch, final)
+
+    @step(steps.AWAIT_ACKS)
+    def await_acks(self, request: AcksRequest) -> Acked:
+        return Acked(request.epoch, self._await(request.epoch, request.timeout_s))
+
+    def _store_final(self, request: FlipRequest) -> list[PartitionEnd]:
+        """Each partition's final position next to the offset map: how far the source was copied, and
+        the target's end then — where the lost window and the reverse link start."""
+        final = self._final(request)
+        target = self.deps.bootstrap(request.target)
+        records = [
+            end_record(request.link, p.topic, p.partition, p.end, end)
+            for p, end in zip(final, self._target_ends(request, final), strict=True)
+        ]
+        store_records(target, records, f"final positions of link {request.link}")
+        return final
+
+    def _final(self, request: FlipRequest) -> list[PartitionEnd]:
+        """How far the source was copied: the drained ends (planned), or what the target holds (failover)."""
+        if request.ends:
+            return request.ends
+        target = self.deps.bootstrap(request.target)
+        maps = read_link(target, request.link).maps
+        copied = kafka.partitions(target, self.deps.link(request.link).copies)
+        ends = self.deps.ends(request.target, copied)
+        return [
+            PartitionEnd(t, p, maps.get((t, p), OffsetMap()).next_source(end))
+            for (t, p), end in sorted(ends.items())
+        ]
+
+    def _target_ends(self, request: FlipRequest, final: list[PartitionEnd]) -> list[int]:
+        ends = self.deps.ends(request.target, [(p.topic, p.partition) for p in final])
+        return [ends[(p.topic, p.partition)] for p in final]
+
+    def _await(self, epoch: int, timeout_s: float) -> int:
+        """Wait until every registered gateway applied ``epoch``, heartbeating; how many there are."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            activity.heartbeat(f"waiting for the gateways to apply epoch {epoch}")
+            try:
+                wait = max(0.01, min(_ACK_POLL_S, deadline - time.monotonic()))
+                return len(wait_for_acks(self.deps.zk, self.deps.store.layout, epoch, timeout_s=wait))
+            except AcksTimeout as exc:
+                if time.monotonic() >= deadline:
+                    raise AcksTimeout(epoch, exc.laggards, timeout_s) from None
+
+
+def _request_id(step_name: str) -> str:
+    """This run's request id for a step's routing change (the same on every retry of the step)."""
+    info = activity.info()
+    return step_request_id(info.workflow_run_id or info.workflow_id or info.activity_id, step_name)

@@ -1,0 +1,389 @@
+"""`switchyard switchover|switchback|failover ...` and `switchyard sagas ...`: start sagas, follow them,
+decide their approvals.
+
+A saga runs on the workers, durably; this command only starts it (its id derived from the keys, so a
+second one on the same keys is refused naming the first), and with ``--wait`` shows its steps as they
+happen, then its result. ``--dry-run`` prints the plan — and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import asdict
+from typing import Any, TypeVar
+
+import click
+
+from switchyard import temporal
+from switchyard.cli.base import Group, actor_option, cli, config_of, reason_option, store_of
+from switchyard.config import Config
+from switchyard.errors import SwitchyardError
+from switchyard.planning import plan_switch
+from switchyard.sagas.ids import saga_id
+from switchyard.sagas.requests import ApprovalPoint, Decision, Kind, Policy, Progress, SwitchRequest
+from switchyard.sagas.steps import PlanRequest
+from switchyard.table import render
+
+T = TypeVar("T")
+WORKFLOW_TYPES = {Kind.SWITCHOVER: "Switchover", Kind.SWITCHBACK: "Switchback", Kind.FAILOVER: "Failover"}
+_POLL_S = 0.5
+
+
+class SagaFailed(SwitchyardError):
+    """The saga ended without doing what was asked (refused, compensated, failed)."""
+
+    exit_code = 8
+
+
+def policy_of(config: Config, kind: Kind, **asked: Any) -> Policy:
+    """The configured policy for ``kind``, with what the command line asked for on top."""
+    sagas = config.sagas
+    policy = Policy(
+        approval=ApprovalPoint(sagas.approval.get(kind.value, "none")),
+        approval_timeout_s=sagas.approval_timeout_s,
+        fence_window_s=sagas.fence_window_s,
+        drain_timeout_s=sagas.drain_timeout_s,
+        acks_timeout_s=sagas.acks_timeout_s,
+        spark_verify=sagas.spark_verify,
+        recovery_wait_s=sagas.recovery_wait_s,
+    )
+    for name, value in asked.items():
+        if value is not None:
+            setattr(policy, name, ApprovalPoint(value) if name == "approval" else value)
+    return policy
+
+
+def _run(work: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(work)
+
+
+def ui_link(config: Config, workflow_id: str) -> str:
+    return f"{config.temporal_ui_url}/namespaces/{config.temporal.namespace}/workflows/{workflow_id}"
+
+
+# ---- starting sagas
+
+
+def _common(command: Callable[..., None]) -> Callable[..., None]:
+    """The options every saga command takes."""
+    options: list[Callable[[Any], Any]] = [
+        click.argument("keys", nargs=-1, required=True),
+        click.option(
+            "--link",
+            help="The mirror link to drain and promote (default: the one leaving the keys' cluster).",
+        ),
+        click.option("--to", "target", help="The cluster to move to (default: the link's target)."),
+        click.option("--wait", is_flag=True, help="Follow the saga's steps until it ends."),
+        click.option(
+            "--dry-run", is_flag=True, help="Print the plan and what would be refused; change nothing."
+        ),
+        click.option(
+            "--approval",
+            type=click.Choice([a.value for a in ApprovalPoint]),
+            help="Wait for an approval here (default: the configuration's sagas.approval).",
+        ),
+        actor_option,
+        reason_option,
+        click.pass_context,
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+_spark = click.option(
+    "--spark-verify", is_flag=True, default=None, help="Verify with the Spark job before the flip."
+)
+
+
+@cli.command("switchover")
+@_spark
+@_common
+def switchover(ctx: click.Context, keys: tuple[str, ...], spark_verify: bool | None, **options: Any) -> None:
+    """Move KEYS to the standby, planned: nothing lost, nothing copied twice.
+
+    KEYS are binding keys: orders (the application), orders@host-7 (an instance), orders#payments (a
+    topic), orders##billing (a consumer group).
+    """
+    _start(ctx, Kind.SWITCHOVER, list(keys), {"spark_verify": spark_verify}, **options)
+
+
+@cli.command("switchback")
+@_spark
+@_common
+def switchback(ctx: click.Context, keys: tuple[str, ...], spark_verify: bool | None, **options: Any) -> None:
+    """Move KEYS back along the reverse link their switchover left, the same exact way."""
+    _start(ctx, Kind.SWITCHBACK, list(keys), {"spark_verify": spark_verify}, **options)
+
+
+@cli.command("failover")
+@click.option("--from", "source", help="The cluster that failed (default: where the keys are).")
+@click.option("--force", is_flag=True, help="Fail over although the source still answers.")
+@click.option(
+    "--wait-recovery", "recovery_wait_s", type=float,
+    help="Seconds to wait for the old primary to come back, to measure the lost window exactly.",
+)  # fmt: skip
+@_common
+def failover(
+    ctx: click.Context, keys: tuple[str, ...], source: str | None, force: bool, recovery_wait_s: float | None,
+    **options: Any,
+) -> None:  # fmt: skip
+    """Move KEYS off a cluster that is gone, at once; what the copy never got is measured."""
+    extra = {"source": source, "force": force, "recovery_wait_s": recovery_wait_s}
+    _start(ctx, Kind.FAILOVER, list(keys), extra, **options)
+
+
+def _start(
+    ctx: click.Context,
+    kind: Kind,
+    keys: list[str],
+    extra: dict[str, Any],
+    *,
+    link: str | None,
+    target: str | None,
+    wait: bool,
+    dry_run: bool,
+    approval: str | None,
+    actor: str,
+    reason: str,
+) -> None:
+    config = config_of(ctx)
+    if dry_run:
+        _dry_run(ctx, config, kind, keys, link=link, target=target, source=extra.get("source"))
+        return
+    policy = policy_of(
+        config, kind, approval=approval, spark_verify=extra.get("spark_verify"),
+        recovery_wait_s=extra.get("recovery_wait_s"),
+    )  # fmt: skip
+    request = SwitchRequest(
+        keys, target=target, link=link, source=extra.get("source"), force=bool(extra.get("force")),
+        actor=actor, reason=reason, policy=policy,
+    )  # fmt: skip
+    workflow_id = saga_id(keys)
+    _run(_start_saga(config, kind, workflow_id, request))
+    click.echo(f"{kind} {workflow_id} started: {ui_link(config, workflow_id)}")
+    if wait:
+        _run(_follow(config, workflow_id))
+    else:
+        click.echo(f"follow it: switchyard sagas show '{workflow_id}'")
+
+
+async def _start_saga(config: Config, kind: Kind, workflow_id: str, request: SwitchRequest) -> None:
+    from temporalio.common import WorkflowIDConflictPolicy
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+
+    client = await temporal.connect(config)
+    try:
+        await client.start_workflow(
+            WORKFLOW_TYPES[kind], request, id=workflow_id, task_queue=config.temporal.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        )  # fmt: skip
+    except WorkflowAlreadyStartedError:
+        running = await client.get_workflow_handle(workflow_id).describe()
+        raise SagaFailed(
+            f"saga {workflow_id} ({running.workflow_type}) is already running on these keys: "
+            f"switchyard sagas show '{workflow_id}'"
+        ) from None
+
+
+def _dry_run(
+    ctx: click.Context, config: Config, kind: Kind, keys: list[str], *, link: str | None, target: str | None,
+    source: str | None,
+) -> None:  # fmt: skip
+    unplanned = kind is Kind.FAILOVER
+    with store_of(ctx) as store:
+        plan = plan_switch(
+            store, config, PlanRequest(saga_id(keys), kind, keys, target, link, source, unplanned)
+        )
+    click.echo(f"{kind} of {', '.join(plan.keys or keys)} (dry run: nothing changes)")
+    if plan.source:
+        click.echo(f"  from {plan.source} to {plan.target or '?'} along link {plan.link or '?'}")
+    for key, epoch in sorted(plan.epochs.items()):
+        click.echo(f"  key {key}: epoch {epoch or 'unbound'}")
+    if plan.partitions:
+        shown = ", ".join(str(p) for p in plan.partitions[:12])
+        click.echo(
+            f"  partitions: {shown}{' ...' if len(plan.partitions) > 12 else ''} ({len(plan.partitions)})"
+        )
+    for check in plan.checks:
+        click.echo(f"  ok: {check}")
+    if plan.refusal:
+        click.echo(f"  refused: {plan.refusal}")
+        ctx.exit(5)
+    if unplanned:
+        click.echo("  would: lock, flip and promote, shield the source, measure the loss")
+    else:
+        click.echo("  would: lock, block, check the fence, drain, sync groups, check, flip, reverse the link")
+
+
+async def _follow(config: Config, workflow_id: str) -> None:
+    """Show each step as it changes, then the result (or why the saga ended without one)."""
+    from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+
+    client = await temporal.connect(config)
+    handle = client.get_workflow_handle(workflow_id)
+    shown: dict[str, str] = {}
+    started = time.monotonic()
+    while True:
+        described = await handle.describe()
+        if described.status is not WorkflowExecutionStatus.RUNNING:
+            break
+        try:
+            progress: Progress = await handle.query("progress", result_type=Progress)
+        except Exception:  # not started on a worker yet
+            progress = Progress(kind="", keys=[])
+        for step_state in progress.steps:
+            if shown.get(step_state.name) != step_state.state and step_state.state != "pending":
+                shown[step_state.name] = step_state.state
+                detail = f" — {step_state.detail}" if step_state.detail else ""
+                click.echo(
+                    f"  {time.monotonic() - started:6.1f}s  {step_state.name}: {step_state.state}{detail}"
+                )
+        if progress.awaiting_approval and shown.get("approval") != progress.awaiting_approval:
+            shown["approval"] = progress.awaiting_approval
+            where = progress.awaiting_approval
+            click.echo(f"  waiting for an approval {where}: switchyard sagas approve '{workflow_id}'")
+        await asyncio.sleep(_POLL_S)
+    try:
+        result = await handle.result()
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        details = getattr(cause, "details", None)
+        if details:
+            _print_result(details[0])
+        raise SagaFailed(
+            f"saga {workflow_id} ended without the switch: {getattr(cause, 'message', cause)}"
+        ) from None
+    _print_result(result if isinstance(result, dict) else asdict(result))
+
+
+def _print_result(result: dict[str, Any]) -> None:
+    click.echo(f"{result['kind']} {result['outcome']}: {', '.join(result['keys'])}")
+    if result.get("source"):
+        click.echo(f"  {result['source']} -> {result['target']} (link {result['link']})")
+    if result["outcome"] == "switched":
+        click.echo(
+            f"  RTO {result['rto_ms'] / 1000:.2f}s, clients held {result['pause_ms'] / 1000:.2f}s; "
+            f"{result['partitions']} partitions, {result['records_copied']} records copied, "
+            f"{result['groups_synced']} group offsets in step; verdict {result['verdict'] or '-'}"
+        )
+        if result.get("reverse_link"):
+            click.echo(f"  reverse link {result['reverse_link']} copies back for the switch back")
+    for loss in result.get("rpo") or []:
+        lost = max(0, loss["last_seen_end"] - loss["copied_to"])
+        click.echo(
+            f"  RPO {loss['topic']}[{loss['partition']}]: {lost} records (copied to {loss['copied_to']})"
+        )
+    if result.get("lost_window_records") is not None:
+        click.echo(f"  lost window measured: {result['lost_window_records']} records")
+    for approval in result.get("approvals") or []:
+        click.echo(f"  {approval}")
+    if result.get("detail"):
+        click.echo(f"  {result['detail']}")
+
+
+# ---- following and deciding
+
+
+@cli.group(cls=Group)
+def sagas() -> None:
+    """Sagas: list them, show one, approve or reject, cancel."""
+
+
+@sagas.command("list")
+@click.option("--limit", type=int, default=20, show_default=True)
+@click.pass_context
+def list_sagas(ctx: click.Context, limit: int) -> None:
+    """The newest sagas, running and ended."""
+    config = config_of(ctx)
+
+    async def listed() -> list[tuple[str, ...]]:
+        client = await temporal.connect(config)
+        types = ", ".join(f"'{t}'" for t in WORKFLOW_TYPES.values())
+        rows: list[tuple[str, ...]] = []
+        async for found in client.list_workflows(f"WorkflowType IN ({types})", limit=limit):
+            phase = found.search_attributes.get("SwitchyardPhase", ["-"])
+            rows.append(
+                (found.id, found.workflow_type, found.status.name.lower() if found.status else "-",
+                 str(phase[0]) if phase else "-", found.start_time.isoformat(timespec="seconds"))
+            )  # fmt: skip
+        return rows
+
+    click.echo(render(("SAGA", "KIND", "STATUS", "PHASE", "STARTED"), _run(listed())))
+
+
+@sagas.command("show")
+@click.argument("saga")
+@click.option("--follow", is_flag=True, help="Follow the saga until it ends.")
+@click.pass_context
+def show(ctx: click.Context, saga: str, follow: bool) -> None:
+    """A saga's steps and result, and its trail in the ledger."""
+    config = config_of(ctx)
+    click.echo(f"saga {saga}: {ui_link(config, saga)}")
+    _run(_follow(config, saga) if follow else _show_once(config, saga))
+
+
+async def _show_once(config: Config, saga: str) -> None:
+    from temporalio.client import WorkflowExecutionStatus
+
+    client = await temporal.connect(config)
+    handle = client.get_workflow_handle(saga)
+    described = await handle.describe()
+    click.echo(f"  {described.workflow_type}: {described.status.name.lower() if described.status else '?'}")
+    if described.status is WorkflowExecutionStatus.RUNNING:
+        progress: Progress = await handle.query("progress", result_type=Progress)
+        for step_state in progress.steps:
+            detail = f"  {step_state.detail}" if step_state.detail else ""
+            click.echo(f"  {step_state.name:<16} {step_state.state}{detail}")
+        if progress.awaiting_approval:
+            click.echo(f"  waiting for an approval {progress.awaiting_approval}")
+        return
+    await _follow(config, saga)
+
+
+def _decide(approve: bool) -> Callable[..., None]:
+    def decide(ctx: click.Context, saga: str, actor: str, reason: str) -> None:
+        config = config_of(ctx)
+
+        async def send() -> str:
+            from temporalio.client import WorkflowUpdateFailedError
+
+            client = await temporal.connect(config)
+            handle = client.get_workflow_handle(saga)
+            try:
+                answer: str = await handle.execute_update(
+                    "approve" if approve else "reject", Decision(actor, reason), result_type=str
+                )
+            except WorkflowUpdateFailedError as exc:
+                raise SagaFailed(f"saga {saga}: {getattr(exc.cause, 'message', exc.cause)}") from None
+            return answer
+
+        click.echo(f"saga {saga}: {_run(send())}")
+
+    return decide
+
+
+for _name, _approve, _help in (
+    ("approve", True, "Let SAGA go on past the point where it waits for an approval."),
+    ("reject", False, "Stop SAGA where it waits for an approval; it undoes what it did."),
+):
+    sagas.command(_name, help=_help)(
+        click.argument("saga")(actor_option(reason_option(click.pass_context(_decide(_approve)))))
+    )
+
+
+@sagas.command("cancel")
+@click.argument("saga")
+@click.pass_context
+def cancel(ctx: click.Context, saga: str) -> None:
+    """Ask SAGA to stop: before its flip it undoes what it did; after it, it finishes."""
+    config = config_of(ctx)
+
+    async def send() -> None:
+        client = await temporal.connect(config)
+        await client.get_workflow_handle(saga).cancel()
+
+    _run(send())
+    click.echo(f"saga {saga}: cancellation requested (switchyard sagas show '{saga}')")

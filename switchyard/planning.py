@@ -1,0 +1,190 @@
+"""The plan of a switch: what moves, from where to where, along which link — or why it must not.
+
+A saga's first step, and what ``--dry-run`` prints. Planning reads and changes nothing: the epochs it
+reads are what every later write of the saga is fenced on, so a change made by someone else in between
+makes the saga's first write fail rather than undo it.
+
+A key that is not bound yet moves from wherever its traffic goes today (the binding that decides for it
+now, or the default cluster) and is bound at the flip with fence epoch 0.
+"""
+
+from __future__ import annotations
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.errors import KafkaOperationError, RoutingError
+from switchyard.identity import Identity
+from switchyard.keys import BindingKey, KeyKind
+from switchyard.mirror.status import read_status
+from switchyard.model import BindingState, ClusterState, Link, LinkState
+from switchyard.resolution import resolve
+from switchyard.routing.gateways import registered
+from switchyard.routing.locks import SagaLocks
+from switchyard.routing.snapshot import RoutingSnapshot
+from switchyard.routing.store import RoutingStore
+from switchyard.sagas.steps import Partition, Plan, PlanRequest
+
+
+def plan_switch(store: RoutingStore, config: Config, request: PlanRequest) -> Plan:
+    """The plan for ``request``; ``refusal`` says why not, and nothing else in it is then to be used."""
+    plan = Plan(keys=[])
+    try:
+        _plan(store, config, request, plan)
+    except _Refused as refused:
+        plan.refusal = str(refused)
+    return plan
+
+
+class _Refused(Exception):
+    pass
+
+
+def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan) -> None:
+    keys = _keys(request.keys)
+    plan.keys = [str(k) for k in keys]
+    snapshot = store.snapshot()
+    sources = {}
+    for key in keys:
+        bound = snapshot.bindings.get(key)
+        plan.epochs[str(key)] = bound.epoch if bound else 0
+        cluster, state = _effective(key, snapshot, config.default_cluster)
+        if state is BindingState.BLOCKED:
+            raise _Refused(
+                f"{key} is blocked (epoch {bound.epoch if bound else '?'}): another saga is switching it, or "
+                "one was interrupted (switchyard sagas list; switchyard bindings show)"
+            )
+        sources[str(key)] = cluster
+    source = request.source or next(iter(sources.values()))
+    elsewhere = {k: c for k, c in sources.items() if c != source}
+    if elsewhere:
+        where = ", ".join(f"{k} on {c}" for k, c in sorted(elsewhere.items()))
+        raise _Refused(f"the keys are not all on {source}: {where}; switch them separately")
+    plan.source = source
+    plan.checks.append(f"{len(keys)} keys, all routed to {source} now, none blocked")
+
+    link = _link(snapshot, source, request.target, request.link, unplanned=request.unplanned)
+    plan.link, plan.target = link.id, link.target
+    plan.checks.append(f"link {link.id} ({link.source} -> {link.target}) is {link.state}")
+    target = snapshot.clusters.get(link.target)
+    if target is None or target.state is not ClusterState.ACTIVE:
+        why = target.state if target else "not registered"
+        raise _Refused(f"the target cluster {link.target} is {why}: it takes no new traffic")
+    plan.checks.append(f"target cluster {link.target} is active")
+
+    plan.partitions = _partitions(config, link, unplanned=request.unplanned)
+    plan.checks.append(f"the link copies {len(plan.partitions)} partitions")
+    if not request.unplanned:
+        _mirror_follows(store, link, plan.partitions)
+        plan.checks.append("a live mirror process reports every partition, none failed")
+    _unlocked(store, keys, request.saga_id)
+    plan.checks.append("no other saga holds a lock on these keys")
+    gateways = registered(store.zk, store.layout)
+    plan.checks.append(
+        f"{len(gateways)} gateways registered (each must acknowledge the block and the flip)"
+        if gateways
+        else "no gateway registered: nothing to wait for (clients going direct are not moved)"
+    )
+
+
+def _keys(texts: list[str]) -> list[BindingKey]:
+    if not texts:
+        raise _Refused("no binding key given")
+    keys = []
+    for text in dict.fromkeys(texts):
+        try:
+            keys.append(BindingKey.parse(text))
+        except ValueError as exc:
+            raise _Refused(str(exc)) from None
+    return keys
+
+
+def _effective(key: BindingKey, snapshot: RoutingSnapshot, default: str) -> tuple[str, BindingState]:
+    """Where the key's traffic goes now, and in which state: its own binding, or the one that decides
+    for it while it has none."""
+    bound = snapshot.bindings.get(key)
+    if bound is not None:
+        return bound.cluster, bound.state
+    topics = [key.name] if key.kind is KeyKind.TOPIC and key.name else []
+    group = key.name if key.kind is KeyKind.GROUP else None
+    instance = key.name if key.kind is KeyKind.INSTANCE else None
+    resolution = resolve(
+        Identity(key.app, instance=instance), snapshot.bindings, default, topics=topics, group=group
+    )
+    return resolution.cluster, resolution.state
+
+
+def _link(
+    snapshot: RoutingSnapshot, source: str, target: str | None, link_id: str | None, *, unplanned: bool
+) -> Link:
+    if link_id is not None:
+        link = snapshot.links.get(link_id)
+        if link is None:
+            raise _Refused(f"link {link_id!r} does not exist (switchyard links list)")
+        candidates = [link]
+    else:
+        candidates = [
+            k for k in snapshot.links.values()
+            if k.source == source and target in (None, k.target) and k.state is not LinkState.PROMOTED
+        ]  # fmt: skip
+        if not candidates:
+            toward = f" to {target}" if target else ""
+            raise _Refused(
+                f"no link copies from {source}{toward}: without a copy on the target there is nothing to "
+                "switch to (switchyard links create)"
+            )
+        if len(candidates) > 1:
+            names = ", ".join(sorted(k.id for k in candidates))
+            raise _Refused(f"several links leave {source} ({names}): name one with --link")
+    link = candidates[0]
+    if link.source != source:
+        raise _Refused(f"link {link.id} copies from {link.source}, but the keys are on {source}")
+    if target is not None and link.target != target:
+        raise _Refused(f"link {link.id} copies to {link.target}, not to {target}")
+    if link.problem is not None:
+        raise _Refused(f"link {link.id} cannot be followed: {link.problem}")
+    if link.state is LinkState.PROMOTED:
+        raise _Refused(
+            f"link {link.id} is promoted already: its target took over (switch back along its reverse)"
+        )
+    if link.state is LinkState.PAUSED and not unplanned:
+        raise _Refused(f"link {link.id} is paused: resume it, so the copy can catch up before the switch")
+    return link
+
+
+def _partitions(config: Config, link: Link, *, unplanned: bool) -> list[Partition]:
+    """The link's partitions, from its source (from its target when the source is gone)."""
+    cluster = link.target if unplanned else link.source
+    try:
+        found = kafka.partitions(config.clusters[cluster].bootstrap, link.copies)
+    except KafkaOperationError as exc:
+        raise _Refused(f"cannot list the link's topics on {cluster}: {exc}") from exc
+    if not found:
+        raise _Refused(f"link {link.id} copies no topic: nothing to drain or promote")
+    return [Partition(t, p) for t, p in found]
+
+
+def _mirror_follows(store: RoutingStore, link: Link, partitions: list[Partition]) -> None:
+    reported = {}
+    for member in read_status(store.zk, store.layout, link.id):
+        for status in member.partitions:
+            reported[(status.topic, status.partition)] = status
+    missing = [str(p) for p in partitions if (p.topic, p.partition) not in reported]
+    if missing:
+        raise _Refused(
+            f"no mirror process reports {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} of link "
+            f"{link.id}: is a mirror running? (switchyard links status {link.id})"
+        )
+    failed = [f"{k[0]}[{k[1]}]: {s.error}" for k, s in sorted(reported.items()) if s.error]
+    if failed:
+        raise _Refused(f"the mirror stopped copying {'; '.join(failed[:3])}")
+
+
+def _unlocked(store: RoutingStore, keys: list[BindingKey], saga: str) -> None:
+    locks = SagaLocks(store.zk, store.layout)
+    for key in keys:
+        try:
+            holder = locks.holder(key)
+        except RoutingError as exc:
+            raise _Refused(str(exc)) from exc
+        if holder is not None and holder.owner != saga:
+            raise _Refused(f"{key} is locked by saga {holder.owner} since {holder.acquired_at}")

@@ -1,0 +1,163 @@
+"""The sagas' inputs and results, and the policy that tunes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    SWITCHOVER = "switchover"
+    SWITCHBACK = "switchback"
+    FAILOVER = "failover"
+    MIGRATION = "topic-migration"
+
+
+class ApprovalPoint(StrEnum):
+    NONE = "none"
+    BEFORE_BLOCK = "before-block"
+    """After the plan, before anything changes: nothing is held while the saga waits."""
+    BEFORE_FLIP = "before-flip"
+    """Everything checked, clients blocked: they wait as long as the approver does."""
+
+
+@dataclass
+class Policy:
+    """How a saga runs; resolved from the configuration when it is started, then fixed in its history."""
+
+    approval: ApprovalPoint = ApprovalPoint.NONE
+    approval_timeout_s: float = 3600.0
+    """An approval not given in time compensates, as a rejection does."""
+    fence_window_s: float = 0.5
+    """After the block, the source's ends must stand still this long (a writer around the gateway)."""
+    drain_timeout_s: float = 60.0
+    acks_timeout_s: float = 15.0
+    spark_verify: bool = False
+    """Run the Spark verification job before the flip (slower; clients stay blocked meanwhile)."""
+    recovery_wait_s: float = 0.0
+    """Failover: how long to wait for the old primary to come back, to measure the lost window."""
+    retire_source: bool = True
+    """Topic migration: delete the topic on the source after the retirement approval."""
+
+
+@dataclass
+class SwitchRequest:
+    """A planned switchover or switchback, or an unplanned failover, of binding keys."""
+
+    keys: list[str]
+    """Binding keys in text form (``orders``, ``orders@host-7``, ``orders#payments``, ``orders##billing``)."""
+    target: str | None = None
+    """The cluster to move to; default: the target of the link out of the keys' cluster."""
+    link: str | None = None
+    """The mirror link to drain and promote; default: the one from the keys' cluster to the target."""
+    source: str | None = None
+    """Failover: the cluster that failed (default: where the keys are bound)."""
+    force: bool = False
+    """Failover: go ahead although the source still answers."""
+    actor: str = "user:unknown"
+    reason: str = ""
+    policy: Policy = field(default_factory=Policy)
+
+
+@dataclass
+class MigrationRequest:
+    """Move one topic, and every application using it, to another cluster."""
+
+    topic: str
+    target: str
+    actor: str = "user:unknown"
+    reason: str = ""
+    active_within_s: float = 600.0
+    """Applications count as using the topic if a gateway saw them within this many seconds."""
+    policy: Policy = field(default_factory=Policy)
+
+
+@dataclass
+class Decision:
+    """An approval or a rejection, and who gave it."""
+
+    by: str
+    reason: str = ""
+
+
+@dataclass
+class StepState:
+    name: str
+    state: str = "pending"
+    """pending, running, done, failed, skipped, compensated."""
+    detail: str = ""
+
+
+@dataclass
+class PartitionState:
+    topic: str
+    partition: int
+    source_end: int = -1
+    """The source's end read after the block (what must be copied)."""
+    target_end: int = -1
+    copied: bool = False
+
+
+@dataclass
+class Progress:
+    """What a saga is doing; its ``progress`` query returns this."""
+
+    kind: str
+    keys: list[str]
+    phase: str = "starting"
+    source: str = ""
+    target: str = ""
+    link: str = ""
+    steps: list[StepState] = field(default_factory=list)
+    partitions: list[PartitionState] = field(default_factory=list)
+    awaiting_approval: str | None = None
+    """Where the saga waits for an approval, if it does."""
+
+
+@dataclass
+class PartitionLoss:
+    topic: str
+    partition: int
+    last_seen_end: int
+    """The source's end as the mirror last saw it."""
+    copied_to: int
+    """Every source offset below this is on the target."""
+
+    @property
+    def records(self) -> int:
+        return max(0, self.last_seen_end - self.copied_to)
+
+
+@dataclass
+class SagaResult:
+    """How a saga ended. Durations in milliseconds, measured by the saga's own clock."""
+
+    saga_id: str
+    kind: str
+    keys: list[str]
+    outcome: str
+    """switched, compensated, refused, migrated."""
+    source: str = ""
+    target: str = ""
+    link: str = ""
+    reverse_link: str | None = None
+    detail: str = ""
+    block_epoch: int = 0
+    flip_epoch: int = 0
+    rto_ms: int = 0
+    """From the saga's start to every gateway routing the keys to the target."""
+    pause_ms: int = 0
+    """From the block taking effect to the flip taking effect: how long clients were held."""
+    partitions: int = 0
+    records_copied: int = 0
+    """Source records the copy held at the flip, over the drained partitions."""
+    groups_synced: int = 0
+    verdict: str = ""
+    rpo: list[PartitionLoss] = field(default_factory=list)
+    """Failover: records the source acknowledged that the copy never got, per partition."""
+    lost_window_records: int | None = None
+    """Failover: the lost window as measured on the recovered source (None: not measured)."""
+    approvals: list[str] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)
+    """Topic migration: the keys moved with the topic."""
+    steps: list[StepState] = field(default_factory=list)

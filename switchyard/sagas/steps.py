@@ -1,0 +1,358 @@
+"""Each saga step's activity: its name, and the one dataclass it takes and the one it gives back.
+
+Workflows call activities by these names, so they never import the activity code (which talks to
+Kafka, ZooKeeper and SQL). ``request_id`` fields make a step idempotent: they are derived from the
+workflow id and the step, so a step retried after a crash changes nothing twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from switchyard.sagas.requests import PartitionLoss
+
+PLAN = "plan_switch"
+PROBE = "probe_cluster"
+LOCK = "lock_keys"
+UNLOCK = "unlock_keys"
+BLOCK = "block_keys"
+UNBLOCK = "unblock_keys"
+FENCE = "verify_fence"
+DRAIN = "drain_link"
+SYNC_GROUPS = "sync_groups"
+CHECK_COPY = "check_copy"
+VERIFY = "verify_link"
+FLIP = "flip_keys"
+AWAIT_ACKS = "await_acks"
+REVERSE = "reverse_link"
+MEASURE_LOSS = "measure_loss"
+FIND_LOST_WINDOW = "find_lost_window"
+RECORD = "record_saga"
+TOPIC_USERS = "topic_users"
+PREPARE_MIGRATION = "prepare_migration"
+RETIRE_TOPIC = "retire_topic"
+
+
+@dataclass
+class Partition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]"
+
+
+@dataclass
+class PartitionEnd:
+    topic: str
+    partition: int
+    end: int
+
+
+# ---- plan
+
+
+@dataclass
+class PlanRequest:
+    saga_id: str
+    kind: str
+    keys: list[str]
+    target: str | None = None
+    link: str | None = None
+    source: str | None = None
+    unplanned: bool = False
+    """Failover: the source may be unreachable, and its link need not be running."""
+
+
+@dataclass
+class Plan:
+    keys: list[str]
+    epochs: dict[str, int] = field(default_factory=dict)
+    """Each key's epoch as read (0: not bound yet): every later write is fenced on these."""
+    source: str = ""
+    target: str = ""
+    link: str = ""
+    partitions: list[Partition] = field(default_factory=list)
+    """What the link copies: drained, checked and promoted with the keys."""
+    checks: list[str] = field(default_factory=list)
+    """What was checked, one line each, for the operator."""
+    refusal: str | None = None
+    """Why the saga must not go on (nothing has changed); None when it may."""
+
+
+@dataclass
+class ProbeRequest:
+    cluster: str
+    timeout_s: float = 3.0
+
+
+@dataclass
+class Probe:
+    cluster: str
+    reachable: bool
+    detail: str
+
+
+# ---- routing
+
+
+@dataclass
+class LockRequest:
+    saga_id: str
+    keys: list[str]
+
+
+@dataclass
+class BlockRequest:
+    saga_id: str
+    keys: list[str]
+    epochs: dict[str, int]
+    source: str
+    acks_timeout_s: float
+
+
+@dataclass
+class Blocked:
+    epoch: int
+    gateways: int
+    """How many gateways acknowledged the block."""
+
+
+@dataclass
+class UnblockRequest:
+    saga_id: str
+    keys: list[str]
+    source: str
+    block_epoch: int
+    """0 when the block may never have been written."""
+    acks_timeout_s: float
+
+
+@dataclass
+class Unblocked:
+    epoch: int
+    """The epoch that unblocked the keys (0: nothing needed undoing)."""
+    flipped: bool = False
+    """The flip had been committed after all: the saga goes on forward instead."""
+
+
+@dataclass
+class FlipRequest:
+    saga_id: str
+    keys: list[str]
+    epochs: dict[str, int]
+    """The epoch of each key as the saga last wrote it (the block's, or the plan's for a failover)."""
+    source: str
+    target: str
+    link: str
+    ends: list[PartitionEnd] = field(default_factory=list)
+    """The source ends the copy was drained to (empty for a failover: the source is gone)."""
+    shield_source: bool = False
+    """Failover: no binding may move back onto the source by itself."""
+
+
+@dataclass
+class Flipped:
+    epoch: int
+    final: list[PartitionEnd] = field(default_factory=list)
+    """Where the copy stands on each partition: how far the source was copied."""
+
+
+@dataclass
+class AcksRequest:
+    epoch: int
+    timeout_s: float
+
+
+@dataclass
+class Acked:
+    epoch: int
+    gateways: int
+
+
+# ---- the mirror
+
+
+@dataclass
+class FenceRequest:
+    link: str
+    partitions: list[Partition]
+    window_s: float
+
+
+@dataclass
+class Fence:
+    ends: list[PartitionEnd]
+    """The source's ends after the block, standing still through the window."""
+
+
+@dataclass
+class DrainRequest:
+    link: str
+    ends: list[PartitionEnd]
+    timeout_s: float
+
+
+@dataclass
+class Drained:
+    target_ends: list[PartitionEnd]
+    records: int
+    """Source records the target holds up to the drained ends."""
+
+
+@dataclass
+class GroupSyncRequest:
+    link: str
+
+
+@dataclass
+class GroupsSynced:
+    written: int
+    unchanged: int
+    skipped: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+    """The groups now in step on the target (the others are active there, and left alone)."""
+
+
+@dataclass
+class CopyCheckRequest:
+    link: str
+    ends: list[PartitionEnd]
+    groups: list[str] = field(default_factory=list)
+    """Groups that must read the same records on both sides."""
+
+
+@dataclass
+class CopyChecked:
+    verdict: str
+    """clean or diverged."""
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReverseRequest:
+    saga_id: str
+    link: str
+    new_link: str
+    force: bool = False
+
+
+@dataclass
+class Reversed:
+    link: str
+    uncopied: int = 0
+
+
+@dataclass
+class LossRequest:
+    link: str
+    final: list[PartitionEnd]
+
+
+@dataclass
+class Loss:
+    partitions: list[PartitionLoss]
+
+
+@dataclass
+class LostWindowRequest:
+    run_id: str
+    link_id: str
+    parquet: str = ""
+    """Where the lost records are written (default: under the stack's state directory)."""
+
+
+@dataclass
+class LostWindowOutcome:
+    run_id: str
+    records: int
+    partitions: dict[str, int]
+
+
+@dataclass
+class VerifyRequest:
+    run_id: str
+    link_id: str
+    topics: list[str] = field(default_factory=list)
+    groups: list[str] | None = None
+
+
+@dataclass
+class VerifyOutcome:
+    run_id: str
+    verdict: str
+    records: int
+    divergent_partitions: list[str]
+    wrong_groups: list[str]
+
+
+# ---- evidence
+
+
+@dataclass
+class SagaRecord:
+    """One line of a saga's trail in the ledger: it started, a decision was taken, it ended."""
+
+    saga_id: str
+    run_id: str
+    kind: str
+    event: str
+    """started, approved, rejected, ended."""
+    keys: list[str] = field(default_factory=list)
+    actor: str = ""
+    reason: str = ""
+    outcome: str = ""
+    detail: str = ""
+    result: str = ""
+    """The result as JSON, when the saga ended."""
+
+
+# ---- topic migration
+
+
+@dataclass
+class UsersRequest:
+    topic: str
+    within_s: float
+
+
+@dataclass
+class TopicUser:
+    app: str
+    role: str
+    """produce or consume."""
+    group: str | None = None
+    instance: str | None = None
+
+
+@dataclass
+class TopicUsers:
+    topic: str
+    users: list[TopicUser]
+    source: str = ""
+    """The cluster the topic's users are bound to now."""
+    refusal: str | None = None
+
+
+@dataclass
+class MigrationLinkRequest:
+    saga_id: str
+    topic: str
+    source: str
+    target: str
+    link: str
+    drain_timeout_s: float
+
+
+@dataclass
+class MigrationLink:
+    link: str
+    partitions: int
+
+
+@dataclass
+class RetireRequest:
+    saga_id: str
+    topic: str
+    cluster: str
+    link: str

@@ -1,0 +1,1 @@
+"""The Temporal worker: runs the sagas and their activities."""

@@ -1,0 +1,38 @@
+"""Every workflow and activity the worker runs, in one place: the worker registers these, and the
+replay tests replay histories against the same workflows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from activities.deps import Deps
+from activities.mirror import MirrorActivities
+from activities.planning import PlanningActivities
+from activities.records import RecordActivities
+from activities.routing import RoutingActivities
+from activities.verification import VerificationActivities
+from workflows.failover import Failover
+from workflows.switchback import Switchback
+from workflows.switchover import Switchover
+
+WORKFLOWS: list[type] = [Switchover, Switchback, Failover]
+ACTIVITY_CLASSES = (
+    PlanningActivities,
+    RoutingActivities,
+    MirrorActivities,
+    VerificationActivities,
+    RecordActivities,
+)
+
+
+def activities(deps: Deps) -> list[Callable[..., Any]]:
+    """Every activity method of every activities class, bound to ``deps``."""
+    found = []
+    for cls in ACTIVITY_CLASSES:
+        instance = cls(deps)
+        for name in dir(cls):
+            member = getattr(instance, name)
+            if callable(member) and hasattr(member, "__temporal_activity_definition"):
+                found.append(member)
+    return found

@@ -1,0 +1,208 @@
+"""What every saga shares: its progress (a query), approvals (updates the Web UI can send), and running a
+step — an activity by name — with its progress, details and phase shown as it goes.
+
+Deterministic: no I/O, no clock but ``workflow.now()``; activities are called by name, so nothing that
+talks to Kafka, ZooKeeper or SQL is imported here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from switchyard.sagas import steps
+    from switchyard.sagas.ids import (
+        KEYS_ATTRIBUTE,
+        KIND_ATTRIBUTE,
+        PHASE_ATTRIBUTE,
+        SOURCE_ATTRIBUTE,
+        TARGET_ATTRIBUTE,
+    )
+    from switchyard.sagas.requests import Decision, Progress, SagaResult, StepState
+    from switchyard.sagas.steps import SagaRecord
+
+Result = TypeVar("Result")
+
+RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
+"""Retry what can be retried quickly, for as long as the step's schedule-to-close time allows."""
+ONCE = RetryPolicy(maximum_attempts=1)
+PHASE = SearchAttributeKey.for_keyword(PHASE_ATTRIBUTE)
+
+
+class SagaAbandoned(Exception):
+    """The saga stops before its point of no return: refused, rejected, timed out, or a step failed."""
+
+
+class SagaWorkflow:
+    def __init__(self) -> None:
+        self._progress = Progress(kind="", keys=[])
+        self._decision: tuple[bool, Decision] | None = None
+        self._approvals: list[str] = []
+
+    # ---- what operators ask and send
+
+    @workflow.query
+    def progress(self) -> Progress:
+        """The current step, every step's state, and the partitions being moved."""
+        return self._progress
+
+    @workflow.update
+    async def approve(self, decision: Decision) -> str:
+        """Let the saga go on past the point where it waits (sendable from the Web UI)."""
+        self._decision = (True, decision)
+        return f"approved by {decision.by}"
+
+    @approve.validator
+    def _may_approve(self, decision: Decision) -> None:
+        self._check_decision(decision)
+
+    @workflow.update
+    async def reject(self, decision: Decision) -> str:
+        """Stop the saga where it waits; it undoes what it did."""
+        self._decision = (False, decision)
+        return f"rejected by {decision.by}"
+
+    @reject.validator
+    def _may_reject(self, decision: Decision) -> None:
+        self._check_decision(decision)
+
+    def _check_decision(self, decision: Decision) -> None:
+        """Refused without touching the history: nobody waits, already decided, no approver named."""
+        if self._progress.awaiting_approval is None:
+            raise ValueError("this saga is not waiting for an approval")
+        if self._decision is not None:
+            raise ValueError("this saga has its decision already")
+        if not decision.by.strip():
+            raise ValueError("name who decides: by")
+
+    # ---- running it
+
+    def _begin(self, kind: str, keys: list[str], step_names: list[str]) -> None:
+        self._progress = Progress(kind, keys, steps=[StepState(name) for name in step_names])
+        workflow.upsert_search_attributes(
+            [
+                SearchAttributeKey.for_keyword(KIND_ATTRIBUTE).value_set(kind),
+                SearchAttributeKey.for_keyword_list(KEYS_ATTRIBUTE).value_set(keys),
+            ]
+        )
+
+    def _set_route(self, source: str, target: str, link: str) -> None:
+        self._progress.source, self._progress.target, self._progress.link = source, target, link
+        workflow.upsert_search_attributes(
+            [
+                SearchAttributeKey.for_keyword(SOURCE_ATTRIBUTE).value_set(source),
+                SearchAttributeKey.for_keyword(TARGET_ATTRIBUTE).value_set(target),
+            ]
+        )
+
+    def _phase(self, phase: str, detail: str = "") -> None:
+        self._progress.phase = phase
+        workflow.set_current_details(f"**{phase}** {detail}".strip())
+        workflow.upsert_search_attributes([PHASE.value_set(phase)])
+
+    def _mark(self, name: str, state: str, detail: str = "") -> None:
+        for entry in self._progress.steps:
+            if entry.name == name:
+                entry.state, entry.detail = state, detail
+                return
+        self._progress.steps.append(StepState(name, state, detail))
+
+    async def _step(
+        self,
+        name: str,
+        activity: str,
+        request: Any,
+        result_type: type[Result],
+        *,
+        timeout_s: float,
+        heartbeat_s: float | None = None,
+        retry: RetryPolicy = RETRY,
+        give_up_s: float | None = None,
+    ) -> Result:
+        """Run one step's activity, showing it as the current step; its failure is the step's."""
+        self._phase(name)
+        self._mark(name, "running")
+        try:
+            result: Result = await workflow.execute_activity(
+                activity,
+                request,
+                result_type=result_type,
+                start_to_close_timeout=timedelta(seconds=timeout_s),
+                schedule_to_close_timeout=timedelta(seconds=give_up_s) if give_up_s else None,
+                heartbeat_timeout=timedelta(seconds=heartbeat_s) if heartbeat_s else None,
+                retry_policy=retry,
+            )
+        except BaseException as exc:
+            self._mark(name, "failed", reason(exc))
+            raise
+        self._mark(name, "done")
+        return result
+
+    async def _await_approval(self, where: str, timeout_s: float) -> Decision:
+        """Wait for an operator's decision at ``where``; a rejection or no decision in time abandons."""
+        self._progress.awaiting_approval = where
+        self._phase("awaiting approval", where)
+        try:
+            await workflow.wait_condition(
+                lambda: self._decision is not None, timeout=timedelta(seconds=timeout_s)
+            )
+        except TimeoutError:
+            raise SagaAbandoned(f"no approval {where} within {timeout_s:g}s") from None
+        finally:
+            self._progress.awaiting_approval = None
+        assert self._decision is not None
+        approved, decision = self._decision
+        self._decision = None
+        said = f"{'approved' if approved else 'rejected'} {where} by {decision.by}"
+        self._approvals.append(f"{said}: {decision.reason}" if decision.reason else said)
+        await self._record("approved" if approved else "rejected", actor=decision.by, reason=decision.reason)
+        if not approved:
+            raise SagaAbandoned(f"{said}" + (f": {decision.reason}" if decision.reason else ""))
+        return decision
+
+    async def _record(self, event: str, **fields: Any) -> None:
+        info = workflow.info()
+        record = SagaRecord(info.workflow_id, info.run_id, self._progress.kind, event, **fields)
+        await workflow.execute_activity(
+            steps.RECORD, record, start_to_close_timeout=timedelta(seconds=30), retry_policy=RETRY,
+            schedule_to_close_timeout=timedelta(minutes=5),
+        )  # fmt: skip
+
+    async def _finish(self, result: SagaResult) -> SagaResult:
+        result.steps = list(self._progress.steps)
+        result.approvals = list(self._approvals)
+        self._phase(result.outcome, result.detail)
+        await self._record(
+            "ended", outcome=result.outcome, detail=result.detail, result=json.dumps(asdict(result))
+        )
+        return result
+
+    async def _fail(self, result: SagaResult, error_type: str) -> None:
+        """End as failed in Temporal's eyes (the UI shows it), with the whole result as the failure's
+        details, after recording it."""
+        await self._finish(result)
+        raise ApplicationError(result.detail, asdict(result), type=error_type, non_retryable=True)
+
+
+def reason(exc: BaseException) -> str:
+    """What went wrong, as an operator reads it: the activity's own error, not Temporal's wrapping."""
+    cause: BaseException | None = exc
+    while isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause
+    if isinstance(cause, ApplicationError):
+        return f"{cause.type}: {cause.message}" if cause.type else cause.message
+    if isinstance(cause, CancelledError | asyncio.CancelledError):
+        return "cancelled"
+    return str(cause) or type(cause).__name__
+
+
+def millis(delta: timedelta) -> int:
+    return int(delta.total_seconds() * 1000)

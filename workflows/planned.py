@@ -1,0 +1,235 @@
+"""The planned switch, which the switchover and the switchback both are: the keys move from the cluster
+they are on to the target of the link that copies it, with nothing lost or copied twice.
+
+plan → approval? → lock → block → verify the fence → drain → sync groups → check → approval? →
+flip + promote (the point of no return) → every gateway applied it → reverse link → unlock → record
+
+Before the flip, every failure (and a cancellation, a rejection, an approval not given in time)
+compensates: the keys are unblocked where they were and the lock released; nothing else was changed.
+After it, the saga only goes forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+
+from workflows.base import ONCE, RETRY, SagaAbandoned, SagaWorkflow, millis, reason
+from workflows.compensation import Compensations
+
+with workflow.unsafe.imports_passed_through():
+    from switchyard.sagas import steps
+    from switchyard.sagas.requests import (
+        ApprovalPoint,
+        PartitionState,
+        SagaResult,
+        SwitchRequest,
+    )
+    from switchyard.sagas.steps import (
+        Acked,
+        AcksRequest,
+        Blocked,
+        BlockRequest,
+        CopyChecked,
+        CopyCheckRequest,
+        Drained,
+        DrainRequest,
+        Fence,
+        FenceRequest,
+        Flipped,
+        FlipRequest,
+        GroupsSynced,
+        GroupSyncRequest,
+        LockRequest,
+        Plan,
+        PlanRequest,
+        Reversed,
+        ReverseRequest,
+        Unblocked,
+        UnblockRequest,
+        VerifyOutcome,
+        VerifyRequest,
+    )
+
+STEPS = [
+    "plan", "lock", "block", "fence", "drain", "sync groups", "check copy", "flip", "acknowledged",
+    "reverse link", "unlock",
+]  # fmt: skip
+FOREVER_S = 24 * 3600.0
+"""How long a step after the flip keeps being retried: the saga cannot turn back there."""
+
+
+@dataclass
+class _Moved:
+    """What the steps before the flip established, which the ones after it need."""
+
+    plan: Plan
+    blocked: Blocked
+    fence: Fence
+    drained: Drained
+    synced: GroupsSynced
+    verdict: str
+
+
+class PlannedSwitch(SagaWorkflow):
+    def __init__(self) -> None:
+        super().__init__()
+        self._blocked_at: datetime | None = None
+
+    async def _switch(self, request: SwitchRequest, kind: str) -> SagaResult:
+        info = workflow.info()
+        saga, started = info.workflow_id, workflow.now()
+        self._begin(kind, request.keys, STEPS)
+        await self._record("started", keys=request.keys, actor=request.actor, reason=request.reason)
+        result = SagaResult(saga, kind, request.keys, "refused")
+        plan = await self._step(
+            "plan", steps.PLAN, PlanRequest(saga, kind, request.keys, request.target, request.link), Plan,
+            timeout_s=60, give_up_s=300,
+        )  # fmt: skip
+        if plan.refusal is not None:
+            result.detail = plan.refusal
+            await self._fail(result, "SwitchRefused")
+        result.source, result.target, result.link = plan.source, plan.target, plan.link
+        result.partitions = len(plan.partitions)
+        self._set_route(plan.source, plan.target, plan.link)
+        self._progress.partitions = [PartitionState(p.topic, p.partition) for p in plan.partitions]
+
+        undo = Compensations()
+        try:
+            moved = await self._up_to_the_flip(request, plan, undo)
+            epochs = {k: moved.blocked.epoch for k in plan.keys}
+            flip = FlipRequest(saga, plan.keys, epochs, plan.source, plan.target, plan.link, moved.fence.ends)
+            flipped = await self._step("flip", steps.FLIP, flip, Flipped, timeout_s=60, give_up_s=300)
+        except BaseException as exc:
+            why = reason(exc)
+            undone = await undo.run()
+            if any(isinstance(r, Unblocked) and r.flipped for _, r in undone):
+                raise  # the flip landed after all; a rerun of the saga finds it done
+            failed = [f"{name}: {reason(r)}" for name, r in undone if isinstance(r, BaseException)]
+            result.outcome = "compensated"
+            result.detail = f"switch abandoned before the flip: {why}" + (
+                f"; compensation failed ({'; '.join(failed)})"
+                if failed
+                else "; keys unblocked where they were"
+            )
+            for step_state in self._progress.steps:
+                if step_state.state == "done" and step_state.name in ("lock", "block"):
+                    step_state.state = "compensated"
+            await self._fail(result, "SwitchAbandoned")
+            raise  # not reached: _fail raises
+
+        return await self._after_the_flip(request, plan, moved, flipped, result, started)
+
+    async def _up_to_the_flip(self, request: SwitchRequest, plan: Plan, undo: Compensations) -> _Moved:
+        saga, policy = workflow.info().workflow_id, request.policy
+        if policy.approval is ApprovalPoint.BEFORE_BLOCK:
+            await self._await_approval("before the block", policy.approval_timeout_s)
+        locks = LockRequest(saga, plan.keys)
+        undo.add("unlock", lambda: self._undo(steps.UNLOCK, locks, type(None)))
+        await self._step("lock", steps.LOCK, locks, type(None), timeout_s=30, give_up_s=120)
+
+        unblock = UnblockRequest(saga, plan.keys, plan.source, 0, policy.acks_timeout_s)
+        undo.add("unblock", lambda: self._undo(steps.UNBLOCK, unblock, Unblocked))
+        block = BlockRequest(saga, plan.keys, plan.epochs, plan.source, policy.acks_timeout_s)
+        acks_s = policy.acks_timeout_s
+        blocked = await self._step(
+            "block",
+            steps.BLOCK,
+            block,
+            Blocked,
+            timeout_s=acks_s + 30,
+            heartbeat_s=10,
+            give_up_s=acks_s + 120,
+        )
+        unblock.block_epoch = blocked.epoch
+        self._blocked_at = workflow.now()
+
+        fence = await self._step(
+            "fence", steps.FENCE, FenceRequest(plan.link, plan.partitions, policy.fence_window_s), Fence,
+            timeout_s=policy.fence_window_s + 60, give_up_s=policy.fence_window_s + 120,
+        )  # fmt: skip
+        for state, end in zip(self._progress.partitions, fence.ends, strict=True):
+            state.source_end = end.end
+        drained = await self._step(
+            "drain", steps.DRAIN, DrainRequest(plan.link, fence.ends, policy.drain_timeout_s), Drained,
+            timeout_s=policy.drain_timeout_s + 30, heartbeat_s=10, retry=ONCE,
+        )  # fmt: skip
+        for state, end in zip(self._progress.partitions, drained.target_ends, strict=True):
+            state.target_end, state.copied = end.end, True
+        synced = await self._step(
+            "sync groups",
+            steps.SYNC_GROUPS,
+            GroupSyncRequest(plan.link),
+            GroupsSynced,
+            timeout_s=60,
+            give_up_s=180,
+        )
+        check = CopyCheckRequest(plan.link, fence.ends, synced.groups)
+        await self._step("check copy", steps.CHECK_COPY, check, CopyChecked, timeout_s=60, give_up_s=180)
+        verdict = "clean (fast check)"
+        if policy.spark_verify:
+            spark = await self._step(
+                "verify (Spark)", steps.VERIFY, VerifyRequest(f"{workflow.info().run_id}-verify", plan.link),
+                VerifyOutcome, timeout_s=3600, heartbeat_s=30, retry=ONCE,
+            )  # fmt: skip
+            if spark.verdict != "clean":
+                raise SagaAbandoned(
+                    f"verification found the copy diverged: {', '.join(spark.divergent_partitions[:5])}"
+                    f"{' groups ' + ', '.join(spark.wrong_groups[:5]) if spark.wrong_groups else ''}"
+                )
+            verdict = f"clean (Spark, {spark.records} records)"
+        if policy.approval is ApprovalPoint.BEFORE_FLIP:
+            await self._await_approval("before the flip", policy.approval_timeout_s)
+        return _Moved(plan, blocked, fence, drained, synced, verdict)
+
+    async def _after_the_flip(  # noqa: PLR0917 - the saga's state, handed from one half to the other
+        self,
+        request: SwitchRequest,
+        plan: Plan,
+        moved: _Moved,
+        flipped: Flipped,
+        result: SagaResult,
+        started: datetime,
+    ) -> SagaResult:
+        saga = workflow.info().workflow_id
+        acks_s = request.policy.acks_timeout_s
+        acked = await self._step(
+            "acknowledged", steps.AWAIT_ACKS, AcksRequest(flipped.epoch, acks_s), Acked,
+            timeout_s=acks_s + 30, heartbeat_s=10, give_up_s=FOREVER_S,
+        )  # fmt: skip
+        flipped_at = workflow.now()
+        reverse = f"{plan.target}-to-{plan.source}-e{flipped.epoch}"
+        try:
+            reversed_link = await self._step(
+                "reverse link", steps.REVERSE, ReverseRequest(saga, plan.link, reverse), Reversed,
+                timeout_s=120, give_up_s=600,
+            )  # fmt: skip
+            result.reverse_link = reversed_link.link
+        except Exception as exc:  # the switch stands; the operator can reverse the link by hand
+            result.detail = f"no reverse link ({reason(exc)}): switchyard links reverse {plan.link} {reverse}"
+        await self._step(
+            "unlock",
+            steps.UNLOCK,
+            LockRequest(saga, plan.keys),
+            type(None),
+            timeout_s=30,
+            give_up_s=FOREVER_S,
+        )
+        assert self._blocked_at is not None
+        result.outcome = "switched"
+        result.block_epoch, result.flip_epoch = moved.blocked.epoch, acked.epoch
+        result.rto_ms = millis(flipped_at - started)
+        result.pause_ms = millis(flipped_at - self._blocked_at)
+        result.records_copied = moved.drained.records
+        result.groups_synced = moved.synced.written + moved.synced.unchanged
+        result.verdict = moved.verdict
+        return await self._finish(result)
+
+    async def _undo(self, activity: str, request: object, result_type: type) -> object:
+        """A compensation: retried for a long while, since leaving keys blocked is the worst outcome."""
+        return await workflow.execute_activity(
+            activity, request, result_type=result_type, start_to_close_timeout=timedelta(minutes=2),
+            schedule_to_close_timeout=timedelta(minutes=30), retry_policy=RETRY,
+        )  # fmt: skip
