@@ -16,9 +16,10 @@ from temporalio import activity
 
 from activities.deps import Deps, Key
 from activities.recorded import step
-from switchyard.errors import CopyDiverged, DrainTimeout, FenceBroken
+from switchyard import kafka
+from switchyard.errors import CopyDiverged, DrainTimeout, FenceBroken, GroupActive
 from switchyard.mirror.control import reverse_link
-from switchyard.mirror.groups import committed_offsets, sync_groups
+from switchyard.mirror.groups import commit_as_member, committed_offsets, group_state, idle, sync_groups
 from switchyard.mirror.mapstore import read_link
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.status import read_status
@@ -121,11 +122,40 @@ class MirrorActivities:
 
     @step(steps.SYNC_GROUPS)
     def sync_groups(self, request: GroupSyncRequest) -> GroupsSynced:
-        """Every group's committed offsets, carried to the target through the map (after the drain)."""
+        """The groups' committed offsets, carried to the target through the map (after the drain). The
+        keys' own groups must come over: each waits until it is idle on the target (members left there
+        by an earlier switch expire after their session timeout), or the switch is abandoned."""
         link = self.deps.link(request.link)
+        if request.groups:
+            self._wait_idle(link.target, request.groups, request.idle_timeout_s)
         maps = read_link(self.deps.bootstrap(link.target), link.id).maps
-        report = sync_groups(self.deps.admin(link.source), self.deps.admin(link.target), link.copies, maps)
-        return GroupsSynced(len(report.written), report.unchanged, report.skipped, report.in_step)
+        source, target = self.deps.admin(link.source), self.deps.admin(link.target)
+        report = sync_groups(source, target, link.copies, maps, groups=request.groups or None)
+        written = len(report.written)
+        for group, offsets in report.refused.items():
+            activity.heartbeat(f"joining {group} on {link.target} to commit its offsets")
+            settings = self.deps.config.mirror.consumer
+            commit_as_member(self.deps.bootstrap(link.target), group, offsets, settings=settings)
+            written += len(offsets)
+            report.in_step.append(group)
+        return GroupsSynced(written, report.unchanged, report.skipped, report.in_step)
+
+    def _wait_idle(self, cluster: str, groups: list[str], timeout_s: float) -> None:
+        admin = self.deps.admin(cluster)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            active = {g: group_state(admin, g) for g in groups}
+            active = {g: s for g, s in active.items() if not idle(*s)}
+            if not active:
+                return
+            named = ", ".join(f"{g} ({n} members, {s.name})" for g, (s, n) in sorted(active.items()))
+            if time.monotonic() > deadline:
+                raise GroupActive(
+                    f"still active on {cluster} after {timeout_s:g}s: {named}; carrying their offsets "
+                    "would overwrite what their members commit there"
+                )
+            activity.heartbeat(f"waiting for groups to be idle on {cluster}: {named}")
+            time.sleep(0.5)
 
     @step(steps.CHECK_COPY)
     def check_copy(self, request: CopyCheckRequest) -> CopyChecked:
@@ -171,14 +201,34 @@ class MirrorActivities:
     def reverse_link(self, request: ReverseRequest) -> Reversed:
         """Copy back from the promoted side for the switch back; a retry finds its link made."""
         existing = self.deps.store.link(request.new_link)
-        if existing is not None and existing.reverse_of == request.link:
-            return Reversed(existing.id)
-        report = reverse_link(
-            self.deps.config, self.deps.store, request.link, request.new_link,
-            actor=f"saga:{request.saga_id}", reason="switch: copy back for the switch back",
-            force=request.force,
-        )  # fmt: skip
-        return Reversed(report.link_id, sum(report.uncopied.values()))
+        uncopied = 0
+        if existing is None or existing.reverse_of != request.link:
+            report = reverse_link(
+                self.deps.config, self.deps.store, request.link, request.new_link,
+                actor=f"saga:{request.saga_id}", reason="switch: copy back for the switch back",
+                force=request.force,
+            )  # fmt: skip
+            uncopied = sum(report.uncopied.values())
+        return Reversed(request.new_link, uncopied, self._followed(request))
+
+    def _followed(self, request: ReverseRequest) -> bool:
+        """Wait until a mirror process reports every partition of the new link (so the switch back can
+        be planned at once); False when none has within the time given."""
+        link = self.deps.link(request.new_link)
+        wanted = len(kafka.partitions(self.deps.bootstrap(link.source), link.copies))
+        deadline = time.monotonic() + request.follow_timeout_s
+        while True:
+            reported = {
+                (s.topic, s.partition)
+                for member in read_status(self.deps.zk, self.deps.store.layout, request.new_link)
+                for s in member.partitions
+            }
+            if len(reported) >= wanted:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            activity.heartbeat(f"waiting for a mirror process to copy {request.new_link}")
+            time.sleep(0.2)
 
     @step(steps.MEASURE_LOSS)
     def measure_loss(self, request: LossRequest) -> Loss:

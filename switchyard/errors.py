@@ -18,6 +18,7 @@
         ├── SwitchRefused      the switch cannot be done as asked; nothing was changed
         ├── FenceBroken        the source's ends moved after the block: a writer goes around the gateway
         ├── DrainTimeout       the copy did not reach the source's ends in time
+        ├── GroupActive        a group to move still has members on the target
         └── CopyDiverged       the copy does not hold exactly what the source holds
 
 Each error carries the exit code the CLI ends with when it is not caught.
@@ -130,6 +131,10 @@ class FenceBroken(SagaError):
 
 class DrainTimeout(SagaError):
     """The copy did not reach the source's ends in time."""
+
+
+class GroupActive(SagaError):
+    """A consumer group that must move still has members on the target: its offsets there cannot be set."""
 
 
 class CopyDiverged(SagaError):

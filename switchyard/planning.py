@@ -23,6 +23,10 @@ from switchyard.routing.locks import SagaLocks
 from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.steps import Partition, Plan, PlanRequest
+from switchyard.usage import groups_of, read_usage
+
+USAGE_WINDOW_S = 24 * 3600.0
+"""Groups the gateways saw a key's clients use within this long count as the key's."""
 
 
 def plan_switch(store: RoutingStore, config: Config, request: PlanRequest) -> Plan:
@@ -78,6 +82,12 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
         plan.checks.append("a live mirror process reports every partition, none failed")
     _unlocked(store, keys, request.saga_id)
     plan.checks.append("no other saga holds a lock on these keys")
+    plan.groups = sorted(groups_of(read_usage(store.zk, store.layout, within_s=USAGE_WINDOW_S), keys))
+    plan.checks.append(
+        f"consumer groups of these keys, as the gateways saw them: {', '.join(plan.groups)}"
+        if plan.groups
+        else "the gateways saw no consumer group of these keys: every idle group's offsets are carried"
+    )
     gateways = registered(store.zk, store.layout)
     plan.checks.append(
         f"{len(gateways)} gateways registered (each must acknowledge the block and the flip)"

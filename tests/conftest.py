@@ -17,7 +17,11 @@ from switchyard.stack import Stack
 from tests.helpers.services import PostgresServer
 from tests.helpers.stacks import write_stack_config
 
-_MARKERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
+_MARKERS = {
+    "unit": pytest.mark.unit,
+    "integration": pytest.mark.integration,
+    "workflows": pytest.mark.integration,  # a real Temporal server, stand-ins for the activities
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

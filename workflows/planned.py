@@ -158,13 +158,14 @@ class PlannedSwitch(SagaWorkflow):
         )  # fmt: skip
         for state, end in zip(self._progress.partitions, drained.target_ends, strict=True):
             state.target_end, state.copied = end.end, True
+        sync = GroupSyncRequest(plan.link, plan.groups)
         synced = await self._step(
             "sync groups",
             steps.SYNC_GROUPS,
-            GroupSyncRequest(plan.link),
+            sync,
             GroupsSynced,
-            timeout_s=60,
-            give_up_s=180,
+            timeout_s=sync.idle_timeout_s + 60,
+            heartbeat_s=10,
         )
         check = CopyCheckRequest(plan.link, fence.ends, synced.groups)
         await self._step("check copy", steps.CHECK_COPY, check, CopyChecked, timeout_s=60, give_up_s=180)
@@ -204,9 +205,13 @@ class PlannedSwitch(SagaWorkflow):
         try:
             reversed_link = await self._step(
                 "reverse link", steps.REVERSE, ReverseRequest(saga, plan.link, reverse), Reversed,
-                timeout_s=120, give_up_s=600,
+                timeout_s=180, heartbeat_s=20, give_up_s=600,
             )  # fmt: skip
             result.reverse_link = reversed_link.link
+            if not reversed_link.followed:
+                result.detail = (
+                    f"no mirror process copies {reversed_link.link} yet: start one before a switch back"
+                )
         except Exception as exc:  # the switch stands; the operator can reverse the link by hand
             result.detail = f"no reverse link ({reason(exc)}): switchyard links reverse {plan.link} {reverse}"
         await self._step(

@@ -16,19 +16,27 @@ saga's final sync, after the drain.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
+from switchyard.errors import KafkaOperationError
 from switchyard.mirror.offsets import OffsetMap
 
 log = logging.getLogger(__name__)
 Key = tuple[str, int]
 MIRROR_GROUP_PREFIX = "switchyard-"
 """Switchyard's own groups (the mirror's, readers) are never synced."""
-_IDLE_STATES = (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,9 @@ class GroupSyncReport:
     """Why a group or partition was not synced this time (it is retried at the next sync)."""
     in_step: list[str] = field(default_factory=list)
     """The groups whose offsets on the target now match the source's, written or already so."""
+    refused: dict[str, list[GroupOffset]] = field(default_factory=dict)
+    """Groups the target would not take an admin commit for although it reports them without members
+    (Tansu: a group that ever had members keeps refusing): see :func:`commit_as_member`."""
 
 
 def sync_groups(
@@ -83,8 +94,8 @@ def sync_groups(
             wanted[key] = GroupOffset(group, topic, partition, offset, translated)
         if not wanted:
             continue
-        state, members = _state(target, group, timeout_s)
-        if state not in _IDLE_STATES or members:
+        state, members = group_state(target, group, timeout_s)
+        if not idle(state, members):
             report.skipped.append(f"{group}: active on the target ({members} members, {state.name})")
             continue
         current = committed_offsets(target, group, timeout_s)
@@ -94,11 +105,56 @@ def sync_groups(
             request = ConsumerGroupTopicPartitions(
                 group, [TopicPartition(o.topic, o.partition, o.target) for o in changed]
             )
-            for future in target.alter_consumer_group_offsets([request]).values():
-                future.result(timeout_s)
+            errors = [
+                tp.error
+                for future in target.alter_consumer_group_offsets([request]).values()
+                for tp in future.result(timeout_s).topic_partitions or ()
+                if tp.error is not None
+            ]
+            if any(e.code() in _REFUSED_AS_ACTIVE for e in errors):
+                report.refused[group] = changed
+                continue
+            if errors:
+                raise KafkaOperationError(f"group {group}: offsets not written on the target: {errors[0]}")
             report.written.extend(changed)
         report.in_step.append(group)
     return report
+
+
+_REFUSED_AS_ACTIVE = (
+    KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError.ILLEGAL_GENERATION,
+    KafkaError.REBALANCE_IN_PROGRESS,
+)
+
+
+def commit_as_member(
+    bootstrap: str,
+    group: str,
+    offsets: Iterable[GroupOffset],
+    *,
+    settings: Mapping[str, Any],
+    timeout_s: float = 60,
+) -> None:
+    """Commit ``offsets`` by joining ``group`` (as a consumer of their topics) and committing with its
+    generation: for a broker that refuses an admin commit to a group it reports without members. Only
+    called then; on Apache Kafka an empty group takes the admin commit and this never runs."""
+    wanted = [TopicPartition(o.topic, o.partition, o.target) for o in offsets]
+    consumer = Consumer(
+        {**settings, "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
+    try:
+        consumer.subscribe(sorted({tp.topic for tp in wanted}))
+        deadline = time.monotonic() + timeout_s
+        while not consumer.assignment():
+            if time.monotonic() > deadline:
+                raise KafkaOperationError(
+                    f"group {group}: not joined in {timeout_s:g}s to commit its offsets"
+                )
+            consumer.poll(0.2)
+        consumer.commit(offsets=wanted, asynchronous=False)
+    finally:
+        consumer.close()
 
 
 def list_groups(admin: AdminClient, timeout_s: float = 10.0) -> list[str]:
@@ -120,8 +176,14 @@ def committed_offsets(admin: AdminClient, group: str, timeout_s: float = 10.0) -
     return found
 
 
-def _state(admin: AdminClient, group: str, timeout_s: float) -> tuple[ConsumerGroupState, int]:
+def group_state(admin: AdminClient, group: str, timeout_s: float = 10.0) -> tuple[ConsumerGroupState, int]:
     for future in admin.describe_consumer_groups([group], request_timeout=timeout_s).values():
         description = future.result(timeout_s)
         return description.state, len(description.members)
     return ConsumerGroupState.UNKNOWN, 0
+
+
+def idle(state: ConsumerGroupState, members: int) -> bool:
+    """No member: nothing commits there that a carried offset would overwrite. (The member count
+    decides, not the state: Tansu keeps reporting a group Stable after its last member expired.)"""
+    return not members

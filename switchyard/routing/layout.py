@@ -5,6 +5,7 @@ clusters/<id>               {bootstrap, state, epoch, updated_at, by}
 bindings/<AppID>            {cluster, epoch, state, updated_at, by}; empty when only finer keys exist
 bindings/<AppID>/instances|topics|groups/<name>
 gateways/<id>               ephemeral: {applied_epoch, stale, host, pid, started_at}
+usage/<gateway id>          ephemeral: which identities used which topics and groups, when (usage.py)
 links/<id>                  mirror link: {source, target, include, exclude, state, reverse_of, epoch, ...}
 links/<id>/members/<member> ephemeral: one mirror process's partitions and their status
 migrations/<topic>/<partition>
@@ -27,7 +28,7 @@ from switchyard.errors import RoutingUnavailable
 from switchyard.keys import BindingKey
 from switchyard.model import now
 
-FOLDERS = ("clusters", "bindings", "gateways", "links", "migrations", "locks", "txns", "vnodes")
+FOLDERS = ("clusters", "bindings", "gateways", "links", "migrations", "locks", "txns", "vnodes", "usage")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class Layout:
 
     def link(self, link_id: str) -> str:
         return f"{self.root}/links/{quote(link_id, safe='')}"
+
+    def usage(self, gateway_id: str) -> str:
+        return f"{self.root}/usage/{quote(gateway_id, safe='')}"
 
     def gateway(self, gateway_id: str) -> str:
         return f"{self.root}/gateways/{quote(gateway_id, safe='')}"

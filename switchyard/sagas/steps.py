@@ -74,6 +74,8 @@ class Plan:
     link: str = ""
     partitions: list[Partition] = field(default_factory=list)
     """What the link copies: drained, checked and promoted with the keys."""
+    groups: list[str] = field(default_factory=list)
+    """The consumer groups the gateways saw the keys' clients work in: their offsets must come over."""
     checks: list[str] = field(default_factory=list)
     """What was checked, one line each, for the operator."""
     refusal: str | None = None
@@ -203,6 +205,11 @@ class Drained:
 @dataclass
 class GroupSyncRequest:
     link: str
+    groups: list[str] = field(default_factory=list)
+    """The groups that must come over (each must be idle on the target); empty: every group that can."""
+    idle_timeout_s: float = 60.0
+    """How long a group of ``groups`` may stay active on the target (members left from an earlier
+    switch expire after their session timeout) before the switch is abandoned."""
 
 
 @dataclass
@@ -235,12 +242,16 @@ class ReverseRequest:
     link: str
     new_link: str
     force: bool = False
+    follow_timeout_s: float = 60.0
+    """How long to wait for a mirror process to take the new link up."""
 
 
 @dataclass
 class Reversed:
     link: str
     uncopied: int = 0
+    followed: bool = True
+    """Whether a mirror process copies it yet (a switch back needs that)."""
 
 
 @dataclass

@@ -15,6 +15,8 @@ class SwitchyardProcess:
     """A real ``switchyard <command>`` process with its own routing root and a log file."""
 
     command = ""
+    takes_id = True
+    """Whether the command is told its name with ``--id``."""
 
     def __init__(
         self,
@@ -36,8 +38,7 @@ class SwitchyardProcess:
             "--config",
             str(config_path),
             self.command,
-            "--id",
-            name,
+            *(["--id", name] if self.takes_id else []),
         ]
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -91,6 +92,16 @@ class MirrorProcess(SwitchyardProcess):
     """A real `switchyard mirror` process (ready once started: it reports per link in ZooKeeper)."""
 
     command = "mirror"
+
+
+class WorkerProcess(SwitchyardProcess):
+    """A real `switchyard worker` process (ready once it polls its task queue)."""
+
+    command = "worker"
+    takes_id = False
+
+    def ready(self) -> bool:
+        return self.log.exists() and "worker on task queue" in self.log.read_text(errors="replace")
 
 
 def descendants(pid: int | None = None) -> set[int]:

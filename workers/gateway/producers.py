@@ -8,6 +8,11 @@ cluster, the gateway takes an id of its own from that cluster and rewrites each 
 id, epoch, and the base sequence shifted so that the first batch the new cluster sees starts at 0. The
 batch CRC covers those fields, so it is computed again. Records themselves are never decoded.
 
+A fresh id is taken each time the producer's batches move to another cluster, back to the one that
+issued its id included: a cluster's idea of the producer's sequences dates from when its batches last
+went there, and the producer has written on elsewhere since (a switchback would otherwise be refused
+with OUT_OF_ORDER_SEQUENCE_NUMBER, which is fatal to the client).
+
 This is safe because a switch blocks first and acknowledges only when nothing is in flight: every
 batch the client sent before is acknowledged, so the next sequence per partition is exactly where the
 new cluster starts. Transactional producers are not translated (a transaction cannot move between
@@ -28,6 +33,15 @@ _PRODUCER_ID_AT, _EPOCH_AT, _SEQUENCE_AT = 43, 51, 53
 _HEADER_END = 61
 _ID_EPOCH_SEQUENCE = struct.Struct(">qhi")
 _CRC = struct.Struct(">I")
+
+
+@dataclass
+class ProducerRoute:
+    """Where a client's idempotent producer writes now, and as whom."""
+
+    cluster: str
+    translation: Translation | None
+    """None: as itself (the cluster issued its id and its batches never left it)."""
 
 
 @dataclass

@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
 from opentelemetry import metrics
 
@@ -33,11 +34,12 @@ from switchyard.routing.gateways import GatewayRegistration
 from switchyard.routing.layout import Layout, ensure_layout
 from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.view import BindingView
+from switchyard.usage import encode
 from workers.gateway import apis
 from workers.gateway.entities import element_type, make
 from workers.gateway.inflight import InFlight
 from workers.gateway.intake import ByteBudget
-from workers.gateway.producers import Translation
+from workers.gateway.producers import ProducerRoute, Translation
 from workers.gateway.protocol import (
     API_VERSIONS,
     Request,
@@ -49,6 +51,7 @@ from workers.gateway.rewrite import real_nodes, rewrite
 from workers.gateway.sasl import Credentials, SaslError, UsersFile, authenticate, parse_plain
 from workers.gateway.session import ClientSession, Listener
 from workers.gateway.upstream import Upstream, UpstreamError
+from workers.gateway.usage import UsageTracker
 from workers.gateway.vnodes import RealBroker, VirtualNodes
 
 log = logging.getLogger(__name__)
@@ -136,9 +139,10 @@ class Gateway:
         self.metrics = Metrics.create()
         self.brokers: dict[str, dict[int, tuple[str, int]]] = {c: {} for c in config.clusters}
         self.offered: dict[int, tuple[int, int]] = {}
-        self.producer_ids: dict[tuple[Identity, int], str] = {}
-        """Which cluster issued each client's idempotent producer id (learned from InitProducerId)."""
-        self._translations: dict[tuple[Identity, int, int, str], Translation] = {}
+        self.usage = UsageTracker()
+        self.producers: dict[tuple[Identity, int], ProducerRoute] = {}
+        """Where each client's idempotent producer writes now, and as whom (from InitProducerId on)."""
+        self._new_routes = asyncio.Lock()
         self._mirrored: dict[tuple[str, str], bool] = {}
         self._mirrored_in: RoutingSnapshot | None = None
         self._servers: dict[int | None, asyncio.Server] = {}
@@ -171,6 +175,7 @@ class Gateway:
         self._tasks.append(asyncio.create_task(self._acknowledge()))
         self._tasks.append(asyncio.create_task(self._discover_missing()))
         self._tasks.append(asyncio.create_task(self._watch()))
+        self._tasks.append(asyncio.create_task(self._publish_usage()))
         log.info(
             "gateway %s serving on %s:%d",
             self.id,
@@ -346,31 +351,40 @@ class Gateway:
         return versions is not None and versions[0] <= api_version <= versions[1]
 
     def issued(self, identity: Identity, producer_id: int, cluster: str) -> None:
-        _remember(self.producer_ids, (identity, producer_id), cluster)
+        _remember(self.producers, (identity, producer_id), ProducerRoute(cluster, None))
 
-    async def translation(self, identity: Identity, producer: tuple[int, int], cluster: str) -> Translation:
-        """The gateway's own producer id on ``cluster`` for a client's producer id from another one."""
-        key = (identity, *producer, cluster)
-        found = self._translations.get(key)
-        if found is None:
-            upstream = self.upstream(cluster, None)
-            try:
-                version = self.offered.get(apis.INIT_PRODUCER_ID, (0, 0))[1]
-                answer = await upstream.ask(
-                    apis.INIT_PRODUCER_ID,
-                    version,
-                    transactional_id=None,
-                    transaction_timeout=timedelta(minutes=1),
-                    producer_id=-1,
-                    producer_epoch=-1,
-                )
-            finally:
-                await upstream.close()
-            if answer.error_code != ErrorCode.none:
-                raise UpstreamError(f"{cluster}: InitProducerId failed: {answer.error_code.name}")
-            found = self._translations.get(key) or Translation(answer.producer_id, answer.producer_epoch)
-            _remember(self._translations, key, found)
-        return found
+    async def translation(self, identity: Identity, producer_id: int, cluster: str) -> Translation | None:
+        """As whom a client's idempotent producer writes to ``cluster``: None for its own id (issued there,
+        never moved, or unknown to this gateway); else the gateway's own id there, taken afresh each time
+        the producer's batches move to another cluster (see :mod:`workers.gateway.producers`)."""
+        key = (identity, producer_id)
+        route = self.producers.get(key)
+        if route is None or route.cluster == cluster:
+            return route.translation if route else None
+        async with self._new_routes:
+            route = self.producers[key]
+            if route.cluster != cluster:
+                route = ProducerRoute(cluster, await self._producer_id(cluster))
+                _remember(self.producers, key, route)
+        return route.translation
+
+    async def _producer_id(self, cluster: str) -> Translation:
+        upstream = self.upstream(cluster, None)
+        try:
+            version = self.offered.get(apis.INIT_PRODUCER_ID, (0, 0))[1]
+            answer = await upstream.ask(
+                apis.INIT_PRODUCER_ID,
+                version,
+                transactional_id=None,
+                transaction_timeout=timedelta(minutes=1),
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        finally:
+            await upstream.close()
+        if answer.error_code != ErrorCode.none:
+            raise UpstreamError(f"{cluster}: InitProducerId failed: {answer.error_code.name}")
+        return Translation(answer.producer_id, answer.producer_epoch)
 
     def upstream(self, cluster: str, node: int | None, credentials: Credentials | None = None) -> Upstream:
         """A connection to a broker of ``cluster``, logged in as ``credentials`` (else as the gateway)."""
@@ -420,6 +434,23 @@ class Gateway:
             for session in list(self._sessions):
                 session.check(now)
 
+    async def _publish_usage(self) -> None:
+        """Every few seconds, what the clients used, where sagas read it (an ephemeral node)."""
+        path = self.layout.usage(self.id)
+        while True:
+            await asyncio.sleep(_USAGE_EVERY_S)
+            data = encode(self.usage.uses())
+            try:
+                await asyncio.to_thread(self._write_usage, path, data)
+            except Exception:
+                log.warning("gateway %s: usage not published", self.id, exc_info=True)
+
+    def _write_usage(self, path: str, data: bytes) -> None:
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            self.zk.create(path, data, ephemeral=True, makepath=True)
+
     async def _discover_missing(self) -> None:
         """Keep trying the clusters not reached yet: their brokers and versions join the offer then."""
         while True:
@@ -464,6 +495,7 @@ class Gateway:
 _REMEMBERED = 100_000
 _REDISCOVER_S = 5.0
 _SLOW_ACK_S = 5.0
+_USAGE_EVERY_S = 2.0
 """An acknowledgement held up longer than this is logged with the requests holding it."""
 
 

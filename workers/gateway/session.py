@@ -215,6 +215,7 @@ class ClientSession:
         snapshot = self.gateway.view.snapshot  # one snapshot decides the request and dates it
         resolution = self._resolve(snapshot, identity, context.topics, context.group)
         self.gateway.metrics.requests.add(api_name(key), identity.app or "-", resolution.cluster)
+        self.gateway.usage.note(identity, key, context)
 
         if key == apis.METADATA and request.body.topics == ():  # an empty list, not None (= all)
             return _ready(
@@ -345,10 +346,9 @@ class ClientSession:
         self, request: Request, identity: Identity, producer: tuple[int, int], cluster: str
     ) -> bytes:
         """The Produce frame to send: as received, or with its producer translated for ``cluster``."""
-        issuer = self.gateway.producer_ids.get((identity, producer[0]))
-        if issuer is None or issuer == cluster:
+        translation = await self.gateway.translation(identity, producer[0], cluster)
+        if translation is None:
             return request.frame
-        translation = await self.gateway.translation(identity, producer, cluster)
         body = request.body
         topics = tuple(
             dataclasses.replace(

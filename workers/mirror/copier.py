@@ -274,6 +274,8 @@ class LinkCopier:
                 if self._failure:
                     raise MirrorError(self._failure)
                 if now >= next_status:
+                    if self._paused:
+                        self._refresh_source_ends()
                     self._publish()
                     next_status = now + settings.status_interval_s
         finally:
@@ -518,6 +520,22 @@ class LinkCopier:
                 leader = answered.get(partition.get("leader", -1))
                 if leader is not None and partition.get("fetch_state") == "active":
                     st.fetched_at = leader
+
+    def _refresh_source_ends(self) -> None:
+        """While paused nothing is fetched, so the source's ends are read directly: the status keeps
+        saying how much the target lacks (what an unplanned failover would lose)."""
+        assert self._source_probe is not None
+        keys = [k for k, st in self._partitions.items() if not st.error]
+        try:
+            ends = kafka.log_ends(self._source_probe, keys, timeout_s=5)
+        except Exception as exc:  # the source away: the last ends seen stay, with their time
+            log.debug("link %s: source ends not read while paused: %s", self.link.id, exc)
+            return
+        now = time.time()
+        for key, end in ends.items():
+            st = self._partitions.get(key)
+            if st is not None:
+                st.source_end, st.fetched_at = end, now
 
     def _publish(self) -> None:
         now = time.time()

@@ -1,0 +1,100 @@
+"""A deployment of Switchyard's own processes on the session stack — a gateway, a mirror and a worker on one
+routing root, a ledger and a task queue of the test's own — and the CLI, as an operator runs it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from switchyard.config import Config
+from tests.helpers.processes import GatewayProcess, MirrorProcess, WorkerProcess
+
+FAST_MIRROR = {
+    "SWITCHYARD__MIRROR__TOPIC_REFRESH_S": "1",
+    "SWITCHYARD__MIRROR__STATUS_INTERVAL_S": "0.5",
+    "SWITCHYARD__MIRROR__GROUP_SYNC_INTERVAL_S": "1",
+    "SWITCHYARD__MIRROR__CONSUMER": "{session.timeout.ms: 6000}",
+}
+
+
+@dataclass
+class Live:
+    config: Config
+    root: str
+    ledger: Path
+    logs: Path
+    overrides: dict[str, str] = field(default_factory=dict)
+    queue: str = field(default_factory=lambda: f"sagas-{uuid.uuid4().hex[:8]}")
+    gateway: GatewayProcess | None = None
+    mirror: MirrorProcess | None = None
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What every process of this deployment, and its CLI, is configured with on top of the file."""
+        return {
+            "SWITCHYARD__ZOOKEEPER__ROOT": self.root,
+            "SWITCHYARD__LEDGER__URL": f"sqlite:///{self.ledger}",
+            "SWITCHYARD__TEMPORAL__TASK_QUEUE": self.queue,
+            **self.overrides,
+        }
+
+    @property
+    def path(self) -> Path:
+        assert self.config.source is not None
+        return self.config.source
+
+    def start(self) -> Live:
+        self.gateway = GatewayProcess(
+            self.path, root=self.root, gateway_id="gw-live", log=self.logs / "gateway.log", overrides=self.env
+        )
+        self.gateway.start()
+        self.mirror = MirrorProcess(
+            self.path, root=self.root, name="m-live", log=self.logs / "mirror.log",
+            overrides={**FAST_MIRROR, **self.env},
+        )  # fmt: skip
+        self.mirror.start()
+        self.start_worker()
+        return self
+
+    def start_worker(self) -> WorkerProcess:
+        name = f"worker-{len(self.workers) + 1}"
+        worker = WorkerProcess(
+            self.path, root=self.root, name=name, log=self.logs / f"{name}.log", overrides=self.env
+        )
+        worker.start()
+        self.workers.append(worker)
+        return worker
+
+    def kill_worker(self) -> None:
+        """kill -9 the newest worker, as a crash would."""
+        self.workers[-1].stop(signal.SIGKILL)
+
+    def stop(self) -> None:
+        for process in [*self.workers, self.mirror, self.gateway]:
+            if process is not None:
+                process.stop()
+
+    def cli(self, *args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "switchyard", "--config", str(self.path), *args],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+
+    def cli_in_background(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "switchyard", "--config", str(self.path), *args],
+            env={**os.environ, **self.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )

@@ -1,0 +1,186 @@
+"""The sagas end to end: real gateway, mirror and worker processes, live clients through the gateway, the
+CLI as an operator runs it — and what the application saw."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.keys import BindingKey
+from switchyard.mirror.groups import committed_offsets
+from switchyard.mirror.status import read_status
+from switchyard.model import BindingState
+from switchyard.routing.gateways import wait_for_acks
+from switchyard.routing.store import RoutingStore
+from switchyard.sagas.ids import saga_id
+from switchyard.stack import Stack
+from tests.helpers.live import Live
+from tests.helpers.threads import Worker
+from tests.helpers.traffic import Traffic, judge_consumer, topic_ids
+
+ACTOR = "user:test"
+
+
+@pytest.fixture(scope="module")
+def live(
+    stack: Stack,
+    routing: RoutingStore,
+    stack_config: Config,
+    ledger_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Live]:
+    deployment = Live(stack_config, routing.layout.root, ledger_path, tmp_path_factory.mktemp("live")).start()
+    yield deployment
+    deployment.stop()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def prepare(
+    live: Live, routing: RoutingStore, config: Config, *, partitions: int = 3
+) -> tuple[str, str, str]:
+    """An application bound to the primary, a topic, and a link that copies exactly that topic, followed
+    by the mirror; (app, topic, link)."""
+    app, topic, link = unique("app"), unique("orders"), unique("link")
+    kafka.create_topics(config.clusters["primary"].bootstrap, [topic], partitions=partitions)
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="test")
+    epoch = routing.set_binding(BindingKey.for_app(app), "primary", actor=ACTOR, reason="test")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    deadline = time.monotonic() + 60
+    while len([p for m in read_status(routing.zk, routing.layout, link) for p in m.partitions]) < partitions:
+        assert time.monotonic() < deadline, "the mirror never took up the link"
+        time.sleep(0.2)
+    return app, topic, link
+
+
+def capture(live: Live, workflow_id: str, run_id: str, name: str) -> None:
+    """Write a saga's history for the replay tests when $SWITCHYARD_CAPTURE_HISTORIES asks for it."""
+    directory = os.environ.get("SWITCHYARD_CAPTURE_HISTORIES")
+    if not directory:
+        return
+    import asyncio
+
+    from switchyard import temporal
+
+    async def fetch() -> str:
+        client = await temporal.connect(live.config)
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        return history.to_json()
+
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    (Path(directory) / f"{name}.json").write_text(asyncio.run(fetch()))
+
+
+def test_a_switchover_and_its_switchback_lose_and_double_nothing(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, stack_config)
+    primary = stack_config.clusters["primary"].bootstrap
+    traffic = Traffic(live.gateway.bootstrap, app, topic, unique("group"), idempotent=True)
+    traffic.start()
+    try:
+        traffic.wait_for(300)
+        over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "planned test")
+        assert over.returncode == 0, over.stdout + over.stderr
+        assert f"switchover switched: {app}" in over.stdout
+        assert f"primary -> standby (link {link})" in over.stdout
+        traffic.wait_for(300)  # going on, on the standby (the reverse link copies it back to the primary)
+        assert routing.binding(BindingKey.for_app(app)).cluster == "standby"  # type: ignore[union-attr]
+
+        back = live.cli("switchback", app, "--wait", "--reason", "planned test")
+        assert back.returncode == 0, back.stdout + back.stderr
+        assert f"switchback switched: {app}" in back.stdout
+        assert "standby -> primary" in back.stdout
+        traffic.wait_for(300)
+    finally:
+        traffic.stop()
+
+    assert traffic.failed == []
+    assert sorted(traffic.acked) == list(range(traffic.sent))
+    home = Counter(topic_ids(primary, topic))  # what was written on the standby came back along the reverse
+    assert set(home) == set(traffic.acked)
+    assert max(home.values()) == 1, "records written twice"
+    print(f"\nswitchover and back: {judge_consumer(traffic)}")
+    ends = kafka.ends_of(primary, [(topic, p) for p in range(3)])
+    committed = committed_offsets(AdminClient({"bootstrap.servers": primary}), traffic.group)
+    assert {k: v for k, v in committed.items() if k[0] == topic} == ends  # resumes exactly at the next record
+    runs = routing.ledger.saga_runs(saga_id([app]))
+    assert [(r.kind, r.outcome) for r in runs] == [("switchback", "switched"), ("switchover", "switched")]
+    for run, name in zip(runs, ("switchback-live", "switchover-live"), strict=True):
+        steps = [s.step for s in routing.ledger.saga_steps(run.run_id)]
+        assert {"plan_switch", "block_keys", "verify_fence", "drain_link", "flip_keys", "await_acks"} <= set(
+            steps
+        )
+        capture(live, run.saga_id, run.run_id, name)
+
+
+def test_a_writer_around_the_gateway_stops_the_switch_and_is_named(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """Something writes to the primary directly, not through the gateway: blocking the app cannot stop it,
+    so its records would be left behind. The saga sees the source move after the block, abandons the
+    switch naming the partitions, and the app goes on where it was."""
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, stack_config, partitions=1)
+    primary = stack_config.clusters["primary"].bootstrap
+    stop = False
+
+    def write_around() -> None:
+        producer = Producer({"bootstrap.servers": primary})
+        while not stop:
+            producer.produce(topic, b"around the gateway")
+            producer.poll(0.05)
+        assert producer.flush(10) == 0
+
+    writer = Worker(write_around, name="writer-around")
+    writer.start()
+    try:
+        switched = live.cli("switchover", app, "--link", link, "--wait")
+    finally:
+        stop = True
+        writer.join(30)
+    assert switched.returncode == 8, switched.stdout + switched.stderr
+    assert "switchover compensated" in switched.stdout
+    assert "FenceBroken: after the block, the source kept being written:" in switched.stdout
+    assert f"{topic}[0]" in switched.stdout
+    binding = routing.binding(BindingKey.for_app(app))
+    assert binding is not None
+    assert (binding.cluster, binding.state) == ("primary", BindingState.ACTIVE)  # unblocked where it was
+    assert kafka.produce(
+        live.gateway.bootstrap, topic, [kafka.Record(b"k", b"after")], settings={"client.id": app}
+    )
+
+
+def test_a_second_saga_on_the_same_keys_is_refused_naming_the_first(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    app, _, link = prepare(live, routing, stack_config, partitions=1)
+    first = live.cli("switchover", app, "--link", link, "--approval", "before-block")
+    assert first.returncode == 0, first.stderr
+    second = live.cli("switchover", app, "--link", link)
+    assert second.returncode == 8
+    assert f"saga switchyard:{app} (Switchover) is already running on these keys" in second.stderr
+    deadline = time.monotonic() + 30
+    while "waiting for an approval" not in (shown := live.cli("sagas", "show", f"switchyard:{app}")).stdout:
+        assert time.monotonic() < deadline, shown.stdout + shown.stderr
+        time.sleep(0.5)
+    rejected = live.cli("sagas", "reject", f"switchyard:{app}", "--reason", "not now")
+    assert rejected.returncode == 0, rejected.stderr
+    assert "rejected by" in rejected.stdout
+    ended = live.cli("sagas", "show", f"switchyard:{app}", "--follow")
+    assert ended.returncode == 8
+    assert "rejected before the block by" in ended.stdout
+    assert routing.binding(BindingKey.for_app(app)).state is BindingState.ACTIVE  # type: ignore[union-attr]

@@ -1,0 +1,190 @@
+"""Sagas against the session's real Temporal server, with every activity replaced by a scripted stand-in
+registered under the same name: the workflows' decisions, order and compensation, without Kafka.
+
+Set ``SWITCHYARD_CAPTURE_HISTORIES=<dir>`` to write each run's history there as JSON (how the committed
+histories under ``histories/`` were made).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from switchyard import temporal
+from switchyard.config import Config
+from switchyard.sagas import steps
+from switchyard.sagas.requests import PartitionLoss, SagaResult
+from switchyard.sagas.steps import (
+    Acked,
+    AcksRequest,
+    Blocked,
+    BlockRequest,
+    CopyChecked,
+    CopyCheckRequest,
+    Drained,
+    DrainRequest,
+    Fence,
+    FenceRequest,
+    Flipped,
+    FlipRequest,
+    GroupsSynced,
+    GroupSyncRequest,
+    LockRequest,
+    Loss,
+    LossRequest,
+    LostWindowOutcome,
+    LostWindowRequest,
+    Partition,
+    PartitionEnd,
+    Plan,
+    PlanRequest,
+    Probe,
+    ProbeRequest,
+    Reversed,
+    ReverseRequest,
+    SagaRecord,
+    Unblocked,
+    UnblockRequest,
+    VerifyOutcome,
+    VerifyRequest,
+)
+from switchyard.stack import Stack
+from workers.worker.registry import WORKFLOWS
+
+ENDS = [PartitionEnd("orders", 0, 100), PartitionEnd("orders", 1, 80)]
+
+
+@dataclass
+class Script:
+    """Stand-ins for every activity: they answer what a saga expects, log each call in order, and fail
+    where the test says (``fail[name]``), or wait until released (``hold[name]``)."""
+
+    calls: list[str] = field(default_factory=list)
+    requests: dict[str, list[Any]] = field(default_factory=dict)
+    fail: dict[str, Exception] = field(default_factory=dict)
+    hold: dict[str, asyncio.Event] = field(default_factory=dict)
+    refusal: str | None = None
+    reachable: bool = False
+
+    def activities(self) -> list[Callable[..., Any]]:
+        answers: dict[str, tuple[type, Callable[[Any], Any]]] = {
+            steps.PLAN: (PlanRequest, self._plan),
+            steps.PROBE: (ProbeRequest, lambda r: Probe(r.cluster, self.reachable, "stand-in")),
+            steps.LOCK: (LockRequest, lambda _: None),
+            steps.UNLOCK: (LockRequest, lambda _: None),
+            steps.BLOCK: (BlockRequest, lambda _: Blocked(10, 2)),
+            steps.UNBLOCK: (UnblockRequest, lambda r: Unblocked(11 if r.block_epoch else 0)),
+            steps.FENCE: (FenceRequest, lambda _: Fence(ENDS)),
+            steps.DRAIN: (DrainRequest, lambda _: Drained(ENDS, 180)),
+            steps.SYNC_GROUPS: (GroupSyncRequest, lambda _: GroupsSynced(1, 1, [], ["billing"])),
+            steps.CHECK_COPY: (CopyCheckRequest, lambda _: CopyChecked("clean")),
+            steps.VERIFY: (VerifyRequest, lambda r: VerifyOutcome(r.run_id, "clean", 180, [], [])),
+            steps.FLIP: (FlipRequest, lambda _: Flipped(12, ENDS)),
+            steps.AWAIT_ACKS: (AcksRequest, lambda r: Acked(r.epoch, 2)),
+            steps.REVERSE: (ReverseRequest, lambda r: Reversed(r.new_link)),
+            steps.MEASURE_LOSS: (LossRequest, self._loss),
+            steps.FIND_LOST_WINDOW: (
+                LostWindowRequest,
+                lambda r: LostWindowOutcome(r.run_id, 14, {"orders[0]": 7, "orders[1]": 7}),
+            ),
+            steps.RECORD: (SagaRecord, lambda _: None),
+        }
+        return [self._stand_in(name, kind, answer) for name, (kind, answer) in answers.items()]
+
+    def _stand_in(self, name: str, kind: type, answer: Callable[[Any], Any]) -> Callable[..., Any]:
+        async def run(request: Any) -> Any:
+            if name != steps.RECORD:
+                self.calls.append(name)
+            self.requests.setdefault(name, []).append(request)
+            if name in self.hold:
+                await self.hold[name].wait()
+            if name in self.fail:
+                raise self.fail[name]
+            return answer(request)
+
+        run.__annotations__ = {"request": kind, "return": Any}
+        return activity.defn(name=name)(run)
+
+    @staticmethod
+    def _loss(request: LossRequest) -> Loss:
+        return Loss([PartitionLoss(e.topic, e.partition, e.end + 7, e.end) for e in request.final])
+
+    def _plan(self, request: Any) -> Plan:
+        epochs = {k: 3 for k in request.keys}
+        if self.refusal:
+            return Plan(request.keys, epochs, refusal=self.refusal)
+        return Plan(
+            request.keys, epochs, "primary", "standby", "primary-to-standby",
+            [Partition("orders", 0), Partition("orders", 1)], ["stand-in plan"],
+        )  # fmt: skip
+
+
+def refused(kind: str, message: str) -> ApplicationError:
+    return ApplicationError(message, type=kind, non_retryable=True)
+
+
+@pytest.fixture(scope="session")
+def temporal_ready(stack: Stack, stack_config: Config) -> Config:
+    """The session's Temporal server, with the search attributes sagas set."""
+
+    async def register() -> None:
+        await temporal.register_search_attributes(await temporal.connect(stack_config))
+
+    asyncio.run(register())
+    return stack_config
+
+
+@dataclass
+class Sagas:
+    """Runs sagas on a worker of the test's own (its own task queue) with the script's activities."""
+
+    config: Config
+    script: Script = field(default_factory=Script)
+    queue: str = field(default_factory=lambda: f"saga-test-{uuid.uuid4().hex[:8]}")
+    client: Client | None = None
+
+    def run(self, scenario: Callable[[Sagas], Any]) -> Any:
+        """Run ``scenario(self)`` (a coroutine function) with a worker serving the test's task queue."""
+
+        async def go() -> Any:
+            self.client = await temporal.connect(self.config)
+            worker = Worker(
+                self.client, task_queue=self.queue, workflows=WORKFLOWS, activities=self.script.activities()
+            )
+            async with worker:
+                return await scenario(self)
+
+        return asyncio.run(go())
+
+    async def start(self, workflow: str, request: Any) -> WorkflowHandle[Any, Any]:
+        assert self.client is not None
+        workflow_id = f"test-{uuid.uuid4().hex[:10]}"
+        return await self.client.start_workflow(
+            workflow, request, id=workflow_id, task_queue=self.queue, result_type=SagaResult
+        )
+
+
+@pytest.fixture
+def sagas(temporal_ready: Config) -> Sagas:
+    return Sagas(temporal_ready)
+
+
+async def capture(handle: WorkflowHandle[Any, Any], name: str) -> None:
+    """Write the run's history to $SWITCHYARD_CAPTURE_HISTORIES/<name>.json when asked to."""
+    directory = os.environ.get("SWITCHYARD_CAPTURE_HISTORIES")
+    if not directory:
+        return
+    history = await handle.fetch_history()
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    (Path(directory) / f"{name}.json").write_text(history.to_json())

@@ -1,0 +1,240 @@
+"""The sagas' decisions with stand-in activities: step order, compensation, approvals, cancellation,
+refusals — on the session's real Temporal server."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+
+from switchyard.sagas import steps
+from switchyard.sagas.requests import ApprovalPoint, Decision, Policy, Progress, SwitchRequest
+from tests.workflows.conftest import Sagas, capture, refused
+
+PLANNED = [
+    steps.PLAN, steps.LOCK, steps.BLOCK, steps.FENCE, steps.DRAIN, steps.SYNC_GROUPS, steps.CHECK_COPY,
+    steps.FLIP, steps.AWAIT_ACKS, steps.REVERSE, steps.UNLOCK,
+]  # fmt: skip
+BEFORE_THE_FLIP_UNDONE = [steps.UNBLOCK, steps.UNLOCK]
+
+
+def failure(exc: WorkflowFailureError) -> tuple[str, dict[str, Any]]:
+    """The saga's failure type and the result it carries."""
+    cause = exc.cause
+    assert isinstance(cause, ApplicationError), cause
+    return str(cause.type), cause.details[0]
+
+
+async def progress(handle: WorkflowHandle[Any, Any]) -> Progress:
+    found: Progress = await handle.query("progress", result_type=Progress)
+    return found
+
+
+async def until(handle: WorkflowHandle[Any, Any], check: Any, timeout_s: float = 20) -> Progress:
+    """Poll the saga's progress until ``check(progress)`` holds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            found = await progress(handle)
+            if check(found):
+                return found
+        except Exception:  # not yet picked up by the worker
+            pass
+        assert loop.time() < deadline, "the saga never got there"
+        await asyncio.sleep(0.1)
+
+
+def test_a_switchover_runs_every_step_in_order_and_reports(sagas: Sagas) -> None:
+    async def scenario(s: Sagas) -> Any:
+        handle = await s.start("Switchover", SwitchRequest(["orders"], actor="user:test", reason="drill"))
+        result = await handle.result()
+        await capture(handle, "switchover-switched")
+        return result
+
+    result = sagas.run(scenario)
+    assert sagas.script.calls == PLANNED
+    assert (result.outcome, result.source, result.target, result.link) == (
+        "switched", "primary", "standby", "primary-to-standby",
+    )  # fmt: skip
+    assert (result.block_epoch, result.flip_epoch, result.partitions, result.records_copied) == (
+        10,
+        12,
+        2,
+        180,
+    )
+    assert result.reverse_link == "standby-to-primary-e12"
+    assert result.groups_synced == 2
+    assert 0 <= result.pause_ms <= result.rto_ms
+    assert all(s.state == "done" for s in result.steps)
+    block = sagas.script.requests[steps.BLOCK][0]
+    flip = sagas.script.requests[steps.FLIP][0]
+    assert block.epochs == {"orders": 3}  # fenced on what the plan read...
+    assert flip.epochs == {"orders": 10}  # ...and the flip on the block's epoch
+    assert (flip.ends[0].end, flip.shield_source) == (100, False)
+
+
+def test_a_failure_before_the_flip_unblocks_and_unlocks_in_reverse(sagas: Sagas) -> None:
+    sagas.script.fail[steps.DRAIN] = refused("DrainTimeout", "link p2s did not copy up to the fenced ends")
+
+    async def scenario(s: Sagas) -> WorkflowFailureError:
+        handle = await s.start("Switchover", SwitchRequest(["orders"]))
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        await capture(handle, "switchover-compensated")
+        return failed.value
+
+    error = sagas.run(scenario)
+    kind, result = failure(error)
+    assert kind == "SwitchAbandoned"
+    assert result["outcome"] == "compensated"
+    assert "DrainTimeout: link p2s did not copy up to the fenced ends" in result["detail"]
+    assert "keys unblocked where they were" in result["detail"]
+    assert sagas.script.calls == [*PLANNED[:5], *BEFORE_THE_FLIP_UNDONE]
+    unblock = sagas.script.requests[steps.UNBLOCK][0]
+    assert (unblock.source, unblock.block_epoch) == ("primary", 10)
+
+
+def test_a_refused_plan_changes_nothing(sagas: Sagas) -> None:
+    sagas.script.refusal = "no link copies from primary to dr"
+
+    async def scenario(s: Sagas) -> WorkflowFailureError:
+        handle = await s.start("Switchover", SwitchRequest(["orders"], target="dr"))
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        return failed.value
+
+    kind, result = failure(sagas.run(scenario))
+    assert (kind, result["outcome"], result["detail"]) == (
+        "SwitchRefused",
+        "refused",
+        "no link copies from primary to dr",
+    )
+    assert sagas.script.calls == [steps.PLAN]
+
+
+def test_an_approval_is_only_taken_while_awaited_and_a_rejection_compensates(sagas: Sagas) -> None:
+    policy = Policy(approval=ApprovalPoint.BEFORE_FLIP)
+
+    async def scenario(s: Sagas) -> tuple[str, str, WorkflowFailureError]:
+        early = await s.start("Switchover", SwitchRequest(["orders"], policy=policy))
+        with pytest.raises(WorkflowUpdateFailedError) as nobody_waits:  # refused by the validator
+            await early.execute_update("approve", Decision("user:early"), result_type=str)
+        await until(early, lambda p: p.awaiting_approval == "before the flip")
+        with pytest.raises(WorkflowUpdateFailedError) as anonymous:
+            await early.execute_update("approve", Decision(" "), result_type=str)
+        said = await early.execute_update(
+            "reject", Decision("user:oncall", "not during the sale"), result_type=str
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await early.result()
+        await capture(early, "switchover-rejected")
+        return str(nobody_waits.value.cause), said + " | " + str(anonymous.value.cause), failed.value
+
+    nobody, said, error = sagas.run(scenario)
+    assert "this saga is not waiting for an approval" in nobody
+    assert said.startswith("rejected by user:oncall")
+    assert "name who decides" in said
+    kind, result = failure(error)
+    assert kind == "SwitchAbandoned"
+    assert "rejected before the flip by user:oncall: not during the sale" in result["detail"]
+    assert result["approvals"] == ["rejected before the flip by user:oncall: not during the sale"]
+    assert sagas.script.calls == [*PLANNED[:7], *BEFORE_THE_FLIP_UNDONE]
+
+
+def test_an_approval_lets_the_switch_go_on(sagas: Sagas) -> None:
+    policy = Policy(approval=ApprovalPoint.BEFORE_BLOCK)
+
+    async def scenario(s: Sagas) -> Any:
+        handle = await s.start("Switchover", SwitchRequest(["orders"], policy=policy))
+        waiting = await until(handle, lambda p: p.awaiting_approval is not None)
+        assert sagas.script.calls == [steps.PLAN]  # nothing held while it waits
+        assert waiting.phase == "awaiting approval"
+        await handle.execute_update("approve", Decision("user:lead", "go"), result_type=str)
+        result = await handle.result()
+        await capture(handle, "switchover-approved")
+        return result
+
+    result = sagas.run(scenario)
+    assert result.outcome == "switched"
+    assert result.approvals == ["approved before the block by user:lead: go"]
+    assert sagas.script.calls == PLANNED
+
+
+def test_an_approval_not_given_in_time_compensates(sagas: Sagas) -> None:
+    policy = Policy(approval=ApprovalPoint.BEFORE_FLIP, approval_timeout_s=1)
+
+    async def scenario(s: Sagas) -> WorkflowFailureError:
+        handle = await s.start("Switchover", SwitchRequest(["orders"], policy=policy))
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        return failed.value
+
+    kind, result = failure(sagas.run(scenario))
+    assert kind == "SwitchAbandoned"
+    assert "no approval before the flip within 1s" in result["detail"]
+    assert sagas.script.calls[-2:] == BEFORE_THE_FLIP_UNDONE
+
+
+def test_cancelled_before_the_flip_it_undoes_what_it_did(sagas: Sagas) -> None:
+    sagas.script.hold[steps.DRAIN] = asyncio.Event()  # the drain never ends by itself
+
+    async def scenario(s: Sagas) -> BaseException:
+        handle = await s.start("Switchover", SwitchRequest(["orders"]))
+        await until(handle, lambda p: p.phase == "drain")
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        return failed.value
+
+    kind, result = failure(sagas.run(scenario))
+    assert kind == "SwitchAbandoned"
+    assert "switch abandoned before the flip: cancelled" in result["detail"]
+    assert sagas.script.calls[-2:] == BEFORE_THE_FLIP_UNDONE
+    assert steps.FLIP not in sagas.script.calls
+
+
+def test_a_failover_refuses_a_source_that_answers_unless_forced(sagas: Sagas) -> None:
+    sagas.script.reachable = True
+
+    async def scenario(s: Sagas) -> tuple[WorkflowFailureError, Any]:
+        handle = await s.start("Failover", SwitchRequest(["orders"]))
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        forced = await s.start("Failover", SwitchRequest(["orders"], force=True))
+        return failed.value, await forced.result()
+
+    error, forced = sagas.run(scenario)
+    kind, result = failure(error)
+    assert kind == "SwitchRefused"
+    assert "primary still answers" in result["detail"]
+    assert forced.outcome == "switched"
+    assert forced.groups_synced == 2  # forced, the source answers: the groups' last offsets come over
+
+
+def test_a_failover_flips_at_once_shields_and_measures_the_loss(sagas: Sagas) -> None:
+    policy = Policy(recovery_wait_s=60)
+
+    async def scenario(s: Sagas) -> Any:
+        handle = await s.start("Failover", SwitchRequest(["orders"], policy=policy))
+        await until(handle, lambda p: any(st.name == "probe old primary" for st in p.steps))
+        sagas.script.reachable = True  # the old primary answers again
+        result = await handle.result()
+        await capture(handle, "failover-switched")
+        return result
+
+    result = sagas.run(scenario)
+    calls = sagas.script.calls
+    assert calls[:7] == [
+        steps.PLAN, steps.PROBE, steps.LOCK, steps.FLIP, steps.AWAIT_ACKS, steps.MEASURE_LOSS, steps.UNLOCK,
+    ]  # fmt: skip
+    assert steps.BLOCK not in calls  # nothing to hold...
+    assert steps.DRAIN not in calls  # ...and nothing to drain from
+    flip = sagas.script.requests[steps.FLIP][0]
+    assert (flip.shield_source, flip.ends, flip.epochs) == (True, [], {"orders": 3})
+    assert [(p.topic, p.partition, p.records) for p in result.rpo] == [("orders", 0, 7), ("orders", 1, 7)]
+    assert result.lost_window_records == 14
+    assert calls[-1] == steps.FIND_LOST_WINDOW
