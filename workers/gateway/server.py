@@ -29,7 +29,7 @@ from opentelemetry import metrics
 from switchyard.config import Config, split_hostport
 from switchyard.errors import ConfigError, GatewayError
 from switchyard.identity import Identity
-from switchyard.model import LinkState
+from switchyard.model import ClusterState, LinkState
 from switchyard.routing.gateways import GatewayRegistration
 from switchyard.routing.layout import Layout, ensure_layout
 from switchyard.routing.snapshot import RoutingSnapshot
@@ -148,6 +148,7 @@ class Gateway:
         self._servers: dict[int | None, asyncio.Server] = {}
         self._sessions: set[ClientSession] = set()
         self._reported: set[tuple[str, int]] = set()
+        self._closed_clusters: set[str] = set()
         """Invalid links already logged (by id and epoch)."""
         self._epoch_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -250,6 +251,7 @@ class Gateway:
             woken = self.inflight.supersede(snapshot)
             if woken:
                 log.info("gateway %s: epoch %d answered %d long polls early", self.id, epoch, woken)
+            await self._leave_closed_clusters(snapshot)
             drained = asyncio.ensure_future(self.inflight.drained_before(epoch))
             try:
                 if not (await asyncio.wait({drained}, timeout=_SLOW_ACK_S))[0]:
@@ -267,6 +269,18 @@ class Gateway:
                 await asyncio.to_thread(self.registration.acknowledge, epoch)
             except Exception:
                 log.exception("gateway %s: cannot acknowledge epoch %d", self.id, epoch)
+
+    async def _leave_closed_clusters(self, snapshot: RoutingSnapshot) -> None:
+        """Drop every broker connection to a cluster that is shielded or down: a request waiting on a
+        failed cluster may never be answered, and must not hold the failover's acknowledgement. The
+        clients those requests came from are disconnected, reconnect, and retry where they are routed
+        now (what the failed cluster still does with them is its lost window)."""
+        closed = {c for c, cluster in snapshot.clusters.items() if cluster.state is not ClusterState.ACTIVE}
+        newly, self._closed_clusters = closed - self._closed_clusters, closed
+        if newly:
+            log.info("gateway %s: %s shielded or down: its broker connections are closed", self.id, newly)
+            for session in list(self._sessions):
+                await session.drop_upstreams(newly)
 
     # ---- answers the gateway gives itself
 

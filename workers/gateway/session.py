@@ -156,6 +156,14 @@ class ClientSession:
         """End the connection (gateway shutdown): the reader sees the end of the stream."""
         self.writer.close()
 
+    async def drop_upstreams(self, clusters: set[str]) -> None:
+        """Close this connection's broker connections to ``clusters``: what waits on them fails, and the
+        client, disconnected, retries where it is routed now."""
+        for key, upstream in list(self._upstreams.items()):
+            if upstream.cluster in clusters:
+                del self._upstreams[key]
+                await upstream.close()
+
     def check(self, now: float) -> None:
         """End the connection if it has run past a time-out (called by the gateway's watchdog)."""
         reason = self.intake.overdue(now)

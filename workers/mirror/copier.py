@@ -516,7 +516,8 @@ class LinkCopier:
                 st = self._partitions.get((topic, int(number)))
                 if st is None or partition.get("hi_offset", -1) < 0:
                     continue
-                st.source_end = partition["hi_offset"]
+                # ends only grow: librdkafka's figure for a paused partition is older than the one read
+                st.source_end = max(st.source_end, partition["hi_offset"])  # directly while paused
                 leader = answered.get(partition.get("leader", -1))
                 if leader is not None and partition.get("fetch_state") == "active":
                     st.fetched_at = leader

@@ -1,0 +1,151 @@
+"""An unplanned failover: the primary frozen (SIGSTOP of its broker — a partition, its data kept), the
+saga moving the application at once, measuring what the copy never got, and — once the primary is back
+— the exact lost window. On brokers of this module's own, so that freezing one disturbs nothing else."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.keys import BindingKey
+from switchyard.mirror.status import read_status
+from switchyard.model import ClusterState, LinkState
+from switchyard.routing.gateways import wait_for_acks
+from switchyard.routing.store import RoutingStore
+from switchyard.sagas.ids import saga_id
+from switchyard.stack import Stack
+from tests.helpers.live import Live
+from tests.helpers.services import PrivateService
+
+ACTOR = "user:test"
+
+
+@pytest.fixture(scope="module")
+def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrivateService, PrivateService]]:
+    directory = tmp_path_factory.mktemp("failover-brokers")
+    primary, standby = PrivateService.kafka(directory / "p"), PrivateService.kafka(directory / "s")
+    for broker in (primary, standby):
+        broker.start()
+    yield primary, standby
+    for broker in (primary, standby):
+        pid = broker.process.pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGCONT)
+        broker.stop()
+
+
+@pytest.fixture(scope="module")
+def live(
+    stack: Stack,
+    routing: RoutingStore,
+    stack_config: Config,
+    ledger_path: Path,
+    brokers: tuple[PrivateService, PrivateService],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Live]:
+    primary, standby = brokers
+    overrides = {
+        "SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP": primary.connect,
+        "SWITCHYARD__CLUSTERS__STANDBY__BOOTSTRAP": standby.connect,
+    }
+    deployment = Live(
+        stack_config, routing.layout.root, ledger_path, tmp_path_factory.mktemp("live"), overrides
+    )
+    deployment.start()
+    yield deployment
+    deployment.stop()
+
+
+def test_a_failover_moves_clients_at_once_and_accounts_for_every_record_left_behind(
+    live: Live, routing: RoutingStore, brokers: tuple[PrivateService, PrivateService]
+) -> None:
+    assert live.gateway is not None
+    primary, standby = brokers
+    app, topic, link = (
+        f"app-{uuid.uuid4().hex[:6]}",
+        f"ledger-{uuid.uuid4().hex[:6]}",
+        f"link-{uuid.uuid4().hex[:6]}",
+    )
+    kafka.create_topics(primary.connect, [topic], partitions=2)
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="test")
+    epoch = routing.set_binding(BindingKey.for_app(app), "primary", actor=ACTOR, reason="test")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    through = {"client.id": app}
+    sent = [kafka.Record(f"k{i}".encode(), f"v{i}".encode(), partition=i % 2) for i in range(200)]
+    assert kafka.produce(live.gateway.bootstrap, topic, sent, settings=through) == 200
+    wait_until(
+        lambda: kafka.ends_of(standby.connect, [(topic, 0), (topic, 1)]) == {(topic, 0): 100, (topic, 1): 100}
+    )
+
+    # the copy stops short: the mirror sees the primary's ends, copies nothing more
+    routing.set_link_state(link, LinkState.PAUSED, actor=ACTOR, reason="test")
+    wait_until(lambda: statuses(routing, link) == {"paused"})
+    never_copied = [
+        kafka.Record(b"late", f"late-{i}".encode(), partition=0 if i < 4 else 1) for i in range(7)
+    ]
+    kafka.produce(primary.connect, topic, never_copied)
+    wait_until(lambda: seen_ends(routing, link) == {(topic, 0): 104, (topic, 1): 103})
+
+    os.kill(primary.process.pid() or 0, signal.SIGSTOP)  # the primary stops answering, its data kept
+    started = time.monotonic()
+    saga = live.cli_in_background("failover", app, "--from", "primary", "--wait-recovery", "180", "--wait")
+    producer = Producer({"bootstrap.servers": live.gateway.bootstrap, "client.id": f"{app}@after"})
+    acked_at: list[float] = []
+    producer.produce(
+        topic,
+        b"after the failover",
+        on_delivery=lambda e, _m: acked_at.append(time.monotonic()) if e is None else None,
+    )
+    while not acked_at and time.monotonic() - started < 60:
+        producer.poll(0.1)
+    assert acked_at, "nothing could be produced after the failover"
+    to_standby_s = acked_at[0] - started
+    os.kill(primary.process.pid() or 0, signal.SIGCONT)  # back: the lost window can be measured
+    out, err = saga.communicate(timeout=300)
+    assert saga.returncode == 0, out + err
+    print(f"\nfailover: a record acknowledged on the standby {to_standby_s:.1f}s after the saga began\n{out}")
+
+    assert to_standby_s < 10
+    assert f"failover switched: {app}" in out
+    assert re.search(rf"RPO {topic}\[0\]: 4 records", out), out
+    assert re.search(rf"RPO {topic}\[1\]: 3 records", out), out
+    assert "lost window measured: 7 records" in out
+    assert routing.cluster("primary").state is ClusterState.SHIELDED  # type: ignore[union-attr]
+    assert routing.binding(BindingKey.for_app(app)).cluster == "standby"  # type: ignore[union-attr]
+    on_standby = kafka.read_partitions(standby.connect, topic)
+    assert sum(len(r) for r in on_standby.values()) == 201  # the copy, and the record written after
+    (run,) = routing.ledger.saga_runs(saga_id([app]))
+    assert run.outcome == "switched"
+    assert run.result is not None
+    assert run.result["lost_window_records"] == 7
+    assert sorted(p["copied_to"] for p in run.result["rpo"]) == [100, 100]
+
+
+def wait_until(check: object, timeout_s: float = 60) -> None:
+    assert callable(check)
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "never came to pass"
+        time.sleep(0.2)
+
+
+def statuses(routing: RoutingStore, link: str) -> set[str]:
+    return {p.state for m in read_status(routing.zk, routing.layout, link) for p in m.partitions}
+
+
+def seen_ends(routing: RoutingStore, link: str) -> dict[tuple[str, int], int]:
+    return {
+        (p.topic, p.partition): p.source_end
+        for m in read_status(routing.zk, routing.layout, link)
+        for p in m.partitions
+    }
