@@ -184,3 +184,53 @@ def test_a_second_saga_on_the_same_keys_is_refused_naming_the_first(
     assert ended.returncode == 8
     assert "rejected before the block by" in ended.stdout
     assert routing.binding(BindingKey.for_app(app)).state is BindingState.ACTIVE  # type: ignore[union-attr]
+
+
+def wait_for_approval(live: Live, saga: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while "waiting for an approval" not in (shown := live.cli("sagas", "show", saga)).stdout:
+        assert time.monotonic() < deadline, shown.stdout + shown.stderr
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("crash", ["worker-kill-9", "temporal-restart"])
+def test_a_saga_survives_its_worker_or_temporal_going_down_between_block_and_flip(
+    live: Live, routing: RoutingStore, stack_config: Config, stack: Stack, crash: str
+) -> None:
+    """Held before its flip (an approval it waits for), clients blocked: the worker is killed -9 and
+    another takes over — or the Temporal server restarts on the same history file — and the saga
+    finishes the switch with nothing lost."""
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, stack_config, partitions=2)
+    standby = stack_config.clusters["standby"].bootstrap
+    traffic = Traffic(live.gateway.bootstrap, app, topic, unique("group"), idempotent=True)
+    traffic.start()
+    saga = f"switchyard:{app}"
+    try:
+        traffic.wait_for(200)
+        started = live.cli("switchover", app, "--link", link, "--approval", "before-flip")
+        assert started.returncode == 0, started.stderr
+        wait_for_approval(live, saga)
+        assert routing.binding(BindingKey.for_app(app)).state is BindingState.BLOCKED  # type: ignore[union-attr]
+        if crash == "worker-kill-9":
+            live.kill_worker()
+            live.start_worker()
+        else:
+            temporal = next(s for s in stack.services if s.name == "temporal")
+            stack.process(temporal).stop()
+            stack.up()
+            wait_for_approval(live, saga)  # its history is back, still waiting
+        approved = live.cli("sagas", "approve", saga, "--reason", "go on")
+        assert approved.returncode == 0, approved.stdout + approved.stderr
+        done = live.cli("sagas", "show", saga, "--follow")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"switchover switched: {app}" in done.stdout
+        traffic.wait_for(200)
+    finally:
+        traffic.stop()
+    assert traffic.failed == []
+    assert sorted(traffic.acked) == list(range(traffic.sent))
+    on_standby = Counter(topic_ids(standby, topic))
+    assert set(on_standby) == set(traffic.acked)
+    assert max(on_standby.values()) == 1
+    print(f"\n{crash}: {judge_consumer(traffic)}")
