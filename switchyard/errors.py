@@ -133,6 +133,10 @@ class DrainTimeout(SagaError):
     """The copy did not reach the source's ends in time."""
 
 
+class CopyFailed(SagaError):
+    """The mirror stopped copying a partition (its status names the reason)."""
+
+
 class GroupActive(SagaError):
     """A consumer group that must move still has members on the target: its offsets there cannot be set."""
 

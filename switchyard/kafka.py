@@ -60,6 +60,19 @@ def create_topics(
                 raise KafkaOperationError(f"{bootstrap}: cannot create topic {name!r}: {exc}") from exc
 
 
+def delete_topic(bootstrap: str, name: str, *, timeout_s: float = 30.0) -> bool:
+    """Delete the topic; False when it was gone already."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    future = admin.delete_topics([name], operation_timeout=timeout_s, request_timeout=timeout_s)[name]
+    try:
+        future.result(timeout=timeout_s)
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return False
+        raise KafkaOperationError(f"{bootstrap}: cannot delete topic {name!r}: {exc}") from exc
+    return True
+
+
 def produce(
     bootstrap: str,
     topic: str,

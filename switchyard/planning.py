@@ -34,13 +34,13 @@ def plan_switch(store: RoutingStore, config: Config, request: PlanRequest) -> Pl
     plan = Plan(keys=[])
     try:
         _plan(store, config, request, plan)
-    except _Refused as refused:
+    except Refused as refused:
         plan.refusal = str(refused)
     return plan
 
 
-class _Refused(Exception):
-    pass
+class Refused(Exception):
+    """Why a saga must not start; the plan carries it instead of failing."""
 
 
 def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan) -> None:
@@ -51,9 +51,9 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
     for key in keys:
         bound = snapshot.bindings.get(key)
         plan.epochs[str(key)] = bound.epoch if bound else 0
-        cluster, state = _effective(key, snapshot, config.default_cluster)
+        cluster, state = effective(key, snapshot, config.default_cluster)
         if state is BindingState.BLOCKED:
-            raise _Refused(
+            raise Refused(
                 f"{key} is blocked (epoch {bound.epoch if bound else '?'}): another saga is switching it, or "
                 "one was interrupted (switchyard sagas list; switchyard bindings show)"
             )
@@ -62,7 +62,7 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
     elsewhere = {k: c for k, c in sources.items() if c != source}
     if elsewhere:
         where = ", ".join(f"{k} on {c}" for k, c in sorted(elsewhere.items()))
-        raise _Refused(f"the keys are not all on {source}: {where}; switch them separately")
+        raise Refused(f"the keys are not all on {source}: {where}; switch them separately")
     plan.source = source
     plan.checks.append(f"{len(keys)} keys, all routed to {source} now, none blocked")
 
@@ -72,7 +72,7 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
     target = snapshot.clusters.get(link.target)
     if target is None or target.state is not ClusterState.ACTIVE:
         why = target.state if target else "not registered"
-        raise _Refused(f"the target cluster {link.target} is {why}: it takes no new traffic")
+        raise Refused(f"the target cluster {link.target} is {why}: it takes no new traffic")
     plan.checks.append(f"target cluster {link.target} is active")
 
     plan.partitions = _partitions(config, link, unplanned=request.unplanned)
@@ -98,17 +98,17 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
 
 def _keys(texts: list[str]) -> list[BindingKey]:
     if not texts:
-        raise _Refused("no binding key given")
+        raise Refused("no binding key given")
     keys = []
     for text in dict.fromkeys(texts):
         try:
             keys.append(BindingKey.parse(text))
         except ValueError as exc:
-            raise _Refused(str(exc)) from None
+            raise Refused(str(exc)) from None
     return keys
 
 
-def _effective(key: BindingKey, snapshot: RoutingSnapshot, default: str) -> tuple[str, BindingState]:
+def effective(key: BindingKey, snapshot: RoutingSnapshot, default: str) -> tuple[str, BindingState]:
     """Where the key's traffic goes now, and in which state: its own binding, or the one that decides
     for it while it has none."""
     bound = snapshot.bindings.get(key)
@@ -129,7 +129,7 @@ def _link(
     if link_id is not None:
         link = snapshot.links.get(link_id)
         if link is None:
-            raise _Refused(f"link {link_id!r} does not exist (switchyard links list)")
+            raise Refused(f"link {link_id!r} does not exist (switchyard links list)")
         candidates = [link]
     else:
         candidates = [
@@ -138,26 +138,26 @@ def _link(
         ]  # fmt: skip
         if not candidates:
             toward = f" to {target}" if target else ""
-            raise _Refused(
+            raise Refused(
                 f"no link copies from {source}{toward}: without a copy on the target there is nothing to "
                 "switch to (switchyard links create)"
             )
         if len(candidates) > 1:
             names = ", ".join(sorted(k.id for k in candidates))
-            raise _Refused(f"several links leave {source} ({names}): name one with --link")
+            raise Refused(f"several links leave {source} ({names}): name one with --link")
     link = candidates[0]
     if link.source != source:
-        raise _Refused(f"link {link.id} copies from {link.source}, but the keys are on {source}")
+        raise Refused(f"link {link.id} copies from {link.source}, but the keys are on {source}")
     if target is not None and link.target != target:
-        raise _Refused(f"link {link.id} copies to {link.target}, not to {target}")
+        raise Refused(f"link {link.id} copies to {link.target}, not to {target}")
     if link.problem is not None:
-        raise _Refused(f"link {link.id} cannot be followed: {link.problem}")
+        raise Refused(f"link {link.id} cannot be followed: {link.problem}")
     if link.state is LinkState.PROMOTED:
-        raise _Refused(
+        raise Refused(
             f"link {link.id} is promoted already: its target took over (switch back along its reverse)"
         )
     if link.state is LinkState.PAUSED and not unplanned:
-        raise _Refused(f"link {link.id} is paused: resume it, so the copy can catch up before the switch")
+        raise Refused(f"link {link.id} is paused: resume it, so the copy can catch up before the switch")
     return link
 
 
@@ -167,9 +167,9 @@ def _partitions(config: Config, link: Link, *, unplanned: bool) -> list[Partitio
     try:
         found = kafka.partitions(config.clusters[cluster].bootstrap, link.copies)
     except KafkaOperationError as exc:
-        raise _Refused(f"cannot list the link's topics on {cluster}: {exc}") from exc
+        raise Refused(f"cannot list the link's topics on {cluster}: {exc}") from exc
     if not found:
-        raise _Refused(f"link {link.id} copies no topic: nothing to drain or promote")
+        raise Refused(f"link {link.id} copies no topic: nothing to drain or promote")
     return [Partition(t, p) for t, p in found]
 
 
@@ -180,13 +180,13 @@ def _mirror_follows(store: RoutingStore, link: Link, partitions: list[Partition]
             reported[(status.topic, status.partition)] = status
     missing = [str(p) for p in partitions if (p.topic, p.partition) not in reported]
     if missing:
-        raise _Refused(
+        raise Refused(
             f"no mirror process reports {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} of link "
             f"{link.id}: is a mirror running? (switchyard links status {link.id})"
         )
     failed = [f"{k[0]}[{k[1]}]: {s.error}" for k, s in sorted(reported.items()) if s.error]
     if failed:
-        raise _Refused(f"the mirror stopped copying {'; '.join(failed[:3])}")
+        raise Refused(f"the mirror stopped copying {'; '.join(failed[:3])}")
 
 
 def _unlocked(store: RoutingStore, keys: list[BindingKey], saga: str) -> None:
@@ -195,6 +195,6 @@ def _unlocked(store: RoutingStore, keys: list[BindingKey], saga: str) -> None:
         try:
             holder = locks.holder(key)
         except RoutingError as exc:
-            raise _Refused(str(exc)) from exc
+            raise Refused(str(exc)) from exc
         if holder is not None and holder.owner != saga:
-            raise _Refused(f"{key} is locked by saga {holder.owner} since {holder.acquired_at}")
+            raise Refused(f"{key} is locked by saga {holder.owner} since {holder.acquired_at}")

@@ -26,8 +26,8 @@ with workflow.unsafe.imports_passed_through():
         SOURCE_ATTRIBUTE,
         TARGET_ATTRIBUTE,
     )
-    from switchyard.sagas.requests import Decision, Progress, SagaResult, StepState
-    from switchyard.sagas.steps import SagaRecord
+    from switchyard.sagas.requests import Decision, PartitionState, Progress, SagaResult, StepState
+    from switchyard.sagas.steps import Plan, PlanRequest, SagaRecord
 
 Result = TypeVar("Result")
 
@@ -94,6 +94,13 @@ class SagaWorkflow:
             ]
         )
 
+    def _set_keys(self, keys: list[str]) -> None:
+        """The keys, once a saga has found them (a topic migration finds them from the topic)."""
+        self._progress.keys = list(keys)
+        workflow.upsert_search_attributes(
+            [SearchAttributeKey.for_keyword_list(KEYS_ATTRIBUTE).value_set(keys)]
+        )
+
     def _set_route(self, source: str, target: str, link: str) -> None:
         self._progress.source, self._progress.target, self._progress.link = source, target, link
         workflow.upsert_search_attributes(
@@ -145,6 +152,18 @@ class SagaWorkflow:
             raise
         self._mark(name, "done")
         return result
+
+    async def _plan(self, request: PlanRequest, result: SagaResult) -> Plan:
+        """The plan step; a refusal ends the saga with the reason, a plan sets where the saga goes."""
+        plan = await self._step("plan", steps.PLAN, request, Plan, timeout_s=60, give_up_s=300)
+        if plan.refusal is not None:
+            result.detail = plan.refusal
+            await self._fail(result, "SwitchRefused")
+        result.source, result.target, result.link = plan.source, plan.target, plan.link
+        result.partitions = len(plan.partitions)
+        self._set_route(plan.source, plan.target, plan.link)
+        self._progress.partitions = [PartitionState(p.topic, p.partition) for p in plan.partitions]
+        return plan
 
     async def _await_approval(self, where: str, timeout_s: float) -> Decision:
         """Wait for an operator's decision at ``where``; a rejection or no decision in time abandons."""

@@ -56,13 +56,7 @@ class Failover(SagaWorkflow):
         asked = PlanRequest(
             saga, Kind.FAILOVER, request.keys, request.target, request.link, request.source, True
         )
-        plan = await self._step("plan", steps.PLAN, asked, Plan, timeout_s=60, give_up_s=300)
-        if plan.refusal is not None:
-            result.detail = plan.refusal
-            await self._fail(result, "SwitchRefused")
-        result.source, result.target, result.link = plan.source, plan.target, plan.link
-        result.partitions = len(plan.partitions)
-        self._set_route(plan.source, plan.target, plan.link)
+        plan = await self._plan(asked, result)
 
         probe = await self._step(
             "probe source", steps.PROBE, ProbeRequest(plan.source), Probe, timeout_s=30, give_up_s=120

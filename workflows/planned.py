@@ -23,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
     from switchyard.sagas import steps
     from switchyard.sagas.requests import (
         ApprovalPoint,
-        PartitionState,
         SagaResult,
         SwitchRequest,
     )
@@ -79,22 +78,26 @@ class PlannedSwitch(SagaWorkflow):
         self._blocked_at: datetime | None = None
 
     async def _switch(self, request: SwitchRequest, kind: str) -> SagaResult:
-        info = workflow.info()
-        saga, started = info.workflow_id, workflow.now()
         self._begin(kind, request.keys, STEPS)
         await self._record("started", keys=request.keys, actor=request.actor, reason=request.reason)
-        result = SagaResult(saga, kind, request.keys, "refused")
-        plan = await self._step(
-            "plan", steps.PLAN, PlanRequest(saga, kind, request.keys, request.target, request.link), Plan,
-            timeout_s=60, give_up_s=300,
-        )  # fmt: skip
-        if plan.refusal is not None:
-            result.detail = plan.refusal
-            await self._fail(result, "SwitchRefused")
-        result.source, result.target, result.link = plan.source, plan.target, plan.link
-        result.partitions = len(plan.partitions)
-        self._set_route(plan.source, plan.target, plan.link)
-        self._progress.partitions = [PartitionState(p.topic, p.partition) for p in plan.partitions]
+        result = SagaResult(workflow.info().workflow_id, kind, request.keys, "refused")
+        await self._move(request, result, kind, workflow.now())
+        return await self._finish(result)
+
+    async def _move(  # noqa: PLR0917 - what differs between the sagas that switch
+        self,
+        request: SwitchRequest,
+        result: SagaResult,
+        kind: str,
+        started: datetime,
+        reverse: str = "",
+        left: str = "",
+    ) -> Plan:
+        """Switch ``request.keys`` and fill ``result`` in; a refusal or a compensated failure ends the
+        saga. ``started`` is what the RTO counts from, ``reverse`` names the reverse link, ``left``
+        says what a compensation leaves in place."""
+        saga = workflow.info().workflow_id
+        plan = await self._plan(PlanRequest(saga, kind, request.keys, request.target, request.link), result)
 
         undo = Compensations()
         try:
@@ -109,10 +112,14 @@ class PlannedSwitch(SagaWorkflow):
                 raise  # the flip landed after all; a rerun of the saga finds it done
             failed = [f"{name}: {reason(r)}" for name, r in undone if isinstance(r, BaseException)]
             result.outcome = "compensated"
-            result.detail = f"switch abandoned before the flip: {why}" + (
-                f"; compensation failed ({'; '.join(failed)})"
-                if failed
-                else "; keys unblocked where they were"
+            result.detail = (
+                f"switch abandoned before the flip: {why}"
+                + (
+                    f"; compensation failed ({'; '.join(failed)})"
+                    if failed
+                    else "; keys unblocked where they were"
+                )
+                + (f"; {left}" if left else "")
             )
             for step_state in self._progress.steps:
                 if step_state.state == "done" and step_state.name in ("lock", "block"):
@@ -120,7 +127,9 @@ class PlannedSwitch(SagaWorkflow):
             await self._fail(result, "SwitchAbandoned")
             raise  # not reached: _fail raises
 
-        return await self._after_the_flip(request, plan, moved, flipped, result, started)
+        reverse = reverse or f"{plan.target}-to-{plan.source}-e{flipped.epoch}"
+        await self._after_the_flip(request, moved, flipped, result, started, reverse)
+        return plan
 
     async def _up_to_the_flip(self, request: SwitchRequest, plan: Plan, undo: Compensations) -> _Moved:
         saga, policy = workflow.info().workflow_id, request.policy
@@ -188,20 +197,19 @@ class PlannedSwitch(SagaWorkflow):
     async def _after_the_flip(  # noqa: PLR0917 - the saga's state, handed from one half to the other
         self,
         request: SwitchRequest,
-        plan: Plan,
         moved: _Moved,
         flipped: Flipped,
         result: SagaResult,
         started: datetime,
-    ) -> SagaResult:
-        saga = workflow.info().workflow_id
+        reverse: str,
+    ) -> None:
+        saga, plan = workflow.info().workflow_id, moved.plan
         acks_s = request.policy.acks_timeout_s
         acked = await self._step(
             "acknowledged", steps.AWAIT_ACKS, AcksRequest(flipped.epoch, acks_s), Acked,
             timeout_s=acks_s + 30, heartbeat_s=10, give_up_s=FOREVER_S,
         )  # fmt: skip
         flipped_at = workflow.now()
-        reverse = f"{plan.target}-to-{plan.source}-e{flipped.epoch}"
         try:
             reversed_link = await self._step(
                 "reverse link", steps.REVERSE, ReverseRequest(saga, plan.link, reverse), Reversed,
@@ -230,7 +238,6 @@ class PlannedSwitch(SagaWorkflow):
         result.records_copied = moved.drained.records
         result.groups_synced = moved.synced.written + moved.synced.unchanged
         result.verdict = moved.verdict
-        return await self._finish(result)
 
     async def _undo(self, activity: str, request: object, result_type: type) -> object:
         """A compensation: retried for a long while, since leaving keys blocked is the worst outcome."""

@@ -20,14 +20,28 @@ from switchyard import temporal
 from switchyard.cli.base import Group, actor_option, cli, config_of, reason_option, store_of
 from switchyard.config import Config
 from switchyard.errors import SwitchyardError
+from switchyard.migration import find_users
 from switchyard.planning import plan_switch
-from switchyard.sagas.ids import saga_id
-from switchyard.sagas.requests import ApprovalPoint, Decision, Kind, Policy, Progress, SwitchRequest
-from switchyard.sagas.steps import PlanRequest
+from switchyard.sagas.ids import migration_id, migration_link, saga_id
+from switchyard.sagas.requests import (
+    ApprovalPoint,
+    Decision,
+    Kind,
+    MigrationRequest,
+    Policy,
+    Progress,
+    SwitchRequest,
+)
+from switchyard.sagas.steps import PlanRequest, UsersRequest
 from switchyard.table import render
 
 T = TypeVar("T")
-WORKFLOW_TYPES = {Kind.SWITCHOVER: "Switchover", Kind.SWITCHBACK: "Switchback", Kind.FAILOVER: "Failover"}
+WORKFLOW_TYPES = {
+    Kind.SWITCHOVER: "Switchover",
+    Kind.SWITCHBACK: "Switchback",
+    Kind.FAILOVER: "Failover",
+    Kind.MIGRATION: "TopicMigration",
+}
 _POLL_S = 0.5
 
 
@@ -161,7 +175,10 @@ def _start(
         keys, target=target, link=link, source=extra.get("source"), force=bool(extra.get("force")),
         actor=actor, reason=reason, policy=policy,
     )  # fmt: skip
-    workflow_id = saga_id(keys)
+    _launch(config, kind, saga_id(keys), request, wait=wait)
+
+
+def _launch(config: Config, kind: Kind, workflow_id: str, request: object, *, wait: bool) -> None:
     _run(_start_saga(config, kind, workflow_id, request))
     click.echo(f"{kind} {workflow_id} started: {ui_link(config, workflow_id)}")
     if wait:
@@ -170,7 +187,7 @@ def _start(
         click.echo(f"follow it: switchyard sagas show '{workflow_id}'")
 
 
-async def _start_saga(config: Config, kind: Kind, workflow_id: str, request: SwitchRequest) -> None:
+async def _start_saga(config: Config, kind: Kind, workflow_id: str, request: object) -> None:
     from temporalio.common import WorkflowIDConflictPolicy
     from temporalio.exceptions import WorkflowAlreadyStartedError
 
@@ -218,6 +235,69 @@ def _dry_run(
         click.echo("  would: lock, block, check the fence, drain, sync groups, check, flip, reverse the link")
 
 
+@cli.command("migrate-topic")
+@click.argument("topic")
+@click.option("--to", "target", required=True, help="The cluster the topic moves to.")
+@click.option(
+    "--seen-within", "within_s", type=float, default=600.0, show_default=True,
+    help="Seconds: applications a gateway saw use the topic this recently move with it.",
+)  # fmt: skip
+@click.option(
+    "--keep-source", is_flag=True, help="Keep the topic on the source (copied back), never delete it."
+)
+@click.option("--wait", is_flag=True, help="Follow the saga's steps until it ends.")
+@click.option(
+    "--dry-run", is_flag=True, help="Print who would move and what would be refused; change nothing."
+)
+@click.option(
+    "--approval",
+    type=click.Choice([a.value for a in ApprovalPoint]),
+    help="Also wait for an approval in the switch (retiring the source always waits for one).",
+)
+@actor_option
+@reason_option
+@click.pass_context
+def migrate_topic(  # noqa: PLR0917 - one per option
+    ctx: click.Context, topic: str, target: str, within_s: float, keep_source: bool, wait: bool,
+    dry_run: bool, approval: str | None, actor: str, reason: str,
+) -> None:  # fmt: skip
+    """Move TOPIC to another cluster with every application the gateways saw use it.
+
+    Its producers' and consumers' topic keys (App#TOPIC) and their groups' keys (App##group) switch
+    the planned way; the topic on the source is deleted only after an approval
+    (switchyard sagas approve).
+    """
+    config = config_of(ctx)
+    if dry_run:
+        _dry_run_migration(ctx, config, topic, target, within_s)
+        return
+    policy = policy_of(config, Kind.MIGRATION, approval=approval)
+    policy.retire_source = not keep_source
+    request = MigrationRequest(topic, target, actor, reason, active_within_s=within_s, policy=policy)
+    _launch(config, Kind.MIGRATION, migration_id(topic), request, wait=wait)
+
+
+def _dry_run_migration(ctx: click.Context, config: Config, topic: str, target: str, within_s: float) -> None:
+    with store_of(ctx) as store:
+        found = find_users(
+            store, config, UsersRequest(topic, target, migration_link(topic, target), within_s)
+        )
+    click.echo(f"topic migration of {topic} to {target} (dry run: nothing changes)")
+    for user in found.users:
+        click.echo(f"  {user.role:<8} {user.app}{f' in group {user.group}' if user.group else ''}")
+    if found.keys:
+        click.echo(f"  keys that move: {', '.join(found.keys)}")
+    for check in found.checks:
+        click.echo(f"  ok: {check}")
+    if found.refusal:
+        click.echo(f"  refused: {found.refusal}")
+        ctx.exit(5)
+    click.echo(
+        f"  would: copy {topic} along link {migration_link(topic, target)}, switch the keys, then wait "
+        "for an approval to delete it on the source"
+    )
+
+
 async def _follow(config: Config, workflow_id: str) -> None:
     """Show each step as it changes, then the result (or why the saga ended without one)."""
     from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
@@ -263,7 +343,9 @@ def _print_result(result: dict[str, Any]) -> None:
     click.echo(f"{result['kind']} {result['outcome']}: {', '.join(result['keys'])}")
     if result.get("source"):
         click.echo(f"  {result['source']} -> {result['target']} (link {result['link']})")
-    if result["outcome"] == "switched":
+    if result.get("moved"):
+        click.echo(f"  moved with the topic: {', '.join(result['moved'])}")
+    if result["outcome"] in ("switched", "migrated"):
         click.echo(
             f"  RTO {result['rto_ms'] / 1000:.2f}s, clients held {result['pause_ms'] / 1000:.2f}s; "
             f"{result['partitions']} partitions, {result['records_copied']} records copied, "

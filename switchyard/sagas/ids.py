@@ -33,6 +33,12 @@ def migration_id(topic: str) -> str:
     return f"{PREFIX}:{Kind.MIGRATION}:{topic}"
 
 
+def migration_link(topic: str, target: str) -> str:
+    """A topic migration's link: the same for every run on the topic and target, so a rerun takes up the
+    copy an earlier one made."""
+    return f"migrate-{topic}-to-{target}"
+
+
 def step_request_id(run_id: str, step: str) -> str:
     """The request id a step's routing change carries: the same on every retry of the step, and never
     the same in two runs of a saga (a switchback runs under the switchover's workflow id)."""

@@ -69,6 +69,8 @@ class MigrationRequest:
     reason: str = ""
     active_within_s: float = 600.0
     """Applications count as using the topic if a gateway saw them within this many seconds."""
+    copy_timeout_s: float = 6 * 3600.0
+    """How long the topic's first copy may take to catch up with the source."""
     policy: Policy = field(default_factory=Policy)
 
 

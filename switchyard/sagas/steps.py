@@ -324,6 +324,9 @@ class SagaRecord:
 @dataclass
 class UsersRequest:
     topic: str
+    target: str
+    link: str
+    """The migration's link (once made, a retry accepts the copy it started on the target)."""
     within_s: float
 
 
@@ -333,15 +336,18 @@ class TopicUser:
     role: str
     """produce or consume."""
     group: str | None = None
-    instance: str | None = None
 
 
 @dataclass
 class TopicUsers:
     topic: str
-    users: list[TopicUser]
+    users: list[TopicUser] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    """The users' topic keys (``AppID#Topic``) and their groups' keys (``AppID##Group``): what moves."""
     source: str = ""
-    """The cluster the topic's users are bound to now."""
+    """The cluster the topic's users are routed to now."""
+    partitions: int = 0
+    checks: list[str] = field(default_factory=list)
     refusal: str | None = None
 
 
@@ -352,13 +358,17 @@ class MigrationLinkRequest:
     source: str
     target: str
     link: str
-    drain_timeout_s: float
+    caught_up_s: float
+    """Caught up when every partition was last fully copied at most this many seconds ago."""
+    timeout_s: float
 
 
 @dataclass
 class MigrationLink:
     link: str
     partitions: int
+    records: int
+    """Source records copied when it caught up."""
 
 
 @dataclass
@@ -366,4 +376,13 @@ class RetireRequest:
     saga_id: str
     topic: str
     cluster: str
-    link: str
+    """The cluster the topic leaves."""
+    links: list[str]
+    """The migration's links, removed first (the promoted one, and its reverse)."""
+    delete_topic: bool
+
+
+@dataclass
+class Retired:
+    links: list[str]
+    topic_deleted: bool

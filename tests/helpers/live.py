@@ -3,14 +3,17 @@ routing root, a ledger and a task queue of the test's own — and the CLI, as an
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from switchyard import temporal
 from switchyard.config import Config
 from tests.helpers.processes import GatewayProcess, MirrorProcess, WorkerProcess
 
@@ -98,3 +101,30 @@ class Live:
             stderr=subprocess.PIPE,
             text=True,
         )
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def wait_for_approval(live: Live, saga: str, timeout_s: float = 60) -> None:
+    """Until ``sagas show`` says the saga waits for an approval."""
+    deadline = time.monotonic() + timeout_s
+    while "waiting for an approval" not in (shown := live.cli("sagas", "show", saga)).stdout:
+        assert time.monotonic() < deadline, shown.stdout + shown.stderr
+        time.sleep(0.5)
+
+
+def capture(live: Live, workflow_id: str, run_id: str, name: str) -> None:
+    """Write a saga's history for the replay tests when $SWITCHYARD_CAPTURE_HISTORIES asks for it."""
+    directory = os.environ.get("SWITCHYARD_CAPTURE_HISTORIES")
+    if not directory:
+        return
+
+    async def fetch() -> str:
+        client = await temporal.connect(live.config)
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        return history.to_json()
+
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    (Path(directory) / f"{name}.json").write_text(asyncio.run(fetch()))

@@ -24,7 +24,7 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.stack import Stack
-from tests.helpers.live import Live
+from tests.helpers.live import Live, capture
 from tests.helpers.services import PrivateService
 
 ACTOR = "user:test"
@@ -129,6 +129,7 @@ def test_a_failover_moves_clients_at_once_and_accounts_for_every_record_left_beh
     assert run.result is not None
     assert run.result["lost_window_records"] == 7
     assert sorted(p["copied_to"] for p in run.result["rpo"]) == [100, 100]
+    capture(live, run.saga_id, run.run_id, "failover-live")
 
 
 def wait_until(check: object, timeout_s: float = 60) -> None:

@@ -122,14 +122,7 @@ def test_live_traffic_follows_a_switch(
         while len(traffic.acked) < after_flip + 500 and time.monotonic() < deadline:
             time.sleep(0.1)
     finally:
-        traffic.stop_producing.set()
-        traffic.threads[0].join(90)
-
-    deadline = time.monotonic() + 90
-    while not set(traffic.acked) <= set(traffic.received) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    traffic.stop_consuming.set()
-    traffic.threads[1].join(30)
+        traffic.stop()
 
     # what the producer saw
     assert traffic.failed == []

@@ -3,12 +3,8 @@ CLI as an operator runs it — and what the application saw."""
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -24,28 +20,11 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.stack import Stack
-from tests.helpers.live import Live
+from tests.helpers.live import Live, capture, unique, wait_for_approval
 from tests.helpers.threads import Worker
 from tests.helpers.traffic import Traffic, judge_consumer, topic_ids
 
 ACTOR = "user:test"
-
-
-@pytest.fixture(scope="module")
-def live(
-    stack: Stack,
-    routing: RoutingStore,
-    stack_config: Config,
-    ledger_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Live]:
-    deployment = Live(stack_config, routing.layout.root, ledger_path, tmp_path_factory.mktemp("live")).start()
-    yield deployment
-    deployment.stop()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
 def prepare(
@@ -63,24 +42,6 @@ def prepare(
         assert time.monotonic() < deadline, "the mirror never took up the link"
         time.sleep(0.2)
     return app, topic, link
-
-
-def capture(live: Live, workflow_id: str, run_id: str, name: str) -> None:
-    """Write a saga's history for the replay tests when $SWITCHYARD_CAPTURE_HISTORIES asks for it."""
-    directory = os.environ.get("SWITCHYARD_CAPTURE_HISTORIES")
-    if not directory:
-        return
-    import asyncio
-
-    from switchyard import temporal
-
-    async def fetch() -> str:
-        client = await temporal.connect(live.config)
-        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        return history.to_json()
-
-    Path(directory).mkdir(parents=True, exist_ok=True)
-    (Path(directory) / f"{name}.json").write_text(asyncio.run(fetch()))
 
 
 def test_a_switchover_and_its_switchback_lose_and_double_nothing(
@@ -186,13 +147,6 @@ def test_a_second_saga_on_the_same_keys_is_refused_naming_the_first(
     assert routing.binding(BindingKey.for_app(app)).state is BindingState.ACTIVE  # type: ignore[union-attr]
 
 
-def wait_for_approval(live: Live, saga: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while "waiting for an approval" not in (shown := live.cli("sagas", "show", saga)).stdout:
-        assert time.monotonic() < deadline, shown.stdout + shown.stderr
-        time.sleep(0.5)
-
-
 @pytest.mark.parametrize("crash", ["worker-kill-9", "temporal-restart"])
 def test_a_saga_survives_its_worker_or_temporal_going_down_between_block_and_flip(
     live: Live, routing: RoutingStore, stack_config: Config, stack: Stack, crash: str
@@ -234,3 +188,5 @@ def test_a_saga_survives_its_worker_or_temporal_going_down_between_block_and_fli
     assert set(on_standby) == set(traffic.acked)
     assert max(on_standby.values()) == 1
     print(f"\n{crash}: {judge_consumer(traffic)}")
+    runs = routing.ledger.saga_runs(saga)
+    capture(live, saga, runs[0].run_id, f"switchover-{crash}")

@@ -15,10 +15,13 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import RetryPolicy
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.verification import VerifyOutcome, VerifyRequest, verify_link
+from activities.deps import Deps
+from activities.verification import VerificationActivities
 from switchyard import kafka
-from switchyard.config import Config
+from switchyard.config import Config, load_config
 from switchyard.routing.store import RoutingStore
+from switchyard.sagas import steps
+from switchyard.sagas.steps import VerifyOutcome, VerifyRequest
 from tests.helpers.processes import command_line, descendants
 
 N = 30
@@ -31,8 +34,9 @@ class VerifyOnce:
     @workflow.run
     async def run(self, request: VerifyRequest) -> VerifyOutcome:
         return await workflow.execute_activity(
-            verify_link,
+            steps.VERIFY,
             request,
+            result_type=VerifyOutcome,
             start_to_close_timeout=timedelta(minutes=5),
             heartbeat_timeout=timedelta(seconds=20),
             retry_policy=RetryPolicy(maximum_attempts=1),
@@ -41,7 +45,7 @@ class VerifyOnce:
 
 def config_file(
     stack_config: Config, routing: RoutingStore, ledger_path: Path, directory: Path, **spark: str
-) -> str:
+) -> Config:
     """The session stack's configuration with this module's routing root and ledger (and Spark settings)."""
     assert stack_config.source is not None
     data = yaml.safe_load(stack_config.source.read_text())
@@ -50,7 +54,7 @@ def config_file(
     data["spark"] = {"master": "local[1]", **spark}
     path = directory / f"switchyard-{uuid.uuid4().hex[:6]}.yaml"
     path.write_text(yaml.safe_dump(data))
-    return str(path)
+    return load_config(path)
 
 
 @pytest.fixture
@@ -69,22 +73,31 @@ def clean_link(routing: RoutingStore, stack_config: Config) -> str:
 
 
 async def run_workflow(
-    stack_config: Config, request: VerifyRequest, *, cancel_when_running: bool = False
+    config: Config, request: VerifyRequest, *, cancel_when_running: bool = False
 ) -> VerifyOutcome:
-    client = await Client.connect(stack_config.temporal.address, namespace=stack_config.temporal.namespace)
+    """Run the activity as the worker does: on dependencies built once from ``config``."""
+    client = await Client.connect(config.temporal.address, namespace=config.temporal.namespace)
     queue = f"verify-{uuid.uuid4().hex[:6]}"
-    async with Worker(client, task_queue=queue, workflows=[VerifyOnce], activities=[verify_link],
-                      workflow_runner=UnsandboxedWorkflowRunner()):  # fmt: skip
-        handle = await client.start_workflow(
-            VerifyOnce.run, request, id=f"verify-{request.run_id}", task_queue=queue
-        )
-        if cancel_when_running:
-            deadline = time.monotonic() + 60
-            while not job_processes():
-                assert time.monotonic() < deadline, "the Spark job never started"
-                await asyncio.sleep(0.2)
-            await handle.cancel()
-        return await handle.result()
+    deps = Deps.build(config)
+    activities = [VerificationActivities(deps).verify_link]
+    # the stand-in workflow lives next to test code that uses Kafka: not for the sandbox
+    runner = UnsandboxedWorkflowRunner()
+    try:
+        async with Worker(
+            client, task_queue=queue, workflows=[VerifyOnce], activities=activities, workflow_runner=runner
+        ):
+            handle = await client.start_workflow(
+                VerifyOnce.run, request, id=f"verify-{request.run_id}", task_queue=queue
+            )
+            if cancel_when_running:
+                deadline = time.monotonic() + 60
+                while not job_processes():
+                    assert time.monotonic() < deadline, "the Spark job never started"
+                    await asyncio.sleep(0.2)
+                await handle.cancel()
+            return await handle.result()
+    finally:
+        deps.close()
 
 
 def job_processes() -> list[int]:
@@ -95,10 +108,8 @@ def job_processes() -> list[int]:
 def test_the_activity_verifies_and_records_once(
     clean_link: str, routing: RoutingStore, stack_config: Config, ledger_path: Path, tmp_path: Path
 ) -> None:
-    request = VerifyRequest(
-        str(uuid.uuid4()), clean_link, config_path=config_file(stack_config, routing, ledger_path, tmp_path)
-    )
-    outcome = asyncio.run(run_workflow(stack_config, request))
+    request = VerifyRequest(str(uuid.uuid4()), clean_link)
+    outcome = asyncio.run(run_workflow(config_file(stack_config, routing, ledger_path, tmp_path), request))
     assert (outcome.verdict, outcome.records, outcome.divergent_partitions) == ("clean", N, [])
     recorded = routing.ledger.verification(request.run_id)
     assert recorded is not None
@@ -108,11 +119,10 @@ def test_the_activity_verifies_and_records_once(
 def test_cancelling_the_saga_stops_the_spark_job(
     clean_link: str, routing: RoutingStore, stack_config: Config, ledger_path: Path, tmp_path: Path
 ) -> None:
-    request = VerifyRequest(
-        str(uuid.uuid4()), clean_link, config_path=config_file(stack_config, routing, ledger_path, tmp_path)
-    )
+    request = VerifyRequest(str(uuid.uuid4()), clean_link)
+    config = config_file(stack_config, routing, ledger_path, tmp_path)
     with pytest.raises(WorkflowFailureError) as failed:
-        asyncio.run(run_workflow(stack_config, request, cancel_when_running=True))
+        asyncio.run(run_workflow(config, request, cancel_when_running=True))
     assert "cancel" in str(failed.value.cause).lower()
     deadline = time.monotonic() + 30
     while job_processes():
@@ -124,10 +134,10 @@ def test_cancelling_the_saga_stops_the_spark_job(
 def test_a_failed_job_fails_the_activity_with_sparks_error(
     clean_link: str, routing: RoutingStore, stack_config: Config, ledger_path: Path, tmp_path: Path
 ) -> None:
-    path = config_file(stack_config, routing, ledger_path, tmp_path, master="nowhere://at-all")
-    request = VerifyRequest(str(uuid.uuid4()), clean_link, config_path=path)
+    config = config_file(stack_config, routing, ledger_path, tmp_path, master="nowhere://at-all")
+    request = VerifyRequest(str(uuid.uuid4()), clean_link)
     with pytest.raises(WorkflowFailureError) as failed:
-        asyncio.run(run_workflow(stack_config, request))
+        asyncio.run(run_workflow(config, request))
     cause = failed.value.cause  # the workflow's ActivityError, then the activity's ApplicationError
     while cause is not None and getattr(cause, "type", None) != "SparkJobFailed":
         cause = getattr(cause, "cause", None)

@@ -45,17 +45,24 @@ from switchyard.sagas.steps import (
     LossRequest,
     LostWindowOutcome,
     LostWindowRequest,
+    MigrationLink,
+    MigrationLinkRequest,
     Partition,
     PartitionEnd,
     Plan,
     PlanRequest,
     Probe,
     ProbeRequest,
+    Retired,
+    RetireRequest,
     Reversed,
     ReverseRequest,
     SagaRecord,
+    TopicUser,
+    TopicUsers,
     Unblocked,
     UnblockRequest,
+    UsersRequest,
     VerifyOutcome,
     VerifyRequest,
 )
@@ -99,6 +106,9 @@ class Script:
                 lambda r: LostWindowOutcome(r.run_id, 14, {"orders[0]": 7, "orders[1]": 7}),
             ),
             steps.RECORD: (SagaRecord, lambda _: None),
+            steps.TOPIC_USERS: (UsersRequest, self._users),
+            steps.PREPARE_MIGRATION: (MigrationLinkRequest, lambda r: MigrationLink(r.link, 2, 180)),
+            steps.RETIRE_TOPIC: (RetireRequest, lambda r: Retired(r.links, r.delete_topic)),
         }
         return [self._stand_in(name, kind, answer) for name, (kind, answer) in answers.items()]
 
@@ -119,6 +129,13 @@ class Script:
     @staticmethod
     def _loss(request: LossRequest) -> Loss:
         return Loss([PartitionLoss(e.topic, e.partition, e.end + 7, e.end) for e in request.final])
+
+    def _users(self, request: UsersRequest) -> TopicUsers:
+        if self.refusal:
+            return TopicUsers(request.topic, refusal=self.refusal)
+        users = [TopicUser("shop", "produce"), TopicUser("billing", "consume", "billing")]
+        keys = ["billing##billing", f"billing#{request.topic}", f"shop#{request.topic}"]
+        return TopicUsers(request.topic, users, keys, "primary", 2, ["stand-in users"])
 
     def _plan(self, request: Any) -> Plan:
         epochs = {k: 3 for k in request.keys}

@@ -20,8 +20,8 @@ HISTORIES = sorted(Path(__file__).with_name("histories").glob("*.json"))
 
 
 def test_there_are_histories_of_every_saga() -> None:
-    kinds = {path.name.split("-")[0] for path in HISTORIES}
-    assert {"switchover", "switchback", "failover"} <= kinds, kinds
+    kinds = {path.stem.rsplit("-", 1)[0] for path in HISTORIES}
+    assert {"switchover", "switchback", "failover", "topic-migration"} <= kinds, kinds
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)

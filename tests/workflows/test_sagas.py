@@ -11,7 +11,14 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpda
 from temporalio.exceptions import ApplicationError
 
 from switchyard.sagas import steps
-from switchyard.sagas.requests import ApprovalPoint, Decision, Policy, Progress, SwitchRequest
+from switchyard.sagas.requests import (
+    ApprovalPoint,
+    Decision,
+    MigrationRequest,
+    Policy,
+    Progress,
+    SwitchRequest,
+)
 from tests.workflows.conftest import Sagas, capture, refused
 
 PLANNED = [
@@ -26,6 +33,18 @@ def failure(exc: WorkflowFailureError) -> tuple[str, dict[str, Any]]:
     cause = exc.cause
     assert isinstance(cause, ApplicationError), cause
     return str(cause.type), cause.details[0]
+
+
+def fails(sagas: Sagas, workflow: str, request: Any) -> tuple[str, dict[str, Any]]:
+    """Run the saga to its failure: the failure's type and the result it carries."""
+
+    async def scenario(s: Sagas) -> WorkflowFailureError:
+        handle = await s.start(workflow, request)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        return failed.value
+
+    return failure(sagas.run(scenario))
 
 
 async def progress(handle: WorkflowHandle[Any, Any]) -> Progress:
@@ -101,13 +120,7 @@ def test_a_failure_before_the_flip_unblocks_and_unlocks_in_reverse(sagas: Sagas)
 def test_a_refused_plan_changes_nothing(sagas: Sagas) -> None:
     sagas.script.refusal = "no link copies from primary to dr"
 
-    async def scenario(s: Sagas) -> WorkflowFailureError:
-        handle = await s.start("Switchover", SwitchRequest(["orders"], target="dr"))
-        with pytest.raises(WorkflowFailureError) as failed:
-            await handle.result()
-        return failed.value
-
-    kind, result = failure(sagas.run(scenario))
+    kind, result = fails(sagas, "Switchover", SwitchRequest(["orders"], target="dr"))
     assert (kind, result["outcome"], result["detail"]) == (
         "SwitchRefused",
         "refused",
@@ -167,13 +180,7 @@ def test_an_approval_lets_the_switch_go_on(sagas: Sagas) -> None:
 def test_an_approval_not_given_in_time_compensates(sagas: Sagas) -> None:
     policy = Policy(approval=ApprovalPoint.BEFORE_FLIP, approval_timeout_s=1)
 
-    async def scenario(s: Sagas) -> WorkflowFailureError:
-        handle = await s.start("Switchover", SwitchRequest(["orders"], policy=policy))
-        with pytest.raises(WorkflowFailureError) as failed:
-            await handle.result()
-        return failed.value
-
-    kind, result = failure(sagas.run(scenario))
+    kind, result = fails(sagas, "Switchover", SwitchRequest(["orders"], policy=policy))
     assert kind == "SwitchAbandoned"
     assert "no approval before the flip within 1s" in result["detail"]
     assert sagas.script.calls[-2:] == BEFORE_THE_FLIP_UNDONE
@@ -238,3 +245,69 @@ def test_a_failover_flips_at_once_shields_and_measures_the_loss(sagas: Sagas) ->
     assert [(p.topic, p.partition, p.records) for p in result.rpo] == [("orders", 0, 7), ("orders", 1, 7)]
     assert result.lost_window_records == 14
     assert calls[-1] == steps.FIND_LOST_WINDOW
+
+
+MIGRATION = [steps.TOPIC_USERS, steps.PREPARE_MIGRATION, *PLANNED]
+
+
+def test_a_topic_migration_moves_every_user_and_retires_the_source_once_approved(sagas: Sagas) -> None:
+    async def scenario(s: Sagas) -> Any:
+        handle = await s.start("TopicMigration", MigrationRequest("orders", "standby", actor="user:test"))
+        waiting = await until(handle, lambda p: p.awaiting_approval is not None)
+        assert waiting.awaiting_approval == "before retiring the source copy"
+        assert sagas.script.calls == MIGRATION  # the clients moved; the source copy waits
+        approval = Decision("user:owner", "nobody reads it there")
+        await handle.execute_update("approve", approval, result_type=str)
+        result = await handle.result()
+        await capture(handle, "topic-migration-retired")
+        return result
+
+    result = sagas.run(scenario)
+    assert sagas.script.calls == [*MIGRATION, steps.RETIRE_TOPIC]
+    assert result.outcome == "migrated"
+    assert result.moved == ["billing##billing", "billing#orders", "shop#orders"]
+    assert sagas.script.requests[steps.PLAN][0].keys == result.moved
+    assert sagas.script.requests[steps.PLAN][0].link == "migrate-orders-to-standby"
+    assert sagas.script.requests[steps.REVERSE][0].new_link == "migrate-orders-to-standby-back"
+    retire = sagas.script.requests[steps.RETIRE_TOPIC][0]
+    assert (retire.topic, retire.cluster, retire.delete_topic) == ("orders", "primary", True)
+    assert retire.links == ["migrate-orders-to-standby", "migrate-orders-to-standby-back"]
+    assert result.detail == (
+        "orders deleted on primary; links migrate-orders-to-standby, migrate-orders-to-standby-back removed"
+    )
+
+
+def test_a_topic_migration_keeps_the_source_copy_when_retiring_is_rejected(sagas: Sagas) -> None:
+    async def scenario(s: Sagas) -> Any:
+        handle = await s.start("TopicMigration", MigrationRequest("orders", "standby"))
+        await until(handle, lambda p: p.awaiting_approval is not None)
+        await handle.execute_update("reject", Decision("user:owner", "keep it a week"), result_type=str)
+        return await handle.result()
+
+    result = sagas.run(scenario)
+    assert result.outcome == "migrated"  # the clients moved all the same
+    assert steps.RETIRE_TOPIC not in sagas.script.calls
+    assert "orders stays on primary, copied back by migrate-orders-to-standby-back" in result.detail
+    assert "rejected before retiring the source copy by user:owner: keep it a week" in result.detail
+
+
+def test_a_topic_migration_whose_copy_fails_moves_nobody(sagas: Sagas) -> None:
+    sagas.script.fail[steps.PREPARE_MIGRATION] = refused("CopyFailed", "link stopped copying orders[1]")
+
+    kind, result = fails(sagas, "TopicMigration", MigrationRequest("orders", "standby"))
+    assert kind == "MigrationAbandoned"
+    assert "CopyFailed: link stopped copying orders[1]; no client was moved" in result["detail"]
+    assert sagas.script.calls == [steps.TOPIC_USERS, steps.PREPARE_MIGRATION]
+
+
+def test_a_topic_migration_abandoned_before_the_flip_leaves_the_copy_running(sagas: Sagas) -> None:
+    sagas.script.fail[steps.FENCE] = refused("FenceBroken", "after the block, orders[0] kept being written")
+
+    kind, result = fails(sagas, "TopicMigration", MigrationRequest("orders", "standby"))
+    assert kind == "SwitchAbandoned"
+    assert "FenceBroken: after the block, orders[0] kept being written" in result["detail"]
+    assert result["detail"].endswith(
+        "keys unblocked where they were; link migrate-orders-to-standby keeps copying (run the migration "
+        "again to finish)"
+    )
+    assert sagas.script.calls == [*MIGRATION[:6], *BEFORE_THE_FLIP_UNDONE]

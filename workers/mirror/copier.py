@@ -163,9 +163,13 @@ class LinkCopier:
         shown = self._final if self.finished.is_set() else self._partitions
         return [st.status(state, now) for _, st in sorted(dict(shown).items())]
 
-    def stop(self, timeout_s: float = 30.0) -> None:
+    def stop(self, timeout_s: float = 30.0, *, forget: bool = False) -> None:
+        """End the copy; ``forget`` (the link was removed) also takes a promoted link's final status
+        down, which otherwise stays up to show where the copy ended."""
         self.request_stop()
         self._thread.join(timeout_s)
+        if forget:
+            self._unpublish()
 
     def request_stop(self) -> None:
         """Ask the copy to end (``stop`` waits for it); several copiers can then end side by side."""

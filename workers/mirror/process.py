@@ -97,7 +97,8 @@ class MirrorProcess:
                 elif link.state is not LinkState.PROMOTED:
                     self._start(link)
             for link_id in set(self.copiers) - set(snapshot.links):
-                self.copiers.pop(link_id).stop()
+                log.info("mirror %s: link %s removed", self.member, link_id)
+                self.copiers.pop(link_id).stop(forget=True)
 
     def _observer(self, field: str) -> Callable[[CallbackOptions], list[Observation]]:
         def observe(_options: CallbackOptions) -> list[Observation]:

@@ -7,20 +7,23 @@ from collections.abc import Callable
 from typing import Any
 
 from activities.deps import Deps
+from activities.migration import MigrationActivities
 from activities.mirror import MirrorActivities
 from activities.planning import PlanningActivities
 from activities.records import RecordActivities
 from activities.routing import RoutingActivities
 from activities.verification import VerificationActivities
 from workflows.failover import Failover
+from workflows.migration import TopicMigration
 from workflows.switchback import Switchback
 from workflows.switchover import Switchover
 
-WORKFLOWS: list[type] = [Switchover, Switchback, Failover]
+WORKFLOWS: list[type] = [Switchover, Switchback, Failover, TopicMigration]
 ACTIVITY_CLASSES = (
     PlanningActivities,
     RoutingActivities,
     MirrorActivities,
+    MigrationActivities,
     VerificationActivities,
     RecordActivities,
 )

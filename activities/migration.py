@@ -1,0 +1,122 @@
+"""Topic migration's own steps: who uses the topic, copying it to the target until the copy keeps up,
+and retiring what is left on the source once an operator says so."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from temporalio import activity
+
+from activities.deps import Deps
+from activities.recorded import step
+from switchyard import kafka
+from switchyard.errors import BindingRefused, CopyFailed, DrainTimeout
+from switchyard.migration import find_users
+from switchyard.mirror.control import delete_link
+from switchyard.mirror.status import PartitionStatus, read_status
+from switchyard.model import Link, LinkState
+from switchyard.sagas import steps
+from switchyard.sagas.steps import (
+    MigrationLink,
+    MigrationLinkRequest,
+    Retired,
+    RetireRequest,
+    TopicUsers,
+    UsersRequest,
+)
+
+_POLL_S = 0.5
+
+
+class MigrationActivities:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    @step(steps.TOPIC_USERS)
+    def topic_users(self, request: UsersRequest) -> TopicUsers:
+        return find_users(self.deps.store, self.deps.config, request)
+
+    @step(steps.PREPARE_MIGRATION)
+    def prepare_migration(self, request: MigrationLinkRequest) -> MigrationLink:
+        """Make the link that copies exactly the topic (a retry finds it made), then wait, heartbeating
+        how far the copy got, until every partition keeps up with the source."""
+        link = self._link(request)
+        deadline = time.monotonic() + request.timeout_s
+        while True:
+            reported = self._statuses(link)
+            failed = [f"{s.topic}[{s.partition}]: {s.error}" for s in reported.values() if s.error]
+            if failed:
+                raise CopyFailed(f"link {link.id} stopped copying {'; '.join(failed[:5])}")
+            behind = {
+                p: s.lag for p, s in reported.items() if s.source_end < 0 or s.lag_s > request.caught_up_s
+            }
+            missing = [key for key in self._partitions(link) if key not in reported]
+            if not behind and not missing:
+                return MigrationLink(link.id, len(reported), sum(s.mirrored for s in reported.values()))
+            activity.heartbeat(
+                {
+                    "copied": sum(max(0, s.mirrored) for s in reported.values()),
+                    "lag": sum(max(0, s.lag) for s in reported.values()),
+                    "unreported": len(missing),
+                }
+            )
+            if time.monotonic() > deadline:
+                raise DrainTimeout(
+                    f"link {link.id} did not catch up with {request.topic} in {request.timeout_s:g}s: "
+                    f"{len(missing)} partitions unreported (is a mirror running?), "
+                    f"{sum(behind.values())} records behind"
+                )
+            time.sleep(_POLL_S)
+
+    def _link(self, request: MigrationLinkRequest) -> Link:
+        wanted = (request.source, request.target, (re.escape(request.topic),), ())
+        existing = self.deps.store.link(request.link)
+        if existing is None:
+            self.deps.store.create_link(
+                request.link, request.source, request.target, include=wanted[2],
+                actor=f"saga:{request.saga_id}", reason=f"topic migration: copy {request.topic}",
+            )  # fmt: skip
+            existing = self.deps.link(request.link)
+        if (existing.source, existing.target, existing.include, existing.exclude) != wanted:
+            raise BindingRefused(f"link {request.link} exists and copies something else: {existing}")
+        if existing.state is not LinkState.RUNNING:
+            raise BindingRefused(f"link {request.link} is {existing.state}: it must run to catch up")
+        return existing
+
+    def _partitions(self, link: Link) -> list[tuple[str, int]]:
+        return kafka.partitions(self.deps.bootstrap(link.source), link.copies)
+
+    def _statuses(self, link: Link) -> dict[tuple[str, int], PartitionStatus]:
+        return {
+            s.key: s
+            for member in read_status(self.deps.zk, self.deps.store.layout, link.id)
+            for s in member.partitions
+        }
+
+    @step(steps.RETIRE_TOPIC)
+    def retire_topic(self, request: RetireRequest) -> Retired:
+        """Remove the migration's links, wait until no mirror copies them, then delete the topic on the
+        cluster it left; each part is skipped when a retry finds it done."""
+        actor, why = f"saga:{request.saga_id}", f"topic migration: {request.topic} retired"
+        removed = []
+        for link_id in request.links:
+            if self.deps.store.link(link_id) is not None:
+                delete_link(self.deps.config, self.deps.store, link_id, actor=actor, reason=why, force=True)
+                removed.append(link_id)
+        self._wait_unfollowed(request.links)
+        deleted = False
+        if request.delete_topic:
+            deleted = kafka.delete_topic(self.deps.bootstrap(request.cluster), request.topic)
+        return Retired(removed, deleted)
+
+    def _wait_unfollowed(self, links: list[str], timeout_s: float = 60.0) -> None:
+        """A copier still writing into the topic as it is deleted could create it anew."""
+        deadline = time.monotonic() + timeout_s
+        while any(read_status(self.deps.zk, self.deps.store.layout, link) for link in links):
+            if time.monotonic() > deadline:
+                raise CopyFailed(
+                    f"mirror processes still copy {', '.join(links)} {timeout_s:g}s after removal"
+                )
+            activity.heartbeat("waiting for the mirror processes to stop copying the removed links")
+            time.sleep(_POLL_S)
