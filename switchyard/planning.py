@@ -10,20 +10,22 @@ now, or the default cluster) and is bound at the flip with fence epoch 0.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import KafkaOperationError, RoutingError
 from switchyard.identity import Identity
 from switchyard.keys import BindingKey, KeyKind
 from switchyard.mirror.status import read_status
-from switchyard.model import BindingState, ClusterState, Link, LinkState
+from switchyard.model import Binding, BindingState, ClusterState, Link, LinkState
 from switchyard.resolution import resolve
 from switchyard.routing.gateways import registered
 from switchyard.routing.locks import SagaLocks
 from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.steps import Partition, Plan, PlanRequest
-from switchyard.usage import groups_of, read_usage
+from switchyard.usage import PRODUCE, Use, groups_of, read_usage
 
 USAGE_WINDOW_S = 24 * 3600.0
 """Groups the gateways saw a key's clients use within this long count as the key's."""
@@ -82,7 +84,11 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
         plan.checks.append("a live mirror process reports every partition, none failed")
     _unlocked(store, keys, request.saga_id)
     plan.checks.append("no other saga holds a lock on these keys")
-    plan.groups = sorted(groups_of(read_usage(store.zk, store.layout, within_s=USAGE_WINDOW_S), keys))
+    uses = read_usage(store.zk, store.layout, within_s=USAGE_WINDOW_S)
+    if not request.unplanned:  # a failover leaves nobody writing to a cluster that is gone
+        _no_writer_left_behind(snapshot, config, keys, link, uses)
+        plan.checks.append(f"no producer the gateways saw would write the link's topics on {source} after")
+    plan.groups = sorted(groups_of(uses, keys))
     plan.checks.append(
         f"consumer groups of these keys, as the gateways saw them: {', '.join(plan.groups)}"
         if plan.groups
@@ -94,6 +100,36 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
         if gateways
         else "no gateway registered: nothing to wait for (clients going direct are not moved)"
     )
+
+
+def _no_writer_left_behind(
+    snapshot: RoutingSnapshot, config: Config, keys: list[BindingKey], link: Link, uses: list[Use]
+) -> None:
+    """The flip promotes the whole link: its topics take writes on the target, and the reverse link makes
+    them the mirror's alone on the source. A producer that the switch leaves on the source (another
+    application, or a key of its own that stays) would be refused there from then on."""
+    after = dict(snapshot.bindings)
+    when = datetime.now(UTC)
+    for key in keys:
+        after[key] = Binding(link.target, 0, BindingState.ACTIVE, when, "plan")
+    behind = sorted(
+        {
+            f"{use.app}@{use.instance or '-'} writes {use.topic}"
+            for use in uses
+            if use.role == PRODUCE
+            and link.copies(use.topic)
+            and resolve(
+                Identity(use.app, instance=use.instance), after, config.default_cluster, topics=[use.topic]
+            ).cluster
+            == link.source
+        }
+    )
+    if behind:
+        raise Refused(
+            f"{'; '.join(behind[:5])}{' ...' if len(behind) > 5 else ''} on {link.source}, and would stay "
+            f"there: promoting link {link.id} makes its topics the mirror's alone on {link.source}. Switch "
+            "those keys too, or give the keys a link of their own (one that copies only their topics)"
+        )
 
 
 def _keys(texts: list[str]) -> list[BindingKey]:

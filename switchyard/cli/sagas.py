@@ -9,17 +9,15 @@ happen, then its result. ``--dry-run`` prints the plan — and changes nothing.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict
 from typing import Any, TypeVar
 
 import click
 
-from switchyard import temporal
+from switchyard import launch, temporal
 from switchyard.cli.base import Group, actor_option, cli, config_of, reason_option, store_of
 from switchyard.config import Config
-from switchyard.errors import SwitchyardError
+from switchyard.launch import WORKFLOW_TYPES, SagaFailed, policy_of, ui_link
 from switchyard.migration import find_users
 from switchyard.planning import plan_switch
 from switchyard.sagas.ids import migration_id, migration_link, saga_id
@@ -28,7 +26,6 @@ from switchyard.sagas.requests import (
     Decision,
     Kind,
     MigrationRequest,
-    Policy,
     Progress,
     SwitchRequest,
 )
@@ -36,45 +33,10 @@ from switchyard.sagas.steps import PlanRequest, UsersRequest
 from switchyard.table import render
 
 T = TypeVar("T")
-WORKFLOW_TYPES = {
-    Kind.SWITCHOVER: "Switchover",
-    Kind.SWITCHBACK: "Switchback",
-    Kind.FAILOVER: "Failover",
-    Kind.MIGRATION: "TopicMigration",
-}
-_POLL_S = 0.5
-
-
-class SagaFailed(SwitchyardError):
-    """The saga ended without doing what was asked (refused, compensated, failed)."""
-
-    exit_code = 8
-
-
-def policy_of(config: Config, kind: Kind, **asked: Any) -> Policy:
-    """The configured policy for ``kind``, with what the command line asked for on top."""
-    sagas = config.sagas
-    policy = Policy(
-        approval=ApprovalPoint(sagas.approval.get(kind.value, "none")),
-        approval_timeout_s=sagas.approval_timeout_s,
-        fence_window_s=sagas.fence_window_s,
-        drain_timeout_s=sagas.drain_timeout_s,
-        acks_timeout_s=sagas.acks_timeout_s,
-        spark_verify=sagas.spark_verify,
-        recovery_wait_s=sagas.recovery_wait_s,
-    )
-    for name, value in asked.items():
-        if value is not None:
-            setattr(policy, name, ApprovalPoint(value) if name == "approval" else value)
-    return policy
 
 
 def _run(work: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(work)
-
-
-def ui_link(config: Config, workflow_id: str) -> str:
-    return f"{config.temporal_ui_url}/namespaces/{config.temporal.namespace}/workflows/{workflow_id}"
 
 
 # ---- starting sagas
@@ -179,30 +141,12 @@ def _start(
 
 
 def _launch(config: Config, kind: Kind, workflow_id: str, request: object, *, wait: bool) -> None:
-    _run(_start_saga(config, kind, workflow_id, request))
+    _run(launch.start(config, kind, workflow_id, request))
     click.echo(f"{kind} {workflow_id} started: {ui_link(config, workflow_id)}")
     if wait:
-        _run(_follow(config, workflow_id))
+        _run(launch.follow(config, workflow_id, click.echo))
     else:
         click.echo(f"follow it: switchyard sagas show '{workflow_id}'")
-
-
-async def _start_saga(config: Config, kind: Kind, workflow_id: str, request: object) -> None:
-    from temporalio.common import WorkflowIDConflictPolicy
-    from temporalio.exceptions import WorkflowAlreadyStartedError
-
-    client = await temporal.connect(config)
-    try:
-        await client.start_workflow(
-            WORKFLOW_TYPES[kind], request, id=workflow_id, task_queue=config.temporal.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-        )  # fmt: skip
-    except WorkflowAlreadyStartedError:
-        running = await client.get_workflow_handle(workflow_id).describe()
-        raise SagaFailed(
-            f"saga {workflow_id} ({running.workflow_type}) is already running on these keys: "
-            f"switchyard sagas show '{workflow_id}'"
-        ) from None
 
 
 def _dry_run(
@@ -298,74 +242,6 @@ def _dry_run_migration(ctx: click.Context, config: Config, topic: str, target: s
     )
 
 
-async def _follow(config: Config, workflow_id: str) -> None:
-    """Show each step as it changes, then the result (or why the saga ended without one)."""
-    from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
-
-    client = await temporal.connect(config)
-    handle = client.get_workflow_handle(workflow_id)
-    shown: dict[str, str] = {}
-    started = time.monotonic()
-    while True:
-        described = await handle.describe()
-        if described.status is not WorkflowExecutionStatus.RUNNING:
-            break
-        try:
-            progress: Progress = await handle.query("progress", result_type=Progress)
-        except Exception:  # not started on a worker yet
-            progress = Progress(kind="", keys=[])
-        for step_state in progress.steps:
-            if shown.get(step_state.name) != step_state.state and step_state.state != "pending":
-                shown[step_state.name] = step_state.state
-                detail = f" — {step_state.detail}" if step_state.detail else ""
-                click.echo(
-                    f"  {time.monotonic() - started:6.1f}s  {step_state.name}: {step_state.state}{detail}"
-                )
-        if progress.awaiting_approval and shown.get("approval") != progress.awaiting_approval:
-            shown["approval"] = progress.awaiting_approval
-            where = progress.awaiting_approval
-            click.echo(f"  waiting for an approval {where}: switchyard sagas approve '{workflow_id}'")
-        await asyncio.sleep(_POLL_S)
-    try:
-        result = await handle.result()
-    except WorkflowFailureError as exc:
-        cause = exc.cause
-        details = getattr(cause, "details", None)
-        if details:
-            _print_result(details[0])
-        raise SagaFailed(
-            f"saga {workflow_id} ended without the switch: {getattr(cause, 'message', cause)}"
-        ) from None
-    _print_result(result if isinstance(result, dict) else asdict(result))
-
-
-def _print_result(result: dict[str, Any]) -> None:
-    click.echo(f"{result['kind']} {result['outcome']}: {', '.join(result['keys'])}")
-    if result.get("source"):
-        click.echo(f"  {result['source']} -> {result['target']} (link {result['link']})")
-    if result.get("moved"):
-        click.echo(f"  moved with the topic: {', '.join(result['moved'])}")
-    if result["outcome"] in ("switched", "migrated"):
-        click.echo(
-            f"  RTO {result['rto_ms'] / 1000:.2f}s, clients held {result['pause_ms'] / 1000:.2f}s; "
-            f"{result['partitions']} partitions, {result['records_copied']} records copied, "
-            f"{result['groups_synced']} group offsets in step; verdict {result['verdict'] or '-'}"
-        )
-        if result.get("reverse_link"):
-            click.echo(f"  reverse link {result['reverse_link']} copies back for the switch back")
-    for loss in result.get("rpo") or []:
-        lost = max(0, loss["last_seen_end"] - loss["copied_to"])
-        click.echo(
-            f"  RPO {loss['topic']}[{loss['partition']}]: {lost} records (copied to {loss['copied_to']})"
-        )
-    if result.get("lost_window_records") is not None:
-        click.echo(f"  lost window measured: {result['lost_window_records']} records")
-    for approval in result.get("approvals") or []:
-        click.echo(f"  {approval}")
-    if result.get("detail"):
-        click.echo(f"  {result['detail']}")
-
-
 # ---- following and deciding
 
 
@@ -404,7 +280,7 @@ def show(ctx: click.Context, saga: str, follow: bool) -> None:
     """A saga's steps and result, and its trail in the ledger."""
     config = config_of(ctx)
     click.echo(f"saga {saga}: {ui_link(config, saga)}")
-    _run(_follow(config, saga) if follow else _show_once(config, saga))
+    _run(launch.follow(config, saga, click.echo) if follow else _show_once(config, saga))
 
 
 async def _show_once(config: Config, saga: str) -> None:
@@ -422,7 +298,7 @@ async def _show_once(config: Config, saga: str) -> None:
         if progress.awaiting_approval:
             click.echo(f"  waiting for an approval {progress.awaiting_approval}")
         return
-    await _follow(config, saga)
+    await launch.follow(config, saga, click.echo)
 
 
 def _decide(approve: bool) -> Callable[..., None]:

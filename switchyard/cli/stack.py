@@ -44,16 +44,18 @@ def stack_status(ctx: click.Context) -> None:
 
 
 @cli.command("demo")
-@click.option("--records", default=1000, show_default=True, help="Records per cluster.")
+@click.option("--rate", default=500.0, show_default=True, help="Records per second the application sends.")
 @click.pass_context
-def demo_command(ctx: click.Context, records: int) -> None:
-    """Bring the stack up and do a produce/consume round trip on every cluster."""
+def demo_command(ctx: click.Context, rate: float) -> None:
+    """A live switchover and switchback of an application on the embedded stack, and what it saw."""
     config = config_of(ctx)
-    demo.run(config, count=records, say=click.echo)
-    click.echo("")
-    click.echo(status_table(Stack(config).status()))
+    demo.run(config, rate_per_s=rate, say=click.echo)
     where = f" --config {config.source}" if config.source else ""
-    click.echo(f"\nThe stack keeps running. Stop it with: make down  (or: switchyard{where} stack down)")
+    click.echo(
+        "\nThe stack, the gateway, the mirror and the worker keep running (switchyard sagas list; the "
+        f"Temporal UI at {config.temporal_ui_url}).\n"
+        f"Stop them with: make down  (or: switchyard{where} stack down)"
+    )
 
 
 def status_table(statuses: list[ServiceStatus]) -> str:

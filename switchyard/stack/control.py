@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from switchyard.config import Config
 from switchyard.errors import PortInUseError, StackError
 from switchyard.stack import health, services
+from switchyard.stack.deployment import Deployment
 from switchyard.stack.health import Health
 from switchyard.stack.process import ManagedProcess
 from switchyard.stack.services import Service
@@ -73,8 +74,9 @@ class Stack:
         return self.status()
 
     def down(self, *, progress: Progress = lambda _: None) -> list[str]:
-        """Stop every process this stack's pid files name; return the names of those that were running."""
-        stopped = []
+        """Stop every process this stack's pid files name — Switchyard's own first (the demo's gateway,
+        mirror and worker), then the services; return the names of those that were running."""
+        stopped = Deployment(self.config).down(progress=progress) if self.config.source else []
         for service in reversed(self.services):
             if service.argv is not None and self.process(service).stop():
                 stopped.append(service.name)

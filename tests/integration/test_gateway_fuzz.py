@@ -24,10 +24,10 @@ from switchyard import kafka
 from switchyard.config import Config
 from switchyard.routing.store import RoutingStore
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS, health
+from switchyard.threads import Worker
 from tests.helpers.frames import Encoded, broken, example
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.services import PrivateService
-from tests.helpers.threads import Worker
 from workers.gateway import apis
 
 RANDOM_FRAMES = 3000

@@ -26,9 +26,10 @@ from switchyard.model import BindingState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import BindingChange, RoutingStore
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS
+from switchyard.traffic import Traffic
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.processes import GatewayProcess
-from tests.helpers.traffic import Traffic, judge_consumer, topic_ids
+from tests.helpers.traffic import judge_consumer, topic_ids
 from tests.integration.test_gateway import gateway, otlp  # noqa: F401 - shared module fixtures
 
 PARTITIONS = 3

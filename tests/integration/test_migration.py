@@ -15,9 +15,10 @@ from switchyard.mirror.groups import committed_offsets
 from switchyard.mirror.status import read_status
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import migration_id, migration_link
+from switchyard.traffic import Traffic
 from switchyard.usage import read_usage
 from tests.helpers.live import Live, capture, unique, wait_for_approval
-from tests.helpers.traffic import Traffic, judge_consumer, topic_ids
+from tests.helpers.traffic import judge_consumer, topic_ids
 
 PARTITIONS = 3
 

@@ -24,11 +24,11 @@ from switchyard.mirror.status import DrainReport, drain_report, read_status
 from switchyard.model import LinkState, now
 from switchyard.routing.store import RoutingStore
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS
+from switchyard.threads import Worker
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.processes import MirrorProcess
 from tests.helpers.records import commit_offset
 from tests.helpers.services import PrivateService
-from tests.helpers.threads import Worker
 
 ACTOR = "user:test"
 

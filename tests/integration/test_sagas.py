@@ -20,9 +20,10 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.stack import Stack
+from switchyard.threads import Worker
+from switchyard.traffic import Traffic
 from tests.helpers.live import Live, capture, unique, wait_for_approval
-from tests.helpers.threads import Worker
-from tests.helpers.traffic import Traffic, judge_consumer, topic_ids
+from tests.helpers.traffic import judge_consumer, topic_ids
 
 ACTOR = "user:test"
 

@@ -80,3 +80,14 @@ def test_blocked_response_round_trips_and_carries_the_error(key: int, version: i
 def test_every_blockable_api_is_covered() -> None:
     assert {key for key, _ in CASES} == apis.BLOCKABLE
     assert len(CASES) > 60
+
+
+@pytest.mark.parametrize("version", offered(apis.FETCH))
+def test_a_blocked_fetch_carries_an_empty_record_set_not_a_null_one(version: int) -> None:
+    """librdkafka cannot parse a null record set ("invalid MessageSetSize -1") and logs it at every fetch;
+    brokers send an empty one with an error."""
+    request = Request(b"", apis.FETCH, version, 42, "orders", 0)
+    response = blocking.blocked_response(request, request_body(apis.FETCH, version))
+    frame = encode_response(request, response)
+    for topic in decode_response(request, frame[4:]).responses:
+        assert [p.records for p in topic.partitions] == [b"", b""]

@@ -36,11 +36,11 @@ def blocked_response(request: Request, body: Any, error: ErrorCode | None = None
             ((t.name, [p.index for p in t.partition_data]) for t in body.topic_data),
             code, base_offset=-1,
         )  # fmt: skip
-    if key == apis.FETCH:
+    if key == apis.FETCH:  # records empty, never null: librdkafka fails to parse a null record set
         return _per_partition(
             cls, ("responses", "partitions", "partition_index"),
             ((t.topic, [p.partition for p in t.partitions]) for t in body.topics),
-            code, high_watermark=-1, aborted_transactions=(), records=None,
+            code, high_watermark=-1, aborted_transactions=(), records=b"",
         )  # fmt: skip
     if key == apis.LIST_OFFSETS:
         return _per_partition(

@@ -1,5 +1,5 @@
-"""Threads whose failures reach the test: an assertion in a worker thread must fail the test, not
-just print a warning."""
+"""Threads whose failures reach whoever waits for them: what a thread raised is raised again from
+``join`` (a test's assertion in a client thread fails the test; the demo reports it)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,6 @@ class Worker(threading.Thread):
     def join(self, timeout: float | None = None) -> None:
         super().join(timeout)
         if self.is_alive():
-            raise AssertionError(f"thread {self.name} still running after {timeout}s")
+            raise TimeoutError(f"thread {self.name} still running after {timeout}s")
         if self.error is not None:
             raise self.error

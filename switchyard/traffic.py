@@ -1,0 +1,260 @@
+"""An application through the gateway, watched whole: a producer and consumer groups in threads, and
+everything they saw — each acknowledgement (and when), each failure, each batch received and whether its
+commit went through — so a switch is judged by what the application saw, not by committed offsets.
+
+The demo, the benchmarks and the tests run it; :func:`account` says what each consumer made of it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaException, Producer
+
+from switchyard.stack import TESTBED_CONSUMER_SETTINGS
+from switchyard.threads import Worker
+
+_QUEUED_MAX = 2000
+"""Records waiting in the producer at most: a blocked producer waits rather than piles records up."""
+
+
+@dataclass
+class Batch:
+    """What the application got from one ``consume`` call, and whether committing it worked."""
+
+    records: list[tuple[int, int, int]]
+    """(partition, offset, value) in the order received."""
+    commit_error: str | None = None
+
+
+class Reader:
+    """A consumer application in a group: every record it receives is processed, then the batch is
+    committed synchronously (at-least-once, as most applications do)."""
+
+    def __init__(self, bootstrap: str, app: str, topic: str, group: str) -> None:
+        self.app, self.topic, self.group = app, topic, group
+        self.stop = threading.Event()
+        self.batches: list[Batch] = []
+        self.errors: list[str] = []
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": f"{app}@consumer",
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                **TESTBED_CONSUMER_SETTINGS,
+            }
+        )
+        self.thread = Worker(self._consume, name=f"consumer-{app}")
+
+    @property
+    def received(self) -> list[int]:
+        return [value for batch in self.batches for _, _, value in batch.records]
+
+    def _consume(self) -> None:
+        self.consumer.subscribe([self.topic])
+        try:
+            while not self.stop.is_set():
+                messages = self.consumer.consume(200, 0.2)
+                self.errors += [str(m.error()) for m in messages if m.error() is not None]
+                records = [
+                    (m.partition() or 0, m.offset() or 0, int(m.value() or b"-1"))
+                    for m in messages
+                    if m.error() is None
+                ]
+                if not records:
+                    continue
+                batch = Batch(records)
+                self.batches.append(batch)  # processed: the application has seen them
+                try:
+                    self.consumer.commit(asynchronous=False)
+                except KafkaException as exc:
+                    batch.commit_error = exc.args[0].name()
+        finally:
+            self.consumer.close()
+
+
+class Traffic:
+    """A producer and consumer groups on one topic, in background threads.
+
+    The producer is ``app`` and sends the numbers 0, 1, 2, ... as values (``rate_per_s`` paces it; by
+    default it sends a record every few milliseconds). Each reader is an application of its own
+    (``readers`` maps its AppID to its group), or by default ``app`` itself consuming in ``group``.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        app: str,
+        topic: str,
+        group: str,
+        *,
+        idempotent: bool,
+        readers: dict[str, str] | None = None,
+        rate_per_s: float | None = None,
+    ) -> None:
+        self.topic = topic
+        self.rate_per_s = rate_per_s
+        self.stop_producing = threading.Event()
+        self.sent = 0
+        self.acked: list[int] = []
+        self.acked_at: list[float] = []
+        """When each acknowledgement arrived (``time.monotonic``), in step with ``acked``."""
+        self.failed: list[str] = []
+        # Idempotent (the Java client's default): the gateway carries its producer id and sequences
+        # over to the new cluster. Not idempotent: one request in flight keeps order across retries.
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": f"{app}@producer",
+                "acks": "all",
+                "linger.ms": 2,
+                **(
+                    {"enable.idempotence": True}
+                    if idempotent
+                    else {"enable.idempotence": False, "max.in.flight.requests.per.connection": 1}
+                ),
+            }
+        )
+        self.readers = [Reader(bootstrap, a, topic, g) for a, g in (readers or {app: group}).items()]
+        self.threads = [Worker(self._produce, name="producer"), *(r.thread for r in self.readers)]
+
+    @property
+    def group(self) -> str:
+        return self.readers[0].group
+
+    @property
+    def batches(self) -> list[Batch]:
+        return self.readers[0].batches
+
+    @property
+    def received(self) -> list[int]:
+        return self.readers[0].received
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def wait_for(self, count: int, timeout_s: float = 60) -> None:
+        """Until ``count`` more records than now were acknowledged and received by every reader."""
+        acked = len(self.acked)
+        received = [len(r.received) for r in self.readers]
+        deadline = time.monotonic() + timeout_s
+        while len(self.acked) < acked + count or any(
+            len(r.received) < n + count for r, n in zip(self.readers, received, strict=True)
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"traffic stalled: {len(self.acked)} acked, "
+                    + ", ".join(f"{len(r.received)} received by {r.app}" for r in self.readers)
+                )
+            time.sleep(0.1)
+
+    def stop(self, timeout_s: float = 90) -> None:
+        """Stop producing; once everything acknowledged was received, stop consuming."""
+        self.stop_producing.set()
+        self.threads[0].join(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        for reader in self.readers:
+            while not set(self.acked) <= set(reader.received) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        for reader in self.readers:
+            reader.stop.set()
+        for reader in self.readers:
+            reader.thread.join(30)
+
+    def longest_silence(self, since: float, until: float) -> tuple[float, float]:
+        """The longest time between two acknowledgements within [since, until] (from ``since`` to the
+        first, and from the last to ``until``, count too): what a producer saw as a pause. Returns
+        (seconds, when it began)."""
+        times = [t for t in self.acked_at if since <= t <= until]
+        edges = [since, *sorted(times), until]
+        gap, began = max(((b - a, a) for a, b in itertools.pairwise(edges)), default=(0.0, since))
+        return gap, began
+
+    def _produce(self) -> None:
+        def delivered(err: object, msg: object) -> None:
+            if err is None:
+                self.acked.append(int(msg.value()))  # type: ignore[attr-defined]
+                self.acked_at.append(time.monotonic())
+            else:
+                self.failed.append(str(err))
+
+        interval = 1 / self.rate_per_s if self.rate_per_s else 0.0
+        next_at = time.monotonic()
+        while not self.stop_producing.is_set():
+            if len(self.producer) >= _QUEUED_MAX:
+                self.producer.poll(0.05)
+                continue
+            if interval:
+                wait = next_at - time.monotonic()
+                if wait > 0:
+                    self.producer.poll(min(wait, 0.05))
+                    continue
+                next_at = max(next_at + interval, time.monotonic() - 1.0)  # catch up a second at most
+            self.producer.produce(
+                self.topic, key=str(self.sent).encode(), value=str(self.sent).encode(), on_delivery=delivered
+            )
+            self.sent += 1
+            self.producer.poll(0 if interval else 0.002)
+        if self.producer.flush(60) != 0:
+            raise TimeoutError("records never acknowledged")
+
+
+@dataclass
+class Account:
+    """What one consumer application made of the records acknowledged to the producer."""
+
+    app: str
+    processed: int
+    """Distinct records it processed."""
+    missing: list[int] = field(default_factory=list)
+    """Acknowledged, never processed: lost to the application."""
+    twice: set[int] = field(default_factory=set)
+    """Processed more than once."""
+    uncommitted: set[int] = field(default_factory=set)
+    """Processed in a batch whose commit was refused: at-least-once allows processing them again."""
+    commits_refused: Counter[str] = field(default_factory=Counter)
+    out_of_order: str | None = None
+    """The first record that stepped over one not yet seen, if any."""
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def again_after_commit(self) -> set[int]:
+        """Processed again although their commit had gone through: a switch that moved offsets wrong."""
+        return self.twice - self.uncommitted
+
+
+def account(reader: Reader, acked: list[int]) -> Account:
+    received = Counter(reader.received)
+    refused = [b for b in reader.batches if b.commit_error is not None]
+    return Account(
+        app=reader.app,
+        processed=len(received),
+        missing=sorted(set(acked) - set(received)),
+        twice={value for value, times in received.items() if times > 1},
+        uncommitted={value for batch in refused for _, _, value in batch.records},
+        commits_refused=Counter(str(b.commit_error) for b in refused),
+        out_of_order=first_out_of_order(reader.batches),
+        errors=list(reader.errors),
+    )
+
+
+def first_out_of_order(batches: list[Batch]) -> str | None:
+    """Per partition, records arrive in offset order: each the next one, or a step back to one already
+    seen (the group resuming at its last commit) — never a step over a record not yet seen."""
+    last: dict[int, int] = defaultdict(lambda: -1)
+    highest: dict[int, int] = defaultdict(lambda: -1)
+    for batch in batches:
+        for partition, offset, _ in batch.records:
+            if not (offset == last[partition] + 1 or offset <= highest[partition]):
+                return (
+                    f"partition {partition}: {offset} after {last[partition]} (highest {highest[partition]})"
+                )
+            last[partition], highest[partition] = offset, max(highest[partition], offset)
+    return None
