@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
@@ -16,6 +16,7 @@ from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import BindingRefused
 from switchyard.ledger import Ledger
+from switchyard.mirror.mapstore import ensure_map_topic
 from switchyard.model import Link
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
@@ -31,6 +32,7 @@ class Deps:
     store: RoutingStore
     _admins: dict[str, AdminClient] = field(default_factory=dict)
     _probes: dict[str, tuple[threading.Lock, Consumer]] = field(default_factory=dict)
+    _producers: dict[str, Producer] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -51,6 +53,9 @@ class Deps:
                 with lock:
                     consumer.close()
             self._probes.clear()
+            for producer in self._producers.values():
+                producer.flush(10)
+            self._producers.clear()
         disconnect(self.zk)
         self.ledger.close()
 
@@ -62,10 +67,26 @@ class Deps:
 
     def admin(self, cluster: str) -> AdminClient:
         with self._lock:
-            admin = self._admins.get(cluster)
-            if admin is None:
-                admin = self._admins[cluster] = AdminClient({"bootstrap.servers": self.bootstrap(cluster)})
-            return admin
+            return self.admin_unlocked(cluster)
+
+    def admin_unlocked(self, cluster: str) -> AdminClient:
+        admin = self._admins.get(cluster)
+        if admin is None:
+            admin = self._admins[cluster] = AdminClient({"bootstrap.servers": self.bootstrap(cluster)})
+        return admin
+
+    def map_producer(self, cluster: str) -> Producer:
+        """An idempotent producer for offset-map records on ``cluster``, kept (one takes 0.5-1 s to start,
+        and the flip stores final positions while clients are held); the map topic made sure of once."""
+        with self._lock:
+            producer = self._producers.get(cluster)
+            if producer is None:
+                ensure_map_topic(self.admin_unlocked(cluster))
+                producer = Producer(
+                    {"bootstrap.servers": self.bootstrap(cluster), "enable.idempotence": True}
+                )
+                self._producers[cluster] = producer
+            return producer
 
     def ends(self, cluster: str, keys: Iterable[Key]) -> dict[Key, int]:
         """Each partition's exact log end on ``cluster``, read on a consumer kept for the purpose (a new

@@ -72,7 +72,9 @@ class MirrorActivities:
     def drain_link(self, request: DrainRequest) -> Drained:
         """Wait until the target holds everything below the fenced source ends (heartbeating the lag)."""
         link = self.deps.link(request.link)
-        wanted = {(e.topic, e.partition): e.end for e in request.ends}
+        wanted = {(e.topic, e.partition): e.end for e in request.ends} or self.deps.ends(
+            link.source, [(p.topic, p.partition) for p in request.partitions]
+        )
         since = datetime.now(UTC)
         deadline = time.monotonic() + request.timeout_s
         maps: dict[Key, OffsetMap] = {}
@@ -88,8 +90,9 @@ class MirrorActivities:
                 behind = self._read_past_markers(link.id, behind, since)
             if not behind:
                 return Drained(
-                    [PartitionEnd(t, p, e) for (t, p), e in sorted(ends.items())], sum(ends.values())
-                )
+                    [PartitionEnd(t, p, e) for (t, p), e in sorted(ends.items())], sum(ends.values()),
+                    [PartitionEnd(t, p, e) for (t, p), e in sorted(wanted.items())],
+                )  # fmt: skip
             lag = {
                 f"{t}[{p}]": end - maps.get((t, p), OffsetMap()).next_source(ends[(t, p)])
                 for (t, p), end in behind.items()

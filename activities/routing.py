@@ -142,7 +142,9 @@ class RoutingActivities:
             end_record(request.link, p.topic, p.partition, p.end, end)
             for p, end in zip(final, self._target_ends(request, final), strict=True)
         ]
-        store_records(target, records, f"final positions of link {request.link}")
+        store_records(
+            target, records, f"final positions of link {request.link}", self.deps.map_producer(request.target)
+        )
         return final
 
     def _final(self, request: FlipRequest) -> list[PartitionEnd]:

@@ -105,6 +105,8 @@ class Traffic:
         self.acked: list[int] = []
         self.acked_at: list[float] = []
         """When each acknowledgement arrived (``time.monotonic``), in step with ``acked``."""
+        self.acked_where: list[tuple[int, int]] = []
+        """(partition, offset) of each acknowledged record, in step with ``acked``."""
         self.failed: list[str] = []
         # Idempotent (the Java client's default): the gateway carries its producer id and sequences
         # over to the new cluster. Not idempotent: one request in flight keeps order across retries.
@@ -177,11 +179,20 @@ class Traffic:
         gap, began = max(((b - a, a) for a, b in itertools.pairwise(edges)), default=(0.0, since))
         return gap, began
 
+    def handover(self, ends: dict[int, int]) -> tuple[float, float]:
+        """When the last record below ``ends`` (a partition's end on the old cluster when the switch
+        fenced it) and the first at or above it were acknowledged: the last on the old cluster and the
+        first on the new one (offsets are the same on both)."""
+        on_old = [t for t, (p, o) in zip(self.acked_at, self.acked_where, strict=False) if o < ends[p]]
+        on_new = [t for t, (p, o) in zip(self.acked_at, self.acked_where, strict=False) if o >= ends[p]]
+        return max(on_old), min(on_new)
+
     def _produce(self) -> None:
         def delivered(err: object, msg: object) -> None:
             if err is None:
-                self.acked.append(int(msg.value()))  # type: ignore[attr-defined]
                 self.acked_at.append(time.monotonic())
+                self.acked_where.append((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
+                self.acked.append(int(msg.value()))  # type: ignore[attr-defined]
             else:
                 self.failed.append(str(err))
 
@@ -191,10 +202,11 @@ class Traffic:
             if len(self.producer) >= _QUEUED_MAX:
                 self.producer.poll(0.05)
                 continue
-            if interval:
+            if interval:  # paced by sleeping, so the client leaves the CPU to the gateway and brokers
                 wait = next_at - time.monotonic()
                 if wait > 0:
-                    self.producer.poll(min(wait, 0.05))
+                    self.producer.poll(0)
+                    time.sleep(min(wait, 0.005))
                     continue
                 next_at = max(next_at + interval, time.monotonic() - 1.0)  # catch up a second at most
             self.producer.produce(

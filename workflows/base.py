@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 from dataclasses import asdict
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -209,6 +210,18 @@ class SagaWorkflow:
         details, after recording it."""
         await self._finish(result)
         raise ApplicationError(result.detail, asdict(result), type=error_type, non_retryable=True)
+
+
+async def together(*steps: Awaitable[Any]) -> list[Any]:
+    """Run steps side by side; when one fails, cancel the others and raise its error."""
+    tasks = [asyncio.ensure_future(step) for step in steps]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def reason(exc: BaseException) -> str:

@@ -16,13 +16,14 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 
-from workflows.base import ONCE, RETRY, SagaAbandoned, SagaWorkflow, millis, reason
+from workflows.base import ONCE, RETRY, SagaAbandoned, SagaWorkflow, millis, reason, together
 from workflows.compensation import Compensations
 
 with workflow.unsafe.imports_passed_through():
     from switchyard.sagas import steps
     from switchyard.sagas.requests import (
         ApprovalPoint,
+        Policy,
         SagaResult,
         SwitchRequest,
     )
@@ -42,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         GroupsSynced,
         GroupSyncRequest,
         LockRequest,
+        PartitionEnd,
         Plan,
         PlanRequest,
         Reversed,
@@ -56,6 +58,8 @@ STEPS = [
     "plan", "lock", "block", "fence", "drain", "sync groups", "check copy", "flip", "acknowledged",
     "reverse link", "unlock",
 ]  # fmt: skip
+FENCE_BESIDE_COPY = "fence-beside-copy"
+"""The patch that runs the fence's window beside drain, group sync and check (less time clients are held)."""
 FOREVER_S = 24 * 3600.0
 """How long a step after the flip keeps being retried: the saga cannot turn back there."""
 
@@ -155,29 +159,11 @@ class PlannedSwitch(SagaWorkflow):
         unblock.block_epoch = blocked.epoch
         self._blocked_at = workflow.now()
 
-        fence = await self._step(
-            "fence", steps.FENCE, FenceRequest(plan.link, plan.partitions, policy.fence_window_s), Fence,
-            timeout_s=policy.fence_window_s + 60, give_up_s=policy.fence_window_s + 120,
-        )  # fmt: skip
+        fence, drained, synced = await self._fence_beside_copy(plan, policy)
         for state, end in zip(self._progress.partitions, fence.ends, strict=True):
             state.source_end = end.end
-        drained = await self._step(
-            "drain", steps.DRAIN, DrainRequest(plan.link, fence.ends, policy.drain_timeout_s), Drained,
-            timeout_s=policy.drain_timeout_s + 30, heartbeat_s=10, retry=ONCE,
-        )  # fmt: skip
         for state, end in zip(self._progress.partitions, drained.target_ends, strict=True):
             state.target_end, state.copied = end.end, True
-        sync = GroupSyncRequest(plan.link, plan.groups)
-        synced = await self._step(
-            "sync groups",
-            steps.SYNC_GROUPS,
-            sync,
-            GroupsSynced,
-            timeout_s=sync.idle_timeout_s + 60,
-            heartbeat_s=10,
-        )
-        check = CopyCheckRequest(plan.link, fence.ends, synced.groups)
-        await self._step("check copy", steps.CHECK_COPY, check, CopyChecked, timeout_s=60, give_up_s=180)
         verdict = "clean (fast check)"
         if policy.spark_verify:
             spark = await self._step(
@@ -193,6 +179,49 @@ class PlannedSwitch(SagaWorkflow):
         if policy.approval is ApprovalPoint.BEFORE_FLIP:
             await self._await_approval("before the flip", policy.approval_timeout_s)
         return _Moved(plan, blocked, fence, drained, synced, verdict)
+
+    async def _fence_beside_copy(self, plan: Plan, policy: Policy) -> tuple[Fence, Drained, GroupsSynced]:
+        """The fence's window beside the copy's steps (clients are held meanwhile): the drain copies up to
+        the ends it reads when it starts, the groups come over, the copy is checked — and the fence
+        checks that those ends stood still."""
+        fence_step = self._step(
+            "fence", steps.FENCE, FenceRequest(plan.link, plan.partitions, policy.fence_window_s), Fence,
+            timeout_s=policy.fence_window_s + 60, give_up_s=policy.fence_window_s + 120,
+        )  # fmt: skip
+        if not workflow.patched(FENCE_BESIDE_COPY):  # sagas started before it: one after the other
+            fence = await fence_step
+            drained = await self._drain(DrainRequest(plan.link, fence.ends, policy.drain_timeout_s), policy)
+            return fence, drained, await self._carry_and_check(plan, fence.ends)
+        fence, (drained, synced) = await together(fence_step, self._copy(plan, policy))
+        read = {(e.topic, e.partition): e.end for e in drained.source_ends}
+        moved = [f"{e.topic}[{e.partition}] {read.get((e.topic, e.partition))} -> {e.end}" for e in fence.ends
+                 if read.get((e.topic, e.partition)) != e.end]  # fmt: skip
+        if moved:
+            raise SagaAbandoned(f"FenceBroken: the source moved after the block: {', '.join(moved)}")
+        return fence, drained, synced
+
+    async def _copy(self, plan: Plan, policy: Policy) -> tuple[Drained, GroupsSynced]:
+        drained = await self._drain(
+            DrainRequest(plan.link, [], policy.drain_timeout_s, plan.partitions), policy
+        )
+        return drained, await self._carry_and_check(plan, drained.source_ends)
+
+    async def _drain(self, request: DrainRequest, policy: Policy) -> Drained:
+        return await self._step(
+            "drain", steps.DRAIN, request, Drained, timeout_s=policy.drain_timeout_s + 30, heartbeat_s=10,
+            retry=ONCE,
+        )  # fmt: skip
+
+    async def _carry_and_check(self, plan: Plan, ends: list[PartitionEnd]) -> GroupsSynced:
+        """The groups' offsets carried, then the copy checked against the source's ``ends``."""
+        sync = GroupSyncRequest(plan.link, plan.groups)
+        synced = await self._step(
+            "sync groups", steps.SYNC_GROUPS, sync, GroupsSynced, timeout_s=sync.idle_timeout_s + 60,
+            heartbeat_s=10,
+        )  # fmt: skip
+        check = CopyCheckRequest(plan.link, ends, synced.groups)
+        await self._step("check copy", steps.CHECK_COPY, check, CopyChecked, timeout_s=60, give_up_s=180)
+        return synced
 
     async def _after_the_flip(  # noqa: PLR0917 - the saga's state, handed from one half to the other
         self,

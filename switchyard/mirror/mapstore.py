@@ -40,11 +40,15 @@ def ensure_map_topic(admin: AdminClient) -> None:
                 raise KafkaOperationError(f"cannot create {MAP_TOPIC}: {exc}") from exc
 
 
-def store_records(bootstrap: str, records: Iterable[tuple[bytes, bytes | None]], what: str) -> None:
+def store_records(
+    bootstrap: str, records: Iterable[tuple[bytes, bytes | None]], what: str, producer: Producer | None = None
+) -> None:
     """Write map records (segments, final positions; None: a tombstone) and wait until every one is
-    acknowledged."""
-    ensure_map_topic(AdminClient({"bootstrap.servers": bootstrap}))
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    acknowledged. A long-lived process passes its own ``producer`` (to ``bootstrap``): a new idempotent
+    one takes 0.5-1 s to start, and a switch stores final positions while clients are held."""
+    if producer is None:
+        ensure_map_topic(AdminClient({"bootstrap.servers": bootstrap}))
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     failures: list[str] = []
     for key, value in records:
         producer.produce(

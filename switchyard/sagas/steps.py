@@ -192,7 +192,10 @@ class Fence:
 class DrainRequest:
     link: str
     ends: list[PartitionEnd]
+    """The source ends to copy up to; empty: the ends of ``partitions`` as read when the drain starts
+    (beside the fence, which then checks they stand still)."""
     timeout_s: float
+    partitions: list[Partition] = field(default_factory=list)
 
 
 @dataclass
@@ -200,6 +203,8 @@ class Drained:
     target_ends: list[PartitionEnd]
     records: int
     """Source records the target holds up to the drained ends."""
+    source_ends: list[PartitionEnd] = field(default_factory=list)
+    """The source ends it drained to."""
 
 
 @dataclass

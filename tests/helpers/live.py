@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from switchyard import temporal
-from switchyard.config import Config
+from switchyard.config import Config, load_config
 from tests.helpers.processes import GatewayProcess, MirrorProcess, WorkerProcess
 
 FAST_MIRROR = {
@@ -46,6 +46,11 @@ class Live:
             "SWITCHYARD__TEMPORAL__TASK_QUEUE": self.queue,
             **self.overrides,
         }
+
+    @property
+    def effective(self) -> Config:
+        """The configuration this deployment's processes run with (its root, ledger and task queue)."""
+        return load_config(self.path, environ={**os.environ, **self.env})
 
     @property
     def path(self) -> Path:

@@ -114,11 +114,13 @@ def test_the_sasl_user_is_the_appid_and_plain_clients_still_work(
 
     # the metrics say who went where (exported every 0.5 s to the test's OTLP receiver)
     deadline = time.monotonic() + 15
-    while otlp.latest("gateway.requests", api="produce", app=app, cluster="standby") == 0:
-        assert time.monotonic() < deadline, f"no produce metrics for {app}: {otlp.points[-5:]}"
+    while (
+        otlp.latest("gateway.requests", api="produce", app=app, cluster="standby") == 0
+        or otlp.latest("gateway.requests", api="produce", app="x", cluster="primary") == 0
+    ):  # both produced before; the export that carries the second may come a period later
+        assert time.monotonic() < deadline, f"no produce metrics for {app} or x: {otlp.points[-5:]}"
         time.sleep(0.5)
     assert otlp.latest("gateway.requests", app=app, cluster="primary") == 0
-    assert otlp.latest("gateway.requests", api="produce", app="x", cluster="primary") > 0
     assert otlp.latest("gateway.upstream_latency", api="produce") > 0
     assert otlp.latest("gateway.added_latency", api="fetch") > 0
 

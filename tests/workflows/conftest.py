@@ -83,6 +83,18 @@ class Script:
     hold: dict[str, asyncio.Event] = field(default_factory=dict)
     refusal: str | None = None
     reachable: bool = False
+    drained_from: list[PartitionEnd] = field(default_factory=lambda: list(ENDS))
+    """The source ends the drain reads when it starts beside the fence."""
+
+    @property
+    def steps(self) -> list[str]:
+        """The calls, with the fence and the drain (which run side by side, so either may start first)
+        in the order the saga lists them."""
+        found = list(self.calls)
+        for i in range(len(found) - 1):
+            if found[i : i + 2] == [steps.DRAIN, steps.FENCE]:
+                found[i : i + 2] = [steps.FENCE, steps.DRAIN]
+        return found
 
     def activities(self) -> list[Callable[..., Any]]:
         answers: dict[str, tuple[type, Callable[[Any], Any]]] = {
@@ -93,7 +105,7 @@ class Script:
             steps.BLOCK: (BlockRequest, lambda _: Blocked(10, 2)),
             steps.UNBLOCK: (UnblockRequest, lambda r: Unblocked(11 if r.block_epoch else 0)),
             steps.FENCE: (FenceRequest, lambda _: Fence(ENDS)),
-            steps.DRAIN: (DrainRequest, lambda _: Drained(ENDS, 180)),
+            steps.DRAIN: (DrainRequest, lambda r: Drained(ENDS, 180, r.ends or self.drained_from)),
             steps.SYNC_GROUPS: (GroupSyncRequest, lambda _: GroupsSynced(1, 1, [], ["billing"])),
             steps.CHECK_COPY: (CopyCheckRequest, lambda _: CopyChecked("clean")),
             steps.VERIFY: (VerifyRequest, lambda r: VerifyOutcome(r.run_id, "clean", 180, [], [])),

@@ -19,6 +19,7 @@ from switchyard.sagas.requests import (
     Progress,
     SwitchRequest,
 )
+from switchyard.sagas.steps import PartitionEnd
 from tests.workflows.conftest import Sagas, capture, refused
 
 PLANNED = [
@@ -75,7 +76,7 @@ def test_a_switchover_runs_every_step_in_order_and_reports(sagas: Sagas) -> None
         return result
 
     result = sagas.run(scenario)
-    assert sagas.script.calls == PLANNED
+    assert sagas.script.steps == PLANNED
     assert (result.outcome, result.source, result.target, result.link) == (
         "switched", "primary", "standby", "primary-to-standby",
     )  # fmt: skip
@@ -112,9 +113,19 @@ def test_a_failure_before_the_flip_unblocks_and_unlocks_in_reverse(sagas: Sagas)
     assert result["outcome"] == "compensated"
     assert "DrainTimeout: link p2s did not copy up to the fenced ends" in result["detail"]
     assert "keys unblocked where they were" in result["detail"]
-    assert sagas.script.calls == [*PLANNED[:5], *BEFORE_THE_FLIP_UNDONE]
+    assert sagas.script.steps == [*PLANNED[:5], *BEFORE_THE_FLIP_UNDONE]
     unblock = sagas.script.requests[steps.UNBLOCK][0]
     assert (unblock.source, unblock.block_epoch) == ("primary", 10)
+
+
+def test_a_source_that_moved_between_the_drains_read_and_the_fences_compensates(sagas: Sagas) -> None:
+    """The drain copies up to the ends it read when it started; the fence's ends must be those."""
+    sagas.script.drained_from = [PartitionEnd("orders", 0, 99), PartitionEnd("orders", 1, 80)]
+    kind, result = fails(sagas, "Switchover", SwitchRequest(["orders"]))
+    assert kind == "SwitchAbandoned"
+    assert "FenceBroken: the source moved after the block: orders[0] 99 -> 100" in result["detail"]
+    assert sagas.script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
+    assert steps.FLIP not in sagas.script.steps
 
 
 def test_a_refused_plan_changes_nothing(sagas: Sagas) -> None:
@@ -126,7 +137,7 @@ def test_a_refused_plan_changes_nothing(sagas: Sagas) -> None:
         "refused",
         "no link copies from primary to dr",
     )
-    assert sagas.script.calls == [steps.PLAN]
+    assert sagas.script.steps == [steps.PLAN]
 
 
 def test_an_approval_is_only_taken_while_awaited_and_a_rejection_compensates(sagas: Sagas) -> None:
@@ -155,7 +166,7 @@ def test_an_approval_is_only_taken_while_awaited_and_a_rejection_compensates(sag
     assert kind == "SwitchAbandoned"
     assert "rejected before the flip by user:oncall: not during the sale" in result["detail"]
     assert result["approvals"] == ["rejected before the flip by user:oncall: not during the sale"]
-    assert sagas.script.calls == [*PLANNED[:7], *BEFORE_THE_FLIP_UNDONE]
+    assert sagas.script.steps == [*PLANNED[:7], *BEFORE_THE_FLIP_UNDONE]
 
 
 def test_an_approval_lets_the_switch_go_on(sagas: Sagas) -> None:
@@ -164,7 +175,7 @@ def test_an_approval_lets_the_switch_go_on(sagas: Sagas) -> None:
     async def scenario(s: Sagas) -> Any:
         handle = await s.start("Switchover", SwitchRequest(["orders"], policy=policy))
         waiting = await until(handle, lambda p: p.awaiting_approval is not None)
-        assert sagas.script.calls == [steps.PLAN]  # nothing held while it waits
+        assert sagas.script.steps == [steps.PLAN]  # nothing held while it waits
         assert waiting.phase == "awaiting approval"
         await handle.execute_update("approve", Decision("user:lead", "go"), result_type=str)
         result = await handle.result()
@@ -174,7 +185,7 @@ def test_an_approval_lets_the_switch_go_on(sagas: Sagas) -> None:
     result = sagas.run(scenario)
     assert result.outcome == "switched"
     assert result.approvals == ["approved before the block by user:lead: go"]
-    assert sagas.script.calls == PLANNED
+    assert sagas.script.steps == PLANNED
 
 
 def test_an_approval_not_given_in_time_compensates(sagas: Sagas) -> None:
@@ -183,7 +194,7 @@ def test_an_approval_not_given_in_time_compensates(sagas: Sagas) -> None:
     kind, result = fails(sagas, "Switchover", SwitchRequest(["orders"], policy=policy))
     assert kind == "SwitchAbandoned"
     assert "no approval before the flip within 1s" in result["detail"]
-    assert sagas.script.calls[-2:] == BEFORE_THE_FLIP_UNDONE
+    assert sagas.script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
 
 
 def test_cancelled_before_the_flip_it_undoes_what_it_did(sagas: Sagas) -> None:
@@ -200,8 +211,8 @@ def test_cancelled_before_the_flip_it_undoes_what_it_did(sagas: Sagas) -> None:
     kind, result = failure(sagas.run(scenario))
     assert kind == "SwitchAbandoned"
     assert "switch abandoned before the flip: cancelled" in result["detail"]
-    assert sagas.script.calls[-2:] == BEFORE_THE_FLIP_UNDONE
-    assert steps.FLIP not in sagas.script.calls
+    assert sagas.script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
+    assert steps.FLIP not in sagas.script.steps
 
 
 def test_a_failover_refuses_a_source_that_answers_unless_forced(sagas: Sagas) -> None:
@@ -234,7 +245,7 @@ def test_a_failover_flips_at_once_shields_and_measures_the_loss(sagas: Sagas) ->
         return result
 
     result = sagas.run(scenario)
-    calls = sagas.script.calls
+    calls = sagas.script.steps
     assert calls[:7] == [
         steps.PLAN, steps.PROBE, steps.LOCK, steps.FLIP, steps.AWAIT_ACKS, steps.MEASURE_LOSS, steps.UNLOCK,
     ]  # fmt: skip
@@ -255,7 +266,7 @@ def test_a_topic_migration_moves_every_user_and_retires_the_source_once_approved
         handle = await s.start("TopicMigration", MigrationRequest("orders", "standby", actor="user:test"))
         waiting = await until(handle, lambda p: p.awaiting_approval is not None)
         assert waiting.awaiting_approval == "before retiring the source copy"
-        assert sagas.script.calls == MIGRATION  # the clients moved; the source copy waits
+        assert sagas.script.steps == MIGRATION  # the clients moved; the source copy waits
         approval = Decision("user:owner", "nobody reads it there")
         await handle.execute_update("approve", approval, result_type=str)
         result = await handle.result()
@@ -263,7 +274,7 @@ def test_a_topic_migration_moves_every_user_and_retires_the_source_once_approved
         return result
 
     result = sagas.run(scenario)
-    assert sagas.script.calls == [*MIGRATION, steps.RETIRE_TOPIC]
+    assert sagas.script.steps == [*MIGRATION, steps.RETIRE_TOPIC]
     assert result.outcome == "migrated"
     assert result.moved == ["billing##billing", "billing#orders", "shop#orders"]
     assert sagas.script.requests[steps.PLAN][0].keys == result.moved
@@ -286,7 +297,7 @@ def test_a_topic_migration_keeps_the_source_copy_when_retiring_is_rejected(sagas
 
     result = sagas.run(scenario)
     assert result.outcome == "migrated"  # the clients moved all the same
-    assert steps.RETIRE_TOPIC not in sagas.script.calls
+    assert steps.RETIRE_TOPIC not in sagas.script.steps
     assert "orders stays on primary, copied back by migrate-orders-to-standby-back" in result.detail
     assert "rejected before retiring the source copy by user:owner: keep it a week" in result.detail
 
@@ -297,7 +308,7 @@ def test_a_topic_migration_whose_copy_fails_moves_nobody(sagas: Sagas) -> None:
     kind, result = fails(sagas, "TopicMigration", MigrationRequest("orders", "standby"))
     assert kind == "MigrationAbandoned"
     assert "CopyFailed: link stopped copying orders[1]; no client was moved" in result["detail"]
-    assert sagas.script.calls == [steps.TOPIC_USERS, steps.PREPARE_MIGRATION]
+    assert sagas.script.steps == [steps.TOPIC_USERS, steps.PREPARE_MIGRATION]
 
 
 def test_a_topic_migration_abandoned_before_the_flip_leaves_the_copy_running(sagas: Sagas) -> None:
@@ -310,4 +321,4 @@ def test_a_topic_migration_abandoned_before_the_flip_leaves_the_copy_running(sag
         "keys unblocked where they were; link migrate-orders-to-standby keeps copying (run the migration "
         "again to finish)"
     )
-    assert sagas.script.calls == [*MIGRATION[:6], *BEFORE_THE_FLIP_UNDONE]
+    assert sagas.script.steps == [*MIGRATION[:7], *BEFORE_THE_FLIP_UNDONE]  # the drain ran beside the fence

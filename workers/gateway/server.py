@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import functools
 import logging
 import os
@@ -332,9 +333,9 @@ class Gateway:
         cls = response_schema(request.api_key, request.api_version)
         broker_cls = element_type(cls, "brokers")
         virtual = await self._virtual_ids(cluster, set(self.brokers[cluster]))
+        listed = sorted(virtual.values()) + self._elsewhere(cluster)
         brokers = tuple(
-            make(broker_cls, node_id=v, host=self.address(v)[0], port=self.address(v)[1])
-            for v in sorted(virtual.values())
+            make(broker_cls, node_id=v, host=self.address(v)[0], port=self.address(v)[1]) for v in listed
         )
         controller = min(virtual.values(), default=-1)
         return make(cls, brokers=tuple(brokers), cluster_id=CLUSTER_ID, controller_id=controller, topics=())
@@ -345,7 +346,29 @@ class Gateway:
                 cluster
             ]
         virtual = await self._virtual_ids(cluster, real_nodes(api_key, body))
-        return rewrite(api_key, body, virtual, self.address, cluster_id=CLUSTER_ID)
+        rewritten = rewrite(api_key, body, virtual, self.address, cluster_id=CLUSTER_ID)
+        if api_key != apis.METADATA:
+            return rewritten
+        broker_cls = element_type(type(rewritten), "brokers")
+        others = tuple(
+            make(broker_cls, node_id=v, host=self.address(v)[0], port=self.address(v)[1])
+            for v in self._elsewhere(cluster)
+        )
+        return dataclasses.replace(rewritten, brokers=rewritten.brokers + others)
+
+    def _elsewhere(self, cluster: str) -> list[int]:
+        """The virtual brokers of the other clusters, listed in every Metadata answer though they lead
+        nothing there: a client whose partitions or coordinator move to another cluster in a switch
+        then finds the new leader among brokers it knows and goes straight to it, and a client still
+        holding an old broker never finds it missing (librdkafka otherwise drops the broker and waits
+        for its next periodic refresh, about a second, before producing again)."""
+        found = []
+        for other, nodes in self.brokers.items():
+            if other != cluster:
+                found += [
+                    v for node in nodes if (v := self.vnodes.known(RealBroker(other, node))) is not None
+                ]
+        return sorted(found)
 
     def mirrored(self, snapshot: RoutingSnapshot, cluster: str, topic: str) -> bool:
         """Whether ``topic`` on ``cluster`` is a mirror's copy: only the mirror writes it until promoted."""

@@ -362,6 +362,8 @@ class LinkCopier:
         assignment = self._consumer.assignment()
         if wanted:
             self._consumer.pause(assignment)
+            assert self._producer is not None
+            self._producer.flush(30)  # what is on its way lands before the target is read as final
         else:
             running = [tp for tp in assignment if (tp.topic, tp.partition) not in self._failed]
             self._consumer.resume(running)
@@ -371,6 +373,7 @@ class LinkCopier:
                     position = st.read_to if st.begun else OFFSET_BEGINNING
                     self._consumer.seek(TopicPartition(tp.topic, tp.partition, position))
         self._paused = wanted
+        self._publish()  # at once: a promotion waits for this, with clients held
         log.info("link %s %s", self.link.id, "paused" if wanted else "resumed")
 
     # ---- records
