@@ -14,6 +14,7 @@ from switchyard.ledger import Ledger
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import Stack
+from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.services import PostgresServer
 from tests.helpers.stacks import write_stack_config
 
@@ -45,6 +46,14 @@ def stack(stack_config: Config) -> Iterator[Stack]:
         yield embedded
     finally:
         embedded.down()
+
+
+@pytest.fixture(scope="module")
+def otlp() -> Iterator[OtlpReceiver]:
+    """An OTLP endpoint of this module's own, for the processes it starts to export to."""
+    receiver = OtlpReceiver()
+    yield receiver
+    receiver.close()
 
 
 @pytest.fixture(scope="module")

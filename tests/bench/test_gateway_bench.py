@@ -88,13 +88,6 @@ def fetch(bootstrap: str, topic: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def otlp() -> Iterator[OtlpReceiver]:
-    receiver = OtlpReceiver()
-    yield receiver
-    receiver.close()
-
-
-@pytest.fixture(scope="module")
 def gateway(
     routing: RoutingStore,
     stack_config: Config,

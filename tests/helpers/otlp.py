@@ -1,27 +1,54 @@
-"""An OTLP/HTTP metrics endpoint for tests, and reading quantiles off the histograms it receives."""
+"""An OTLP/HTTP endpoint for tests (metrics and spans), and quantiles read off the histograms it receives."""
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+@dataclass(frozen=True)
+class Span:
+    service: str
+    name: str
+    trace_id: str
+    span_id: str
+    parent_id: str
+
+
 class OtlpReceiver:
-    """An OTLP/HTTP metrics endpoint that keeps every data point it is sent, for tests to read."""
+    """An OTLP/HTTP endpoint that keeps every data point and span it is sent, for tests to read."""
 
     def __init__(self) -> None:
         from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
             ExportMetricsServiceRequest,
         )
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
         points: list[tuple[str, dict[str, str], float]] = []
         histograms: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[list[float], list[int]]] = {}
-        self.points, self.histograms = points, histograms
+        spans: list[Span] = []
+        self.points, self.histograms, self.spans = points, histograms, spans
+
+        def keep_spans(body: bytes) -> None:
+            for resource in ExportTraceServiceRequest.FromString(body).resource_spans:
+                named = {a.key: a.value.string_value for a in resource.resource.attributes}
+                service = named.get("service.name", "")
+                for scope in resource.scope_spans:
+                    spans.extend(
+                        Span(service, s.name, s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex())
+                        for s in scope.spans
+                    )
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path.endswith("/v1/traces"):
+                    keep_spans(body)
+                    self.send_response(200)
+                    self.end_headers()
+                    return
                 export = ExportMetricsServiceRequest.FromString(body)
                 for resource in export.resource_metrics:
                     for scope in resource.scope_metrics:

@@ -25,13 +25,6 @@ ACTOR = "user:test"
 
 
 @pytest.fixture(scope="module")
-def otlp() -> Iterator[OtlpReceiver]:
-    receiver = OtlpReceiver()
-    yield receiver
-    receiver.close()
-
-
-@pytest.fixture(scope="module")
 def gateway(
     routing: RoutingStore, stack_config: Config, otlp: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:

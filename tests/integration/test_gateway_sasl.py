@@ -40,13 +40,6 @@ def app() -> str:
     return unique("orders")
 
 
-@pytest.fixture(scope="module")
-def otlp() -> Iterator[OtlpReceiver]:
-    receiver = OtlpReceiver()
-    yield receiver
-    receiver.close()
-
-
 def start_gateway(
     config: Config, routing: RoutingStore, directory: Path, mode: str, users: Path, **more: str
 ) -> GatewayProcess:

@@ -23,6 +23,7 @@ from switchyard.stack import Stack
 from switchyard.threads import Worker
 from switchyard.traffic import Traffic
 from tests.helpers.live import Live, capture, unique, wait_for_approval
+from tests.helpers.otlp import OtlpReceiver, Span
 from tests.helpers.traffic import judge_consumer, topic_ids
 
 ACTOR = "user:test"
@@ -45,8 +46,26 @@ def prepare(
     return app, topic, link
 
 
+def saga_trace(otlp: OtlpReceiver, workflow: str, activities: set[str], timeout_s: float = 30) -> list[Span]:
+    """The trace the CLI began by starting ``workflow``, once the worker's spans of ``activities`` are in it
+    (the worker exports in batches, every few seconds)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        started = [
+            s for s in otlp.spans if s.name == f"StartWorkflow:{workflow}" and s.service == "switchyard-cli"
+        ]
+        trace = [s for s in otlp.spans if started and s.trace_id == started[-1].trace_id]
+        ran = {s.name.removeprefix("RunActivity:") for s in trace if s.service == "switchyard-worker"}
+        if activities <= ran:
+            return trace
+        assert time.monotonic() < deadline, (
+            f"{workflow}: activities traced {sorted(ran)}, wanted {activities}"
+        )
+        time.sleep(0.5)
+
+
 def test_a_switchover_and_its_switchback_lose_and_double_nothing(
-    live: Live, routing: RoutingStore, stack_config: Config
+    live: Live, routing: RoutingStore, stack_config: Config, otlp: OtlpReceiver
 ) -> None:
     assert live.gateway is not None
     app, topic, link = prepare(live, routing, stack_config)
@@ -87,6 +106,17 @@ def test_a_switchover_and_its_switchback_lose_and_double_nothing(
             steps
         )
         capture(live, run.saga_id, run.run_id, name)
+
+    # one trace follows each saga from the operator's command through the workflow into every activity
+    for workflow in ("Switchover", "Switchback"):
+        trace = saga_trace(otlp, workflow, {"plan_switch", "block_keys", "drain_link", "flip_keys"})
+        by_id = {s.span_id: s for s in trace}
+        started = next(s for s in trace if s.service == "switchyard-cli")
+        assert by_id[next(s for s in trace if s.name == f"RunWorkflow:{workflow}").parent_id] == started
+        for span in trace:
+            if span.name.startswith("RunActivity:"):  # begun by the workflow's StartActivity
+                assert by_id[span.parent_id].name == span.name.replace("Run", "Start", 1)
+                assert by_id[by_id[span.parent_id].parent_id] == started, span
 
 
 def test_a_writer_around_the_gateway_stops_the_switch_and_is_named(
