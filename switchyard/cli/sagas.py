@@ -18,6 +18,7 @@ from switchyard import launch, temporal
 from switchyard.cli.base import Group, actor_option, cli, config_of, reason_option, store_of
 from switchyard.config import Config
 from switchyard.launch import WORKFLOW_TYPES, SagaFailed, policy_of, ui_link
+from switchyard.ledger import Ledger
 from switchyard.migration import find_users
 from switchyard.planning import plan_switch
 from switchyard.sagas.ids import migration_id, migration_link, saga_id
@@ -280,15 +281,33 @@ def show(ctx: click.Context, saga: str, follow: bool) -> None:
     """A saga's steps and result, and its trail in the ledger."""
     config = config_of(ctx)
     click.echo(f"saga {saga}: {ui_link(config, saga)}")
-    _run(launch.follow(config, saga, click.echo) if follow else _show_once(config, saga))
+    known = True
+    try:
+        known = _run(_follow(config, saga) if follow else _show_once(config, saga))
+    finally:
+        if not _trail(config, saga) and not known:
+            raise SagaFailed(f"no saga {saga} in Temporal or in the ledger (switchyard sagas list)")
 
 
-async def _show_once(config: Config, saga: str) -> None:
+async def _follow(config: Config, saga: str) -> bool:
+    await launch.follow(config, saga, click.echo)
+    return True
+
+
+async def _show_once(config: Config, saga: str) -> bool:
+    """The saga as Temporal knows it; False when Temporal does not."""
     from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
 
     client = await temporal.connect(config)
     handle = client.get_workflow_handle(saga)
-    described = await handle.describe()
+    try:
+        described = await handle.describe()
+    except RPCError as exc:
+        if exc.status is not RPCStatusCode.NOT_FOUND:
+            raise
+        click.echo("  not in Temporal (never started, or its history is past the namespace's retention)")
+        return False
     click.echo(f"  {described.workflow_type}: {described.status.name.lower() if described.status else '?'}")
     if described.status is WorkflowExecutionStatus.RUNNING:
         progress: Progress = await handle.query("progress", result_type=Progress)
@@ -297,8 +316,33 @@ async def _show_once(config: Config, saga: str) -> None:
             click.echo(f"  {step_state.name:<16} {step_state.state}{detail}")
         if progress.awaiting_approval:
             click.echo(f"  waiting for an approval {progress.awaiting_approval}")
-        return
-    await launch.follow(config, saga, click.echo)
+        return True
+    return await _follow(config, saga)
+
+
+def _trail(config: Config, saga: str) -> bool:
+    """The newest run's steps as the ledger has them: what each attempt did, even of a saga killed halfway
+    or one whose Temporal history has expired."""
+    ledger = Ledger.open(config.ledger_url)
+    try:
+        runs = ledger.saga_runs(saga, limit=1)
+        steps = ledger.saga_steps(runs[0].run_id) if runs else []
+    finally:
+        ledger.close()
+    if not runs:
+        return False
+    run = runs[0]
+    click.echo(
+        f"ledger: run {run.run_id}, {run.kind} by {run.actor} ({run.reason}), started "
+        f"{run.started_at.isoformat(timespec='seconds')}, {run.outcome or 'not ended'}"
+    )
+    rows = [
+        (f"+{(s.ended_at - run.started_at).total_seconds():.2f}s", s.step, str(s.attempt),
+         f"{(s.ended_at - s.started_at).total_seconds():.2f}s", s.outcome, s.detail[:100])
+        for s in steps
+    ]  # fmt: skip
+    click.echo(render(("ENDED", "STEP", "ATTEMPT", "TOOK", "OUTCOME", "DETAIL"), rows))
+    return True
 
 
 def _decide(approve: bool) -> Callable[..., None]:

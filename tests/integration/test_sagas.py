@@ -106,6 +106,11 @@ def test_a_switchover_and_its_switchback_lose_and_double_nothing(
             steps
         )
         capture(live, run.saga_id, run.run_id, name)
+    shown = live.cli("sagas", "show", saga_id([app]))  # the newest run, from Temporal and the ledger
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"ledger: run {runs[0].run_id}, switchback by {runs[0].actor} (planned test)" in shown.stdout
+    trail = [line.split()[1:5:3] for line in shown.stdout.splitlines() if line.startswith("+")]
+    assert {("flip_keys", "ok"), ("unlock_keys", "ok")} <= {tuple(t) for t in trail}, shown.stdout
 
     # one trace follows each saga from the operator's command through the workflow into every activity
     for workflow in ("Switchover", "Switchback"):

@@ -61,5 +61,5 @@ async def run(config: Config) -> None:
 @click.command("worker")
 @click.pass_context
 def worker_command(ctx: click.Context) -> None:
-    """Run the sagas (switchover, switchback, failover) and their steps."""
+    """Run the sagas (switchover, switchback, failover, topic migration) and their steps."""
     asyncio.run(run(config_of(ctx, "worker")))
