@@ -17,10 +17,13 @@ import click
 from switchyard import launch, temporal
 from switchyard.cli.base import Group, actor_option, cli, config_of, reason_option, store_of
 from switchyard.config import Config
+from switchyard.keys import BindingKey
 from switchyard.launch import WORKFLOW_TYPES, SagaFailed, policy_of, ui_link
 from switchyard.ledger import Ledger
 from switchyard.migration import find_users
+from switchyard.model import BindingState
 from switchyard.planning import plan_switch
+from switchyard.routing.locks import SagaLocks
 from switchyard.sagas.ids import migration_id, migration_link, saga_id
 from switchyard.sagas.requests import (
     ApprovalPoint,
@@ -389,3 +392,55 @@ def cancel(ctx: click.Context, saga: str) -> None:
 
     _run(send())
     click.echo(f"saga {saga}: cancellation requested (switchyard sagas show '{saga}')")
+
+
+@sagas.command("unlock")
+@click.argument("keys", nargs=-1, required=True)
+@click.pass_context
+def unlock(ctx: click.Context, keys: tuple[str, ...]) -> None:
+    """Release the locks on KEYS of a saga that no longer runs (one terminated from the Web UI, say).
+
+    A saga ends by releasing its locks, even when it fails; only one stopped from outside leaves them.
+    A lock whose saga still runs is kept: cancel the saga instead.
+    """
+    config = config_of(ctx)
+    try:
+        parsed = [BindingKey.parse(text) for text in keys]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="KEYS") from None
+    with store_of(ctx) as store:
+        locks = SagaLocks(store.zk, store.layout)
+        held = {key: holder for key in parsed if (holder := locks.holder(key)) is not None}
+        status = {owner: _run(_status(config, owner)) for owner in {h.owner for h in held.values()}}
+        running = sorted(
+            f"{key} by saga {h.owner}" for key, h in held.items() if status[h.owner] == "running"
+        )
+        if running:  # nothing released: the operator meant a saga that has stopped
+            raise SagaFailed(f"locked by a running saga (switchyard sagas cancel it): {'; '.join(running)}")
+        for key in parsed:
+            holder = held.get(key)
+            if holder is None:
+                click.echo(f"{key}: not locked")
+                continue
+            locks.release(key, holder.owner)
+            click.echo(f"{key}: released the lock of saga {holder.owner} ({status[holder.owner]})")
+            bound = store.binding(key)
+            if bound is not None and bound.state is BindingState.BLOCKED:
+                click.echo(
+                    f"  {key} is still blocked on {bound.cluster} at epoch {bound.epoch}; clients get errors "
+                    f"until: switchyard bindings set '{key}' {bound.cluster} --expect-epoch {bound.epoch}"
+                )
+
+
+async def _status(config: Config, workflow_id: str) -> str:
+    """The saga's status in Temporal, in lower case; "unknown to Temporal" when it has none."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    client = await temporal.connect(config)
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as exc:
+        if exc.status is not RPCStatusCode.NOT_FOUND:
+            raise
+        return "unknown to Temporal"
+    return described.status.name.lower() if described.status else "unknown"

@@ -3,6 +3,8 @@ CLI as an operator runs it — and what the application saw."""
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 import time
 from collections import Counter
 
@@ -20,6 +22,7 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.stack import Stack
+from switchyard.stack.health import tool
 from switchyard.threads import Worker
 from switchyard.traffic import Traffic
 from tests.helpers.live import Live, capture, unique, wait_for_approval
@@ -226,3 +229,42 @@ def test_a_saga_survives_its_worker_or_temporal_going_down_between_block_and_fli
     print(f"\n{crash}: {judge_consumer(traffic)}")
     runs = routing.ledger.saga_runs(saga)
     capture(live, saga, runs[0].run_id, f"switchover-{crash}")
+
+
+def test_a_saga_terminated_from_outside_leaves_locks_that_sagas_unlock_releases(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """Terminating a saga (from the Web UI, say) runs no compensation: its keys stay locked and blocked.
+    `sagas unlock` refuses while the saga runs, then releases the lock and says how to unblock."""
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, stack_config, partitions=1)
+    saga = saga_id([app])
+    started = live.cli("switchover", app, "--link", link, "--approval", "before-flip")
+    assert started.returncode == 0, started.stderr
+    wait_for_approval(live, saga)
+    kept = live.cli("sagas", "unlock", app)
+    assert kept.returncode == 8
+    assert f"locked by a running saga (switchyard sagas cancel it): {app} by saga {saga}" in kept.stderr
+
+    terminated = subprocess.run(
+        [tool("temporal"), "workflow", "terminate", "--address", stack_config.temporal.address,
+         "--workflow-id", saga, "--reason", "test"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert terminated.returncode == 0, terminated.stderr
+    blocked = routing.binding(BindingKey.for_app(app))
+    assert blocked is not None
+    assert blocked.state is BindingState.BLOCKED
+
+    released = live.cli("sagas", "unlock", app)
+    assert released.returncode == 0, released.stderr
+    assert f"{app}: released the lock of saga {saga} (terminated)" in released.stdout
+    advice = f"switchyard bindings set '{app}' primary --expect-epoch {blocked.epoch}"
+    assert advice in released.stdout
+    unblocked = live.cli(*shlex.split(advice)[1:])
+    assert unblocked.returncode == 0, unblocked.stderr
+    one = [kafka.Record(b"k", b"v")]
+    assert kafka.produce(live.gateway.bootstrap, topic, one, settings={"client.id": app}) == 1
+    again = live.cli("switchover", app, "--link", link, "--wait")  # nothing left behind stops a new saga
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert live.cli("sagas", "unlock", app).stdout == f"{app}: not locked\n"
