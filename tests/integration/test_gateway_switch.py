@@ -30,7 +30,7 @@ from switchyard.traffic import Traffic
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.traffic import judge_consumer, topic_ids
-from tests.integration.test_gateway import gateway, otlp  # noqa: F401 - shared module fixtures
+from tests.integration.test_gateway import gateway  # noqa: F401 - a shared module fixture
 
 PARTITIONS = 3
 
@@ -75,7 +75,7 @@ def mover(routing: RoutingStore, stack_config: Config) -> tuple[str, str]:
 @pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent-producer", "plain-producer"])
 def test_live_traffic_follows_a_switch(
     gateway: GatewayProcess,  # noqa: F811
-    otlp: OtlpReceiver,  # noqa: F811
+    otlp: OtlpReceiver,
     routing: RoutingStore,
     stack_config: Config,
     mover: tuple[str, str],
