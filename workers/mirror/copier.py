@@ -356,7 +356,7 @@ class LinkCopier:
 
     def _follow_pause(self) -> None:
         assert self._consumer is not None
-        wanted = self.link.state is LinkState.PAUSED
+        wanted = self.link.state is not LinkState.RUNNING  # a promoted link is never resumed
         if wanted == self._paused:
             return
         assignment = self._consumer.assignment()
@@ -387,6 +387,8 @@ class LinkCopier:
             return
         if st is None or st.error:
             return
+        if self.link.state is not LinkState.RUNNING:
+            return  # paused or promoted since it was read: never written (a resume reads it again)
         offset = msg.offset() or 0
         if offset < st.read_to:
             return  # read again after a pause or a seek: already copied
