@@ -212,16 +212,29 @@ class SagaWorkflow:
         raise ApplicationError(result.detail, asdict(result), type=error_type, non_retryable=True)
 
 
-async def together(*steps: Awaitable[Any]) -> list[Any]:
-    """Run steps side by side; when one fails, cancel the others and raise its error."""
-    tasks = [asyncio.ensure_future(step) for step in steps]
+async def guarded(guard: Awaitable[Any], work: Awaitable[Any]) -> tuple[Any, Any]:
+    """Run ``work`` beside ``guard``, whose failure names the cause where the work's names a symptom: a
+    failed guard cancels the work at once, and a failed work waits for the guard's verdict, raising the
+    guard's error if it has one, else its own."""
+    checking, working = asyncio.ensure_future(guard), asyncio.ensure_future(work)
+    checking.add_done_callback(lambda _: working.cancel() if _failed(checking) else None)
     try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+        worked = await working
+    except BaseException as exc:
+        if isinstance(exc, asyncio.CancelledError) and not _failed(checking):  # the saga is cancelled
+            checking.cancel()
+            await asyncio.gather(checking, return_exceptions=True)
+            raise
+        await asyncio.gather(checking, return_exceptions=True)
+        if not _failed(checking):
+            raise
+    else:
+        return await checking, worked
+    raise checking.exception()  # type: ignore[misc]  # outside the handler: its cause chain stays its own
+
+
+def _failed(task: asyncio.Future[Any]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is not None
 
 
 def reason(exc: BaseException) -> str:

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 
-from workflows.base import ONCE, RETRY, SagaAbandoned, SagaWorkflow, millis, reason, together
+from workflows.base import ONCE, RETRY, SagaAbandoned, SagaWorkflow, guarded, millis, reason
 from workflows.compensation import Compensations
 
 with workflow.unsafe.imports_passed_through():
@@ -192,7 +192,7 @@ class PlannedSwitch(SagaWorkflow):
             fence = await fence_step
             drained = await self._drain(DrainRequest(plan.link, fence.ends, policy.drain_timeout_s), policy)
             return fence, drained, await self._carry_and_check(plan, fence.ends)
-        fence, (drained, synced) = await together(fence_step, self._copy(plan, policy))
+        fence, (drained, synced) = await guarded(fence_step, self._copy(plan, policy))
         read = {(e.topic, e.partition): e.end for e in drained.source_ends}
         moved = [f"{e.topic}[{e.partition}] {read.get((e.topic, e.partition))} -> {e.end}" for e in fence.ends
                  if read.get((e.topic, e.partition)) != e.end]  # fmt: skip

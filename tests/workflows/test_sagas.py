@@ -128,6 +128,39 @@ def test_a_source_that_moved_between_the_drains_read_and_the_fences_compensates(
     assert steps.FLIP not in sagas.script.steps
 
 
+def test_a_broken_fence_is_named_though_the_copy_check_failed_first(sagas: Sagas) -> None:
+    """A writer around the gateway makes both fail: the copy check sees the source moved before the fence's
+    window ends. The saga waits for the fence and names the cause, not the symptom."""
+    script = sagas.script
+    script.hold[steps.FENCE] = asyncio.Event()
+    script.fail[steps.FENCE] = refused("FenceBroken", "after the block, the source kept being written")
+    script.fail[steps.CHECK_COPY] = refused("CopyDiverged", "orders[0]: the source moved from 99 to 140")
+
+    async def scenario(s: Sagas) -> WorkflowFailureError:
+        handle = await s.start("Switchover", SwitchRequest(["orders"]))
+        while steps.CHECK_COPY not in script.calls:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # the check's failure is in the history before the fence's verdict
+        script.hold[steps.FENCE].set()
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        return failed.value
+
+    kind, result = failure(sagas.run(scenario))
+    assert kind == "SwitchAbandoned"
+    assert "FenceBroken: after the block, the source kept being written" in result["detail"]
+    assert "CopyDiverged" not in result["detail"]
+    assert script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
+
+
+def test_a_failed_copy_check_is_named_when_the_fence_held(sagas: Sagas) -> None:
+    sagas.script.fail[steps.CHECK_COPY] = refused("CopyDiverged", "orders[0]: the target holds 120")
+    kind, result = fails(sagas, "Switchover", SwitchRequest(["orders"]))
+    assert kind == "SwitchAbandoned"
+    assert "CopyDiverged: orders[0]: the target holds 120" in result["detail"]
+    assert sagas.script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
+
+
 def test_a_refused_plan_changes_nothing(sagas: Sagas) -> None:
     sagas.script.refusal = "no link copies from primary to dr"
 
