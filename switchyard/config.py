@@ -185,6 +185,9 @@ class GatewayConfig(_Section):
     advertised_host: str | None = None
     bootstrap_port: Port = 9192
     max_frame_bytes: Bytes = 100 * MiB
+    block_hold_s: PositiveSeconds = 10.0
+    """How long a request of a blocked identity waits for the block to end before it is answered with
+    a retriable error (a Produce at most half its own time-out, a Fetch at most its wait)."""
     sasl: GatewaySaslConfig = GatewaySaslConfig()
     limits: GatewayLimitsConfig = GatewayLimitsConfig()
 

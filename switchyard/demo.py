@@ -4,7 +4,7 @@ The embedded stack comes up with a gateway, a mirror and a worker. An applicatio
 new AppID and topic each run, so reruns never meet an earlier one) produces and consumes through the
 gateway while a switchover saga moves it to the standby and a switchback brings it home. The report
 counts every record: acknowledged to the producer, held by the cluster (each exactly once), processed
-by the consumer group — and says plainly where the application processed a record twice.
+by the consumer group — and fails if the application lost, or processed twice, a single record.
 """
 
 from __future__ import annotations
@@ -167,22 +167,28 @@ def _report(config: Config, report: Report, say: Say) -> None:
         f"missed {len(consumer.missing)}, in order: {in_order}"
     )
     refused, twice = sum(consumer.commits_refused.values()), len(consumer.twice)
-    say(
-        f"   processed twice: {twice} records, all in the {refused} batches whose commit the old group "
-        "coordinator refused during a switch (at-least-once: their offsets were not committed)"
-        if not consumer.again_after_commit
-        else f"   processed twice: {twice}, {len(consumer.again_after_commit)} of them although their "
-        "commit had gone through"
-    )
+    if not twice:
+        say("   processed twice: 0 (each commit made during a switch was carried to the new cluster)")
+    elif not consumer.again_after_commit:
+        say(
+            f"   processed twice: {twice} records, all in the {refused} batches whose commit was refused "
+            "during a switch (at-least-once: their offsets were not committed)"
+        )
+    else:
+        say(
+            f"   processed twice: {twice}, {len(consumer.again_after_commit)} of them although their "
+            "commit had gone through"
+        )
     for result, run_id in zip(report.sagas, report.run_ids, strict=True):
         say(f"   {result['kind']} history: {launch.ui_link(config, result['saga_id'], run_id)}")
     problems = [
         *(["records lost"] if report.lost or consumer.missing else []),
         *(["records written twice"] if report.written_twice else []),
         *(["records re-processed after a successful commit"] if consumer.again_after_commit else []),
+        *(["records processed twice"] if consumer.twice and not consumer.again_after_commit else []),
         *(["sends failed"] if report.failed else []),
         *(["records out of order"] if consumer.out_of_order else []),
     ]
     if problems:
         raise DemoFailed(f"the demo application saw {', '.join(problems)}")
-    say("== nothing lost, nothing written twice")
+    say("== nothing lost, nothing written or processed twice")

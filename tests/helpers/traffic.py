@@ -11,7 +11,7 @@ EXPECTED_COMMIT_FAILURES = {
     "ILLEGAL_GENERATION",
     "REBALANCE_IN_PROGRESS",
 }
-"""Why commits fail across a switch today (carrying them over is the gateway's next step)."""
+"""Why commits fail across a switch the gateway cannot carry them over (no link copies the topic)."""
 
 
 def topic_ids(bootstrap: str, topic: str) -> list[int]:
@@ -19,13 +19,17 @@ def topic_ids(bootstrap: str, topic: str) -> list[int]:
     return [int(r.value or b"-1") for rs in kafka.read_partitions(bootstrap, topic).values() for r in rs]
 
 
-def judge_consumer(traffic: Traffic) -> str:
-    """What each application received is complete, in order, and only repeated where a commit failed."""
-    return "; ".join(judge_reader(reader, traffic.acked) for reader in traffic.readers)
+def judge_consumer(traffic: Traffic, *, carried: bool = False) -> str:
+    """What each application received is complete, in order, and only repeated where a commit failed;
+    ``carried``: a link copies the topic, so the gateway carries commits across: nothing is repeated."""
+    return "; ".join(judge_reader(reader, traffic.acked, carried=carried) for reader in traffic.readers)
 
 
-def judge_reader(reader: Reader, acked: list[int]) -> str:
+def judge_reader(reader: Reader, acked: list[int], *, carried: bool = False) -> str:
     found = account(reader, acked)
+    if carried:
+        assert not found.commits_refused, f"{reader.app}: commits refused {dict(found.commits_refused)}"
+        assert not found.twice, f"{reader.app}: processed twice: {sorted(found.twice)[:10]}"
     assert found.errors == []
     assert found.missing == [], f"records {reader.app} never received: {found.missing[:10]}"
     assert found.out_of_order is None, found.out_of_order

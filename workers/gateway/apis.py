@@ -1,8 +1,9 @@
 """What the gateway does with each API, and what a request tells routing (its topics, its group).
 
 - answered here: ApiVersions, SASL handshake/authenticate, Metadata with an empty topic list;
-- blockable data requests: get a retriable error while their identity is blocked, or when they reach
-  a virtual broker of a cluster the identity is no longer bound to;
+- blockable data and group requests: held while their identity is blocked, a retriable error when
+  they reach a virtual broker of a cluster the identity is no longer bound to (see
+  :mod:`workers.gateway.decision`);
 - everything else is forwarded to the cluster the identity is bound to.
 """
 

@@ -1,5 +1,9 @@
 """One client connection: read requests, decide for each, forward or answer, reply in request order.
 
+What to do with a request is decided by :func:`workers.gateway.decision.decide`; this module carries it
+out — forwards, answers, holds (:mod:`workers.gateway.holds`), carries commits
+(:mod:`workers.gateway.carry`) — and sees the gateway only through :class:`workers.gateway.shared.Shared`.
+
 Every request is resolved against the routing snapshot current when it is read, so after a binding
 changes, no new request of that identity goes to the old cluster; requests already sent are counted
 in flight under the epoch they were sent in, and the gateway acknowledges an epoch only once none sent
@@ -15,21 +19,25 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from switchyard.identity import Identity, identify
-from switchyard.model import BindingState
+from switchyard.model import BindingState, ClusterState
 from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway import apis
-from workers.gateway.apis import context_of
+from workers.gateway.apis import Context, context_of
 from workers.gateway.blocking import TOPIC_AUTHORIZATION_FAILED, blocked_response
+from workers.gateway.carry import carried_commit
+from workers.gateway.decision import Action, Decision, decide
+from workers.gateway.holds import hold_limit
 from workers.gateway.inflight import Ticket
 from workers.gateway.intake import Intake, Lease
+from workers.gateway.members import Member
 from workers.gateway.producers import translate
 from workers.gateway.protocol import (
     FrameError,
@@ -43,17 +51,26 @@ from workers.gateway.protocol import (
 )
 from workers.gateway.rewrite import BROKER_NAMING
 from workers.gateway.sasl import Credentials, SaslError
+from workers.gateway.shared import Shared
 from workers.gateway.upstream import Upstream, UpstreamError
 from workers.gateway.vnodes import RealBroker
-
-if TYPE_CHECKING:
-    from workers.gateway.server import Gateway
 
 log = logging.getLogger(__name__)
 Replies = asyncio.Queue[tuple[Awaitable[bytes | None], Lease] | None]
 """Each request's answer-to-be, in request order, with its bytes' lease (None: no more)."""
 _HIGH_WATER = 256 * 1024
 """Bytes waiting to go to the client before the session waits for them to drain."""
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A request with what the session learnt of it on arrival, kept while it is decided (or incoming)."""
+
+    request: Request
+    context: Context
+    identity: Identity
+    received: float
+    """Event loop time of its arrival."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +83,7 @@ class Listener:
 
 class ClientSession:
     def __init__(
-        self, gateway: Gateway, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, gateway: Shared, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         self.gateway = gateway
         self.listener = listener
@@ -83,10 +100,13 @@ class ClientSession:
         self._identities: dict[str | None, Identity] = {}
         self._resolved: dict[tuple[Identity, tuple[str, ...], str | None], Resolution] = {}
         self._resolved_in: RoutingSnapshot | None = None
-        self._answering: set[asyncio.Task[bytes]] = set()
+        self._answering: set[asyncio.Task[bytes | None]] = set()
         """Answers on their way from brokers; each holds an in-flight ticket until it settles."""
         self._retired: list[Upstream] = []
         """Broker connections left behind by a long poll answered early; closed when their answers are in."""
+        self._carrying = asyncio.Lock()
+        self._released: asyncio.Future[None] | None = None
+        """Set when the latest held request has been let go (the next held one waits for it)."""
         self._unanswered = 0
         self._ending = False
         self.task: asyncio.Task[Any] | None = None
@@ -218,33 +238,142 @@ class ClientSession:
                 f"{api_name(key)} v{request.api_version} is not offered by this gateway "
                 "(ApiVersions says what is)"
             )
-        context = context_of(request)
-        identity = self._identity(request.client_id)
+        incoming = Incoming(request, context_of(request), self._identity(request.client_id), received)
         snapshot = self.gateway.view.snapshot  # one snapshot decides the request and dates it
-        resolution = self._resolve(snapshot, identity, context.topics, context.group)
-        self.gateway.metrics.requests.add(api_name(key), identity.app or "-", resolution.cluster)
-        self.gateway.usage.note(identity, key, context)
+        context = incoming.context
+        resolution = self._resolve(snapshot, incoming.identity, context.topics, context.group)
+        self.gateway.metrics.requests.add(api_name(key), incoming.identity.app or "-", resolution.cluster)
+        self.gateway.usage.note(incoming.identity, key, incoming.context)
+        decision = self._decide(incoming, snapshot, resolution)
+        holding = self._released is not None and not self._released.done()
+        if decision.action is Action.HOLD or (holding and key in apis.BLOCKABLE):
+            if decision.action is Action.HOLD:
+                self.gateway.metrics.blocked.add(api_name(key), incoming.identity.app or "-")
+            return self._later(self._hold(incoming, snapshot))
+        return await self._carry_out(incoming, decision, snapshot, resolution)
 
-        if key == apis.METADATA and request.body.topics == ():  # an empty list, not None (= all)
-            return _ready(
-                encode_response(request, await self.gateway.local_metadata(request, resolution.cluster))
-            )
-        if key in apis.BLOCKABLE and self._must_block(resolution.state, resolution.cluster):
-            self.gateway.metrics.blocked.add(api_name(key), identity.app or "-")
-            return _ready(encode_response(request, blocked_response(request, request.body)))
-        if key == apis.PRODUCE and any(
-            self.gateway.mirrored(snapshot, resolution.cluster, t) for t in context.topics
-        ):
-            self.gateway.metrics.blocked.add(api_name(key), identity.app or "-")
-            refusal = blocked_response(request, request.body, TOPIC_AUTHORIZATION_FAILED)
-            return _ready(encode_response(request, refusal))
+    def _decide(self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution) -> Decision:
+        request, context = incoming.request, incoming.context
+        gateway = self.gateway
+        joined_on = None
+        if request.api_key == apis.OFFSET_COMMIT and request.api_version >= 1:
+            member = gateway.members.get(request.body.group_id, request.body.member_id)
+            joined_on = member.cluster if member is not None else None
+            if joined_on is not None and (
+                joined_on == resolution.cluster
+                or gateway.carrying_link(snapshot, joined_on, resolution.cluster, context.topics) is None
+            ):
+                joined_on = None
+        return decide(
+            request.api_key, context, resolution, self.listener.broker,
+            empty_metadata=request.api_key == apis.METADATA and request.body.topics == (),
+            mirrored=lambda topic: gateway.mirrored(snapshot, resolution.cluster, topic),
+            joined_on=joined_on,
+        )  # fmt: skip
 
+    async def _carry_out(
+        self, incoming: Incoming, decision: Decision, snapshot: RoutingSnapshot, resolution: Resolution
+    ) -> Awaitable[bytes | None]:
+        """Do what ``decision`` says (a HOLD here is one whose time ran out: the retriable error)."""
+        request = incoming.request
+        action = decision.action
+        if action is Action.ANSWER:
+            metadata = await self.gateway.local_metadata(request, decision.cluster)
+            return _ready(encode_response(request, metadata))
+        if action is Action.DROP:
+            return _ready(None)
+        if action in (Action.REDIRECT, Action.REFUSE, Action.HOLD):
+            if action is not Action.HOLD:  # a held request was counted when it was held
+                self.gateway.metrics.blocked.add(api_name(request.api_key), incoming.identity.app or "-")
+            error = TOPIC_AUTHORIZATION_FAILED if action is Action.REFUSE else None
+            return _ready(encode_response(request, blocked_response(request, request.body, error)))
+        if action is Action.CARRY:
+            assert decision.source is not None
+            return self._later(self._carry(incoming, snapshot, resolution, decision.source))
         frame = request.frame
-        if context.producer is not None:
-            frame = await self._translate(request, identity, context.producer, resolution.cluster)
+        if incoming.context.producer is not None:
+            producer = incoming.context.producer
+            frame = await self._translate(request, incoming.identity, producer, decision.cluster)
+        return await self._forward(incoming, frame, snapshot, resolution, decision.node)
 
-        broker = self.listener.broker
-        node = broker.node_id if broker is not None and broker.cluster == resolution.cluster else None
+    async def _hold(self, incoming: Incoming, snapshot: RoutingSnapshot) -> bytes | None:
+        """Wait while the identity is blocked (bounded), then carry out what the routing of that moment
+        says. Held requests are let go in the order they came, each after the one before is on its way."""
+        loop = asyncio.get_running_loop()
+        before, self._released = self._released, loop.create_future()
+        released = self._released
+        try:
+            context, identity = incoming.context, incoming.identity
+            most = self.gateway.config.gateway.block_hold_s
+            limit = hold_limit(incoming.request, most, self._session_s(incoming.request))
+            deadline = incoming.received + limit
+            resolution = self._resolve(snapshot, identity, context.topics, context.group)
+            while resolution.state is BindingState.BLOCKED and (remaining := deadline - loop.time()) > 0:
+                snapshot = await self.gateway.changes.after(snapshot, remaining)
+                resolution = self._resolve(snapshot, identity, context.topics, context.group)
+            if before is not None:
+                await before
+            decision = self._decide(incoming, snapshot, resolution)
+            answer = await self._carry_out(incoming, decision, snapshot, resolution)
+        finally:
+            if not released.done():
+                released.set_result(None)
+        return await answer
+
+    def _session_s(self, request: Request) -> float | None:
+        """The session time-out of the member a group request comes from, if the gateway saw it join."""
+        if request.api_key not in apis.GROUP_APIS:
+            return None
+        member = self.gateway.members.get(request.body.group_id, getattr(request.body, "member_id", None))
+        return member.session_timeout_s if member is not None else None
+
+    async def _carry(
+        self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution, source: str
+    ) -> bytes | None:
+        """Commit on the new cluster what a member that joined on ``source`` commits (see
+        :mod:`workers.gateway.carry`); if that cannot be done now, the retriable error."""
+        request, cluster = incoming.request, resolution.cluster
+        async with self._carrying:  # one at a time, in the order they came: a later commit lands later
+            link = self.gateway.carrying_link(snapshot, source, cluster, incoming.context.topics)
+            try:
+                if link is None:
+                    topics = incoming.context.topics
+                    raise UpstreamError(f"no link from {source} to {cluster} copies {topics}")
+                records = await self.gateway.link_records(link)
+                node = await self._coordinator(cluster, request.body.group_id)
+            except Exception as exc:
+                log.warning(
+                    "commit of group %s not carried from %s to %s (the client retries it): %s",
+                    request.body.group_id, source, cluster, exc,
+                )  # fmt: skip
+                return encode_response(request, blocked_response(request, request.body))
+            left = snapshot.clusters.get(source)
+            planned = left is None or left.state is ClusterState.ACTIVE  # else a failover: see translate
+            frame = replace_body(request, carried_commit(request.body, records, planned=planned))
+            answer = await self._forward(incoming, frame, snapshot, resolution, node)
+        return await answer
+
+    async def _coordinator(self, cluster: str, group: str) -> int:
+        """The broker of ``cluster`` that coordinates ``group``."""
+        version = min(self.gateway.offered.get(apis.FIND_COORDINATOR, (0, 0))[1], 3)
+        fields: dict[str, Any] = {"key": group} | ({"key_type": 0} if version >= 1 else {})
+        upstream = self._upstream(cluster, None, long_poll=False)
+        answer = await upstream.ask(apis.FIND_COORDINATOR, version, **fields)
+        if answer.error_code != ErrorCode.none:
+            raise UpstreamError(f"{cluster}: no coordinator for group {group}: {answer.error_code.name}")
+        return int(answer.node_id)
+
+    async def _forward(
+        self,
+        incoming: Incoming,
+        frame: bytes,
+        snapshot: RoutingSnapshot,
+        resolution: Resolution,
+        node: int | None,
+    ) -> Awaitable[bytes | None]:
+        """Write ``frame`` to a broker of the resolved cluster now; return its answer-to-be."""
+        request, context, identity = incoming.request, incoming.context, incoming.identity
+        key = request.api_key
         upstream = self._upstream(resolution.cluster, node, long_poll=key in apis.LONG_POLLS)
         inflight = self.gateway.inflight
         ticket = inflight.start(
@@ -263,12 +392,15 @@ class ClientSession:
         if future is None:
             inflight.finish(ticket)
             return _ready(None)
-        answer = asyncio.create_task(
-            self._answer(request, future, upstream, ticket, identity, received=received)
-        )
-        self._answering.add(answer)
-        answer.add_done_callback(self._settled)
-        return answer
+        answer = self._answer(request, future, upstream, ticket, identity, received=incoming.received)
+        return self._later(answer)
+
+    def _later(self, answer: Coroutine[Any, Any, bytes | None]) -> asyncio.Task[bytes | None]:
+        """Run ``answer`` as a task the session waits for when it ends."""
+        task = asyncio.create_task(answer)
+        self._answering.add(task)
+        task.add_done_callback(self._settled)
+        return task
 
     async def _sasl(self, request: Request) -> Any:
         if request.api_key == apis.SASL_HANDSHAKE:
@@ -313,6 +445,11 @@ class ClientSession:
             issued = decode_response(request, frame)
             if issued.producer_id >= 0:
                 self.gateway.issued(identity, issued.producer_id, cluster)
+        elif request.api_key == apis.JOIN_GROUP:
+            joined = decode_response(request, frame)
+            if joined.error_code == ErrorCode.none and joined.member_id:
+                member = Member(cluster, float(request.body.session_timeout.total_seconds()))
+                self.gateway.members.joined(request.body.group_id, joined.member_id, member)
         if request.api_key in BROKER_NAMING:
             body = decode_response(request, frame)
             reply = encode_response(request, await self.gateway.rewrite(request.api_key, body, cluster))
@@ -324,7 +461,7 @@ class ClientSession:
         self.gateway.metrics.added_latency.record(added * 1000, attributes)
         return reply
 
-    def _settled(self, answer: asyncio.Task[bytes]) -> None:
+    def _settled(self, answer: asyncio.Task[bytes | None]) -> None:
         """An answer is in (or failed). Its failure is seen by the writer, if it still waits for it; when
         the connection is already ending nobody will, and that is no error worth a traceback."""
         self._answering.discard(answer)
@@ -385,11 +522,6 @@ class ClientSession:
                 identity, snapshot.bindings, self.gateway.config.default_cluster, topics=topics, group=group
             )
         return resolution
-
-    def _must_block(self, state: BindingState, cluster: str) -> bool:
-        """Blocked identity, or a virtual broker of a cluster the identity is no longer bound to."""
-        broker = self.listener.broker
-        return state is BindingState.BLOCKED or (broker is not None and broker.cluster != cluster)
 
     def _identity(self, client_id: str | None) -> Identity:
         identity = self._identities.get(client_id)

@@ -1,0 +1,122 @@
+"""The gateway's choice for each request, over every API kio knows and every routing state.
+
+The invariants are what the switch relies on: nothing of a blocked identity reaches a broker, nothing
+reaches a cluster the identity is not bound to, a request without an answer gets none, and only an
+OffsetCommit of a member that joined elsewhere is carried.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from switchyard.model import BindingState
+from switchyard.resolution import Resolution
+from workers.gateway import apis
+from workers.gateway.apis import Context
+from workers.gateway.decision import Action, Decision, decide
+from workers.gateway.protocol import known_versions
+from workers.gateway.vnodes import RealBroker
+
+KEYS = [key for key in range(100) if known_versions(key) is not None]
+LISTENERS = {  # the bootstrap port, a virtual broker of the bound cluster, one of the cluster left
+    "bootstrap": None,
+    "bound broker": RealBroker("standby", 7),
+    "left broker": RealBroker("primary", 3),
+}
+SENDS = (Action.FORWARD, Action.CARRY)
+
+
+def resolution(state: BindingState) -> Resolution:
+    return Resolution("standby", state, (), 4, "test")
+
+
+CASES = [
+    case
+    for case in itertools.product(
+        KEYS,
+        (BindingState.ACTIVE, BindingState.BLOCKED),
+        LISTENERS,
+        (True, False),  # expects a response (only a Produce with acks=0 does not)
+        (True, False),  # a mirrored topic
+        (None, "standby", "primary"),  # where the committing member joined
+    )
+    if case[3] or case[0] == apis.PRODUCE
+]
+
+
+def decided(
+    key: int, state: BindingState, listener: str, answered: bool, mirrored: bool, joined_on: str | None
+) -> Decision:
+    context = Context(topics=("t",), group="g", expects_response=answered)
+    return decide(
+        key, context, resolution(state), LISTENERS[listener],
+        mirrored=lambda _topic: mirrored, joined_on=joined_on,
+    )  # fmt: skip
+
+
+def test_every_api_kio_knows_is_covered() -> None:
+    assert {apis.PRODUCE, apis.FETCH, apis.OFFSET_COMMIT, apis.HEARTBEAT, apis.METADATA} <= set(KEYS)
+    assert len(KEYS) > 60
+
+
+@pytest.mark.parametrize(("key", "state", "listener", "answered", "mirrored", "joined_on"), CASES)
+def test_invariants(
+    key: int, state: BindingState, listener: str, answered: bool, mirrored: bool, joined_on: str | None
+) -> None:
+    decision = decided(key, state, listener, answered, mirrored, joined_on)
+    blockable = key in apis.BLOCKABLE
+    assert decision.cluster == "standby"  # only ever the bound cluster
+    if decision.action is Action.FORWARD and LISTENERS[listener] is not None:
+        assert decision.node == (7 if listener == "bound broker" else None)
+    if blockable and state is BindingState.BLOCKED:
+        assert decision.action not in SENDS, "a blocked identity's request reached a broker"
+    if blockable and listener == "left broker":
+        assert decision.action is not Action.FORWARD, "sent on to a cluster the identity has left"
+    if not answered:
+        assert decision.action in (Action.FORWARD, Action.DROP), "answered a request that expects none"
+    if decision.action is Action.CARRY:
+        assert (key, joined_on, state) == (apis.OFFSET_COMMIT, "primary", BindingState.ACTIVE)
+        assert decision.source == "primary"
+    if key == apis.PRODUCE and mirrored:
+        assert decision.action not in SENDS, "a client wrote to a mirror's copy"
+    if not blockable and key != apis.PRODUCE:
+        assert decision.action is Action.FORWARD  # group-less, partition-less APIs are never stopped
+
+
+@pytest.mark.parametrize(
+    ("key", "state", "listener", "answered", "joined_on", "expected"),
+    [
+        (apis.PRODUCE, BindingState.ACTIVE, "bound broker", True, None, Action.FORWARD),
+        (apis.PRODUCE, BindingState.BLOCKED, "bound broker", True, None, Action.HOLD),
+        (apis.PRODUCE, BindingState.BLOCKED, "bound broker", False, None, Action.DROP),
+        (apis.PRODUCE, BindingState.ACTIVE, "left broker", True, None, Action.REDIRECT),
+        (apis.PRODUCE, BindingState.ACTIVE, "left broker", False, None, Action.DROP),
+        (apis.FETCH, BindingState.BLOCKED, "left broker", True, None, Action.HOLD),
+        (apis.HEARTBEAT, BindingState.ACTIVE, "left broker", True, None, Action.REDIRECT),
+        (apis.OFFSET_COMMIT, BindingState.BLOCKED, "bound broker", True, "primary", Action.HOLD),
+        (apis.OFFSET_COMMIT, BindingState.ACTIVE, "left broker", True, "primary", Action.CARRY),
+        (apis.OFFSET_COMMIT, BindingState.ACTIVE, "bound broker", True, "primary", Action.CARRY),
+        (apis.OFFSET_COMMIT, BindingState.ACTIVE, "bound broker", True, "standby", Action.FORWARD),
+        (apis.OFFSET_COMMIT, BindingState.ACTIVE, "left broker", True, None, Action.REDIRECT),
+        (apis.FIND_COORDINATOR, BindingState.BLOCKED, "bootstrap", True, None, Action.FORWARD),
+        (apis.METADATA, BindingState.BLOCKED, "left broker", True, None, Action.FORWARD),
+    ],
+)  # fmt: skip
+def test_examples(
+    key: int, state: BindingState, listener: str, answered: bool, joined_on: str | None, expected: Action
+) -> None:
+    assert decided(key, state, listener, answered, False, joined_on).action is expected
+
+
+def test_produce_to_a_mirror_copy_is_refused_for_good() -> None:
+    assert decided(apis.PRODUCE, BindingState.ACTIVE, "bootstrap", True, True, None).action is Action.REFUSE
+
+
+def test_metadata_with_an_empty_topic_list_is_answered_here_in_any_state() -> None:
+    for state, listener in itertools.product(BindingState, LISTENERS):
+        decision = decide(
+            apis.METADATA, Context(), resolution(state), LISTENERS[listener], empty_metadata=True
+        )
+        assert decision == Decision(Action.ANSWER, "standby")

@@ -1,0 +1,101 @@
+"""What the gateway does with one request: a pure function of the request, its identity's routing and
+the connection it came in on.
+
+The session carries the decision out (forwards, answers, holds); keeping the choice here, free of
+sockets and shared state, lets every API be checked against every routing state in unit tests.
+
+- ``FORWARD``: to the cluster the identity is bound to, to the listener's broker when the connection
+  came in on a virtual broker of that cluster, else to the cluster's bootstrap server;
+- ``ANSWER``: the gateway answers itself (Metadata with an empty topic list);
+- ``HOLD``: the identity is blocked: the request waits until its routing changes or the hold time
+  passes, and is then answered as the routing of that moment says (see :mod:`workers.gateway.holds`);
+- ``REDIRECT``: a virtual broker of a cluster the identity has left: the retriable error now, so the
+  client looks up where to go;
+- ``REFUSE``: a Produce to a mirror's copy, refused for good (TOPIC_AUTHORIZATION_FAILED);
+- ``CARRY``: an OffsetCommit from a group member that joined on another cluster than the one its
+  identity is bound to now (it joined before a switch): committed on the new cluster in the form a
+  coordinator takes for a group without members, translated through the link's offset map (see
+  :mod:`workers.gateway.carry`), so what the application processed stays committed across the switch;
+- ``DROP``: a Produce with acks=0 that may not land: it expects no answer, so nothing is sent.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from switchyard.model import BindingState
+from switchyard.resolution import Resolution
+from workers.gateway import apis
+from workers.gateway.apis import Context
+from workers.gateway.vnodes import RealBroker
+
+
+class Action(enum.Enum):
+    FORWARD = "forward"
+    ANSWER = "answer"
+    HOLD = "hold"
+    REDIRECT = "redirect"
+    REFUSE = "refuse"
+    CARRY = "carry"
+    DROP = "drop"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    cluster: str
+    node: int | None = None
+    """The real broker to forward to (None: the cluster's bootstrap server)."""
+    source: str | None = None
+    """For ``CARRY``: the cluster the committing member joined on."""
+
+
+def decide(
+    api_key: int,
+    context: Context,
+    resolution: Resolution,
+    broker: RealBroker | None,
+    *,
+    empty_metadata: bool = False,
+    mirrored: Callable[[str], bool] = lambda _topic: False,
+    joined_on: str | None = None,
+) -> Decision:
+    """``broker``: the real broker the connection's listener stands for (None: the bootstrap port);
+    ``empty_metadata``: a Metadata request with an empty topic list; ``mirrored(topic)``: whether the
+    topic on the resolved cluster is a mirror's copy; ``joined_on``: for an OffsetCommit, the cluster
+    its member joined on, where the gateway saw the join (None: unknown or no member)."""
+    cluster = resolution.cluster
+    if api_key == apis.METADATA and empty_metadata:
+        return Decision(Action.ANSWER, cluster)
+    decision = _decide(api_key, context, resolution, broker, mirrored=mirrored, joined_on=joined_on)
+    if not context.expects_response and decision.action in _ANSWERED_HERE:
+        return Decision(Action.DROP, cluster)
+    return decision
+
+
+_ANSWERED_HERE = frozenset({Action.HOLD, Action.REDIRECT, Action.REFUSE})
+
+
+def _decide(
+    api_key: int,
+    context: Context,
+    resolution: Resolution,
+    broker: RealBroker | None,
+    *,
+    mirrored: Callable[[str], bool],
+    joined_on: str | None,
+) -> Decision:
+    cluster = resolution.cluster
+    if api_key in apis.BLOCKABLE:
+        if resolution.state is BindingState.BLOCKED:
+            return Decision(Action.HOLD, cluster)
+        if api_key == apis.OFFSET_COMMIT and joined_on is not None and joined_on != cluster:
+            return Decision(Action.CARRY, cluster, source=joined_on)
+        if broker is not None and broker.cluster != cluster:
+            return Decision(Action.REDIRECT, cluster)
+    if api_key == apis.PRODUCE and any(mirrored(t) for t in context.topics):
+        return Decision(Action.REFUSE, cluster)
+    node = broker.node_id if broker is not None and broker.cluster == cluster else None
+    return Decision(Action.FORWARD, cluster, node)

@@ -1,0 +1,34 @@
+"""Group members as the gateway saw them join: where (which cluster), and their session time-out.
+
+Where a member joined tells whether its commits must be carried to another cluster after a switch
+(:mod:`workers.gateway.carry`); its session time-out bounds how long its requests may be held while
+its identity is blocked (:mod:`workers.gateway.holds`). Learnt from JoinGroup answers, so a gateway
+that restarts knows a member again once it rejoins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Member:
+    cluster: str
+    session_timeout_s: float
+
+
+class Members:
+    """A bounded table: the oldest entries go first (members come and go with every client restart)."""
+
+    def __init__(self, most: int = 100_000) -> None:
+        self._most = most
+        self._members: dict[tuple[str, str], Member] = {}
+
+    def joined(self, group: str, member_id: str, member: Member) -> None:
+        self._members.pop((group, member_id), None)
+        self._members[(group, member_id)] = member
+        while len(self._members) > self._most:
+            del self._members[next(iter(self._members))]
+
+    def get(self, group: str, member_id: str | None) -> Member | None:
+        return self._members.get((group, member_id)) if member_id else None
