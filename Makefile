@@ -8,7 +8,9 @@ PYTEST_ARGS ?=
 
 .PHONY: setup system-packages demo test unit integration bench up down status lint clean
 
-setup: system-packages $(STAMP)
+NODE_STAMP := tests/compat/js/node_modules/.installed
+
+setup: system-packages $(STAMP) $(NODE_STAMP)
 
 system-packages:
 	@infra/install-system-packages.sh
@@ -18,6 +20,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[embedded,dev]'
 	@touch $(STAMP)
+
+# kafkajs for the client compatibility tests, at the version package-lock.json pins.
+$(NODE_STAMP): tests/compat/js/package-lock.json
+	cd tests/compat/js && npm ci --silent --no-audit --no-fund
+	@touch $(NODE_STAMP)
 
 demo: setup
 	$(BIN)/switchyard --config $(CONFIG) demo

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the embedded stack needs, only when they are missing (idempotent).
-# ZooKeeper comes from Debian (with SLF4J's simple logger for its log); Java 17 runs it and Spark.
+# ZooKeeper comes from Debian (with SLF4J's simple logger for its log); Java 17 runs it and Spark;
+# Node.js and npm run kafkajs in the client compatibility tests.
 set -euo pipefail
 
 need=()
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 [ -f /usr/share/java/slf4j-simple.jar ] || need+=(libslf4j-java)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 [ -x /usr/lib/postgresql/15/bin/initdb ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 
 [ ${#need[@]} -eq 0 ] && exit 0

@@ -76,6 +76,8 @@ def test_invariants(
         assert decision.action is not Action.FORWARD, "sent on to a cluster the identity has left"
     if not answered:
         assert decision.action in (Action.FORWARD, Action.DROP), "answered a request that expects none"
+    if decision.action is Action.REJOIN:
+        assert (key, joined_on, state) == (apis.HEARTBEAT, "primary", BindingState.ACTIVE)
     if decision.action is Action.CARRY:
         assert (key, joined_on, state) == (apis.OFFSET_COMMIT, "primary", BindingState.ACTIVE)
         assert decision.source == "primary"
@@ -95,6 +97,10 @@ def test_invariants(
         (apis.PRODUCE, BindingState.ACTIVE, "left broker", False, None, Action.DROP),
         (apis.FETCH, BindingState.BLOCKED, "left broker", True, None, Action.HOLD),
         (apis.HEARTBEAT, BindingState.ACTIVE, "left broker", True, None, Action.REDIRECT),
+        (apis.HEARTBEAT, BindingState.ACTIVE, "left broker", True, "primary", Action.REJOIN),
+        (apis.HEARTBEAT, BindingState.ACTIVE, "bound broker", True, "primary", Action.REJOIN),
+        (apis.HEARTBEAT, BindingState.ACTIVE, "bound broker", True, "standby", Action.FORWARD),
+        (apis.HEARTBEAT, BindingState.BLOCKED, "bound broker", True, "primary", Action.HOLD),
         (apis.OFFSET_COMMIT, BindingState.BLOCKED, "bound broker", True, "primary", Action.HOLD),
         (apis.OFFSET_COMMIT, BindingState.ACTIVE, "left broker", True, "primary", Action.CARRY),
         (apis.OFFSET_COMMIT, BindingState.ACTIVE, "bound broker", True, "primary", Action.CARRY),
@@ -120,3 +126,16 @@ def test_metadata_with_an_empty_topic_list_is_answered_here_in_any_state() -> No
             apis.METADATA, Context(), resolution(state), LISTENERS[listener], empty_metadata=True
         )
         assert decision == Decision(Action.ANSWER, "standby")
+
+
+def test_a_commit_from_outside_the_group_waits_for_the_connections_rejoin() -> None:
+    context = Context(topics=("t",), group="g")
+
+    def commit(state: BindingState, listener: str) -> Decision:
+        return decide(apis.OFFSET_COMMIT, context, resolution(state), LISTENERS[listener], rejoining=True)
+
+    assert commit(BindingState.ACTIVE, "bound broker") == Decision(Action.ADOPT, "standby", 7)
+    assert commit(BindingState.BLOCKED, "bound broker").action is Action.HOLD
+    assert commit(BindingState.ACTIVE, "left broker").action is Action.REDIRECT
+    joined = decide(apis.JOIN_GROUP, context, resolution(BindingState.ACTIVE), None, rejoining=True)
+    assert joined.action is Action.FORWARD  # only commits are adopted

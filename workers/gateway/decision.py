@@ -16,6 +16,15 @@ sockets and shared state, lets every API be checked against every routing state 
   identity is bound to now (it joined before a switch): committed on the new cluster in the form a
   coordinator takes for a group without members, translated through the link's offset map (see
   :mod:`workers.gateway.carry`), so what the application processed stays committed across the switch;
+- ``REJOIN``: a Heartbeat from a member that joined on the cluster the identity has left: answered
+  here with REBALANCE_IN_PROGRESS, the usual request to rejoin. Forwarded, it would get
+  UNKNOWN_MEMBER_ID from a coordinator that never knew the member, and some clients (kafka-python,
+  aiokafka) then drop their membership at once, from a background thread, so the application's next
+  commit fails before it is even sent; asked to rejoin, they stay members until their next poll;
+- ``ADOPT``: an OffsetCommit from outside the group (no member, generation -1) on a connection whose
+  consumer is rejoining its group — a client that reset its membership when the new cluster did not
+  know it, and commits what it processed meanwhile; refused while the group rebalances, it is sent
+  once the rejoin is done, as the member the connection rejoined as;
 - ``DROP``: a Produce with acks=0 that may not land: it expects no answer, so nothing is sent.
 """
 
@@ -39,6 +48,8 @@ class Action(enum.Enum):
     REDIRECT = "redirect"
     REFUSE = "refuse"
     CARRY = "carry"
+    REJOIN = "rejoin"
+    ADOPT = "adopt"
     DROP = "drop"
 
 
@@ -61,21 +72,26 @@ def decide(
     empty_metadata: bool = False,
     mirrored: Callable[[str], bool] = lambda _topic: False,
     joined_on: str | None = None,
+    rejoining: bool = False,
 ) -> Decision:
     """``broker``: the real broker the connection's listener stands for (None: the bootstrap port);
     ``empty_metadata``: a Metadata request with an empty topic list; ``mirrored(topic)``: whether the
-    topic on the resolved cluster is a mirror's copy; ``joined_on``: for an OffsetCommit, the cluster
-    its member joined on, where the gateway saw the join (None: unknown or no member)."""
+    topic on the resolved cluster is a mirror's copy; ``joined_on``: for an OffsetCommit or a
+    Heartbeat, the cluster its member joined on, where the gateway saw the join (None: unknown, no
+    member, or a commit no link could carry from there); ``rejoining``:
+    for an OffsetCommit from outside the group, that the connection's consumer is rejoining it."""
     cluster = resolution.cluster
     if api_key == apis.METADATA and empty_metadata:
         return Decision(Action.ANSWER, cluster)
-    decision = _decide(api_key, context, resolution, broker, mirrored=mirrored, joined_on=joined_on)
+    decision = _decide(
+        api_key, context, resolution, broker, mirrored=mirrored, joined_on=joined_on, rejoining=rejoining
+    )
     if not context.expects_response and decision.action in _ANSWERED_HERE:
         return Decision(Action.DROP, cluster)
     return decision
 
 
-_ANSWERED_HERE = frozenset({Action.HOLD, Action.REDIRECT, Action.REFUSE})
+_ANSWERED_HERE = frozenset({Action.HOLD, Action.REDIRECT, Action.REFUSE, Action.REJOIN})
 
 
 def _decide(
@@ -86,6 +102,7 @@ def _decide(
     *,
     mirrored: Callable[[str], bool],
     joined_on: str | None,
+    rejoining: bool,
 ) -> Decision:
     cluster = resolution.cluster
     if api_key in apis.BLOCKABLE:
@@ -93,8 +110,12 @@ def _decide(
             return Decision(Action.HOLD, cluster)
         if api_key == apis.OFFSET_COMMIT and joined_on is not None and joined_on != cluster:
             return Decision(Action.CARRY, cluster, source=joined_on)
+        if api_key == apis.HEARTBEAT and joined_on is not None and joined_on != cluster:
+            return Decision(Action.REJOIN, cluster)
         if broker is not None and broker.cluster != cluster:
             return Decision(Action.REDIRECT, cluster)
+        if api_key == apis.OFFSET_COMMIT and rejoining:
+            return Decision(Action.ADOPT, cluster, broker.node_id if broker is not None else None)
     if api_key == apis.PRODUCE and any(mirrored(t) for t in context.topics):
         return Decision(Action.REFUSE, cluster)
     node = broker.node_id if broker is not None and broker.cluster == cluster else None

@@ -89,6 +89,7 @@ class Gateway:
         self._mirrored: dict[tuple[str, str], bool] = {}
         self._mirrored_in: RoutingSnapshot | None = None
         self._servers: dict[int | None, asyncio.Server] = {}
+        self._binding: dict[int | None, asyncio.Future[None]] = {}
         self._sessions: set[ClientSession] = set()
         self._reported: set[tuple[str, int]] = set()
         self._closed_clusters: set[str] = set()
@@ -156,8 +157,14 @@ class Gateway:
             await asyncio.gather(task, return_exceptions=True)
 
     async def _listen(self, virtual_id: int | None) -> None:
-        if virtual_id in self._servers:
-            return
+        """Listen for ``virtual_id`` (None: the bootstrap port), once: connections asking about a new
+        broker at the same moment share one bind (a second bind of the port would fail)."""
+        binding = self._binding.get(virtual_id)
+        if binding is None or (binding.done() and binding.exception() is not None):
+            binding = self._binding[virtual_id] = asyncio.ensure_future(self._bind(virtual_id))
+        await asyncio.shield(binding)
+
+    async def _bind(self, virtual_id: int | None) -> None:
         listener = Listener(virtual_id, self.vnodes.real(virtual_id) if virtual_id is not None else None)
         port = self.config.gateway.bootstrap_port + (virtual_id or 0)
 

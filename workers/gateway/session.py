@@ -56,6 +56,7 @@ from workers.gateway.upstream import Upstream, UpstreamError
 from workers.gateway.vnodes import RealBroker
 
 log = logging.getLogger(__name__)
+REBALANCING = ErrorCode.rebalance_in_progress
 Replies = asyncio.Queue[tuple[Awaitable[bytes | None], Lease] | None]
 """Each request's answer-to-be, in request order, with its bytes' lease (None: no more)."""
 _HIGH_WATER = 256 * 1024
@@ -105,6 +106,9 @@ class ClientSession:
         self._retired: list[Upstream] = []
         """Broker connections left behind by a long poll answered early; closed when their answers are in."""
         self._carrying = asyncio.Lock()
+        self._rejoins: dict[str, tuple[asyncio.Future[tuple[str, int]], float]] = {}
+        """Per group this connection's consumer is (re)joining: set to (member id, generation) by the
+        successful SyncGroup that ends the join; with the session time-out the join asked for."""
         self._released: asyncio.Future[None] | None = None
         """Set when the latest held request has been let go (the next held one waits for it)."""
         self._unanswered = 0
@@ -256,19 +260,28 @@ class ClientSession:
         request, context = incoming.request, incoming.context
         gateway = self.gateway
         joined_on = None
-        if request.api_key == apis.OFFSET_COMMIT and request.api_version >= 1:
+        if request.api_key in (apis.OFFSET_COMMIT, apis.HEARTBEAT) and request.api_version >= 1:
             member = gateway.members.get(request.body.group_id, request.body.member_id)
             joined_on = member.cluster if member is not None else None
-            if joined_on is not None and (
-                joined_on == resolution.cluster
-                or gateway.carrying_link(snapshot, joined_on, resolution.cluster, context.topics) is None
+            if joined_on == resolution.cluster or (
+                joined_on is not None
+                and request.api_key == apis.OFFSET_COMMIT
+                and gateway.carrying_link(snapshot, joined_on, resolution.cluster, context.topics) is None
             ):
                 joined_on = None
+        rejoining = (
+            request.api_key == apis.OFFSET_COMMIT
+            and request.api_version >= 1
+            and request.body.generation_id_or_member_epoch < 0
+            and not request.body.member_id
+            and request.body.group_id in self._rejoins
+            and not self._rejoins[request.body.group_id][0].done()
+        )
         return decide(
             request.api_key, context, resolution, self.listener.broker,
             empty_metadata=request.api_key == apis.METADATA and request.body.topics == (),
             mirrored=lambda topic: gateway.mirrored(snapshot, resolution.cluster, topic),
-            joined_on=joined_on,
+            joined_on=joined_on, rejoining=rejoining,
         )  # fmt: skip
 
     async def _carry_out(
@@ -282,6 +295,8 @@ class ClientSession:
             return _ready(encode_response(request, metadata))
         if action is Action.DROP:
             return _ready(None)
+        if action is Action.REJOIN:
+            return _ready(encode_response(request, blocked_response(request, request.body, REBALANCING)))
         if action in (Action.REDIRECT, Action.REFUSE, Action.HOLD):
             if action is not Action.HOLD:  # a held request was counted when it was held
                 self.gateway.metrics.blocked.add(api_name(request.api_key), incoming.identity.app or "-")
@@ -290,6 +305,8 @@ class ClientSession:
         if action is Action.CARRY:
             assert decision.source is not None
             return self._later(self._carry(incoming, snapshot, resolution, decision.source))
+        if action is Action.ADOPT:
+            return self._later(self._adopt(incoming, snapshot, resolution, decision.node))
         frame = request.frame
         if incoming.context.producer is not None:
             producer = incoming.context.producer
@@ -349,9 +366,37 @@ class ClientSession:
                 return encode_response(request, blocked_response(request, request.body))
             left = snapshot.clusters.get(source)
             planned = left is None or left.state is ClusterState.ACTIVE  # else a failover: see translate
-            frame = replace_body(request, carried_commit(request.body, records, planned=planned))
+            body = carried_commit(request.body, records, planned=planned)
+            rejoin = self._rejoins.get(request.body.group_id)
+            if rejoin is not None and not rejoin[0].done():  # refused while the group rebalances
+                body = await self._as_rejoined(rejoin, request, body)
+            frame = replace_body(request, body)
             answer = await self._forward(incoming, frame, snapshot, resolution, node)
         return await answer
+
+    async def _adopt(
+        self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution, node: int | None
+    ) -> bytes | None:
+        """Send a commit from outside the group once this connection's rejoin is done, as the member it
+        rejoined as (see ``ADOPT`` in :mod:`workers.gateway.decision`); as sent if the rejoin takes
+        longer than a held request may wait."""
+        request = incoming.request
+        body = await self._as_rejoined(self._rejoins[request.body.group_id], request, request.body)
+        frame = replace_body(request, body)
+        return await (await self._forward(incoming, frame, snapshot, resolution, node))
+
+    async def _as_rejoined(
+        self, rejoin: tuple[asyncio.Future[tuple[str, int]], float], request: Request, body: Any
+    ) -> Any:
+        """``body`` (an OffsetCommit) as the member this connection rejoins as, once the rejoin is done;
+        unchanged if it takes longer than a held request may wait."""
+        joined, session_s = rejoin
+        limit = hold_limit(request, self.gateway.config.gateway.block_hold_s, session_s)
+        try:
+            member_id, generation = await asyncio.wait_for(asyncio.shield(joined), limit)
+        except TimeoutError:
+            return body
+        return dataclasses.replace(body, member_id=member_id, generation_id_or_member_epoch=generation)
 
     async def _coordinator(self, cluster: str, group: str) -> int:
         """The broker of ``cluster`` that coordinates ``group``."""
@@ -374,6 +419,11 @@ class ClientSession:
         """Write ``frame`` to a broker of the resolved cluster now; return its answer-to-be."""
         request, context, identity = incoming.request, incoming.context, incoming.identity
         key = request.api_key
+        if key == apis.JOIN_GROUP:
+            group = request.body.group_id
+            if group not in self._rejoins or self._rejoins[group][0].done():
+                session_s = float(request.body.session_timeout.total_seconds())
+                self._rejoins[group] = (asyncio.get_running_loop().create_future(), session_s)
         upstream = self._upstream(resolution.cluster, node, long_poll=key in apis.LONG_POLLS)
         inflight = self.gateway.inflight
         ticket = inflight.start(
@@ -445,6 +495,11 @@ class ClientSession:
             issued = decode_response(request, frame)
             if issued.producer_id >= 0:
                 self.gateway.issued(identity, issued.producer_id, cluster)
+        elif request.api_key == apis.SYNC_GROUP:
+            synced = decode_response(request, frame)
+            rejoin = self._rejoins.get(request.body.group_id)
+            if synced.error_code == ErrorCode.none and rejoin is not None and not rejoin[0].done():
+                rejoin[0].set_result((request.body.member_id, request.body.generation_id))
         elif request.api_key == apis.JOIN_GROUP:
             joined = decode_response(request, frame)
             if joined.error_code == ErrorCode.none and joined.member_id:

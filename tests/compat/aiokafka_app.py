@@ -1,0 +1,78 @@
+"""The compatibility application on aiokafka, at its default settings (see :mod:`app_io`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from tests.compat.app_io import Events, arguments
+
+
+async def produce(args: Any, events: Events) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=args.bootstrap, client_id=f"{args.app}@producer", acks="all"
+    )
+    await producer.start()
+    pending: set[asyncio.Future[Any]] = set()
+    n = 0
+    while not events.stopping("stop-producing"):
+        delivery = await producer.send(args.topic, key=str(n).encode(), value=str(n).encode())
+        delivery.add_done_callback(lambda f, n=n: delivered(events, n, f))
+        pending.add(delivery)
+        delivery.add_done_callback(pending.discard)
+        n += 1
+        await asyncio.sleep(1 / args.rate)
+    await producer.flush()
+    if pending:
+        await asyncio.wait(pending)
+    events("produced", n=n)
+    await producer.stop()
+
+
+def delivered(events: Events, n: int, future: asyncio.Future[Any]) -> None:
+    if future.exception() is not None:
+        events("failed", v=n, e=repr(future.exception()))
+    else:
+        md = future.result()
+        events("acked", v=n, p=md.partition, o=md.offset)
+
+
+async def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
+    consumer = AIOKafkaConsumer(
+        args.topic,
+        bootstrap_servers=args.bootstrap,
+        client_id=f"{args.app}@{'consumer' if manual else 'auto'}",
+        group_id=group,
+        auto_offset_reset="earliest",
+        **({"enable_auto_commit": False} if manual else {}),
+    )
+    await consumer.start()
+    while not events.stopping():
+        polled = await consumer.getmany(timeout_ms=200)
+        records = [[tp.partition, r.offset, int(r.value)] for tp, rs in polled.items() for r in rs]
+        if not records:
+            continue
+        error = None
+        if manual:
+            try:
+                await consumer.commit()
+            except Exception as exc:
+                error = type(exc).__name__
+        events("batch", g="manual" if manual else "auto", recs=records, commit=error)
+    await consumer.stop()
+
+
+async def main() -> None:
+    args = arguments()
+    events = Events(args.dir)
+    await asyncio.gather(
+        produce(args, events),
+        consume(args, events, args.group, manual=True),
+        consume(args, events, args.auto_group, manual=False),
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

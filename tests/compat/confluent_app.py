@@ -1,0 +1,77 @@
+"""The compatibility application on confluent-kafka (librdkafka), at its default settings (see
+:mod:`app_io`)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer
+
+from tests.compat.app_io import Events, arguments, paced
+
+
+def produce(args: Any, events: Events) -> None:
+    producer = Producer(
+        {"bootstrap.servers": args.bootstrap, "client.id": f"{args.app}@producer", "acks": "all"}
+    )
+
+    def delivered(err: Any, msg: Any, n: int) -> None:
+        if err is None:
+            events("acked", v=n, p=msg.partition(), o=msg.offset())
+        else:
+            events("failed", v=n, e=str(err))
+
+    sent = 0
+    for n in paced(args.rate, events):
+        producer.produce(args.topic, key=str(n).encode(), value=str(n).encode(),
+                         on_delivery=lambda e, m, n=n: delivered(e, m, n))  # fmt: skip
+        producer.poll(0)
+        sent = n + 1
+    producer.flush(120)
+    events("produced", n=sent)
+
+
+def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
+    settings = {
+        "bootstrap.servers": args.bootstrap,
+        "client.id": f"{args.app}@{'consumer' if manual else 'auto'}",
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+    }
+    consumer = Consumer({**settings, **({"enable.auto.commit": False} if manual else {})})
+    consumer.subscribe([args.topic])
+    while not events.stopping():
+        messages = consumer.consume(500, 0.2)
+        for m in messages:
+            if m.error() is not None:
+                events("error", g="manual" if manual else "auto", e=str(m.error()))
+        records = [[m.partition(), m.offset(), int(m.value())] for m in messages if m.error() is None]
+        if not records:
+            continue
+        error = None
+        if manual:
+            try:
+                consumer.commit(asynchronous=False)
+            except KafkaException as exc:
+                error = exc.args[0].name()
+        events("batch", g="manual" if manual else "auto", recs=records, commit=error)
+    consumer.close()
+
+
+def main() -> None:
+    args = arguments()
+    events = Events(args.dir)
+    threads = [
+        threading.Thread(target=produce, args=(args, events)),
+        threading.Thread(target=consume, args=(args, events, args.group), kwargs={"manual": True}),
+        threading.Thread(target=consume, args=(args, events, args.auto_group), kwargs={"manual": False}),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+if __name__ == "__main__":
+    main()

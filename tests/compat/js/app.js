@@ -1,0 +1,68 @@
+// The compatibility application on kafkajs, at its default settings: the same arguments, events and
+// stop signals as the Python applications (tests/compat/app_io.py).
+'use strict'
+const fs = require('fs')
+const path = require('path')
+const { Kafka, logLevel } = require('kafkajs')
+
+const args = {}
+for (let i = 2; i < process.argv.length; i += 2) {
+  args[process.argv[i].replace(/^--/, '')] = process.argv[i + 1]
+}
+const rate = Number(args.rate || 100)
+const eventsFile = fs.openSync(path.join(args.dir, 'events.jsonl'), 'a')
+const event = (k, fields) => fs.writeSync(eventsFile, JSON.stringify({ k, t: Date.now() / 1000, ...fields }) + '\n')
+const stopping = (what = 'stop') => fs.existsSync(path.join(args.dir, what))
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+const client = (role) => new Kafka({ clientId: `${args.app}@${role}`, brokers: [args.bootstrap], logLevel: logLevel.WARN })
+
+async function produce () {
+  const producer = client('producer').producer()
+  await producer.connect()
+  const pending = new Set()
+  let n = 0
+  while (!stopping('stop-producing')) {
+    const value = String(n)
+    const sent = producer.send({ topic: args.topic, acks: -1, messages: [{ key: value, value }] })
+      .then((meta) => event('acked', { v: Number(value), p: meta[0].partition, o: Number(meta[0].baseOffset) }))
+      .catch((err) => event('failed', { v: Number(value), e: `${err.name}: ${err.message}` }))
+    pending.add(sent)
+    sent.finally(() => pending.delete(sent))
+    n += 1
+    await sleep(1000 / rate)
+  }
+  await Promise.all([...pending])
+  event('produced', { n })
+  await producer.disconnect()
+}
+
+async function consume (group, manual) {
+  const consumer = client(manual ? 'consumer' : 'auto').consumer({ groupId: group })
+  await consumer.connect()
+  await consumer.subscribe({ topic: args.topic, fromBeginning: true })
+  const g = manual ? 'manual' : 'auto'
+  await consumer.run({
+    autoCommit: !manual,
+    eachBatch: async ({ batch }) => {
+      const recs = batch.messages.map((m) => [batch.partition, Number(m.offset), Number(m.value.toString())])
+      if (recs.length === 0) return
+      let commit = null
+      if (manual) {
+        const next = String(Number(batch.messages[batch.messages.length - 1].offset) + 1)
+        try {
+          await consumer.commitOffsets([{ topic: batch.topic, partition: batch.partition, offset: next }])
+        } catch (err) {
+          commit = err.type || err.name
+        }
+      }
+      event('batch', { g, recs, commit })
+    }
+  })
+  consumer.on(consumer.events.CRASH, (e) => event('error', { g, e: String(e.payload.error) }))
+  while (!stopping()) await sleep(100)
+  await consumer.disconnect()
+}
+
+Promise.all([produce(), consume(args.group, true), consume(args['auto-group'], false)])
+  .then(() => process.exit(0))
+  .catch((err) => { event('error', { g: 'app', e: String(err) }); process.exit(1) })

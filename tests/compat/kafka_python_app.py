@@ -1,0 +1,65 @@
+"""The compatibility application on kafka-python, at its default settings (see :mod:`app_io`)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer
+
+from tests.compat.app_io import Events, arguments, paced
+
+
+def produce(args: Any, events: Events) -> None:
+    producer = KafkaProducer(bootstrap_servers=args.bootstrap, client_id=f"{args.app}@producer", acks="all")
+    sent = 0
+    for n in paced(args.rate, events):
+        future = producer.send(args.topic, key=str(n).encode(), value=str(n).encode())
+        future.add_callback(lambda md, n=n: events("acked", v=n, p=md.partition, o=md.offset))
+        future.add_errback(lambda exc, n=n: events("failed", v=n, e=repr(exc)))
+        sent = n + 1
+    producer.flush()
+    events("produced", n=sent)
+    producer.close()
+
+
+def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
+    consumer = KafkaConsumer(
+        args.topic,
+        bootstrap_servers=args.bootstrap,
+        client_id=f"{args.app}@{'consumer' if manual else 'auto'}",
+        group_id=group,
+        auto_offset_reset="earliest",
+        **({"enable_auto_commit": False} if manual else {}),
+    )
+    while not events.stopping():
+        polled = consumer.poll(timeout_ms=200)
+        records = [[tp.partition, r.offset, int(r.value)] for tp, rs in polled.items() for r in rs]
+        if not records:
+            continue
+        error = None
+        if manual:
+            try:
+                consumer.commit()
+            except Exception as exc:
+                error = type(exc).__name__
+        events("batch", g="manual" if manual else "auto", recs=records, commit=error)
+    consumer.close()
+
+
+def main() -> None:
+    args = arguments()
+    events = Events(args.dir)
+    threads = [
+        threading.Thread(target=produce, args=(args, events)),
+        threading.Thread(target=consume, args=(args, events, args.group), kwargs={"manual": True}),
+        threading.Thread(target=consume, args=(args, events, args.auto_group), kwargs={"manual": False}),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+if __name__ == "__main__":
+    main()
