@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -48,12 +49,18 @@ def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
 
 
 def main() -> None:
+    logging.basicConfig(format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("kafka.coordinator").setLevel(logging.INFO)  # joins and rebalances, for the log
     args = arguments()
     events = Events(args.dir)
     threads = [
         threading.Thread(target=produce, args=(args, events)),
-        threading.Thread(target=consume, args=(args, events, args.group), kwargs={"manual": True}),
-        threading.Thread(target=consume, args=(args, events, args.auto_group), kwargs={"manual": False}),
+        threading.Thread(
+            target=consume, args=(args, events, args.group), kwargs={"manual": True}, name="manual"
+        ),
+        threading.Thread(
+            target=consume, args=(args, events, args.auto_group), kwargs={"manual": False}, name="auto"
+        ),
     ]
     for thread in threads:
         thread.start()

@@ -4,14 +4,18 @@ and a producer that loses no acknowledged record when one of them is killed unde
 from __future__ import annotations
 
 import signal
+import socket
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
+from kio.schema.offset_commit.v8.request import OffsetCommitRequestPartition, OffsetCommitRequestTopic
 
 from switchyard import kafka
 from switchyard.config import Config
@@ -19,6 +23,9 @@ from switchyard.keys import BindingKey
 from switchyard.routing.gateways import registered, wait_for_acks
 from switchyard.routing.store import RoutingStore
 from tests.helpers.processes import GatewayProcess
+from workers.gateway import apis
+from workers.gateway.entities import make
+from workers.gateway.protocol import decode_response, encode_request, with_size
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +149,58 @@ def test_killing_one_gateway_loses_and_doubles_nothing_and_the_other_carries_on(
     finally:
         for g in (one, two):
             g.stop()
+
+
+def ask(gateway: GatewayProcess, client_id: str, api_key: int, version: int, **fields: Any) -> Any:
+    """One request to ``gateway`` as client ``client_id``, and its answer."""
+    request = encode_request(api_key, version, fields, client_id=client_id)
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=30) as conn:
+        conn.sendall(with_size(request.frame))
+        head = conn.recv(4, socket.MSG_WAITALL)
+        frame = conn.recv(int.from_bytes(head, "big"), socket.MSG_WAITALL)
+    return decode_response(request, frame)
+
+
+def test_a_member_the_gateway_never_saw_join_is_still_moved_and_its_commit_carried(
+    pair: tuple[GatewayProcess, GatewayProcess], routing: RoutingStore, stack_config: Config
+) -> None:
+    """A consumer that joined elsewhere (through the other gateway of a pair; here straight on the
+    primary) heartbeats and commits through this gateway after its application moved to the standby:
+    it is told to rejoin (not that it is unknown, on which clients drop what they hold) and its commit
+    lands on the standby."""
+    _, two = pair
+    app, topic, group = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("elsewhere", "ew", "ew-g"))
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    for bootstrap in (primary, standby):  # the standby's copy, as a mirror would have made it
+        kafka.create_topics(bootstrap, [topic], partitions=1)
+    routing.create_link(app, "primary", "standby", include=[topic], actor="user:test", reason="test")
+    consumer = Consumer(
+        {"bootstrap.servers": primary, "group.id": group, "session.timeout.ms": 6000, "client.id": app}
+    )
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "the consumer never joined on the primary"
+            consumer.poll(0.2)
+        member, generation = consumer.memberid(), 1
+        epoch = routing.set_binding(BindingKey.for_app(app), "standby", actor="user:test", reason="test")
+        wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+
+        beat = ask(two, app, apis.HEARTBEAT, 4, group_id=group, generation_id=generation, member_id=member)
+        assert beat.error_code == ErrorCode.rebalance_in_progress  # the standby alone: unknown member
+
+        partition = make(OffsetCommitRequestPartition, partition_index=0, committed_offset=7)
+        commit = ask(
+            two, app, apis.OFFSET_COMMIT, 8, group_id=group, generation_id_or_member_epoch=generation,
+            member_id=member, topics=(make(OffsetCommitRequestTopic, name=topic, partitions=(partition,)),),
+        )  # fmt: skip
+        assert commit.topics[0].partitions[0].error_code == ErrorCode.none
+        on_standby = Consumer({"bootstrap.servers": standby, "group.id": group})
+        try:
+            (committed,) = on_standby.committed([TopicPartition(topic, 0)], timeout=10)
+        finally:
+            on_standby.close()
+        assert committed.offset == 7
+    finally:
+        consumer.close()

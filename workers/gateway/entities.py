@@ -55,3 +55,9 @@ def _zero(hint: Any) -> Any:
         if isinstance(base, type) and issubclass(base, kind):
             return zero
     raise TypeError(f"no zero value for {hint!r}")
+
+
+def replace_known(entity: Any, **changes: Any) -> Any:
+    """dataclasses.replace for the fields this version of the entity has (the others are ignored)."""
+    names = {f.name for f in dataclasses.fields(entity)}
+    return dataclasses.replace(entity, **{k: v for k, v in changes.items() if k in names})

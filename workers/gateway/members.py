@@ -2,8 +2,9 @@
 
 Where a member joined tells whether its commits must be carried to another cluster after a switch
 (:mod:`workers.gateway.carry`); its session time-out bounds how long its requests may be held while
-its identity is blocked (:mod:`workers.gateway.holds`). Learnt from JoinGroup answers, so a gateway
-that restarts knows a member again once it rejoins.
+its identity is blocked (:mod:`workers.gateway.holds`). Learnt from JoinGroup answers; a member that
+joined through another gateway of a pair, or before this one started, is looked up when it commits or
+heartbeats after a switch (see ``ClientSession._find_member``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Member:
     cluster: str
-    session_timeout_s: float
+    session_timeout_s: float | None
+    """None: not seen joining (looked up), so not known."""
 
 
 class Members:

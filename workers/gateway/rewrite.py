@@ -1,8 +1,9 @@
 """Rewrite the answers that name brokers, so clients only ever learn virtual brokers.
 
-Metadata (brokers, controller, partition leaders and replicas), FindCoordinator (the coordinator) and
-DescribeCluster (brokers, controller) come back from a real cluster naming its real nodes; each real
-node id becomes its virtual id, and each address the gateway's own for that virtual broker.
+Metadata (brokers, controller, partition leaders and replicas), FindCoordinator (the coordinator),
+DescribeCluster (brokers, controller) and DescribeTopicPartitions (leaders and replicas) come back from
+a real cluster naming its real nodes; each real node id becomes its virtual id, and each address the
+gateway's own for that virtual broker.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from workers.gateway import apis
+from workers.gateway.entities import replace_known as _replace
 
-BROKER_NAMING = frozenset({apis.METADATA, apis.FIND_COORDINATOR, apis.DESCRIBE_CLUSTER})
+BROKER_NAMING = frozenset(
+    {apis.METADATA, apis.FIND_COORDINATOR, apis.DESCRIBE_CLUSTER, apis.DESCRIBE_TOPIC_PARTITIONS}
+)
 
 Address = Callable[[int], tuple[str, int]]
 """Virtual id -> the (host, port) clients reach that virtual broker at."""
@@ -27,6 +31,15 @@ def real_nodes(api_key: int, body: Any) -> set[int]:
         return {body.node_id} if body.node_id >= 0 else set()
     if api_key == apis.DESCRIBE_CLUSTER:
         return {b.broker_id for b in body.brokers}
+    if api_key == apis.DESCRIBE_TOPIC_PARTITIONS:
+        return {
+            n
+            for t in body.topics
+            for p in t.partitions
+            for n in (p.leader_id, *p.replica_nodes, *p.isr_nodes, *(p.eligible_leader_replicas or ()),
+                      *(p.last_known_elr or ()), *p.offline_replicas)
+            if n >= 0
+        }  # fmt: skip
     return set()
 
 
@@ -39,12 +52,8 @@ def rewrite(api_key: int, body: Any, virtual: Mapping[int, int], address: Addres
     def vids(nodes: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(vid(n) for n in nodes)
 
-    if api_key == apis.METADATA:
-        brokers = []
-        for b in body.brokers:
-            host, port = address(vid(b.node_id))
-            brokers.append(dataclasses.replace(b, node_id=vid(b.node_id), host=host, port=port))
-        topics = tuple(
+    def partitions(topics: Any) -> tuple[Any, ...]:
+        return tuple(
             dataclasses.replace(
                 t,
                 partitions=tuple(
@@ -54,12 +63,23 @@ def rewrite(api_key: int, body: Any, virtual: Mapping[int, int], address: Addres
                         replica_nodes=vids(p.replica_nodes),
                         isr_nodes=vids(p.isr_nodes),
                         offline_replicas=vids(getattr(p, "offline_replicas", ())),
+                        eligible_leader_replicas=_maybe(vids, getattr(p, "eligible_leader_replicas", None)),
+                        last_known_elr=_maybe(vids, getattr(p, "last_known_elr", None)),
                     )
                     for p in t.partitions
                 ),
             )
-            for t in body.topics
+            for t in topics
         )
+
+    if api_key == apis.DESCRIBE_TOPIC_PARTITIONS:
+        return dataclasses.replace(body, topics=partitions(body.topics))
+    if api_key == apis.METADATA:
+        brokers = []
+        for b in body.brokers:
+            host, port = address(vid(b.node_id))
+            brokers.append(dataclasses.replace(b, node_id=vid(b.node_id), host=host, port=port))
+        topics = partitions(body.topics)
         return _replace(
             body,
             brokers=tuple(brokers),
@@ -83,11 +103,9 @@ def rewrite(api_key: int, body: Any, virtual: Mapping[int, int], address: Addres
     return body
 
 
+def _maybe(change: Callable[[Any], Any], value: Any) -> Any:
+    return None if value is None else change(value)
+
+
 def _get(entity: Any, name: str) -> int:
     return int(getattr(entity, name, -1))
-
-
-def _replace(entity: Any, **changes: Any) -> Any:
-    """dataclasses.replace for the fields this version of the entity has."""
-    names = {f.name for f in dataclasses.fields(entity)}
-    return dataclasses.replace(entity, **{k: v for k, v in changes.items() if k in names})

@@ -29,7 +29,7 @@ from switchyard.identity import Identity, identify
 from switchyard.model import BindingState, ClusterState
 from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
-from workers.gateway import apis
+from workers.gateway import apis, topic_identity
 from workers.gateway.apis import Context, context_of
 from workers.gateway.blocking import TOPIC_AUTHORIZATION_FAILED, blocked_response
 from workers.gateway.carry import carried_commit
@@ -242,12 +242,17 @@ class ClientSession:
                 f"{api_name(key)} v{request.api_version} is not offered by this gateway "
                 "(ApiVersions says what is)"
             )
-        incoming = Incoming(request, context_of(request), self._identity(request.client_id), received)
+        identity = self._identity(request.client_id)
+        if key in (apis.METADATA, apis.DELETE_TOPICS) and topic_identity.ids_asked(key, request.body):
+            request = await self._by_name(request, identity)
+        incoming = Incoming(request, context_of(request), identity, received)
         snapshot = self.gateway.view.snapshot  # one snapshot decides the request and dates it
         context = incoming.context
         resolution = self._resolve(snapshot, incoming.identity, context.topics, context.group)
         self.gateway.metrics.requests.add(api_name(key), incoming.identity.app or "-", resolution.cluster)
         self.gateway.usage.note(incoming.identity, key, incoming.context)
+        if key in (apis.OFFSET_COMMIT, apis.HEARTBEAT) and request.api_version >= 1:
+            await self._find_member(incoming, snapshot, resolution)
         decision = self._decide(incoming, snapshot, resolution)
         holding = self._released is not None and not self._released.done()
         if decision.action is Action.HOLD or (holding and key in apis.BLOCKABLE):
@@ -398,6 +403,54 @@ class ClientSession:
             return body
         return dataclasses.replace(body, member_id=member_id, generation_id_or_member_epoch=generation)
 
+    async def _by_name(self, request: Request, identity: Identity) -> Request:
+        """``request`` naming by name the topics it named by the ids clients see (see
+        :mod:`workers.gateway.topic_identity`): routing, and the cluster asked, need names."""
+        cluster = self._resolve(self.gateway.view.snapshot, identity, (), None).cluster
+        version = self.gateway.offered.get(apis.METADATA, (0, 0))[1]
+        answer = await self._upstream(cluster, None, long_poll=False).ask(
+            apis.METADATA, version, topics=None, allow_auto_topic_creation=False
+        )
+        names = topic_identity.names_of(t.name for t in answer.topics if t.name)
+        body = topic_identity.by_name(request.api_key, request.body, names)
+        return dataclasses.replace(request, frame=replace_body(request, body))
+
+    async def _find_member(
+        self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution
+    ) -> None:
+        """Where a member this gateway did not see join did join, if its commits could need carrying: it
+        joined through the other gateway of a pair, or before this gateway started. A member the group's
+        coordinator on the bound cluster does not list, in a group settled there, joined on the cluster a
+        link copies its topics from. Remembered either way; left unknown if the answer is unclear."""
+        body = incoming.request.body
+        group, member_id = body.group_id, body.member_id
+        gateway, cluster = self.gateway, resolution.cluster
+        if not member_id or gateway.members.get(group, member_id) is not None:
+            return
+        topics = incoming.context.topics
+        sources = [
+            c for c in snapshot.clusters
+            if c != cluster and gateway.carrying_link(snapshot, c, cluster, topics) is not None
+        ]  # fmt: skip
+        if len(sources) != 1:
+            return
+        try:
+            node = await self._coordinator(cluster, group)
+            version = min(gateway.offered.get(apis.DESCRIBE_GROUPS, (0, 0))[1], 5)
+            answer = await self._upstream(cluster, node, long_poll=False).ask(
+                apis.DESCRIBE_GROUPS, version, groups=(group,), include_authorized_operations=False
+            )
+        except (UpstreamError, TimeoutError, FrameError) as exc:
+            log.warning("group %s: cannot tell where member %s joined: %s", group, member_id, exc)
+            return
+        (described,) = answer.groups
+        if described.error_code != ErrorCode.none:
+            return
+        if any(m.member_id == member_id for m in described.members):
+            gateway.members.joined(group, member_id, Member(cluster, None))
+        elif described.group_state in ("Empty", "Dead", "Stable"):  # not mid-rebalance: it is not here
+            gateway.members.joined(group, member_id, Member(sources[0], None))
+
     async def _coordinator(self, cluster: str, group: str) -> int:
         """The broker of ``cluster`` that coordinates ``group``."""
         version = min(self.gateway.offered.get(apis.FIND_COORDINATOR, (0, 0))[1], 3)
@@ -505,9 +558,12 @@ class ClientSession:
             if joined.error_code == ErrorCode.none and joined.member_id:
                 member = Member(cluster, float(request.body.session_timeout.total_seconds()))
                 self.gateway.members.joined(request.body.group_id, joined.member_id, member)
-        if request.api_key in BROKER_NAMING:
+        naming = request.api_key in BROKER_NAMING
+        if naming or topic_identity.presents(request.api_key, request.api_version):
             body = decode_response(request, frame)
-            reply = encode_response(request, await self.gateway.rewrite(request.api_key, body, cluster))
+            if naming:
+                body = await self.gateway.rewrite(request.api_key, body, cluster)
+            reply = encode_response(request, topic_identity.present(request.api_key, body))
         else:
             reply = with_size(frame)
         attributes = {"api": api_name(request.api_key)}

@@ -14,7 +14,7 @@ const eventsFile = fs.openSync(path.join(args.dir, 'events.jsonl'), 'a')
 const event = (k, fields) => fs.writeSync(eventsFile, JSON.stringify({ k, t: Date.now() / 1000, ...fields }) + '\n')
 const stopping = (what = 'stop') => fs.existsSync(path.join(args.dir, what))
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-const client = (role) => new Kafka({ clientId: `${args.app}@${role}`, brokers: [args.bootstrap], logLevel: logLevel.WARN })
+const client = (role) => new Kafka({ clientId: `${args.app}@${role}`, brokers: args.bootstrap.split(","), logLevel: logLevel.WARN })
 
 async function produce () {
   const producer = client('producer').producer()
