@@ -27,6 +27,7 @@ from switchyard.sagas import steps
 from switchyard.sagas.steps import LostWindowOutcome, LostWindowRequest, VerifyOutcome, VerifyRequest
 from switchyard.verify.submit import (
     JobResult,
+    Progress,
     VerificationError,
     lost_window_spec,
     run_job,
@@ -93,14 +94,16 @@ class _Job:
     """What the activity's thread and its heartbeat loop share."""
 
     cancelled: threading.Event = field(default_factory=threading.Event)
-    progress: str = "preparing"
+    progress: str | dict[str, Any] = "preparing"
+    """What the heartbeat carries: a word before the job runs, then its progress (stages, tasks,
+    records), which the Temporal UI shows as the activity's heartbeat details."""
 
     def run(self, config: Config, spec: dict[str, Any]) -> JobResult:
         self.progress = "submitted"
         return run_job(config, spec, on_progress=self._note, cancelled=self.cancelled)
 
-    def _note(self, line: str) -> None:
-        self.progress = line
+    def _note(self, progress: Progress) -> None:
+        self.progress = progress.details()
 
 
 async def _heartbeating(work: Callable[[_Job], Result]) -> Result:

@@ -135,6 +135,9 @@ class LedgerConfig(_Section):
 class SparkConfig(_Section):
     master: str = "local[*]"
     submit_args: list[str] = Field(default_factory=list)
+    range_records: int = Field(default=50_000, ge=1)
+    """The fewest source offsets one task reads from a partition: larger partitions are split into
+    ranges (about three per executor core over the job), smaller ones stay whole."""
 
 
 class GatewaySaslConfig(_Section):
@@ -264,12 +267,25 @@ class LoggingConfig(_Section):
     format: Literal["text", "json"] = "text"
 
 
+class StackSparkConfig(_Section):
+    """A Spark standalone cluster run by the embedded stack: its master where ``spark.master`` points
+    (``spark://host:port``), and ``workers`` workers on this machine."""
+
+    workers: Annotated[int, Field(ge=0, le=16)] = 0
+    """0: no cluster (jobs run wherever ``spark.master`` says, ``local[*]`` by default)."""
+    worker_cores: Annotated[int, Field(ge=1)] = 1
+    worker_memory: Annotated[str, Field(pattern=r"^[1-9][0-9]*[mMgG]$")] = "1g"
+    ui_port: Port | None = None
+    """The master's web UI; worker i's (from 1) at ``ui_port + i``. Defaults to the master's port + 1000."""
+
+
 class StackConfig(_Section):
     """The embedded stack (dev, tests, demo). Its services listen where the sections above point."""
 
     state_dir: Path = Path(".state")
     temporal_ui_port: Port | None = None
     """Defaults to the Temporal port + 1000, as the Temporal CLI does."""
+    spark: StackSparkConfig = StackSparkConfig()
 
 
 class Config(_Section):
@@ -299,7 +315,24 @@ class Config(_Section):
                     raise _KeyError(f"mirror.links.{link_id}.{end}", f"{name!r} is not one of clusters")
             if link.source == link.target:
                 raise _KeyError(f"mirror.links.{link_id}", "source and target are the same cluster")
+        if self.stack.spark.workers and self.spark_master_address is None:
+            raise _KeyError(
+                "stack.spark.workers",
+                f"the stack can only run a cluster where spark.master points: spark://host:port, not "
+                f"{self.spark.master!r}",
+            )
         return self
+
+    @property
+    def spark_master_address(self) -> tuple[str, int] | None:
+        """``spark.master``'s host and port if it names a standalone master (``spark://host:port``)."""
+        scheme, _, rest = self.spark.master.partition("://")
+        if scheme != "spark" or "," in rest:
+            return None
+        try:
+            return split_hostport(rest)
+        except ValueError:
+            return None
 
     @property
     def ledger_url(self) -> str:

@@ -3,20 +3,44 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from switchyard.cli.base import Group, cli, config_of, link_of, store_of
+from switchyard.config import Config
 from switchyard.errors import BindingRefused
 from switchyard.model import now
 from switchyard.table import render
-from switchyard.verify.submit import lost_window_spec, new_run_id, run_job, verdict, verify_spec
+from switchyard.verify.submit import (
+    JobResult,
+    Progress,
+    lost_window_spec,
+    new_run_id,
+    run_job,
+    verdict,
+    verify_spec,
+)
 
 
-def _progress(line: str) -> None:
-    if line.startswith("progress: "):
-        click.echo(f"  {line}", err=True)
+def _progress(progress: Progress) -> None:
+    """A bar of the job's tasks, redrawn in place on a terminal, a line per change otherwise."""
+    width = 30
+    filled = width * progress.done // progress.total if progress.total else 0
+    line = f"  [{'#' * filled}{'.' * (width - filled)}] {progress}"
+    if sys.stderr.isatty():
+        click.echo(f"\r{line}\033[K", err=True, nl=False)
+    else:
+        click.echo(line, err=True)
+
+
+def _run(config: Config, spec: dict[str, Any]) -> JobResult:
+    job = run_job(config, spec, on_progress=_progress)
+    if sys.stderr.isatty():
+        click.echo("", err=True)  # the bar's line is done
+    return job
 
 
 @cli.command("verify")
@@ -44,7 +68,7 @@ def verify(
             f"verifying {len(spec['partitions'])} partitions of link {link_id} on {config.spark.master}",
             err=True,
         )
-        job = run_job(config, spec, on_progress=_progress)
+        job = _run(config, spec)
         run_id, outcome = new_run_id(), verdict(job.result)
         store.ledger.record_verification(
             run_id, link_id, job.result, verdict=outcome, started_at=job.started_at,
@@ -109,7 +133,7 @@ def find(ctx: click.Context, link_id: str, parquet: Path) -> None:
         if not spec["partitions"]:
             click.echo(f"link {link_id}: the source holds nothing beyond what was copied")
             return
-        job = run_job(config, spec, on_progress=_progress)
+        job = _run(config, spec)
         run_id = new_run_id()
         store.ledger.record_reconciliation(
             run_id,
@@ -147,6 +171,6 @@ def republish(ctx: click.Context, run_id: str) -> None:
         target = config.clusters[link.target].bootstrap
         spec = {"mode": "republish", "link": link.id, "source": "", "target": target, "partitions": [],
                 "parquet": run["parquet"]}  # fmt: skip
-        job = run_job(config, spec, on_progress=_progress)
+        job = _run(config, spec)
         store.ledger.finish_republish(run_id, job.result["republished"])
     click.echo(f"{job.result['republished']} records written to {link.target} (run {run_id})")

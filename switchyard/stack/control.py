@@ -7,6 +7,7 @@ call started, so a failed start leaves nothing behind.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -63,7 +64,8 @@ class Stack:
                     service.prepare()
                 except OSError as exc:
                     raise StackError(f"{service.name}: cannot prepare its files: {exc}") from exc
-                pid = proc.start(service.argv(), cwd=self.state_dir)
+                env = {**os.environ, **service.env} if service.env else None
+                pid = proc.start(service.argv(), cwd=self.state_dir, env=env)
                 started.append(service)
                 progress(f"{service.name}: started (pid {pid}), log {proc.log_file}")
             self._wait_healthy(timeout_s, progress)

@@ -1,12 +1,14 @@
 """Real health checks: each asks the service a question only a working instance can answer.
 
 ZooKeeper answers ``ruok`` with ``imok``; a Kafka broker answers an ApiVersions request with error code 0;
-Temporal's frontend reports SERVING on the gRPC health service; the Web UI answers HTTP. A port that
+Temporal's frontend reports SERVING on the gRPC health service; the Web UI answers HTTP; a Spark master's
+web UI reports itself ALIVE, and a Spark worker is healthy once that master lists it ALIVE. A port that
 merely accepts connections passes none of them.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import struct
@@ -16,6 +18,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from switchyard.config import split_hostport
 from switchyard.errors import StackError
@@ -131,6 +134,37 @@ def http(url: str, timeout_s: float = 2.0) -> Health:
         return Health(False, f"HTTP {exc.code}")
     except OSError as exc:
         return Health(False, f"unreachable: {exc}")
+
+
+def spark_master(host: str, ui_port: int, timeout_s: float = 2.0) -> Health:
+    state = _spark_state(host, ui_port, timeout_s)
+    if isinstance(state, Health):
+        return state
+    alive = sum(w.get("state") == "ALIVE" for w in state.get("workers", []))
+    return Health(state.get("status") == "ALIVE", f"{state.get('status')}, {alive} workers alive")
+
+
+def spark_worker(host: str, master_ui_port: int, ui_port: int, timeout_s: float = 2.0) -> Health:
+    """Registered with the master and ALIVE there (the worker is known by its web UI's port; the master
+    also lists a restarted worker's earlier, DEAD registration)."""
+    state = _spark_state(host, master_ui_port, timeout_s)
+    if isinstance(state, Health):
+        return Health(False, f"master: {state.detail}")
+    known = [w for w in state.get("workers", []) if str(w.get("webuiaddress", "")).endswith(f":{ui_port}")]
+    if not known:
+        return Health(False, "not registered with the master")
+    worker = max(known, key=lambda w: w.get("state") == "ALIVE")
+    return Health(worker.get("state") == "ALIVE", f"{worker.get('state')}, {worker.get('cores')} cores")
+
+
+def _spark_state(host: str, ui_port: int, timeout_s: float) -> dict[str, Any] | Health:
+    """The master's own account of itself and its workers (its web UI's JSON)."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{ui_port}/json/", timeout=timeout_s) as response:
+            found = json.loads(response.read())
+    except (OSError, ValueError) as exc:
+        return Health(False, f"unreachable: {exc}")
+    return found if isinstance(found, dict) else Health(False, "unexpected answer")
 
 
 def _read_all(sock: socket.socket) -> bytes:

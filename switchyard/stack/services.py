@@ -1,11 +1,14 @@
 """The services of the embedded stack, derived from the configuration so there is one source of ports.
 
 ZooKeeper listens where ``zookeeper.connect`` points (its first host), Temporal where
-``temporal.address`` points, and each cluster's Tansu broker on the first address of its ``bootstrap``.
+``temporal.address`` points, each cluster's Tansu broker on the first address of its ``bootstrap``, and,
+when ``stack.spark.workers`` asks for a Spark standalone cluster, its master where ``spark.master``
+points, with that many workers beside it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +36,8 @@ class Service:
     link: str | None = None
     served_by: str | None = None
     """The service whose process serves this one, when it has none of its own."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Set in its environment, on top of the caller's."""
 
     @property
     def process_name(self) -> str:
@@ -63,7 +68,56 @@ def build(config: Config) -> list[Service]:
             served_by="temporal",
         )
     )
+    master = config.spark_master_address
+    if config.stack.spark.workers and master is not None:
+        services += spark_cluster(config, state / "spark", *master)
     return services
+
+
+def spark_cluster(config: Config, home: Path, host: str, port: int) -> list[Service]:
+    """A standalone master and ``stack.spark.workers`` workers, each with its cores, memory and work
+    directory; jobs reach it with ``spark-submit --master spark://host:port``."""
+    wanted = config.stack.spark
+    ui = wanted.ui_port or port + 1000
+    env = {"SPARK_HOME": spark_home(), "SPARK_LOG_DIR": str(home / "logs")}
+    master = Service(
+        "spark-master",
+        host,
+        port,
+        lambda: health.spark_master(host, ui),
+        lambda: [str(Path(spark_home()) / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
+                 "--host", host, "--port", str(port), "--webui-port", str(ui)],
+        link=f"http://{host}:{ui}",
+        env=env,
+    )  # fmt: skip
+    workers = []
+    for i in range(1, wanted.workers + 1):
+        work = home / f"worker-{i}"
+        workers.append(
+            Service(
+                f"spark-worker-{i}",
+                host,
+                ui + i,
+                lambda i=i: health.spark_worker(host, ui, ui + i),  # type: ignore[misc]
+                lambda i=i, work=work: [  # type: ignore[misc]
+                    str(Path(spark_home()) / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker",
+                    "--host", host, "--webui-port", str(ui + i), "--cores", str(wanted.worker_cores),
+                    "--memory", wanted.worker_memory, "--work-dir", str(work), f"spark://{host}:{port}",
+                ],
+                lambda work=work: work.mkdir(parents=True, exist_ok=True),  # type: ignore[misc]
+                link=f"http://{host}:{ui + i}",
+                env=env,
+            )
+        )  # fmt: skip
+    return [master, *workers]
+
+
+def spark_home() -> str:
+    """The Spark that PySpark brings (its ``bin/spark-class`` finds its jars through SPARK_HOME)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise StackError("spark: PySpark is missing (pip install -e '.[embedded]')")
+    return str(spec.submodule_search_locations[0])
 
 
 def zookeeper(home: Path, host: str, port: int) -> Service:

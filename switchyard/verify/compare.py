@@ -77,45 +77,91 @@ class PartitionFindings:
         return asdict(self)
 
 
-def compare_partition(
-    findings: PartitionFindings, source: Iterable[Digested], target: Iterable[Digested], offset_map: OffsetMap
-) -> PartitionFindings:
-    """Fill ``findings`` from the source records of its range and the target records of its range."""
+@dataclass
+class RangeMatch:
+    """One offset range's exact matches, and what is left for the partition as a whole to settle: the
+    source records not found at their expected target offset, the target records nothing matched."""
+
+    records: int = 0
+    present: int = 0
+    mismatched: int = 0
+    """Found at the expected offset with the same content but another timestamp."""
+    notes: list[tuple[int, str]] = field(default_factory=list)
+    """(source offset, example) for those, the first MAX_EXAMPLES."""
+    pending: list[Digested] = field(default_factory=list)
+    """In source offset order."""
+    unaccounted: list[Digested] = field(default_factory=list)
+    """In target offset order."""
+
+
+def match_range(source: Iterable[Digested], target: Iterable[Digested], offset_map: OffsetMap) -> RangeMatch:
+    """Exact matching within one range: a source record and the target record at its expected offset."""
     at_target = {r.offset: r for r in target}
-    by_digest: dict[bytes, list[int]] = {}
-    for r in at_target.values():
-        by_digest.setdefault(r.digest, []).append(r.offset)
-    accounted: set[int] = set()
-    pending: list[Digested] = []
+    match = RangeMatch()
     for record in source:
-        findings.records += 1
+        match.records += 1
         expected = offset_map.target_of(record.offset)
         found = at_target.get(expected) if expected is not None else None
-        if found is not None and found.digest == record.digest:
-            accounted.add(found.offset)
-            if found.timestamp != record.timestamp:
-                findings.mismatched += 1
-                findings.note(f"source {record.offset} -> target {found.offset}: timestamp "
-                              f"{record.timestamp} != {found.timestamp}")  # fmt: skip
-            else:
-                findings.present += 1
-        else:
-            pending.append(record)
+        if found is None or found.digest != record.digest:
+            match.pending.append(record)
+            continue
+        del at_target[found.offset]
+        if found.timestamp == record.timestamp:
+            match.present += 1
+            continue
+        match.mismatched += 1
+        if len(match.notes) < MAX_EXAMPLES:
+            match.notes.append((record.offset, _timestamps_differ(record, found)))
+    match.unaccounted = list(at_target.values())
+    return match
+
+
+def settle(
+    findings: PartitionFindings, matches: Iterable[RangeMatch], offset_map: OffsetMap
+) -> PartitionFindings:
+    """Fill ``findings`` from its ranges' matches, given in offset order. Each range read the target
+    offsets its source records map to (:func:`switchyard.verify.ranges.split`), so exact matches are all
+    found within ranges; copies found elsewhere and extras are found here, across the partition: the
+    findings are those of one range covering it."""
+    ranges = list(matches)
+    unaccounted = {r.offset: r for m in ranges for r in m.unaccounted}
+    pending = [r for m in ranges for r in m.pending]
+    for m in ranges:
+        findings.records += m.records
+        findings.present += m.present
+        findings.mismatched += m.mismatched
+    for _, text in [note for m in ranges for note in m.notes][:MAX_EXAMPLES]:
+        findings.note(text)
+    by_digest: dict[bytes, list[int]] = {}
+    for r in unaccounted.values():  # in target offset order
+        by_digest.setdefault(r.digest, []).append(r.offset)
     for record in pending:  # after every exact match is taken, so a copy elsewhere is not double-counted
         expected = offset_map.target_of(record.offset)
-        elsewhere = [o for o in by_digest.get(record.digest, ()) if o not in accounted]
+        elsewhere = [o for o in by_digest.get(record.digest, ()) if o in unaccounted]
         if elsewhere:
-            accounted.add(elsewhere[0])
+            del unaccounted[elsewhere[0]]
             findings.misaligned += 1
             findings.note(f"source {record.offset}: copy at target {elsewhere[0]}, expected at {expected}")
-        elif expected is not None and expected in at_target and expected not in accounted:
-            accounted.add(expected)
+        elif expected is not None and expected in unaccounted:
+            del unaccounted[expected]
             findings.mismatched += 1
             findings.note(f"source {record.offset} -> target {expected}: key, value or headers differ")
         else:
             findings.missing += 1
             findings.note(f"source {record.offset}: not on the target (expected at {expected})")
-    for offset in sorted(set(at_target) - accounted):
+    for offset in sorted(unaccounted):
         findings.extra += 1
         findings.note(f"target {offset}: no source record accounts for it")
     return findings
+
+
+def compare_partition(
+    findings: PartitionFindings, source: Iterable[Digested], target: Iterable[Digested], offset_map: OffsetMap
+) -> PartitionFindings:
+    """Fill ``findings`` from the source records of its range and the target records of its range."""
+    return settle(findings, [match_range(source, target, offset_map)], offset_map)
+
+
+def _timestamps_differ(record: Digested, found: Digested) -> str:
+    timestamps = f"timestamp {record.timestamp} != {found.timestamp}"
+    return f"source {record.offset} -> target {found.offset}: {timestamps}"

@@ -29,13 +29,15 @@ def read_range(
     tp = TopicPartition(topic, partition, start)
     consumer.assign([tp])
     deadline = time.monotonic() + timeout_s
+    position = start
     try:
         while True:
             if time.monotonic() > deadline:
                 raise KafkaOperationError(
                     f"{bootstrap}: {topic}[{partition}]: [{start}, {end}) not read in time"
                 )
-            for msg in consumer.consume(1000, 0.5):
+            # no more than the range can still hold: a batch waits out its time-out until it is full
+            for msg in consumer.consume(min(1000, end - position), 0.5):
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
@@ -44,7 +46,7 @@ def read_range(
                 if (msg.offset() or 0) >= end:
                     return
                 yield msg
-            position = consumer.position([tp])[0].offset
+            position = max(position, consumer.position([tp])[0].offset)
             if position >= end:
                 return
     finally:

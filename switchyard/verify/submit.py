@@ -1,8 +1,9 @@
 """Preparing, submitting and recording the Spark jobs: what the CLI and the saga activities call.
 
 A job gets everything it needs in a JSON spec (clusters, partition ranges, offset maps, group offsets),
-runs under ``spark-submit`` on ``spark.master`` (``local[*]`` by default), reports ``progress: done/total``
-lines, and writes its result to a JSON file that is then read back here and recorded in the ledger.
+runs under ``spark-submit`` on ``spark.master`` (``local[*]`` by default; on a cluster its own code goes
+with it, ``--py-files``), reports its progress (:class:`Progress`), and writes its result to a JSON file
+that is then read back here and recorded in the ledger.
 A job that fails raises :class:`VerificationError` with Spark's own error lines; a job whose caller is
 cancelled is killed (its whole process group).
 """
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import threading
 import uuid
+import zipfile
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -41,6 +43,57 @@ Key = tuple[str, int]
 
 class VerificationError(SwitchyardError):
     """The Spark job failed or was cancelled; the message carries Spark's error text."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a job is: each running stage's tasks done, in all and failed, and the records its finished
+    tasks compared (or read). What the CLI draws as a bar and the activity sends as heartbeat details."""
+
+    stages: tuple[tuple[int, int, int, int], ...] = ()
+    """(stage id, tasks done, tasks in the stage, task attempts failed: Spark runs those again)."""
+    records: int = 0
+
+    @property
+    def done(self) -> int:
+        return sum(stage[1] for stage in self.stages)
+
+    @property
+    def total(self) -> int:
+        return sum(stage[2] for stage in self.stages)
+
+    @property
+    def failed(self) -> int:
+        return sum(stage[3] for stage in self.stages)
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "stages": [{"stage": s, "done": d, "total": t, "failed": f} for s, d, t, f in self.stages],
+            "tasks_done": self.done, "tasks_total": self.total, "tasks_failed": self.failed,
+            "records": self.records,
+        }  # fmt: skip
+
+    def __str__(self) -> str:
+        stages = ", ".join(f"stage {stage[0]}" for stage in self.stages) or "between stages"
+        failed = f", {self.failed} failed and retried" if self.failed else ""
+        return f"{self.done}/{self.total} tasks ({stages}){failed}, {self.records:,} records"
+
+    @classmethod
+    def parse(cls, line: str) -> Progress | None:
+        """The progress a job's output line reports, or None for any other line."""
+        if not line.startswith(_PROGRESS):
+            return None
+        try:
+            raw = json.loads(line[len(_PROGRESS) :])
+            stages = tuple(
+                (int(s["stage"]), int(s["done"]), int(s["total"]), int(s["failed"])) for s in raw["stages"]
+            )
+            return cls(stages, int(raw["records"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+_PROGRESS = "progress: "
 
 
 @dataclass(frozen=True)
@@ -114,18 +167,24 @@ def run_job(
     config: Config,
     spec: dict[str, Any],
     *,
-    on_progress: Callable[[str], None] = lambda _line: None,
+    on_progress: Callable[[Progress], None] = lambda _progress: None,
     cancelled: threading.Event | None = None,
 ) -> JobResult:
     """Submit the job, relay its progress, wait; raise VerificationError with Spark's error text."""
     started = now()
     with tempfile.TemporaryDirectory(prefix="switchyard-job-") as work:
         spec_path, output = Path(work) / "spec.json", Path(work) / "result.json"
-        spec_path.write_text(json.dumps({**spec, "output": str(output)}), encoding="utf-8")
+        spec_path.write_text(
+            json.dumps({**spec, "output": str(output), "master": config.spark.master,
+                        "range_records": config.spark.range_records}),
+            encoding="utf-8",
+        )  # fmt: skip
+        shipped = [] if config.spark.master.startswith("local") else ["--py-files", _package(Path(work))]
         argv = [
             _spark_submit(),
             "--master",
             config.spark.master,
+            *shipped,
             *config.spark.submit_args,
             str(JOB),
             str(spec_path),
@@ -136,7 +195,7 @@ def run_job(
         )
         errors: deque[str] = deque(maxlen=40)
         readers = [
-            threading.Thread(target=_relay, args=(process.stdout, on_progress), daemon=True),
+            threading.Thread(target=_relay, args=(process.stdout, _progress_of(on_progress)), daemon=True),
             threading.Thread(target=_relay, args=(process.stderr, errors.append), daemon=True),
         ]
         for reader in readers:
@@ -207,6 +266,26 @@ def _spark_submit() -> str:
     if found is None:
         raise VerificationError("spark-submit not found (install pyspark, or put Spark's bin on PATH)")
     return found
+
+
+def _package(work: Path) -> str:
+    """The ``switchyard`` package as a zip for the executors: on a cluster, the workers have Python and
+    the Kafka client, not this project (the job imports its comparison and reading code)."""
+    package = Path(__file__).resolve().parents[1]
+    archive = work / "switchyard.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as out:
+        for path in sorted(package.rglob("*.py")):
+            out.write(path, str(path.relative_to(package.parent)))
+    return str(archive)
+
+
+def _progress_of(sink: Callable[[Progress], None]) -> Callable[[str], None]:
+    def relay(line: str) -> None:
+        progress = Progress.parse(line)
+        if progress is not None:
+            sink(progress)
+
+    return relay
 
 
 def _relay(stream: Any, sink: Callable[[str], None]) -> None:

@@ -51,7 +51,7 @@ def config_file(
     data = yaml.safe_load(stack_config.source.read_text())
     data["zookeeper"]["root"] = routing.layout.root
     data["ledger"] = {"url": f"sqlite:///{ledger_path}"}
-    data["spark"] = {"master": "local[1]", **spark}
+    data["spark"] = {**data["spark"], "master": "local[1]", **spark}
     path = directory / f"switchyard-{uuid.uuid4().hex[:6]}.yaml"
     path.write_text(yaml.safe_dump(data))
     return load_config(path)

@@ -103,6 +103,17 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
             "gateway.bootstrap_port: Input should be a valid integer",
         ),
         (merged(telemetry={"export_interval_s": 0}), "telemetry.export_interval_s: Input should be greater"),
+        (
+            merged(stack={"spark": {"workers": 2}}),
+            "stack.spark.workers: the stack can only run a cluster where spark.master points: "
+            "spark://host:port, not 'local[*]'",
+        ),
+        (
+            merged(
+                spark={"master": "spark://h:7077"}, stack={"spark": {"workers": 1, "worker_memory": "1 GB"}}
+            ),
+            "stack.spark.worker_memory: String should match pattern",
+        ),
     ],
 )
 def test_errors_name_the_key_and_the_problem(tmp_path: Path, data: dict[str, Any], expected: str) -> None:

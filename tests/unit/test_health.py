@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from switchyard.config import SparkConfig, StackConfig, StackSparkConfig, load_config
 from switchyard.stack import health
+from switchyard.stack.services import build
 from tests.helpers.ports import unused_port
 
 
@@ -136,3 +140,47 @@ def test_a_probe_of_a_silent_server_leaves_nothing_behind_at_exit() -> None:
             acceptor.join()
             for sock in held:
                 sock.close()
+
+
+def json_answer(body: str) -> bytes:
+    return f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode()
+
+
+def test_a_spark_master_is_healthy_when_alive_and_a_worker_when_it_lists_it_alive(
+    impostor: tuple[int, list[bytes]],
+) -> None:
+    port, answers = impostor
+    workers = [("8082", "DEAD", 2), ("8082", "ALIVE", 2), ("8083", "DEAD", 1)]  # 8082 restarted
+    state = json.dumps({
+        "status": "ALIVE",
+        "workers": [{"webuiaddress": f"http://127.0.0.1:{p}", "state": s, "cores": c} for p, s, c in workers],
+    })  # fmt: skip
+    answers += [json_answer(state)] * 4 + [json_answer('{"status": "STANDBY", "workers": []}')]
+    assert health.spark_master("127.0.0.1", port) == health.Health(True, "ALIVE, 1 workers alive")
+    assert health.spark_worker("127.0.0.1", port, 8082) == health.Health(True, "ALIVE, 2 cores")
+    assert health.spark_worker("127.0.0.1", port, 8083) == health.Health(False, "DEAD, 1 cores")
+    assert health.spark_worker("127.0.0.1", port, 8084) == health.Health(
+        False, "not registered with the master"
+    )
+    assert not health.spark_master("127.0.0.1", port).ok  # a standby master takes no jobs
+
+
+def test_the_stack_runs_a_spark_cluster_only_when_asked(tmp_path: Path) -> None:
+    base = load_config(Path(__file__).parents[2] / "infra" / "embedded.yaml")
+    assert not [s for s in build(base) if s.name.startswith("spark")]
+    asked = base.model_copy(
+        update={
+            "spark": SparkConfig(master="spark://127.0.0.1:17077"),
+            "stack": StackConfig(state_dir=tmp_path, spark=StackSparkConfig(workers=2, worker_cores=3)),
+        }
+    )
+    spark = {s.name: s for s in build(asked) if s.name.startswith("spark")}
+    assert list(spark) == ["spark-master", "spark-worker-1", "spark-worker-2"]
+    assert [s.port for s in spark.values()] == [17077, 18078, 18079]
+    start = spark["spark-worker-2"].argv
+    assert start is not None
+    worker = start()
+    assert worker[-1] == "spark://127.0.0.1:17077"
+    assert worker[worker.index("--cores") + 1] == "3"
+    assert worker[worker.index("--webui-port") + 1] == "18079"
+    assert Path(spark["spark-master"].env["SPARK_HOME"], "bin", "spark-class").exists()
