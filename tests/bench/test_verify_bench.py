@@ -2,7 +2,8 @@
 cluster with one worker and then two (one core each), with the scaling ratios.
 
 200,000 records of 1 KiB in 4 partitions, written identically to both clusters, verified end to end
-(spark-submit to verdict) and over the comparison stage alone (Spark's start-up excluded).
+(spark-submit to verdict) and over the comparison stage alone (Spark's start-up excluded), in ranges of
+at least 10,000 records: three per core, so 2 cores split each partition in two.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ def test_verification_scaling(routing: RoutingStore, stack_config: Config, tmp_p
     link = routing.link(link_id)
     assert link is not None
     spec = verify_spec(stack_config, link, groups=[])
+    stack_config = stack_config.model_copy(  # Spark's own JVM settings, not the test suite's quicker ones
+        update={"spark": stack_config.spark.model_copy(update={"range_records": 10_000, "submit_args": []})}
+    )
     rows: list[tuple[str, ...]] = []
     rates: dict[str, float] = {}
 

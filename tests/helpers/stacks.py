@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from switchyard.stack import TESTBED_CONSUMER_SETTINGS
 from tests.helpers import ports
 
 
@@ -23,6 +24,7 @@ def stack_config_data(state_dir: Path) -> dict[str, Any]:
         "gateway": {"bootstrap_port": ports.reserve_block(16)},
         "stack": {"state_dir": str(state_dir), "temporal_ui_port": ui},
         "spark": {"submit_args": QUICK_JVMS},
+        "mirror": {"consumer": dict(TESTBED_CONSUMER_SETTINGS)},  # Tansu joins a group in 3 s, not 23
     }
 
 
