@@ -36,7 +36,8 @@ class SparkCluster:
     def up(self, workers: int | None = None) -> list[ServiceStatus]:
         """Start the master and the first ``workers`` workers (all by default) unless running, and wait
         until the master lists them alive."""
-        names = ["spark-master", *(f"spark-worker-{i}" for i in range(1, (workers or 99) + 1))]
+        count = self.config.stack.spark.workers if workers is None else workers
+        names = ["spark-master", *(f"spark-worker-{i}" for i in range(1, count + 1))]
         self.stack.services = [s for s in Stack(self.config).services if s.name in names]
         statuses = self.stack.up(timeout_s=120)
         assert all(s.health.ok for s in statuses), statuses

@@ -243,7 +243,7 @@ class ClientSession:
                 "(ApiVersions says what is)"
             )
         identity = self._identity(request.client_id)
-        if key in (apis.METADATA, apis.DELETE_TOPICS) and topic_identity.ids_asked(key, request.body):
+        if topic_identity.ids_asked(key, request.body):
             request = await self._by_name(request, identity)
         incoming = Incoming(request, context_of(request), identity, received)
         snapshot = self.gateway.view.snapshot  # one snapshot decides the request and dates it
