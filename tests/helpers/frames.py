@@ -5,7 +5,8 @@ characters). ``Encoded`` writes it the way the protocol does — written here in
 writer (tests compare the two byte for byte) and of the gateway's bounds check — remembering where
 each length field (string, bytes, array, tagged field, nullable-entity marker) sits. ``broken`` then
 yields the frame with one of those lengths set to the largest value its encoding holds, to a negative
-one, or to one more than the bytes that are left.
+one, or to one more than the bytes that are left; ``emptied`` the entity with one array or string made
+null or empty.
 """
 
 from __future__ import annotations
@@ -73,6 +74,29 @@ def example(schema: Any) -> Any:
     return schema(**values)
 
 
+def emptied(entity: Any, path: str = "") -> Iterator[tuple[str, bool, Any]]:
+    """``entity`` with one field made null or empty, for every array and string at any depth (in the
+    first element of an array): (the field's path and what it became, whether the schema lets it be
+    that, the entity). Well framed all, as a careless client or a fuzzer sends them."""
+    for f in dataclasses.fields(entity):
+        kind = classify_field(f)
+        value = getattr(entity, f.name)
+        here = f"{path}.{f.name}"
+        if isinstance(kind, EntityTupleField | PrimitiveTupleField):
+            yield f"{here}=null", is_optional(f), dataclasses.replace(entity, **{f.name: None})
+            yield f"{here}=[]", True, dataclasses.replace(entity, **{f.name: ()})
+            if isinstance(kind, EntityTupleField) and value:
+                for inner_path, allowed, inner in emptied(value[0], f"{here}[0]"):
+                    yield inner_path, allowed, dataclasses.replace(entity, **{f.name: (inner, *value[1:])})
+        elif isinstance(kind, EntityField):
+            if value is not None:
+                for inner_path, allowed, inner in emptied(value, here):
+                    yield inner_path, allowed, dataclasses.replace(entity, **{f.name: inner})
+        elif f.metadata["kafka_type"] == "string":
+            yield f'{here}=""', True, dataclasses.replace(entity, **{f.name: ""})
+            yield f"{here}=null", is_optional(f), dataclasses.replace(entity, **{f.name: None})
+
+
 def kio_bytes(schema: Any, entity: Any) -> bytes:
     out = io.BytesIO()
     entity_writer(schema)(out, entity)
@@ -110,7 +134,8 @@ class Encoded:
         tagged = []
         for f in dataclasses.fields(schema):
             if get_field_tag(f) is not None:
-                tagged.append(f)
+                if getattr(entity, f.name) != f.default:  # one at its default is left out, as kio does
+                    tagged.append(f)
             else:
                 self._field(f, getattr(entity, f.name), flexible)
         if flexible:
@@ -125,20 +150,24 @@ class Encoded:
                 self.out += inner.out
 
     def _field(self, f: dataclasses.Field[Any], value: Any, flexible: bool) -> None:
+        """One field; ``None`` is written as null whether the schema allows it or not (tests send both)."""
         kind = classify_field(f)
-        if isinstance(kind, EntityTupleField):
+        if isinstance(kind, EntityTupleField | PrimitiveTupleField):
+            if value is None:
+                self._count(-1, flexible)
+                return
             self._count(len(value), flexible)
             for item in value:
-                self.entity(kind.type_, item)
+                if isinstance(kind, EntityTupleField):
+                    self.entity(kind.type_, item)
+                else:
+                    self._primitive(f.metadata["kafka_type"], item, flexible)
         elif isinstance(kind, EntityField):
-            if is_optional(f):
+            if is_optional(f) or value is None:
                 self.lengths.append(Length(len(self.out), "b"))
-                self.out += b"\x01"
-            self.entity(kind.type_, value)
-        elif isinstance(kind, PrimitiveTupleField):
-            self._count(len(value), flexible)
-            for item in value:
-                self._primitive(f.metadata["kafka_type"], item, flexible)
+                self.out += b"\x01" if value is not None else b"\xff"
+            if value is not None:
+                self.entity(kind.type_, value)
         else:
             self._primitive(f.metadata["kafka_type"], value, flexible)
 
@@ -152,6 +181,11 @@ class Encoded:
             self.out += struct.pack(_FIXED[kafka_type], raw)
         elif kafka_type == "uuid":
             self.out += value.bytes
+        elif value is None:
+            if flexible:
+                self._uvarint(0, length=True, plus_one=True)
+            else:
+                self._legacy(None, ">h" if kafka_type == "string" else ">i")
         else:
             data = value.encode() if isinstance(value, str) else bytes(value)
             if flexible:
@@ -160,9 +194,9 @@ class Encoded:
             else:
                 self._legacy(data, ">h" if kafka_type == "string" else ">i")
 
-    def _legacy(self, data: bytes, size: str) -> None:
+    def _legacy(self, data: bytes | None, size: str) -> None:
         self.lengths.append(Length(len(self.out), size[1]))
-        self.out += struct.pack(size, len(data)) + data
+        self.out += struct.pack(size, -1) if data is None else struct.pack(size, len(data)) + data
 
     def _count(self, count: int, flexible: bool) -> None:
         if flexible:

@@ -3,6 +3,7 @@ allocate aborts the whole process (SIGABRT), which no ``except`` catches."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import subprocess
 import sys
@@ -12,8 +13,8 @@ import kio.index
 import pytest
 from kio.schema.index import api_key_map, schema_name_map
 
-from tests.helpers.frames import Encoded, broken, example, kio_bytes
-from workers.gateway.bounds import check_entity
+from tests.helpers.frames import Encoded, broken, emptied, example, kio_bytes
+from workers.gateway.bounds import BoundsError, check_entity
 from workers.gateway.protocol import FrameError, parse_request
 
 
@@ -50,6 +51,30 @@ def test_the_check_walks_every_schema_to_its_end(name: str, schema: Any) -> None
     expected = kio_bytes(schema, entity)
     assert bytes(written.out) == expected, name
     assert check_entity(schema, expected, 0) == len(expected), name
+
+
+@pytest.mark.parametrize(("name", "schema"), REQUESTS, ids=_name)
+def test_nulls_are_written_as_kio_writes_them_and_checked_as_the_schema_says(name: str, schema: Any) -> None:
+    """Where the schema lets a field be null, the tests' encoder writes what kio writes and the check
+    takes it; a null where the schema allows none is refused."""
+    for what, allowed, entity in emptied(example(schema)):
+        written = Encoded()
+        written.entity(schema, entity)
+        if allowed:
+            assert bytes(written.out) == kio_bytes(schema, entity), f"{name} {what}"
+            assert check_entity(schema, bytes(written.out), 0) == len(written.out), f"{name} {what}"
+        else:  # a null array, or a null string (refused before: "length -1")
+            with pytest.raises(BoundsError, match=r"null array at|length -1 at"):
+                check_entity(schema, bytes(written.out), 0)
+
+
+def test_a_response_s_arrays_may_be_null_as_kio_reads_them() -> None:
+    schema = kio.index.load_response_schema(3, 12)  # Metadata: brokers and topics are never null
+    written = Encoded()
+    written.entity(schema, dataclasses.replace(example(schema), topics=None))
+    with pytest.raises(BoundsError, match="null array at"):
+        check_entity(schema, bytes(written.out), 0)
+    assert check_entity(schema, bytes(written.out), 0, any_null_array=True) == len(written.out)
 
 
 @pytest.mark.parametrize(("name", "schema"), REQUESTS, ids=_name)

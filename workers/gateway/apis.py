@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from workers.gateway.producers import producer_of
 from workers.gateway.protocol import Request
 
@@ -23,6 +25,9 @@ OFFSET_FOR_LEADER_EPOCH, SASL_AUTHENTICATE, DESCRIBE_CLUSTER = 23, 36, 60
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_TOPIC_PARTITIONS = 19, 20, 75
 
 GROUP_APIS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP})
+MEMBERSHIP_APIS = frozenset({JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP})
+"""Group APIs a broker refuses for an empty group id (INVALID_GROUP_ID). OffsetCommit and OffsetFetch
+take one (Kafka keeps them for the empty group, for backward compatibility), as FindCoordinator does."""
 PARTITION_APIS = frozenset({PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH})
 BLOCKABLE = GROUP_APIS | PARTITION_APIS
 LONG_POLLS = frozenset({FETCH, JOIN_GROUP, SYNC_GROUP})
@@ -51,8 +56,19 @@ class Context:
     """(producer id, epoch) of an idempotent, non-transactional Produce; None otherwise."""
 
 
+def refusal(request: Request) -> ErrorCode | None:
+    """The error a broker answers ``request`` with before routing could matter, if any: the gateway
+    gives that answer itself, whatever the identity's binding (held or not)."""
+    if request.api_key in MEMBERSHIP_APIS and not request.body.group_id:
+        return ErrorCode.invalid_group_id
+    return None
+
+
 def context_of(request: Request) -> Context:
-    """Read the request body only as far as routing needs; other APIs carry no routing context."""
+    """Read the request body only as far as routing needs; other APIs carry no routing context.
+
+    An empty group name is no group for routing (no binding key can name it): such a request follows
+    its identity's other keys, to the broker that answers it."""
     key = request.api_key
     if key not in PARTITION_APIS and key not in GROUP_APIS and key not in (METADATA, FIND_COORDINATOR):
         return Context()
@@ -73,10 +89,10 @@ def context_of(request: Request) -> Context:
         return Context(_names(t.name for t in body.topics or ()))
     if key == FIND_COORDINATOR:
         is_group = getattr(body, "key_type", 0) == 0  # v0 has no key type: always a group
-        return Context(group=body.key if is_group else None)
+        return Context(group=(body.key or None) if is_group else None)
     if key == OFFSET_COMMIT:
-        return Context(_names(t.name for t in body.topics), group=body.group_id)
-    return Context(group=body.group_id)
+        return Context(_names(t.name for t in body.topics), group=body.group_id or None)
+    return Context(group=body.group_id or None)
 
 
 def _names(names: object) -> tuple[str, ...]:

@@ -24,7 +24,8 @@ TOPIC_AUTHORIZATION_FAILED = ErrorCode.topic_authorization_failed
 
 
 def blocked_response(request: Request, body: Any, error: ErrorCode | None = None) -> Any:
-    """The response that refuses ``request`` (its decoded ``body``) with a retriable error."""
+    """The response that refuses ``request`` (its decoded ``body``) with a retriable error, or with
+    ``error`` in the same places."""
     cls = response_schema(request.api_key, request.api_version)
     key = request.api_key
     if key in apis.GROUP_APIS:

@@ -8,6 +8,11 @@ of the frame (an array of N elements in N times the smallest encoding of one), n
 -1 and nothing else below 0, varints end within five bytes. Anything else raises :class:`FrameError`,
 which closes that one connection. Only then is the frame given to kio.
 
+kio reads a null array as None whether the schema lets it be null or not, and code that reads a
+request walks its arrays; a broker refuses such a request (Kafka's generated readers throw, and the
+broker closes the connection), so in requests an array is null only where the schema says it may be.
+Responses are read as kio reads them: what a broker sends is not the gateway's to refuse.
+
 The walk reads lengths and skips payloads; it builds nothing. A plan is compiled once per schema.
 """
 
@@ -105,9 +110,11 @@ def _payload(size: int, after: int, end: int, position: int, *, nullable: bool) 
     return _need(b"", after, size, end)
 
 
-def _count(buffer: bytes, position: int, end: int, flexible: bool, element_size: int) -> tuple[int, int]:
-    """An array's element count (-1 for null) and where its elements start, checked against the bytes
-    left: each element takes at least ``element_size`` bytes."""
+def _count(
+    buffer: bytes, position: int, end: int, flexible: bool, element_size: int, *, nullable: bool
+) -> tuple[int, int]:
+    """An array's element count (-1 for null, where ``nullable``) and where its elements start, checked
+    against the bytes left: each element takes at least ``element_size`` bytes."""
     if flexible:
         encoded, after = _uvarint(buffer, position, end)
         count = encoded - 1
@@ -116,6 +123,8 @@ def _count(buffer: bytes, position: int, end: int, flexible: bool, element_size:
         (count,) = _I32.unpack_from(buffer, position)
     if count < -1:
         raise BoundsError(f"array length {count} at {position}")
+    if count == -1 and not nullable:
+        raise BoundsError(f"null array at {position}, where the schema allows none")
     if count > 0 and count * element_size > end - after:
         raise BoundsError(f"array of {count} at {position} cannot fit in the {end - after} bytes left")
     return count, after
@@ -133,18 +142,19 @@ class _Plan:
     """Every value takes exactly ``smallest`` bytes (an array of them is skipped, not walked)."""
 
 
-def check_entity(schema: Any, buffer: bytes, position: int) -> int:
-    """Walk one encoded ``schema`` entity from ``position``; return where it ends."""
-    return _entity(schema).step(buffer, position, len(buffer))
+def check_entity(schema: Any, buffer: bytes, position: int, *, any_null_array: bool = False) -> int:
+    """Walk one encoded ``schema`` entity from ``position``; return where it ends. ``any_null_array``:
+    let arrays be null that the schema does not let be (for responses; see above)."""
+    return _entity(schema, any_null_array).step(buffer, position, len(buffer))
 
 
 @cache
-def _entity(schema: Any) -> _Plan:
+def _entity(schema: Any, any_null_array: bool) -> _Plan:
     flexible = bool(schema.__flexible__)
     plans: list[_Plan] = []
     tagged: dict[int, Step] = {}
     for field in dataclasses.fields(schema):
-        plan = _field(field, flexible)
+        plan = _field(field, flexible, any_null_array)
         tag = get_field_tag(field)
         if tag is not None:
             tagged[int(tag)] = plan.step
@@ -177,15 +187,18 @@ def _fixed(size: int) -> _Plan:
     return _Plan(step, size, fixed=True)
 
 
-def _field(field: dataclasses.Field[Any], flexible: bool) -> _Plan:
+def _field(field: dataclasses.Field[Any], flexible: bool, any_null_array: bool) -> _Plan:
     kind = classify_field(field)
+    nullable = is_optional(field)
     if isinstance(kind, EntityTupleField):
-        return _array(_entity(kind.type_), flexible)
+        return _array(_entity(kind.type_, any_null_array), flexible, nullable=nullable or any_null_array)
     if isinstance(kind, EntityField):
-        inner = _entity(kind.type_)
-        return _Plan(_nullable_entity(inner.step), 1) if is_optional(field) else inner
-    primitive = _primitive(field.metadata["kafka_type"], flexible, nullable=is_optional(field))
-    return _array(primitive, flexible) if isinstance(kind, PrimitiveTupleField) else primitive
+        inner = _entity(kind.type_, any_null_array)
+        return _Plan(_nullable_entity(inner.step), 1) if nullable else inner
+    primitive = _primitive(field.metadata["kafka_type"], flexible, nullable=nullable)
+    if isinstance(kind, PrimitiveTupleField):
+        return _array(primitive, flexible, nullable=nullable or any_null_array)
+    return primitive
 
 
 def _primitive(kafka_type: str, flexible: bool, *, nullable: bool) -> _Plan:
@@ -205,11 +218,11 @@ def _primitive(kafka_type: str, flexible: bool, *, nullable: bool) -> _Plan:
     )
 
 
-def _array(element: _Plan, flexible: bool) -> _Plan:
+def _array(element: _Plan, flexible: bool, *, nullable: bool) -> _Plan:
     step, size = element.step, max(element.smallest, 1)
 
     def walk(buffer: bytes, position: int, end: int) -> int:
-        count, position = _count(buffer, position, end, flexible, size)
+        count, position = _count(buffer, position, end, flexible, size, nullable=nullable)
         if element.fixed:
             return position + max(count, 0) * size  # _count checked that they fit
         for _ in range(count):

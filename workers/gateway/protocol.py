@@ -148,7 +148,7 @@ def decode_response(request: Request, frame: bytes) -> Any:
     flexible = response_header_schema(request.api_key, request.api_version) is ResponseHeaderV1
     try:
         offset = check_response_header(frame, flexible=flexible)
-        check_entity(schema, frame, offset)
+        check_entity(schema, frame, offset, any_null_array=True)
         body, _ = entity_reader(schema)(frame, offset)
     except Exception as exc:
         raise FrameError(f"undecodable {api_name(request.api_key)} response: {exc}") from exc

@@ -242,6 +242,9 @@ class ClientSession:
                 f"{api_name(key)} v{request.api_version} is not offered by this gateway "
                 "(ApiVersions says what is)"
             )
+        refused = apis.refusal(request)
+        if refused is not None:  # the broker's own answer: nothing to route, hold or log
+            return _ready(encode_response(request, blocked_response(request, request.body, refused)))
         identity = self._identity(request.client_id)
         if topic_identity.ids_asked(key, request.body):
             request = await self._by_name(request, identity)

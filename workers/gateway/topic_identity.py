@@ -79,7 +79,8 @@ def ids_asked(api_key: int, body: Any) -> set[uuid.UUID]:
     """The topic ids a request names a topic by (without its name): those need mapping to names."""
     if api_key not in (apis.METADATA, apis.DELETE_TOPICS):
         return set()
-    return {t.topic_id for t in body.topics or () if not t.name and _is_id(t.topic_id)}
+    topics = getattr(body, "topics", None) or ()  # DeleteTopics before v6 names topics in topic_names
+    return {t.topic_id for t in topics if not t.name and _is_id(getattr(t, "topic_id", None))}
 
 
 def by_name(api_key: int, body: Any, names: Mapping[uuid.UUID, str]) -> Any:

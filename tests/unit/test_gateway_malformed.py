@@ -1,0 +1,238 @@
+"""Well-framed requests that are wrong: a null array where the protocol allows none, an empty group id.
+
+A broker answers an empty group id on the group-membership APIs with INVALID_GROUP_ID and closes the
+connection of a request whose non-nullable array is null (its parser throws); the gateway does the
+same, with one warning line and no traceback, instead of failing in its own code on what it read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import struct
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any, cast
+
+import kio.index
+import pytest
+from kio.schema.errors import ErrorCode
+
+from switchyard.config import ClusterConfig, Config
+from switchyard.identity import identify
+from switchyard.keys import BindingKey
+from switchyard.model import Binding, BindingState
+from switchyard.resolution import resolve
+from switchyard.routing.snapshot import RoutingSnapshot
+from tests.helpers.frames import Encoded, emptied, example
+from workers.gateway import apis, topic_identity
+from workers.gateway.blocking import blocked_response
+from workers.gateway.holds import RoutingChanges, hold_limit
+from workers.gateway.inflight import InFlight
+from workers.gateway.intake import ByteBudget
+from workers.gateway.members import Members
+from workers.gateway.metrics import Metrics
+from workers.gateway.protocol import (
+    FrameError,
+    Request,
+    decode_response,
+    encode_response,
+    known_versions,
+    parse_request,
+)
+from workers.gateway.session import ClientSession, Listener
+from workers.gateway.shared import Shared
+from workers.gateway.usage import UsageTracker
+
+MEMBERSHIP = [apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.LEAVE_GROUP]
+"""Where Kafka refuses an empty group id (GroupCoordinator.isValidGroupId): not OffsetCommit and
+OffsetFetch, which it keeps for the empty group."""
+READ = sorted(apis.BLOCKABLE | {apis.METADATA, apis.FIND_COORDINATOR, apis.DELETE_TOPICS})
+"""The APIs whose bodies the gateway reads."""
+
+
+def offered(key: int) -> range:
+    versions = known_versions(key)
+    assert versions is not None
+    return range(versions[0], min(versions[1], apis.VERSION_CAPS.get(key, versions[1])) + 1)
+
+
+def requests_emptied() -> Iterator[tuple[str, bool, bytes]]:
+    for key in READ:
+        for version in offered(key):
+            schema = kio.index.load_request_schema(key, version)
+            for what, allowed, entity in emptied(example(schema)):
+                yield f"{schema.__name__} v{version} {what}", allowed, Encoded().request(schema, entity)
+
+
+CASES = list(requests_emptied())
+
+
+def test_each_case_is_one_field_changed() -> None:
+    assert len(CASES) > 500
+    assert any(what.startswith("ProduceRequest v9 .topic_data=null") for what, _, _ in CASES)
+    assert any(what.startswith('JoinGroupRequest v5 .group_id=""') for what, _, _ in CASES)
+
+
+@pytest.mark.parametrize(("what", "allowed", "frame"), CASES, ids=[c[0] for c in CASES])
+def test_what_the_gateway_reads_of_a_request_fails_only_as_a_frame_error(
+    what: str, allowed: bool, frame: bytes
+) -> None:
+    """Null where the schema allows none is a FrameError (one warning, the connection closed); and
+    whatever decodes, routing reads without failing, empty names included. (kio refuses a few nulls
+    the schema allows, in tagged fields: a FrameError too.)"""
+    try:
+        request = parse_request(frame)
+        body = request.body
+    except FrameError:
+        return
+    assert allowed, f"{what}: taken although the schema allows no null there"
+    topic_identity.ids_asked(request.api_key, body)
+    context = apis.context_of(request)
+    identity = identify(sasl_user=None, client_id="orders@host-1")
+    resolve(identity, {}, "primary", topics=context.topics, group=context.group)
+    hold_limit(request, 10.0, 30.0)
+    if request.api_key in apis.BLOCKABLE:
+        encode_response(request, blocked_response(request, body))
+
+
+def raw(key: int, version: int, **changes: Any) -> bytes:
+    """A request frame (without its size) of every field set, ``changes`` made."""
+    schema = kio.index.load_request_schema(key, version)
+    entity = dataclasses.replace(example(schema), **changes)
+    return Encoded().request(schema, entity, client_id="orders@host-1")
+
+
+def group_request(key: int, version: int, group: str) -> Request:
+    return parse_request(raw(key, version, group_id=group))
+
+
+@pytest.mark.parametrize("key", MEMBERSHIP)
+def test_an_empty_group_id_is_refused_by_the_membership_apis(key: int) -> None:
+    for version in offered(key):
+        assert apis.refusal(group_request(key, version, "")) == ErrorCode.invalid_group_id
+        assert apis.refusal(group_request(key, version, "billing")) is None
+
+
+@pytest.mark.parametrize("key", [apis.OFFSET_COMMIT, apis.OFFSET_FETCH])
+def test_offset_apis_take_the_empty_group_as_kafka_does_routed_without_it(key: int) -> None:
+    for version in offered(key):
+        request = group_request(key, version, "")
+        assert apis.refusal(request) is None
+        assert apis.context_of(request).group is None
+
+
+# ---- a session in this process: what the client gets, what the log says
+
+
+class Gateway:
+    """What a session asks of the gateway for requests that never reach a broker."""
+
+    def __init__(self, bindings: dict[BindingKey, Binding] | None = None) -> None:
+        self.config = Config(
+            clusters={"primary": ClusterConfig(bootstrap="127.0.0.1:9")},
+            default_cluster="primary",
+        )
+        self.view = SimpleNamespace(snapshot=RoutingSnapshot(1, bindings or {}))
+        self.changes = RoutingChanges(lambda: self.view.snapshot)
+        self.inflight = InFlight()
+        self.budget = ByteBudget(self.config.gateway.limits.buffer_bytes)
+        self.metrics = Metrics.create()
+        self.usage = UsageTracker()
+        self.members = Members()
+        self.offered = {key: (offered(key).start, offered(key).stop - 1) for key in READ}
+
+    def offers(self, api_key: int, api_version: int) -> bool:
+        return api_key in self.offered and api_version in offered(api_key)
+
+    def upstream(self, *_: Any) -> Any:
+        raise AssertionError("these requests go to no broker")
+
+
+async def exchange(gateway: Gateway, *frames: bytes) -> list[bytes]:
+    """Send ``frames`` on one connection to a session; the answers until the session closes it."""
+    ended = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await ClientSession(cast(Shared, gateway), Listener(), reader, writer).run()
+        finally:
+            ended.set()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for frame in frames:
+        writer.write(struct.pack(">i", len(frame)) + frame)
+    writer.write_eof()
+    answers = []
+    with contextlib.suppress(asyncio.IncompleteReadError, ConnectionResetError):
+        while True:
+            head = await asyncio.wait_for(reader.readexactly(4), 5)
+            answers.append(await reader.readexactly(struct.unpack(">i", head)[0]))
+    writer.close()
+    await asyncio.wait_for(ended.wait(), 5)
+    server.close()
+    await server.wait_closed()
+    return answers
+
+
+def problems(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize(
+    ("key", "version", "field"),
+    [
+        (apis.PRODUCE, 9, "topic_data"),
+        (apis.PRODUCE, 3, "topic_data"),
+        (apis.FETCH, 12, "topics"),
+        (apis.LIST_OFFSETS, 7, "topics"),
+        (apis.OFFSET_FOR_LEADER_EPOCH, 4, "topics"),
+        (apis.OFFSET_COMMIT, 8, "topics"),
+    ],
+)
+def test_a_null_topics_array_closes_the_connection_with_one_warning(
+    key: int, version: int, field: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    answers = asyncio.run(exchange(Gateway(), raw(key, version, **{field: None})))
+    assert answers == []
+    (warning,) = problems(caplog)
+    assert warning.levelno == logging.WARNING
+    assert "null array at" in warning.getMessage(), warning.getMessage()
+    assert warning.exc_info is None
+    assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize("key", MEMBERSHIP)
+def test_an_empty_group_id_is_answered_invalid_group_id_and_the_connection_stays(
+    key: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    low, high = offered(key).start, offered(key).stop - 1
+    frames = [raw(key, version, group_id="") for version in (low, high)]
+    answers = asyncio.run(exchange(Gateway(), *frames))
+    assert len(answers) == 2  # the connection stayed open for the second one
+    for frame, answer in zip(frames, answers, strict=True):
+        assert decode_response(parse_request(frame), answer).error_code == ErrorCode.invalid_group_id
+    assert problems(caplog) == []
+
+
+def test_an_empty_group_id_of_a_blocked_identity_is_answered_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Refused as a broker refuses it, not held: no routing could make it valid."""
+    caplog.set_level(logging.INFO)
+    blocked = Binding("primary", 2, BindingState.BLOCKED, datetime.now(UTC), "test")
+    gateway = Gateway({BindingKey.for_app("orders"): blocked})
+    frame = raw(apis.HEARTBEAT, 4, group_id="")
+    started = time.monotonic()
+    (answer,) = asyncio.run(exchange(gateway, frame))
+    assert time.monotonic() - started < 1.0  # a Heartbeat would be held 10 s / 3
+    assert decode_response(parse_request(frame), answer).error_code == ErrorCode.invalid_group_id
+    assert problems(caplog) == []
