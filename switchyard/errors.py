@@ -15,6 +15,8 @@
     ├── LedgerError            the SQL ledger could not be written or read
     ├── GatewayError           the gateway cannot serve (a port it needs is taken, ...)
     └── SagaError              a saga step found it must not go on (names what it found)
+        ├── UnknownSaga        Temporal knows no saga by the id given (names it)
+        ├── SagaEnded          the saga has ended: nothing left to approve, reject or cancel
         ├── SwitchRefused      the switch cannot be done as asked; nothing was changed
         ├── FenceBroken        the source's ends moved after the block: a writer goes around the gateway
         ├── DrainTimeout       the copy did not reach the source's ends in time
@@ -119,6 +121,24 @@ class SagaError(SwitchyardError):
     """A saga step found that the saga must not go on."""
 
     exit_code = 8
+
+
+class UnknownSaga(SagaError):
+    """Temporal knows no saga by this id: never started, or its history is past the retention."""
+
+    def __init__(self, saga: str) -> None:
+        super().__init__(f"no saga {saga} in Temporal (switchyard sagas list)")
+        self.saga = saga
+
+
+class SagaEnded(SagaError):
+    """The saga has ended, so a decision or a cancellation has nothing left to act on."""
+
+    def __init__(self, saga: str, status: str, action: str) -> None:
+        super().__init__(
+            f"saga {saga} has ended ({status}): nothing to {action} (switchyard sagas show '{saga}')"
+        )
+        self.saga, self.status = saga, status
 
 
 class SwitchRefused(SagaError):

@@ -6,10 +6,17 @@ makes the saga's first write fail rather than undo it.
 
 A key that is not bound yet moves from wherever its traffic goes today (the binding that decides for it
 now, or the default cluster) and is bound at the flip with fence epoch 0.
+
+A switchback returns keys a switch moved, so it needs one to return from: its link must reverse a
+promoted link (the switch it undoes), the keys must have been on their cluster since that promotion, and
+the link must lead back rather than out again. Switches along a chain of reverse links alternate: the
+first link of the chain (one that reverses nothing) went out, its reverse came back, the reverse of that
+went out again, and so on. Anything else is a switchover, which can make the same move.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from switchyard import kafka
@@ -19,11 +26,12 @@ from switchyard.identity import Identity
 from switchyard.keys import BindingKey, KeyKind
 from switchyard.mirror.status import read_status
 from switchyard.model import Binding, BindingState, ClusterState, Link, LinkState
-from switchyard.resolution import resolve
+from switchyard.resolution import Resolution, resolve
 from switchyard.routing.gateways import registered
 from switchyard.routing.locks import SagaLocks
 from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.store import RoutingStore
+from switchyard.sagas.requests import Kind
 from switchyard.sagas.steps import Partition, Plan, PlanRequest
 from switchyard.usage import PRODUCE, Use, groups_of, read_usage
 
@@ -67,10 +75,15 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
         raise Refused(f"the keys are not all on {source}: {where}; switch them separately")
     plan.source = source
     plan.checks.append(f"{len(keys)} keys, all routed to {source} now, none blocked")
+    back = request.kind == Kind.SWITCHBACK
+    if back:
+        _bound(snapshot, keys, config.default_cluster)
 
     link = _link(snapshot, source, request.target, request.link, unplanned=request.unplanned)
     plan.link, plan.target = link.id, link.target
     plan.checks.append(f"link {link.id} ({link.source} -> {link.target}) is {link.state}")
+    if back:
+        plan.checks.append(_returns(store, snapshot, config, keys, link))
     target = snapshot.clusters.get(link.target)
     if target is None or target.state is not ClusterState.ACTIVE:
         why = target.state if target else "not registered"
@@ -147,16 +160,104 @@ def _keys(texts: list[str]) -> list[BindingKey]:
 def effective(key: BindingKey, snapshot: RoutingSnapshot, default: str) -> tuple[str, BindingState]:
     """Where the key's traffic goes now, and in which state: its own binding, or the one that decides
     for it while it has none."""
+    deciding = _deciding(key, snapshot, default)
+    return deciding.cluster, deciding.state
+
+
+def _deciding(key: BindingKey, snapshot: RoutingSnapshot, default: str) -> Resolution:
+    """The key's own binding, or the ones that decide for it while it has none (none: the default)."""
     bound = snapshot.bindings.get(key)
     if bound is not None:
-        return bound.cluster, bound.state
+        return Resolution(bound.cluster, bound.state, (key,), bound.epoch, f"binding {key}")
     topics = [key.name] if key.kind is KeyKind.TOPIC and key.name else []
     group = key.name if key.kind is KeyKind.GROUP else None
     instance = key.name if key.kind is KeyKind.INSTANCE else None
-    resolution = resolve(
+    return resolve(
         Identity(key.app, instance=instance), snapshot.bindings, default, topics=topics, group=group
     )
-    return resolution.cluster, resolution.state
+
+
+def _bound(snapshot: RoutingSnapshot, keys: list[BindingKey], default: str) -> None:
+    """A switchback's keys were moved by a switch, so a binding routes each; the default cluster never
+    moved anything."""
+    unbound = [str(k) for k in keys if not _deciding(k, snapshot, default).keys]
+    if unbound:
+        raise Refused(
+            f"no switch to return from: {', '.join(unbound)} never moved (no binding routes "
+            f"{_them(unbound)}; the default cluster {default} does). A move elsewhere is a switchover"
+        )
+
+
+def _returns(
+    store: RoutingStore, snapshot: RoutingSnapshot, config: Config, keys: list[BindingKey], link: Link
+) -> str:
+    """Refused unless a switchback along ``link`` returns ``keys`` from a switch (see the module's
+    docstring); else the check passed, in words."""
+    switch = f"a move to {link.target} along it is a switchover, not a switchback"
+    if link.reverse_of is None:
+        raise Refused(f"no switch to return from: link {link.id} reverses no link; {switch}")
+    promoted = _past(store, snapshot, link.reverse_of).promoted
+    if promoted is None:
+        raise Refused(
+            f"no switch to return from: link {link.id} reverses {link.reverse_of}, which was never "
+            f"promoted; {switch}"
+        )
+    if _steps_from_first(store, snapshot, link) % 2 == 0:
+        raise Refused(
+            f"no switch to return from: {link.reverse_of} was a switch back already, so link {link.id} "
+            f"leads out again; {switch}"
+        )
+    before = sorted(
+        f"{k} (epoch {d.epoch})"
+        for k in keys
+        if (d := _deciding(k, snapshot, config.default_cluster)).epoch < promoted
+    )
+    if before:
+        raise Refused(
+            f"no switch to return from: {', '.join(before)} on {link.source} since before the switch along "
+            f"{link.reverse_of} (epoch {promoted}), which did not move {_them(before)}; {switch}"
+        )
+    return f"the keys return from the switch along {link.reverse_of} (epoch {promoted})"
+
+
+def _them(keys: list[str]) -> str:
+    return "them" if len(keys) > 1 else "it"
+
+
+@dataclass(frozen=True)
+class _Past:
+    """What a link was: the link it reverses, and the epoch it was promoted at (None: never)."""
+
+    reverse_of: str | None
+    promoted: int | None
+
+
+def _past(store: RoutingStore, snapshot: RoutingSnapshot, link_id: str) -> _Past:
+    """From ZooKeeper, or from the ledger once the link is removed (its last life: an id can be reused)."""
+    live = snapshot.links.get(link_id)
+    if live is not None:
+        return _Past(live.reverse_of, live.epoch if live.state is LinkState.PROMOTED else None)
+    life = []
+    for event in store.ledger.link_history(link_id):  # newest first
+        life.append(event)
+        if event.from_state is None:  # created here
+            break
+    if not life:
+        raise Refused(f"link {link_id} is in neither ZooKeeper nor the ledger: which way is back is unknown")
+    promoted = next((e.epoch for e in life if e.to_state is LinkState.PROMOTED), None)
+    return _Past(life[0].reverse_of, promoted)
+
+
+def _steps_from_first(store: RoutingStore, snapshot: RoutingSnapshot, link: Link) -> int:
+    """How many reverses ``link`` is from the first link of its chain (one that reverses nothing)."""
+    steps, seen, reverse_of = 0, {link.id}, link.reverse_of
+    while reverse_of is not None:
+        if reverse_of in seen:
+            raise Refused(f"links {', '.join(sorted(seen))} reverse each other in a loop")
+        seen.add(reverse_of)
+        steps += 1
+        reverse_of = _past(store, snapshot, reverse_of).reverse_of
+    return steps
 
 
 def _link(

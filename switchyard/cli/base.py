@@ -7,18 +7,22 @@ the error's own exit code (see :mod:`switchyard.errors`); anything else is a bug
 from __future__ import annotations
 
 import getpass
+from abc import abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import click
 
 from switchyard import __version__, telemetry
 from switchyard.config import Config, load_config
 from switchyard.errors import SwitchyardError
+from switchyard.keys import BindingKey, check_name
 from switchyard.model import Link
 from switchyard.routing import RoutingStore, open_store
+
+V = TypeVar("V")
 
 
 class Group(click.Group):
@@ -75,6 +79,79 @@ def link_of(store: RoutingStore, link_id: str) -> Link:
     if link is None:
         raise click.ClickException(f"link {link_id!r} does not exist (switchyard links list)")
     return link
+
+
+def undecodable(text: str) -> str | None:
+    """The bytes of ``text`` as a bytes literal when they are not valid UTF-8, else None.
+
+    Python hands over command-line bytes that are not UTF-8 as lone surrogates; such text names nothing
+    (ZooKeeper, the ledger and Temporal all take UTF-8) and cannot even be printed, so it is refused.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            return repr(text.encode("utf-8", "surrogateescape"))
+        except UnicodeEncodeError:  # a surrogate that stands for no byte of the command line
+            return ascii(text)
+    return None
+
+
+class _Text(click.ParamType[V]):
+    """Command-line text that is valid UTF-8 and names what :meth:`check` wants."""
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> V:
+        if not isinstance(value, str):  # a default, or converted already
+            return cast("V", value)
+        shown = undecodable(value)
+        if shown is not None:
+            self.fail(f"{shown} is not valid UTF-8", param, ctx)
+        try:
+            return self.check(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+    @abstractmethod
+    def check(self, text: str) -> V:
+        """The value ``text`` names; ValueError saying why it names none."""
+
+
+class KeyType(_Text[BindingKey]):
+    """A binding key, checked the same way by every command that takes one."""
+
+    name = "KEY"
+
+    def check(self, text: str) -> BindingKey:
+        return BindingKey.parse(text)
+
+
+class NameType(_Text[str]):
+    """The name of a cluster or a link: what the routing store would accept."""
+
+    name = "NAME"
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def check(self, text: str) -> str:
+        return check_name(self.what, text)
+
+
+class SagaType(_Text[str]):
+    """A saga's id, as Temporal knows it. Only what can name no saga is refused here: an id written
+    before keys were checked (a line break in it, say) must still be reachable."""
+
+    name = "SAGA"
+
+    def check(self, text: str) -> str:
+        if not text:
+            raise ValueError("the saga id is empty (switchyard sagas list)")
+        return text
+
+
+KEY = KeyType()
+KEY_FORMS = "KEY is AppID, AppID@Instance, AppID#Topic or AppID##Group."
+SAGA = SagaType()
 
 
 def default_actor() -> str:

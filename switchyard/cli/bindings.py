@@ -4,29 +4,13 @@ from __future__ import annotations
 
 import click
 
-from switchyard.cli.base import Group, actor_option, cli, config_of, reason_option, store_of
+from switchyard.cli.base import KEY, KEY_FORMS, Group, actor_option, cli, config_of, reason_option, store_of
 from switchyard.identity import identify
 from switchyard.keys import BindingKey
 from switchyard.model import BindingState
 from switchyard.resolution import resolve
 from switchyard.routing.rebuild import rebuild
 from switchyard.table import render
-
-
-class KeyType(click.ParamType[BindingKey]):
-    name = "KEY"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> BindingKey:
-        if isinstance(value, BindingKey):
-            return value
-        try:
-            return BindingKey.parse(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-KEY = KeyType()
-KEY_FORMS = "KEY is AppID, AppID@Instance, AppID#Topic or AppID##Group."
 
 
 @cli.group(cls=Group)

@@ -9,14 +9,25 @@ happen, then its result. ``--dry-run`` prints the plan — and changes nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from switchyard import launch, temporal
-from switchyard.cli.base import Group, actor_option, cli, config_of, reason_option, store_of
+from switchyard.cli.base import (
+    KEY,
+    SAGA,
+    Group,
+    NameType,
+    actor_option,
+    cli,
+    config_of,
+    reason_option,
+    store_of,
+)
 from switchyard.config import Config
+from switchyard.errors import SagaEnded, UnknownSaga
 from switchyard.keys import BindingKey
 from switchyard.launch import WORKFLOW_TYPES, SagaFailed, policy_of, ui_link
 from switchyard.ledger import Ledger
@@ -36,7 +47,13 @@ from switchyard.sagas.requests import (
 from switchyard.sagas.steps import PlanRequest, UsersRequest
 from switchyard.table import render
 
+if TYPE_CHECKING:
+    from temporalio.client import WorkflowHandle
+
 T = TypeVar("T")
+LINK, CLUSTER = NameType("the link id"), NameType("the cluster id")
+UNKNOWN = "unknown to Temporal"
+RUNNING = "running"
 
 
 def _run(work: Coroutine[Any, Any, T]) -> T:
@@ -49,12 +66,15 @@ def _run(work: Coroutine[Any, Any, T]) -> T:
 def _common(command: Callable[..., None]) -> Callable[..., None]:
     """The options every saga command takes."""
     options: list[Callable[[Any], Any]] = [
-        click.argument("keys", nargs=-1, required=True),
+        click.argument("keys", nargs=-1, required=True, type=KEY),
         click.option(
             "--link",
+            type=LINK,
             help="The mirror link to drain and promote (default: the one leaving the keys' cluster).",
         ),
-        click.option("--to", "target", help="The cluster to move to (default: the link's target)."),
+        click.option(
+            "--to", "target", type=CLUSTER, help="The cluster to move to (default: the link's target)."
+        ),
         click.option("--wait", is_flag=True, help="Follow the saga's steps until it ends."),
         click.option(
             "--dry-run", is_flag=True, help="Print the plan and what would be refused; change nothing."
@@ -81,25 +101,33 @@ _spark = click.option(
 @cli.command("switchover")
 @_spark
 @_common
-def switchover(ctx: click.Context, keys: tuple[str, ...], spark_verify: bool | None, **options: Any) -> None:
+def switchover(
+    ctx: click.Context, keys: tuple[BindingKey, ...], spark_verify: bool | None, **options: Any
+) -> None:
     """Move KEYS to the standby, planned: nothing lost, nothing copied twice.
 
     KEYS are binding keys: orders (the application), orders@host-7 (an instance), orders#payments (a
     topic), orders##billing (a consumer group).
     """
-    _start(ctx, Kind.SWITCHOVER, list(keys), {"spark_verify": spark_verify}, **options)
+    _start(ctx, Kind.SWITCHOVER, keys, {"spark_verify": spark_verify}, **options)
 
 
 @cli.command("switchback")
 @_spark
 @_common
-def switchback(ctx: click.Context, keys: tuple[str, ...], spark_verify: bool | None, **options: Any) -> None:
-    """Move KEYS back along the reverse link their switchover left, the same exact way."""
-    _start(ctx, Kind.SWITCHBACK, list(keys), {"spark_verify": spark_verify}, **options)
+def switchback(
+    ctx: click.Context, keys: tuple[BindingKey, ...], spark_verify: bool | None, **options: Any
+) -> None:
+    """Move KEYS back along the reverse link their switchover left, the same exact way.
+
+    Refused (dry run included) when KEYS have no switch to return from: a move that returns nothing is
+    a switchover.
+    """
+    _start(ctx, Kind.SWITCHBACK, keys, {"spark_verify": spark_verify}, **options)
 
 
 @cli.command("failover")
-@click.option("--from", "source", help="The cluster that failed (default: where the keys are).")
+@click.option("--from", "source", type=CLUSTER, help="The cluster that failed (default: where the keys are).")
 @click.option("--force", is_flag=True, help="Fail over although the source still answers.")
 @click.option(
     "--wait-recovery", "recovery_wait_s", type=float,
@@ -107,18 +135,18 @@ def switchback(ctx: click.Context, keys: tuple[str, ...], spark_verify: bool | N
 )  # fmt: skip
 @_common
 def failover(
-    ctx: click.Context, keys: tuple[str, ...], source: str | None, force: bool, recovery_wait_s: float | None,
-    **options: Any,
+    ctx: click.Context, keys: tuple[BindingKey, ...], source: str | None, force: bool,
+    recovery_wait_s: float | None, **options: Any,
 ) -> None:  # fmt: skip
     """Move KEYS off a cluster that is gone, at once; what the copy never got is measured."""
     extra = {"source": source, "force": force, "recovery_wait_s": recovery_wait_s}
-    _start(ctx, Kind.FAILOVER, list(keys), extra, **options)
+    _start(ctx, Kind.FAILOVER, keys, extra, **options)
 
 
 def _start(
     ctx: click.Context,
     kind: Kind,
-    keys: list[str],
+    parsed: tuple[BindingKey, ...],
     extra: dict[str, Any],
     *,
     link: str | None,
@@ -130,6 +158,7 @@ def _start(
     reason: str,
 ) -> None:
     config = config_of(ctx)
+    keys = list(dict.fromkeys(str(key) for key in parsed))  # each in its one text form
     if dry_run:
         _dry_run(ctx, config, kind, keys, link=link, target=target, source=extra.get("source"))
         return
@@ -184,8 +213,8 @@ def _dry_run(
 
 
 @cli.command("migrate-topic")
-@click.argument("topic")
-@click.option("--to", "target", required=True, help="The cluster the topic moves to.")
+@click.argument("topic", type=NameType("the topic"))
+@click.option("--to", "target", type=CLUSTER, required=True, help="The cluster the topic moves to.")
 @click.option(
     "--seen-within", "within_s", type=float, default=600.0, show_default=True,
     help="Seconds: applications a gateway saw use the topic this recently move with it.",
@@ -277,7 +306,7 @@ def list_sagas(ctx: click.Context, limit: int) -> None:
 
 
 @sagas.command("show")
-@click.argument("saga")
+@click.argument("saga", type=SAGA)
 @click.option("--follow", is_flag=True, help="Follow the saga until it ends.")
 @click.pass_context
 def show(ctx: click.Context, saga: str, follow: bool) -> None:
@@ -348,24 +377,45 @@ def _trail(config: Config, saga: str) -> bool:
     return True
 
 
+async def _on_running(
+    config: Config, saga: str, action: str, act: Callable[[WorkflowHandle[Any, Any]], Awaitable[T]]
+) -> T:
+    """``act`` on SAGA while it runs. Temporal answers "not found" both for an id it never saw and for a
+    saga that has ended (and takes a cancellation of an ended one without a word), so the saga is looked
+    up first: UnknownSaga or SagaEnded, like `sagas show` says, instead of Temporal's RPCError."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    client = await temporal.connect(config)
+    handle = client.get_workflow_handle(saga)
+    status = await _status_of(handle)
+    if status == UNKNOWN:
+        raise UnknownSaga(saga)
+    if status != RUNNING:
+        raise SagaEnded(saga, status, action)
+    try:
+        return await act(handle)
+    except RPCError as exc:  # it ended since it was looked up
+        if exc.status is not RPCStatusCode.NOT_FOUND:
+            raise
+        raise SagaEnded(saga, await _status_of(handle), action) from None
+
+
 def _decide(approve: bool) -> Callable[..., None]:
+    name = "approve" if approve else "reject"
+
     def decide(ctx: click.Context, saga: str, actor: str, reason: str) -> None:
         config = config_of(ctx)
 
-        async def send() -> str:
+        async def send(handle: WorkflowHandle[Any, Any]) -> str:
             from temporalio.client import WorkflowUpdateFailedError
 
-            client = await temporal.connect(config)
-            handle = client.get_workflow_handle(saga)
             try:
-                answer: str = await handle.execute_update(
-                    "approve" if approve else "reject", Decision(actor, reason), result_type=str
-                )
+                answer: str = await handle.execute_update(name, Decision(actor, reason), result_type=str)
             except WorkflowUpdateFailedError as exc:
                 raise SagaFailed(f"saga {saga}: {getattr(exc.cause, 'message', exc.cause)}") from None
             return answer
 
-        click.echo(f"saga {saga}: {_run(send())}")
+        click.echo(f"saga {saga}: {_run(_on_running(config, saga, name, send))}")
 
     return decide
 
@@ -375,46 +425,39 @@ for _name, _approve, _help in (
     ("reject", False, "Stop SAGA where it waits for an approval; it undoes what it did."),
 ):
     sagas.command(_name, help=_help)(
-        click.argument("saga")(actor_option(reason_option(click.pass_context(_decide(_approve)))))
+        click.argument("saga", type=SAGA)(actor_option(reason_option(click.pass_context(_decide(_approve)))))
     )
 
 
 @sagas.command("cancel")
-@click.argument("saga")
+@click.argument("saga", type=SAGA)
 @click.pass_context
 def cancel(ctx: click.Context, saga: str) -> None:
     """Ask SAGA to stop: before its flip it undoes what it did; after it, it finishes."""
-    config = config_of(ctx)
 
-    async def send() -> None:
-        client = await temporal.connect(config)
-        await client.get_workflow_handle(saga).cancel()
+    async def send(handle: WorkflowHandle[Any, Any]) -> None:
+        await handle.cancel()
 
-    _run(send())
+    _run(_on_running(config_of(ctx), saga, "cancel", send))
     click.echo(f"saga {saga}: cancellation requested (switchyard sagas show '{saga}')")
 
 
 @sagas.command("unlock")
-@click.argument("keys", nargs=-1, required=True)
+@click.argument("keys", nargs=-1, required=True, type=KEY)
 @click.pass_context
-def unlock(ctx: click.Context, keys: tuple[str, ...]) -> None:
+def unlock(ctx: click.Context, keys: tuple[BindingKey, ...]) -> None:
     """Release the locks on KEYS of a saga that no longer runs (one terminated from the Web UI, say).
 
     A saga ends by releasing its locks, even when it fails; only one stopped from outside leaves them.
     A lock whose saga still runs is kept: cancel the saga instead.
     """
     config = config_of(ctx)
-    try:
-        parsed = [BindingKey.parse(text) for text in keys]
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="KEYS") from None
+    parsed = list(dict.fromkeys(keys))
     with store_of(ctx) as store:
         locks = SagaLocks(store.zk, store.layout)
         held = {key: holder for key in parsed if (holder := locks.holder(key)) is not None}
         status = {owner: _run(_status(config, owner)) for owner in {h.owner for h in held.values()}}
-        running = sorted(
-            f"{key} by saga {h.owner}" for key, h in held.items() if status[h.owner] == "running"
-        )
+        running = sorted(f"{key} by saga {h.owner}" for key, h in held.items() if status[h.owner] == RUNNING)
         if running:  # nothing released: the operator meant a saga that has stopped
             raise SagaFailed(f"locked by a running saga (switchyard sagas cancel it): {'; '.join(running)}")
         for key in parsed:
@@ -433,14 +476,18 @@ def unlock(ctx: click.Context, keys: tuple[str, ...]) -> None:
 
 
 async def _status(config: Config, workflow_id: str) -> str:
-    """The saga's status in Temporal, in lower case; "unknown to Temporal" when it has none."""
+    """The saga's status in Temporal, in lower case; UNKNOWN when it has none."""
+    client = await temporal.connect(config)
+    return await _status_of(client.get_workflow_handle(workflow_id))
+
+
+async def _status_of(handle: WorkflowHandle[Any, Any]) -> str:
     from temporalio.service import RPCError, RPCStatusCode
 
-    client = await temporal.connect(config)
     try:
-        described = await client.get_workflow_handle(workflow_id).describe()
+        described = await handle.describe()
     except RPCError as exc:
         if exc.status is not RPCStatusCode.NOT_FOUND:
             raise
-        return "unknown to Temporal"
+        return UNKNOWN
     return described.status.name.lower() if described.status else "unknown"
