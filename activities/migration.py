@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 import time
 
-from temporalio import activity
-
 from activities.deps import Deps
+from activities.pulse import beat
 from activities.recorded import step
 from switchyard import kafka
 from switchyard.errors import BindingRefused, CopyFailed, DrainTimeout
@@ -54,7 +53,7 @@ class MigrationActivities:
             missing = [key for key in self._partitions(link) if key not in reported]
             if not behind and not missing:
                 return MigrationLink(link.id, len(reported), sum(s.mirrored for s in reported.values()))
-            activity.heartbeat(
+            beat(
                 {
                     "copied": sum(max(0, s.mirrored) for s in reported.values()),
                     "lag": sum(max(0, s.lag) for s in reported.values()),
@@ -118,5 +117,5 @@ class MigrationActivities:
                 raise CopyFailed(
                     f"mirror processes still copy {', '.join(links)} {timeout_s:g}s after removal"
                 )
-            activity.heartbeat("waiting for the mirror processes to stop copying the removed links")
+            beat("waiting for the mirror processes to stop copying the removed links")
             time.sleep(_POLL_S)

@@ -12,14 +12,20 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from temporalio import activity
-
 from activities.deps import Deps, Key
+from activities.pulse import beat
 from activities.recorded import step
 from switchyard import kafka
 from switchyard.errors import CopyDiverged, DrainTimeout, FenceBroken, GroupActive
 from switchyard.mirror.control import reverse_link
-from switchyard.mirror.groups import commit_as_member, committed_offsets, group_state, idle, sync_groups
+from switchyard.mirror.groups import (
+    about,
+    commit_as_member,
+    committed_offsets,
+    group_state,
+    idle,
+    sync_groups,
+)
 from switchyard.mirror.mapstore import read_link
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.status import read_status
@@ -42,6 +48,7 @@ from switchyard.sagas.steps import (
 )
 
 _DRAIN_POLL_S = 0.05
+_LONG_AGO = datetime.min.replace(tzinfo=UTC)
 _MAPS_AGE_S = 2.0
 
 
@@ -57,7 +64,7 @@ class MirrorActivities:
         keys = [(p.topic, p.partition) for p in request.partitions]
         first = self.deps.ends(link.source, keys)
         time.sleep(request.window_s)
-        activity.heartbeat("the source's ends read twice")
+        beat("the source's ends read twice")
         second = self.deps.ends(link.source, keys)
         moved = {k: (first[k], second[k]) for k in keys if second[k] != first[k]}
         if moved:
@@ -97,9 +104,7 @@ class MirrorActivities:
                 f"{t}[{p}]": end - maps.get((t, p), OffsetMap()).next_source(ends[(t, p)])
                 for (t, p), end in behind.items()
             }
-            activity.heartbeat(
-                {"partitions": len(wanted), "behind": len(behind), "lag": dict(list(lag.items())[:20])}
-            )
+            beat({"partitions": len(wanted), "behind": len(behind), "lag": dict(list(lag.items())[:20])})
             if time.monotonic() > deadline:
                 named = ", ".join(f"{k} ({n} records)" for k, n in list(lag.items())[:10])
                 raise DrainTimeout(
@@ -125,18 +130,20 @@ class MirrorActivities:
 
     @step(steps.SYNC_GROUPS)
     def sync_groups(self, request: GroupSyncRequest) -> GroupsSynced:
-        """The groups' committed offsets, carried to the target through the map (after the drain). The
-        keys' own groups must come over: each waits until it is idle on the target (members left there
-        by an earlier switch expire after their session timeout), or the switch is abandoned."""
+        """The keys' groups' committed offsets, carried to the target through the map (after the drain),
+        and no other group's: one the switch does not move never holds it up. Each waits until it is
+        idle on the target (members left there by an earlier switch expire after their session
+        timeout), or the switch is abandoned naming it."""
+        if not request.groups:
+            return GroupsSynced(0, 0)
         link = self.deps.link(request.link)
-        if request.groups:
-            self._wait_idle(link.target, request.groups, request.idle_timeout_s)
+        self._wait_idle(link.target, request.groups, request.idle_timeout_s)
         maps = read_link(self.deps.bootstrap(link.target), link.id).maps
         source, target = self.deps.admin(link.source), self.deps.admin(link.target)
-        report = sync_groups(source, target, link.copies, maps, groups=request.groups or None)
+        report = sync_groups(source, target, link.copies, maps, groups=request.groups)
         written = len(report.written)
         for group, offsets in report.refused.items():
-            activity.heartbeat(f"joining {group} on {link.target} to commit its offsets")
+            beat(f"joining {group} on {link.target} to commit its offsets")
             settings = self.deps.config.mirror.consumer
             commit_as_member(self.deps.bootstrap(link.target), group, offsets, settings=settings)
             written += len(offsets)
@@ -147,7 +154,10 @@ class MirrorActivities:
         admin = self.deps.admin(cluster)
         deadline = time.monotonic() + timeout_s
         while True:
-            active = {g: group_state(admin, g) for g in groups}
+            active = {}
+            for group in groups:
+                with about(group):
+                    active[group] = group_state(admin, group)
             active = {g: s for g, s in active.items() if not idle(*s)}
             if not active:
                 return
@@ -157,26 +167,31 @@ class MirrorActivities:
                     f"still active on {cluster} after {timeout_s:g}s: {named}; carrying their offsets "
                     "would overwrite what their members commit there"
                 )
-            activity.heartbeat(f"waiting for groups to be idle on {cluster}: {named}")
+            beat(f"waiting for groups to be idle on {cluster}: {named}")
             time.sleep(0.5)
 
     @step(steps.CHECK_COPY)
     def check_copy(self, request: CopyCheckRequest) -> CopyChecked:
-        """The fast check before the flip: the source still ends where it was fenced, the target holds
-        exactly that much (no more: nothing else wrote to it), and the groups read the same records."""
+        """The last gate before the flip: the source still ends where it was fenced, the target holds
+        exactly what was copied up to there — no more (nothing else wrote to it), no fewer (a record not
+        copied yet would be lost at the flip) — and the groups read the same records."""
         link = self.deps.link(request.link)
         keys = {(e.topic, e.partition): e.end for e in request.ends}
         source, target = self.deps.ends(link.source, keys), self.deps.ends(link.target, keys)
         maps = read_link(self.deps.bootstrap(link.target), link.id).maps
         problems = []
+        expected = {k: maps.get(k, OffsetMap()).position(fenced) for k, fenced in keys.items()}
+        short = {k: keys[k] for k in keys if target[k] < expected[k]}
+        if short:  # unless what is missing is transaction markers, which take no target offset
+            short = self._read_past_markers(link.id, short, _since(request.since))
         for (t, p), fenced in sorted(keys.items()):
             if source[(t, p)] != fenced:
                 problems.append(f"{t}[{p}]: the source moved from {fenced} to {source[(t, p)]}")
-            expected = maps.get((t, p), OffsetMap()).position(fenced)
-            if target[(t, p)] > expected:
-                problems.append(
-                    f"{t}[{p}]: the target holds {target[(t, p)]}, more than the {expected} copied"
-                )
+            held, copied = target[(t, p)], expected[(t, p)]
+            if held > copied:
+                problems.append(f"{t}[{p}]: the target holds {held}, more than the {copied} copied")
+            elif (t, p) in short:
+                problems.append(f"{t}[{p}]: the target holds {held}, fewer than the {copied} to copy")
         problems += self._groups_differ(link.source, link.target, maps, keys, request.groups)
         if problems:
             raise CopyDiverged(f"link {link.id}: {'; '.join(problems[:10])}")
@@ -188,8 +203,10 @@ class MirrorActivities:
         found = []
         target_admin = self.deps.admin(target)
         for group in groups:
-            theirs = committed_offsets(target_admin, group)
-            for key, offset in committed_offsets(self.deps.admin(source), group).items():
+            with about(group):
+                theirs = committed_offsets(target_admin, group)
+                ours = committed_offsets(self.deps.admin(source), group)
+            for key, offset in ours.items():
                 if key not in keys or offset < 0:
                     continue
                 expected = maps.get(key, OffsetMap()).position(offset)
@@ -230,7 +247,7 @@ class MirrorActivities:
                 return True
             if time.monotonic() > deadline:
                 return False
-            activity.heartbeat(f"waiting for a mirror process to copy {request.new_link}")
+            beat(f"waiting for a mirror process to copy {request.new_link}")
             time.sleep(0.2)
 
     @step(steps.MEASURE_LOSS)
@@ -249,3 +266,7 @@ class MirrorActivities:
                 for f in request.final
             ]
         )
+
+
+def _since(when: str) -> datetime:
+    return datetime.fromisoformat(when) if when else _LONG_AGO

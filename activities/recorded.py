@@ -1,6 +1,6 @@
-"""Saga steps as activities: Switchyard's errors mapped (:mod:`activities.errors`), and each attempt of
-each step written to the ledger as it ends — outcome, detail and figures — so a saga killed halfway
-leaves its trail."""
+"""Saga steps as activities: Switchyard's errors mapped (:mod:`activities.errors`), a heartbeat while
+each runs (:mod:`activities.pulse`), and each attempt of each step written to the ledger as it ends —
+outcome, detail and figures — so a saga killed halfway leaves its trail."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from temporalio import activity
 
 from activities.deps import Deps
 from activities.errors import mapped
+from activities.pulse import pulsing
 from switchyard.model import now
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ def step(name: str) -> Callable[[Callable[[Any, Request], Result]], Callable[[An
         def run(self: HasDeps, request: Request) -> Result:
             started = now()
             try:
-                with mapped():
+                with mapped(), pulsing():
                     result = work(self, request)
             except BaseException as exc:
                 _record(

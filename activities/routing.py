@@ -12,6 +12,7 @@ import time
 from temporalio import activity
 
 from activities.deps import Deps
+from activities.pulse import beat
 from activities.recorded import step
 from switchyard import kafka
 from switchyard.errors import AcksTimeout, BindingConflict, BindingRefused
@@ -168,7 +169,7 @@ class RoutingActivities:
         """Wait until every registered gateway applied ``epoch``, heartbeating; how many there are."""
         deadline = time.monotonic() + timeout_s
         while True:
-            activity.heartbeat(f"waiting for the gateways to apply epoch {epoch}")
+            beat(f"waiting for the gateways to apply epoch {epoch}")
             try:
                 wait = max(0.01, min(_ACK_POLL_S, deadline - time.monotonic()))
                 return len(wait_for_acks(self.deps.zk, self.deps.store.layout, epoch, timeout_s=wait))

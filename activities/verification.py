@@ -21,6 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.deps import Deps
+from activities.pulse import beat
 from switchyard.config import Config
 from switchyard.model import Link
 from switchyard.sagas import steps
@@ -113,7 +114,7 @@ async def _heartbeating(work: Callable[[_Job], Result]) -> Result:
     running = asyncio.get_running_loop().run_in_executor(None, work, job)
     try:
         while True:
-            activity.heartbeat(job.progress)
+            beat(job.progress)
             try:
                 return await asyncio.wait_for(asyncio.shield(running), HEARTBEAT_S)
             except TimeoutError:

@@ -249,6 +249,8 @@ class SagasConfig(_Section):
     fence_window_s: PositiveSeconds = 0.5
     """After the block, the source's ends must stand still this long."""
     drain_timeout_s: PositiveSeconds = 60.0
+    group_sync_timeout_s: PositiveSeconds = 30.0
+    """How long the keys' groups may take to come over (each idle on the target, its offsets readable)."""
     acks_timeout_s: PositiveSeconds = 15.0
     spark_verify: bool = False
     """Verify with the Spark job before the flip (clients stay blocked meanwhile)."""

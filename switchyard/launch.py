@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from datetime import timedelta
 from typing import Any
 
 from switchyard import temporal
@@ -23,6 +24,9 @@ WORKFLOW_TYPES = {
     Kind.FAILOVER: "Failover",
     Kind.MIGRATION: "TopicMigration",
 }
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=4)
+"""A worker that dies holding one of the saga's decisions costs this (Temporal's default: 10 s), possibly
+with clients held; the sagas' decisions take milliseconds."""
 _POLL_S = 0.5
 Say = Callable[[str], None]
 
@@ -46,6 +50,7 @@ def policy_of(config: Config, kind: Kind, **asked: Any) -> Policy:
         approval_timeout_s=sagas.approval_timeout_s,
         fence_window_s=sagas.fence_window_s,
         drain_timeout_s=sagas.drain_timeout_s,
+        group_sync_timeout_s=sagas.group_sync_timeout_s,
         acks_timeout_s=sagas.acks_timeout_s,
         spark_verify=sagas.spark_verify,
         recovery_wait_s=sagas.recovery_wait_s,
@@ -71,7 +76,7 @@ async def start(config: Config, kind: Kind, workflow_id: str, request: object) -
     try:
         handle = await client.start_workflow(
             WORKFLOW_TYPES[kind], request, id=workflow_id, task_queue=config.temporal.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL, task_timeout=WORKFLOW_TASK_TIMEOUT,
         )  # fmt: skip
     except WorkflowAlreadyStartedError:
         running = await client.get_workflow_handle(workflow_id).describe()
@@ -114,7 +119,7 @@ async def follow(config: Config, workflow_id: str, say: Say) -> dict[str, Any]:
     except WorkflowFailureError as exc:
         cause = exc.cause
         details = getattr(cause, "details", None)
-        ended = details[0] if details else None
+        ended = details[0] if details and isinstance(details[0], dict) else None  # a saga's own result
         for line in describe(ended) if ended else []:
             say(line)
         message = f"saga {workflow_id} ended without the switch: {getattr(cause, 'message', cause)}"

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import TimeoutError as StepTimeout
 
 with workflow.unsafe.imports_passed_through():
     from switchyard.sagas import steps
@@ -35,6 +36,9 @@ Result = TypeVar("Result")
 RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
 """Retry what can be retried quickly, for as long as the step's schedule-to-close time allows."""
 ONCE = RetryPolicy(maximum_attempts=1)
+HEARTBEAT_S = 4.0
+"""Every step heartbeats each second while it runs (``activities/pulse.py``): a step whose worker died is
+given to another within this, not after its whole start-to-close time — while clients may be held."""
 PHASE = SearchAttributeKey.for_keyword(PHASE_ATTRIBUTE)
 
 
@@ -47,6 +51,8 @@ class SagaWorkflow:
         self._progress = Progress(kind="", keys=[])
         self._decision: tuple[bool, Decision] | None = None
         self._approvals: list[str] = []
+        self._failed_steps: dict[int, str] = {}
+        """Which step each failure came from (by the exception's id), to name it in the result."""
 
     # ---- what operators ask and send
 
@@ -131,11 +137,12 @@ class SagaWorkflow:
         result_type: type[Result],
         *,
         timeout_s: float,
-        heartbeat_s: float | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
         retry: RetryPolicy = RETRY,
         give_up_s: float | None = None,
     ) -> Result:
-        """Run one step's activity, showing it as the current step; its failure is the step's."""
+        """Run one step's activity, showing it as the current step; its failure is the step's. Retried
+        steps stop at ``give_up_s`` (Temporal's schedule-to-close time), their last error kept."""
         self._phase(name)
         self._mark(name, "running")
         try:
@@ -145,14 +152,20 @@ class SagaWorkflow:
                 result_type=result_type,
                 start_to_close_timeout=timedelta(seconds=timeout_s),
                 schedule_to_close_timeout=timedelta(seconds=give_up_s) if give_up_s else None,
-                heartbeat_timeout=timedelta(seconds=heartbeat_s) if heartbeat_s else None,
+                heartbeat_timeout=timedelta(seconds=heartbeat_s),
                 retry_policy=retry,
             )
         except BaseException as exc:
             self._mark(name, "failed", reason(exc))
+            self._failed_steps[id(exc)] = name
             raise
         self._mark(name, "done")
         return result
+
+    def _at(self, exc: BaseException) -> str:
+        """`` at <step>`` for a failure that came from a step, else nothing."""
+        name = self._failed_steps.get(id(exc))
+        return f" at {name}" if name else ""
 
     async def _plan(self, request: PlanRequest, result: SagaResult) -> Plan:
         """The plan step; a refusal ends the saga with the reason, a plan sets where the saga goes."""
@@ -233,15 +246,28 @@ async def guarded(guard: Awaitable[Any], work: Awaitable[Any]) -> tuple[Any, Any
     raise checking.exception()  # type: ignore[misc]  # outside the handler: its cause chain stays its own
 
 
+def error_type(exc: BaseException) -> str:
+    """The type of the activity's own error (Switchyard's error class name), or ""."""
+    cause: BaseException | None = exc
+    while isinstance(cause, ActivityError | StepTimeout) and cause.cause is not None:
+        cause = cause.cause
+    return cause.type or "" if isinstance(cause, ApplicationError) else ""
+
+
 def _failed(task: asyncio.Future[Any]) -> bool:
     return task.done() and not task.cancelled() and task.exception() is not None
 
 
 def reason(exc: BaseException) -> str:
-    """What went wrong, as an operator reads it: the activity's own error, not Temporal's wrapping."""
+    """What went wrong, as an operator reads it: the activity's own error, not Temporal's wrapping; for a
+    step that gave up, the time-out and the last attempt's error."""
     cause: BaseException | None = exc
     while isinstance(cause, ActivityError) and cause.cause is not None:
         cause = cause.cause
+    if isinstance(cause, StepTimeout):
+        kind = cause.type.name.lower().replace("_", "-") if cause.type is not None else "time-out"
+        last = f": {reason(cause.cause)}" if cause.cause is not None else ""
+        return f"gave up ({kind} time-out){last}"
     if isinstance(cause, ApplicationError):
         return f"{cause.type}: {cause.message}" if cause.type else cause.message
     if isinstance(cause, CancelledError | asyncio.CancelledError):

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 
-from workflows.base import ONCE, RETRY, SagaWorkflow, millis, reason
+from workflows.base import HEARTBEAT_S, ONCE, RETRY, SagaWorkflow, millis, reason
 from workflows.compensation import Compensations
 from workflows.planned import FOREVER_S
 
@@ -83,7 +83,7 @@ class Failover(SagaWorkflow):
             await undo.run()
             result.outcome, result.detail = (
                 "compensated",
-                f"failover abandoned before the flip: {reason(exc)}",
+                f"failover abandoned before the flip{self._at(exc)}: {reason(exc)}",
             )
             await self._fail(result, "SwitchAbandoned")
             raise  # not reached
@@ -91,15 +91,20 @@ class Failover(SagaWorkflow):
         acks_s = request.policy.acks_timeout_s
         acked = await self._step(
             "acknowledged", steps.AWAIT_ACKS, AcksRequest(flipped.epoch, acks_s), Acked,
-            timeout_s=acks_s + 30, heartbeat_s=10, give_up_s=FOREVER_S,
+            timeout_s=acks_s + 30, give_up_s=FOREVER_S,
         )  # fmt: skip
         flipped_at = workflow.now()
+        unsynced = ""
         if probe.reachable:  # forced: the source answers, so the groups' last offsets can still come over
-            synced = await self._step(
-                "sync groups", steps.SYNC_GROUPS, GroupSyncRequest(plan.link), GroupsSynced,
-                timeout_s=60, give_up_s=180,
-            )  # fmt: skip
-            result.groups_synced = synced.written + synced.unchanged
+            sync = GroupSyncRequest(plan.link, plan.groups, request.policy.group_sync_timeout_s)
+            try:
+                synced = await self._step(
+                    "sync groups", steps.SYNC_GROUPS, sync, GroupsSynced, timeout_s=sync.idle_timeout_s + 30,
+                    give_up_s=sync.idle_timeout_s + 5,
+                )  # fmt: skip
+                result.groups_synced = synced.written + synced.unchanged
+            except Exception as exc:  # past the flip: the groups keep the offsets the mirror last carried
+                unsynced = f"; groups not synced ({reason(exc)}): they resume where the mirror last carried"
         loss = await self._step(
             "measure loss", steps.MEASURE_LOSS, LossRequest(plan.link, flipped.final), Loss,
             timeout_s=60, give_up_s=FOREVER_S,
@@ -110,7 +115,7 @@ class Failover(SagaWorkflow):
         result.rto_ms = result.pause_ms = millis(flipped_at - started)
         result.records_copied = sum(f.end for f in flipped.final)
         lost = sum(p.records for p in loss.partitions)
-        result.detail = f"{plan.source} shielded; at least {lost} records the copy never got (RPO)"
+        result.detail = f"{plan.source} shielded; at least {lost} records the copy never got (RPO){unsynced}"
         if request.policy.recovery_wait_s > 0:
             await self._lost_window(plan, request.policy.recovery_wait_s, result)
         return await self._finish(result)
@@ -155,4 +160,5 @@ class Failover(SagaWorkflow):
         return await workflow.execute_activity(
             activity, request, start_to_close_timeout=timedelta(minutes=2),
             schedule_to_close_timeout=timedelta(minutes=30), retry_policy=RETRY,
+            heartbeat_timeout=timedelta(seconds=HEARTBEAT_S),
         )  # fmt: skip

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ from confluent_kafka import (
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     KafkaError,
+    KafkaException,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
@@ -75,50 +77,90 @@ def sync_groups(
 
     ``mirrored`` is how far the copy got per partition; with it, only those partitions are synced and
     offsets ahead of the copy wait. Without it (after a drain) every partition of a copied topic is.
+    ``groups`` names the groups that must come over: one that cannot be read or written fails the sync,
+    named. Without it, every group on the source is tried, and one that fails is skipped (with the
+    reason) so that it never holds the others back.
     """
     report = GroupSyncReport()
     names = list(groups) if groups is not None else list_groups(source, timeout_s)
     for group in names:
-        committed = committed_offsets(source, group, timeout_s)
-        wanted: dict[Key, GroupOffset] = {}
-        for (topic, partition), offset in committed.items():
-            key = (topic, partition)
-            if offset < 0 or not copies(topic) or (mirrored is not None and key not in mirrored):
-                continue
-            if mirrored is not None and offset > mirrored[key]:
-                report.skipped.append(
-                    f"{group}: {topic}[{partition}] at {offset} is ahead of the copy ({mirrored[key]})"
-                )
-                continue
-            translated = maps.get(key, OffsetMap()).position(offset)
-            wanted[key] = GroupOffset(group, topic, partition, offset, translated)
-        if not wanted:
-            continue
-        state, members = group_state(target, group, timeout_s)
-        if not idle(state, members):
-            report.skipped.append(f"{group}: active on the target ({members} members, {state.name})")
-            continue
-        current = committed_offsets(target, group, timeout_s)
-        changed = [o for key, o in wanted.items() if current.get(key) != o.target]
-        report.unchanged += len(wanted) - len(changed)
-        if changed:
-            request = ConsumerGroupTopicPartitions(
-                group, [TopicPartition(o.topic, o.partition, o.target) for o in changed]
-            )
-            errors = [
-                tp.error
-                for future in target.alter_consumer_group_offsets([request]).values()
-                for tp in future.result(timeout_s).topic_partitions or ()
-                if tp.error is not None
-            ]
-            if any(e.code() in _REFUSED_AS_ACTIVE for e in errors):
-                report.refused[group] = changed
-                continue
-            if errors:
-                raise KafkaOperationError(f"group {group}: offsets not written on the target: {errors[0]}")
-            report.written.extend(changed)
-        report.in_step.append(group)
+        try:
+            with about(group):
+                _sync_group(source, target, group, copies, maps, mirrored, report, timeout_s)
+        except KafkaOperationError as exc:
+            if groups is not None:
+                raise
+            report.skipped.append(str(exc))
     return report
+
+
+@contextmanager
+def about(group: str) -> Iterator[None]:
+    """Whatever fails reading or writing ``group``, as one error that names it."""
+    try:
+        yield
+    except (KafkaException, KafkaOperationError, TimeoutError) as exc:
+        raise KafkaOperationError(f"group {group}: {_what(exc)}") from exc
+
+
+def _sync_group(  # noqa: PLR0917 - one group of sync_groups
+    source: AdminClient,
+    target: AdminClient,
+    group: str,
+    copies: Callable[[str], bool],
+    maps: Mapping[Key, OffsetMap],
+    mirrored: Mapping[Key, int] | None,
+    report: GroupSyncReport,
+    timeout_s: float,
+) -> None:
+    committed = committed_offsets(source, group, timeout_s)
+    wanted: dict[Key, GroupOffset] = {}
+    for (topic, partition), offset in committed.items():
+        key = (topic, partition)
+        if offset < 0 or not copies(topic) or (mirrored is not None and key not in mirrored):
+            continue
+        if mirrored is not None and offset > mirrored[key]:
+            report.skipped.append(
+                f"{group}: {topic}[{partition}] at {offset} is ahead of the copy ({mirrored[key]})"
+            )
+            continue
+        translated = maps.get(key, OffsetMap()).position(offset)
+        wanted[key] = GroupOffset(group, topic, partition, offset, translated)
+    if not wanted:
+        return
+    state, members = group_state(target, group, timeout_s)
+    if not idle(state, members):
+        report.skipped.append(f"{group}: active on the target ({members} members, {state.name})")
+        return
+    current = committed_offsets(target, group, timeout_s)
+    changed = [o for key, o in wanted.items() if current.get(key) != o.target]
+    report.unchanged += len(wanted) - len(changed)
+    if changed:
+        request = ConsumerGroupTopicPartitions(
+            group, [TopicPartition(o.topic, o.partition, o.target) for o in changed]
+        )
+        errors = [
+            tp.error
+            for future in target.alter_consumer_group_offsets([request]).values()
+            for tp in future.result(timeout_s).topic_partitions or ()
+            if tp.error is not None
+        ]
+        if any(e.code() in _REFUSED_AS_ACTIVE for e in errors):
+            report.refused[group] = changed
+            return
+        if errors:
+            raise KafkaOperationError(f"offsets not written on the target: {errors[0]}")
+        report.written.extend(changed)
+    report.in_step.append(group)
+
+
+def _what(exc: BaseException) -> str:
+    """A Kafka error as an operator reads it (librdkafka's KafkaException wraps a KafkaError)."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return str(exc.args[0].str())
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    return str(exc) or type(exc).__name__
 
 
 _REFUSED_AS_ACTIVE = (

@@ -58,7 +58,9 @@ class Layout:
         return f"{self.root}/gateways/{quote(gateway_id, safe='')}"
 
     def lock(self, key: BindingKey) -> str:
-        return f"{self.root}/locks/{quote(str(key), safe='')}"
+        """A key's saga lock: its application's, since any two keys of one application can route the
+        same client (an instance that uses a topic, a request that falls back to the AppID)."""
+        return f"{self.root}/locks/{quote(key.app, safe='')}"
 
     def txn(self, txn_id: str) -> str:
         return f"{self.root}/txns/{txn_id}"

@@ -1,7 +1,11 @@
-"""Per-key locks for sagas: one saga at a time may change a binding key.
+"""Saga locks: one saga at a time may change the binding keys of an application.
 
-A saga's steps run as separate activities, possibly on different workers, so the lock cannot belong
-to a ZooKeeper session. It is a persistent node ``locks/<key>`` naming its owner (the workflow id).
+Keys overlap whenever they can route one client: the application and any of its instances, topics or
+groups, and an instance and a topic (the instance may use it). So the lock is the application's: two
+sagas on keys of one application never block and flip at once, and the second is refused naming the
+first. A saga's steps run as separate activities, possibly on different workers, so the lock cannot
+belong to a ZooKeeper session. It is a persistent node ``locks/<AppID>`` naming its owner (the workflow
+id).
 Acquiring is idempotent for the same owner, so a retried activity finds the lock it already holds;
 another owner gets :class:`LockHeld` naming the holder. Only the owner releases it.
 
@@ -52,13 +56,13 @@ class SagaLocks:
         return None
 
     def release(self, key: BindingKey, owner: str) -> bool:
-        """Release the lock if ``owner`` holds it; False when nobody did. LockHeld for another owner."""
+        """Release the lock if ``owner`` holds it; False when it does not (nobody does, or another saga:
+        a saga refused at its lock step releases nothing of the saga that holds it)."""
         path = self.layout.lock(key)
         try:
             data, stat = self.zk.retry(self.zk.get, path)
-            info = _info(data)
-            if info.owner != owner:
-                raise LockHeld(str(key), info.owner, info.acquired_at)
+            if _info(data).owner != owner:
+                return False
             self.zk.retry(self.zk.delete, path, version=stat.version)
             return True
         except (NoNodeError, BadVersionError):

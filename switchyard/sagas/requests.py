@@ -31,6 +31,9 @@ class Policy:
     fence_window_s: float = 0.5
     """After the block, the source's ends must stand still this long (a writer around the gateway)."""
     drain_timeout_s: float = 60.0
+    group_sync_timeout_s: float = 30.0
+    """The keys' groups must come over within this (idle on the target, their offsets read and written),
+    or the switch is abandoned naming the group."""
     acks_timeout_s: float = 15.0
     spark_verify: bool = False
     """Run the Spark verification job before the flip (slower; clients stay blocked meanwhile)."""

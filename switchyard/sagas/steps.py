@@ -211,7 +211,8 @@ class Drained:
 class GroupSyncRequest:
     link: str
     groups: list[str] = field(default_factory=list)
-    """The groups that must come over (each must be idle on the target); empty: every group that can."""
+    """The keys' groups: the only ones read and written (each must be idle on the target); empty: none —
+    the mirror's periodic carry has the others."""
     idle_timeout_s: float = 60.0
     """How long a group of ``groups`` may stay active on the target (members left from an earlier
     switch expire after their session timeout) before the switch is abandoned."""
@@ -232,6 +233,9 @@ class CopyCheckRequest:
     ends: list[PartitionEnd]
     groups: list[str] = field(default_factory=list)
     """Groups that must read the same records on both sides."""
+    since: str = ""
+    """When clients were blocked (ISO time): where the target holds fewer records than the fenced end, the
+    mirror must have reported reading past the rest (transaction markers) since then."""
 
 
 @dataclass

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -17,13 +19,15 @@ from confluent_kafka.admin import AdminClient
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import BindingRefused
+from switchyard.ledger import Ledger
 from switchyard.mirror.control import delete_link, promote_link, reverse_link
 from switchyard.mirror.groups import committed_offsets
 from switchyard.mirror.mapstore import read_maps, segment_record, store_records
 from switchyard.mirror.status import DrainReport, drain_report, read_status
 from switchyard.model import LinkState, now
 from switchyard.routing.store import RoutingStore
-from switchyard.stack import TESTBED_CONSUMER_SETTINGS
+from switchyard.routing.zk import connect, disconnect
+from switchyard.stack import TESTBED_CONSUMER_SETTINGS, Stack
 from switchyard.threads import Worker
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.processes import MirrorProcess
@@ -76,6 +80,55 @@ def mirrors(
     started = Mirrors(stack_config, routing, ledger_path, tmp_path)
     yield started
     started.stop_all()
+
+
+@dataclass
+class IdleMirror:
+    """A mirror process whose only link matches no topic, started with this module."""
+
+    process: MirrorProcess
+    cpu_s: float
+    """Its CPU seconds once settled, from the kernel's accounting."""
+    at: float
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+@pytest.fixture(scope="module", autouse=True)
+def idle_mirror(
+    stack: Stack, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[IdleMirror]:
+    """Runs beside the module's tests, so the minute it is measured over costs the suite nothing."""
+    zk = connect(stack_config)
+    folder = tmp_path_factory.mktemp("idle-mirror")
+    ledger = Ledger.open(f"sqlite:///{folder / 'ledger.db'}")
+    store = RoutingStore(zk, f"/idle-{uuid.uuid4().hex[:10]}", ledger)
+    store.ensure_layout()
+    for cluster_id, cluster in stack_config.clusters.items():
+        store.register_cluster(cluster_id, cluster.bootstrap, actor=ACTOR, reason="t")
+    store.create_link("idle", "primary", "standby", include=["matches-no-topic-*"], actor=ACTOR, reason="t")
+    assert stack_config.source is not None
+    process = MirrorProcess(
+        stack_config.source, root=store.layout.root, name="idle", log=folder / "idle.log",
+        overrides={"SWITCHYARD__LEDGER__URL": f"sqlite:///{folder / 'ledger.db'}"},
+    )  # fmt: skip
+    process.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not read_status(zk, store.layout, "idle"):  # its copier is up: start-up costs are behind it
+            assert time.monotonic() < deadline, (folder / "idle.log").read_text()[-2000:]
+            time.sleep(0.2)
+        time.sleep(1)
+        assert process.process is not None
+        yield IdleMirror(process, cpu_seconds(process.process.pid), time.monotonic())
+    finally:
+        process.stop()
+        zk.delete(store.layout.root, recursive=True)
+        disconnect(zk)
+        ledger.close()
 
 
 def link_topic(routing: RoutingStore, prefix: str) -> tuple[str, str]:
@@ -554,3 +607,17 @@ def test_sigterm_during_a_group_join_exits_within_seconds(
     log = process.log.read_text()
     assert "left without waiting for the group (a join was in progress)" in log
     assert "Traceback" not in log
+
+
+def test_an_idle_link_costs_no_cpu(idle_mirror: IdleMirror) -> None:
+    """Last in the module: a link whose patterns match no topic, followed for a minute or more while the
+    other tests ran, used under 2 % of a core (it once spun one at 100 %)."""
+    remaining = idle_mirror.at + 60 - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining)
+    process = idle_mirror.process.process
+    assert process is not None
+    assert process.poll() is None, "the idle mirror exited"
+    used, over = cpu_seconds(process.pid) - idle_mirror.cpu_s, time.monotonic() - idle_mirror.at
+    print(f"\nidle mirror: {used:.2f} CPU s over {over:.0f} s ({used / over:.2%} of a core)")
+    assert used / over < 0.02

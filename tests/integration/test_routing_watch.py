@@ -142,9 +142,13 @@ def test_saga_locks(sqlite_store: RoutingStore) -> None:
     locks.acquire(ORDERS, "workflow:switchover-orders")  # a retried activity: still ours
     with pytest.raises(LockHeld, match="orders: locked by workflow:switchover-orders since"):
         locks.acquire(ORDERS, "workflow:failover-orders")
-    locks.acquire(HOST7, "workflow:failover-orders")  # other keys are independent
-    with pytest.raises(LockHeld):
-        locks.release(ORDERS, "workflow:failover-orders")
+    with pytest.raises(LockHeld, match="orders@host-7: locked by workflow:switchover-orders since"):
+        locks.acquire(HOST7, "workflow:failover-orders")  # a key of the same application overlaps
+    with pytest.raises(LockHeld, match="orders#payments: locked by workflow:switchover-orders since"):
+        locks.acquire(BindingKey.topic("orders", "payments"), "workflow:failover-orders")
+    locks.acquire(BindingKey.for_app("billing"), "workflow:failover-orders")  # other applications don't
+    assert not locks.release(ORDERS, "workflow:failover-orders")  # not its lock: left to its owner
+    assert locks.holder(ORDERS).owner == "workflow:switchover-orders"  # type: ignore[union-attr]
     assert locks.release(ORDERS, "workflow:switchover-orders")
     assert not locks.release(ORDERS, "workflow:switchover-orders")
     locks.acquire(ORDERS, "workflow:failover-orders")

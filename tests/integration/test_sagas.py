@@ -3,24 +3,32 @@ CLI as an operator runs it — and what the application saw."""
 
 from __future__ import annotations
 
+import asyncio
 import shlex
+import signal
 import subprocess
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
-from switchyard import kafka
+from switchyard import kafka, launch, temporal
 from switchyard.config import Config
 from switchyard.keys import BindingKey
+from switchyard.launch import policy_of
 from switchyard.mirror.groups import committed_offsets
 from switchyard.mirror.status import read_status
 from switchyard.model import BindingState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
+from switchyard.sagas.requests import Decision, Kind, Progress, SwitchRequest
 from switchyard.stack import Stack
 from switchyard.stack.health import tool
 from switchyard.threads import Worker
@@ -125,6 +133,108 @@ def test_a_switchover_and_its_switchback_lose_and_double_nothing(
             if span.name.startswith("RunActivity:"):  # begun by the workflow's StartActivity
                 assert by_id[span.parent_id].name == span.name.replace("Run", "Start", 1)
                 assert by_id[by_id[span.parent_id].parent_id] == started, span
+
+
+def test_a_switch_with_the_mirror_lagging_at_the_block_waits_for_the_drain(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """The mirror is stopped while the application writes, so the copy is behind when clients are blocked:
+    the saga must drain it before the flip (a drain that returned early would flip onto a short copy, and
+    the check before the flip refuses that). Nothing lost, nothing twice."""
+    assert live.gateway is not None
+    assert live.mirror is not None
+    assert live.mirror.process is not None
+    app, topic, link = prepare(live, routing, stack_config, partitions=2)
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    keys = [(topic, p) for p in range(2)]
+    traffic = Traffic(live.gateway.bootstrap, app, topic, unique("group"), idempotent=True)
+    traffic.start()
+    mirror = live.mirror.process
+    try:
+        traffic.wait_for(200)
+        mirror.send_signal(signal.SIGSTOP)
+        try:
+            traffic.wait_for(300)  # written on the primary, not copied
+            switch = live.cli_in_background("switchover", app, "--link", link, "--wait")
+            deadline = time.monotonic() + 60
+            while routing.binding(BindingKey.for_app(app)).state is not BindingState.BLOCKED:  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "never blocked"
+                time.sleep(0.05)
+            source, copy = kafka.ends_of(primary, keys), kafka.ends_of(standby, keys)
+            assert sum(source.values()) - sum(copy.values()) >= 300, (source, copy)  # lagging at the block
+            time.sleep(1.5)  # the drain waits meanwhile
+        finally:
+            mirror.send_signal(signal.SIGCONT)
+        out, err = switch.communicate(timeout=180)
+        assert switch.returncode == 0, out + err
+        assert f"switchover switched: {app}" in out
+        traffic.wait_for(200)
+    finally:
+        traffic.stop()
+    assert traffic.failed == []
+    assert sorted(traffic.acked) == list(range(traffic.sent))
+    on_standby = Counter(topic_ids(standby, topic))
+    assert set(on_standby) == set(traffic.acked)
+    assert max(on_standby.values()) == 1
+    print(f"\nswitch with a lagging mirror: {judge_consumer(traffic, carried=True)}")
+
+
+@pytest.mark.parametrize("other", ["instance", "topic"])
+def test_sagas_on_overlapping_keys_never_run_at_once(
+    live: Live, routing: RoutingStore, stack_config: Config, other: str
+) -> None:
+    """An application and one of its instances (or topics), started at the same moment, again and again:
+    exactly one saga runs — here up to its approval before the flip, clients blocked — and the other is
+    refused naming it. (Both once took a lock of their own and blocked, drained and flipped one link.)"""
+    app, topic, link = prepare(live, routing, stack_config, partitions=1)
+    keys = [app, f"{app}@host1" if other == "instance" else f"{app}#{topic}"]
+    config = live.effective
+
+    async def race(first: int) -> tuple[str, str]:
+        client = await temporal.connect(config)
+        policy = policy_of(config, Kind.SWITCHOVER, approval="before-flip")
+        ids = [saga_id([k]) for k in keys]
+        order = [first, 1 - first]
+        await asyncio.gather(*(
+            launch.start(config, Kind.SWITCHOVER, ids[i], SwitchRequest([keys[i]], link=link, policy=policy))
+            for i in order
+        ))  # fmt: skip
+        handles = [client.get_workflow_handle(i) for i in ids]
+        deadline = time.monotonic() + 60
+        while True:
+            waiting = [h for h in handles if (await progress_of(h)).awaiting_approval]
+            ended = [h for h in handles if (await h.describe()).status != WorkflowExecutionStatus.RUNNING]
+            assert len(waiting) < 2, "both sagas got past their locks: clients of both keys blocked at once"
+            if len(waiting) == 1 and len(ended) == 1:
+                break
+            assert time.monotonic() < deadline, "neither saga waited for its approval"
+            await asyncio.sleep(0.2)
+        winner, loser = waiting[0], ended[0]
+        with pytest.raises(WorkflowFailureError) as refused:
+            await loser.result()
+        cause = refused.value.cause
+        assert isinstance(cause, ApplicationError)
+        assert cause.type == "SwitchRefused", cause
+        await winner.execute_update("reject", Decision(by="test", reason="overlap test"))
+        with pytest.raises(WorkflowFailureError):
+            await winner.result()
+        return winner.id, str(cause.details[0]["detail"])
+
+    for round_ in range(4):
+        winner, why = asyncio.run(race(round_ % 2))
+        assert "locked by" in why, why  # at the plan, or at the lock when both planned before either locked
+        assert winner in why, why
+        binding = routing.binding(BindingKey.for_app(app))
+        assert binding is not None
+        assert (binding.cluster, binding.state) == ("primary", BindingState.ACTIVE), round_
+
+
+async def progress_of(handle: WorkflowHandle[Any, Any]) -> Progress:
+    try:
+        found: Progress = await handle.query("progress", result_type=Progress)
+    except RPCError:  # not picked up by a worker yet
+        return Progress("", [])
+    return found
 
 
 def test_a_writer_around_the_gateway_stops_the_switch_and_is_named(

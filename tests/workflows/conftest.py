@@ -8,6 +8,7 @@ histories under ``histories/`` were made).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import Callable
@@ -79,7 +80,7 @@ class Script:
 
     calls: list[str] = field(default_factory=list)
     requests: dict[str, list[Any]] = field(default_factory=dict)
-    fail: dict[str, Exception] = field(default_factory=dict)
+    fail: dict[str, Exception | list[Exception]] = field(default_factory=dict)
     hold: dict[str, asyncio.Event] = field(default_factory=dict)
     refusal: str | None = None
     reachable: bool = False
@@ -129,10 +130,16 @@ class Script:
             if name != steps.RECORD:
                 self.calls.append(name)
             self.requests.setdefault(name, []).append(request)
-            if name in self.hold:
-                await self.hold[name].wait()
-            if name in self.fail:
-                raise self.fail[name]
+            if name in self.hold:  # heartbeating meanwhile, as a real step's pulse does
+                while not self.hold[name].is_set():
+                    activity.heartbeat()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.hold[name].wait(), 1)
+            failing = self.fail.get(name)
+            if isinstance(failing, list):  # one failure per attempt, then the answer
+                failing = failing.pop(0) if failing else None
+            if failing is not None:
+                raise failing
             return answer(request)
 
         run.__annotations__ = {"request": kind, "return": Any}

@@ -118,6 +118,75 @@ def test_a_failure_before_the_flip_unblocks_and_unlocks_in_reverse(sagas: Sagas)
     assert (unblock.source, unblock.block_epoch) == ("primary", 10)
 
 
+HELD = [steps.BLOCK, steps.FENCE, steps.DRAIN, steps.SYNC_GROUPS, steps.CHECK_COPY, steps.FLIP]
+"""The steps that run while clients are held."""
+
+
+def test_every_step_while_clients_are_held_heartbeats_retries_and_gives_up(sagas: Sagas) -> None:
+    """A dead worker is noticed by a missing heartbeat within seconds and the step retried on another; and
+    no step is retried for ever with clients held. (The fence once had no heartbeat — a minute before a
+    retry — and the group sync no give-up time.)"""
+
+    async def scenario(s: Sagas) -> list[Any]:
+        handle = await s.start("Switchover", SwitchRequest(["orders"]))
+        await handle.result()
+        history = await handle.fetch_history()
+        return [
+            e.activity_task_scheduled_event_attributes
+            for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")
+        ]
+
+    scheduled = {a.activity_type.name: a for a in sagas.run(scenario)}
+    for name in HELD:
+        options = scheduled[name]
+        assert 0 < options.heartbeat_timeout.ToTimedelta().total_seconds() <= 5, name
+        assert options.retry_policy.maximum_attempts != 1, name
+        assert 0 < options.schedule_to_close_timeout.ToTimedelta().total_seconds() <= 120, name
+
+
+def retryable(kind: str, message: str) -> ApplicationError:
+    return ApplicationError(message, type=kind)
+
+
+def test_a_drain_cut_short_is_retried_not_compensated(sagas: Sagas) -> None:
+    """A worker that dies in the drain (here: an attempt failing as a lost connection would) costs a retry."""
+    sagas.script.fail[steps.DRAIN] = [retryable("KafkaOperationError", "the worker went away")]
+    result = sagas.run(lambda s: _result(s, SwitchRequest(["orders"])))
+    assert result.outcome == "switched"
+    assert sagas.script.calls.count(steps.DRAIN) == 2
+
+
+async def _result(s: Sagas, request: SwitchRequest) -> Any:
+    return await (await s.start("Switchover", request)).result()
+
+
+def test_a_group_sync_that_cannot_succeed_gives_up_compensates_and_names_the_group(sagas: Sagas) -> None:
+    sagas.script.fail[steps.SYNC_GROUPS] = retryable(
+        "KafkaOperationError", "group billing: Broker: Coordinator not available"
+    )
+    policy = Policy(group_sync_timeout_s=1)
+    kind, result = fails(sagas, "Switchover", SwitchRequest(["orders"], policy=policy))
+    assert kind == "SwitchAbandoned"
+    assert (  # retried until the next attempt would start past the give-up time; the last error kept
+        "switch abandoned before the flip at sync groups: "
+        "KafkaOperationError: group billing: Broker: Coordinator not available"
+    ) in result["detail"]
+    assert sagas.script.calls.count(steps.SYNC_GROUPS) > 1  # retried until it gave up
+    assert sagas.script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
+    assert result["pause_ms"] > 0  # held from the block until the unblock: a compensated switch held them too
+
+
+def test_a_lock_held_by_another_saga_refuses_naming_it(sagas: Sagas) -> None:
+    sagas.script.fail[steps.LOCK] = refused(
+        "LockHeld", "orders@host-7: locked by switchyard:orders since 2026-11-24T03:00:00+00:00"
+    )
+    kind, result = fails(sagas, "Switchover", SwitchRequest(["orders@host-7"]))
+    assert (kind, result["outcome"]) == ("SwitchRefused", "refused")
+    assert "refused: LockHeld: orders@host-7: locked by switchyard:orders since" in result["detail"]
+    assert steps.BLOCK not in sagas.script.steps
+
+
 def test_a_source_that_moved_between_the_drains_read_and_the_fences_compensates(sagas: Sagas) -> None:
     """The drain copies up to the ends it read when it started; the fence's ends must be those."""
     sagas.script.drained_from = [PartitionEnd("orders", 0, 99), PartitionEnd("orders", 1, 80)]
@@ -243,7 +312,7 @@ def test_cancelled_before_the_flip_it_undoes_what_it_did(sagas: Sagas) -> None:
 
     kind, result = failure(sagas.run(scenario))
     assert kind == "SwitchAbandoned"
-    assert "switch abandoned before the flip: cancelled" in result["detail"]
+    assert "switch abandoned before the flip at drain: cancelled" in result["detail"]
     assert sagas.script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
     assert steps.FLIP not in sagas.script.steps
 

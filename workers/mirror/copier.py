@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 Key = tuple[str, int]
 _BACKOFF_MAX_S = 30.0
 _LEAVE_WAIT_S = 2.0
+_IDLE_WAIT_S = 0.1
+"""A link with no topic to copy looks again this often (pause, promotion, stop; topics every refresh)."""
 
 
 class MirrorError(Exception):
@@ -272,8 +274,7 @@ class LinkCopier:
                     next_refresh = now + settings.topic_refresh_s
                     self._link_error = None
                 self._follow_pause()
-                for msg in self._next_records() if topics else ():
-                    self._copy(msg)
+                self._copy_arrived(bool(topics))
                 self._producer.poll(0)
                 if self._failure:
                     raise MirrorError(self._failure)
@@ -286,6 +287,15 @@ class LinkCopier:
             session_over.set()
             groups.join(_LEAVE_WAIT_S if self._stop.is_set() else 30)  # a stopping process waits little
             self._close()
+
+    def _copy_arrived(self, subscribed: bool) -> None:
+        """Copy what has arrived; with nothing subscribed nothing else waits, so wait here: an idle link
+        must not spin a core."""
+        if not subscribed:
+            self._stop.wait(_IDLE_WAIT_S)
+            return
+        for msg in self._next_records():
+            self._copy(msg)
 
     def _next_records(self) -> list[Message]:
         """What has arrived, at once; when nothing has, wait up to 0.1 s for the first record only."""

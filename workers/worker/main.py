@@ -26,6 +26,9 @@ from workers.worker.registry import WORKFLOWS, activities
 log = logging.getLogger(__name__)
 ACTIVITY_THREADS = 32
 GRACE = timedelta(seconds=10)
+STICKY = timedelta(seconds=2)
+"""How long a saga's next decision waits for the worker that made its last one before any worker may take
+it (Temporal's default: 5 s): a worker killed mid-saga, clients held, costs this once."""
 
 
 async def run(config: Config) -> None:
@@ -46,6 +49,7 @@ async def run(config: Config) -> None:
                 activities=steps,
                 activity_executor=threads,
                 graceful_shutdown_timeout=GRACE,
+                sticky_queue_schedule_to_start_timeout=STICKY,
             )
             async with worker:
                 queue = config.temporal.task_queue
