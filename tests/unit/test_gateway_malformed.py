@@ -8,57 +8,35 @@ same, with one warning line and no traceback, instead of failing in its own code
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import logging
-import struct
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from types import SimpleNamespace
-from typing import Any, cast
 
 import kio.index
 import pytest
 from kio.schema.errors import ErrorCode
 
-from switchyard.config import ClusterConfig, Config
 from switchyard.identity import identify
 from switchyard.keys import BindingKey
 from switchyard.model import Binding, BindingState
 from switchyard.resolution import resolve
-from switchyard.routing.snapshot import RoutingSnapshot
 from tests.helpers.frames import Encoded, emptied, example
+from tests.helpers.sessions import READ, Gateway, exchange, offered, raw
 from workers.gateway import apis, topic_identity
 from workers.gateway.blocking import blocked_response
-from workers.gateway.holds import RoutingChanges, hold_limit
-from workers.gateway.inflight import InFlight
-from workers.gateway.intake import ByteBudget
-from workers.gateway.members import Members
-from workers.gateway.metrics import Metrics
+from workers.gateway.holds import hold_limit
 from workers.gateway.protocol import (
     FrameError,
     Request,
     decode_response,
     encode_response,
-    known_versions,
     parse_request,
 )
-from workers.gateway.session import ClientSession, Listener
-from workers.gateway.shared import Shared
-from workers.gateway.usage import UsageTracker
 
 MEMBERSHIP = [apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.LEAVE_GROUP]
 """Where Kafka refuses an empty group id (GroupCoordinator.isValidGroupId): not OffsetCommit and
 OffsetFetch, which it keeps for the empty group."""
-READ = sorted(apis.BLOCKABLE | {apis.METADATA, apis.FIND_COORDINATOR, apis.DELETE_TOPICS})
-"""The APIs whose bodies the gateway reads."""
-
-
-def offered(key: int) -> range:
-    versions = known_versions(key)
-    assert versions is not None
-    return range(versions[0], min(versions[1], apis.VERSION_CAPS.get(key, versions[1])) + 1)
 
 
 def requests_emptied() -> Iterator[tuple[str, bool, bytes]]:
@@ -100,13 +78,6 @@ def test_what_the_gateway_reads_of_a_request_fails_only_as_a_frame_error(
         encode_response(request, blocked_response(request, body))
 
 
-def raw(key: int, version: int, **changes: Any) -> bytes:
-    """A request frame (without its size) of every field set, ``changes`` made."""
-    schema = kio.index.load_request_schema(key, version)
-    entity = dataclasses.replace(example(schema), **changes)
-    return Encoded().request(schema, entity, client_id="orders@host-1")
-
-
 def group_request(key: int, version: int, group: str) -> Request:
     return parse_request(raw(key, version, group_id=group))
 
@@ -127,58 +98,6 @@ def test_offset_apis_take_the_empty_group_as_kafka_does_routed_without_it(key: i
 
 
 # ---- a session in this process: what the client gets, what the log says
-
-
-class Gateway:
-    """What a session asks of the gateway for requests that never reach a broker."""
-
-    def __init__(self, bindings: dict[BindingKey, Binding] | None = None) -> None:
-        self.config = Config(
-            clusters={"primary": ClusterConfig(bootstrap="127.0.0.1:9")},
-            default_cluster="primary",
-        )
-        self.view = SimpleNamespace(snapshot=RoutingSnapshot(1, bindings or {}))
-        self.changes = RoutingChanges(lambda: self.view.snapshot)
-        self.inflight = InFlight()
-        self.budget = ByteBudget(self.config.gateway.limits.buffer_bytes)
-        self.metrics = Metrics.create()
-        self.usage = UsageTracker()
-        self.members = Members()
-        self.offered = {key: (offered(key).start, offered(key).stop - 1) for key in READ}
-
-    def offers(self, api_key: int, api_version: int) -> bool:
-        return api_key in self.offered and api_version in offered(api_key)
-
-    def upstream(self, *_: Any) -> Any:
-        raise AssertionError("these requests go to no broker")
-
-
-async def exchange(gateway: Gateway, *frames: bytes) -> list[bytes]:
-    """Send ``frames`` on one connection to a session; the answers until the session closes it."""
-    ended = asyncio.Event()
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await ClientSession(cast(Shared, gateway), Listener(), reader, writer).run()
-        finally:
-            ended.set()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    for frame in frames:
-        writer.write(struct.pack(">i", len(frame)) + frame)
-    writer.write_eof()
-    answers = []
-    with contextlib.suppress(asyncio.IncompleteReadError, ConnectionResetError):
-        while True:
-            head = await asyncio.wait_for(reader.readexactly(4), 5)
-            answers.append(await reader.readexactly(struct.unpack(">i", head)[0]))
-    writer.close()
-    await asyncio.wait_for(ended.wait(), 5)
-    server.close()
-    await server.wait_closed()
-    return answers
 
 
 def problems(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:

@@ -13,7 +13,6 @@ Held requests are not in flight to any broker, so they never hold an epoch's ack
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 
 from switchyard.routing.snapshot import RoutingSnapshot
@@ -62,9 +61,19 @@ class RoutingChanges:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    async def after(self, seen: RoutingSnapshot, timeout_s: float) -> RoutingSnapshot:
-        """The current snapshot once it is not ``seen``, or after ``timeout_s`` whatever it is."""
-        if self._current() is seen and timeout_s > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout_s)
+    async def after(
+        self, seen: RoutingSnapshot, timeout_s: float, stop: asyncio.Event | None = None
+    ) -> RoutingSnapshot:
+        """The current snapshot once it is not ``seen``, or after ``timeout_s`` (or once ``stop`` is set)
+        whatever it is."""
+        if self._current() is not seen or timeout_s <= 0:
+            return self._current()
+        waits = [asyncio.ensure_future(self._changed.wait())]
+        if stop is not None:
+            waits.append(asyncio.ensure_future(stop.wait()))
+        try:
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
         return self._current()

@@ -17,6 +17,7 @@ brokers or clusters, or are answered by the gateway itself.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
@@ -111,6 +112,9 @@ class ClientSession:
         successful SyncGroup that ends the join; with the session time-out the join asked for."""
         self._released: asyncio.Future[None] | None = None
         """Set when the latest held request has been let go (the next held one waits for it)."""
+        self._held: collections.deque[asyncio.Event] = collections.deque()
+        """One event per request held now, oldest first: set, it lets that request go with the
+        retriable error at once (see ``_make_room``)."""
         self._unanswered = 0
         self._ending = False
         self.task: asyncio.Task[Any] | None = None
@@ -143,6 +147,8 @@ class ClientSession:
                 except BaseException:
                     self._answered(lease)
                     raise
+                if replies.full():
+                    self._make_room()
                 await replies.put((reply, lease))
                 if self._closing:
                     break
@@ -323,27 +329,49 @@ class ClientSession:
 
     async def _hold(self, incoming: Incoming, snapshot: RoutingSnapshot) -> bytes | None:
         """Wait while the identity is blocked (bounded), then carry out what the routing of that moment
-        says. Held requests are let go in the order they came, each after the one before is on its way."""
+        says. Held requests are let go in the order they came, each after the one before is on its way.
+
+        A held request is never sent on once its hold time is over, whatever the routing says by then:
+        its client may have given up on it and sent it again, and both would be written. It gets the
+        retriable error instead (and sooner when the connection needs its place, ``_make_room``)."""
         loop = asyncio.get_running_loop()
         before, self._released = self._released, loop.create_future()
-        released = self._released
+        released, let_go = self._released, asyncio.Event()
+        self._held.append(let_go)
         try:
             context, identity = incoming.context, incoming.identity
             most = self.gateway.config.gateway.block_hold_s
             limit = hold_limit(incoming.request, most, self._session_s(incoming.request))
             deadline = incoming.received + limit
             resolution = self._resolve(snapshot, identity, context.topics, context.group)
-            while resolution.state is BindingState.BLOCKED and (remaining := deadline - loop.time()) > 0:
-                snapshot = await self.gateway.changes.after(snapshot, remaining)
+            while (
+                resolution.state is BindingState.BLOCKED
+                and not let_go.is_set()
+                and (remaining := deadline - loop.time()) > 0
+            ):
+                snapshot = await self.gateway.changes.after(snapshot, remaining, let_go)
                 resolution = self._resolve(snapshot, identity, context.topics, context.group)
             if before is not None:
                 await before
-            decision = self._decide(incoming, snapshot, resolution)
+            if let_go.is_set() or loop.time() >= deadline:
+                decision = Decision(Action.HOLD, resolution.cluster)  # its time is over: the retriable error
+            else:
+                decision = self._decide(incoming, snapshot, resolution)
             answer = await self._carry_out(incoming, decision, snapshot, resolution)
         finally:
+            self._held.remove(let_go)
             if not released.done():
                 released.set_result(None)
         return await answer
+
+    def _make_room(self) -> None:
+        """The connection's answers are all in use: let its oldest held request go now, rather than stop
+        reading. Unread, the client's next requests would age where the gateway cannot see them — past
+        the client's time-out, resent behind themselves, and both copies sent on when the block ends."""
+        for let_go in self._held:
+            if not let_go.is_set():
+                let_go.set()
+                return
 
     def _session_s(self, request: Request) -> float | None:
         """The session time-out of the member a group request comes from, if the gateway saw it join."""

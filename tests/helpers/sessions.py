@@ -1,0 +1,121 @@
+"""A gateway session in this process, on a real socket, with a stand-in for the gateway it belongs to:
+what a client gets for requests that never reach a broker (refused, answered here, held)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import struct
+import time
+from types import SimpleNamespace
+from typing import Any, cast
+
+import kio.index
+
+from switchyard.config import ClusterConfig, Config
+from switchyard.keys import BindingKey
+from switchyard.model import Binding
+from switchyard.routing.snapshot import RoutingSnapshot
+from tests.helpers.frames import Encoded, example
+from workers.gateway import apis
+from workers.gateway.holds import RoutingChanges
+from workers.gateway.inflight import InFlight
+from workers.gateway.intake import ByteBudget
+from workers.gateway.members import Members
+from workers.gateway.metrics import Metrics
+from workers.gateway.protocol import known_versions
+from workers.gateway.session import ClientSession, Listener
+from workers.gateway.shared import Shared
+from workers.gateway.usage import UsageTracker
+
+READ = sorted(apis.BLOCKABLE | {apis.METADATA, apis.FIND_COORDINATOR, apis.DELETE_TOPICS})
+"""The APIs whose bodies the gateway reads."""
+
+
+def offered(key: int) -> range:
+    versions = known_versions(key)
+    assert versions is not None
+    return range(versions[0], min(versions[1], apis.VERSION_CAPS.get(key, versions[1])) + 1)
+
+
+def raw(key: int, version: int, **changes: Any) -> bytes:
+    """A request frame (without its size) of every field set, ``changes`` made."""
+    schema = kio.index.load_request_schema(key, version)
+    entity = dataclasses.replace(example(schema), **changes)
+    return Encoded().request(schema, entity, client_id="orders@host-1")
+
+
+class Gateway:
+    """What a session asks of the gateway for requests that never reach a broker."""
+
+    def __init__(self, bindings: dict[BindingKey, Binding] | None = None, **gateway: Any) -> None:
+        self.config = Config(
+            clusters={"primary": ClusterConfig(bootstrap="127.0.0.1:9")},
+            default_cluster="primary",
+            gateway=gateway,
+        )
+        self.view = SimpleNamespace(snapshot=RoutingSnapshot(1, bindings or {}))
+        self.changes = RoutingChanges(lambda: self.view.snapshot)
+        self.inflight = InFlight()
+        self.budget = ByteBudget(self.config.gateway.limits.buffer_bytes)
+        self.metrics = Metrics.create()
+        self.usage = UsageTracker()
+        self.members = Members()
+        self.offered = {key: (offered(key).start, offered(key).stop - 1) for key in READ}
+
+    def offers(self, api_key: int, api_version: int) -> bool:
+        return api_key in self.offered and api_version in offered(api_key)
+
+    def upstream(self, *_: Any) -> Any:
+        raise AssertionError("these requests go to no broker")
+
+
+async def exchange(gateway: Gateway, *frames: bytes) -> list[bytes]:
+    """Send ``frames`` on one connection to a session; the answers until the session closes it."""
+    ended = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await ClientSession(cast(Shared, gateway), Listener(), reader, writer).run()
+        finally:
+            ended.set()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for frame in frames:
+        writer.write(struct.pack(">i", len(frame)) + frame)
+    writer.write_eof()
+    answers = []
+    with contextlib.suppress(asyncio.IncompleteReadError, ConnectionResetError):
+        while True:
+            head = await asyncio.wait_for(reader.readexactly(4), 5)
+            answers.append(await reader.readexactly(struct.unpack(">i", head)[0]))
+    writer.close()
+    await asyncio.wait_for(ended.wait(), 5)
+    server.close()
+    await server.wait_closed()
+    return answers
+
+
+async def answered_when(
+    gateway: Gateway, frames: list[bytes], timeout_s: float = 30
+) -> list[tuple[float, bytes]]:
+    """Send ``frames`` at once on one connection that stays open; each answer, with when it came (seconds
+    from the sending)."""
+    server = await asyncio.start_server(
+        lambda r, w: ClientSession(cast(Shared, gateway), Listener(), r, w).run(), "127.0.0.1", 0
+    )
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    sent = time.monotonic()
+    writer.write(b"".join(struct.pack(">i", len(frame)) + frame for frame in frames))
+    when = []
+    for _ in frames:
+        head = await asyncio.wait_for(reader.readexactly(4), timeout_s)
+        answer = await reader.readexactly(struct.unpack(">i", head)[0])
+        when.append((time.monotonic() - sent, answer))
+    writer.close()
+    server.close()
+    return when
