@@ -73,8 +73,9 @@ class RoutingActivities:
 
     @step(steps.UNBLOCK)
     def unblock_keys(self, request: UnblockRequest) -> Unblocked:
-        """Undo the block (compensation): the keys active again where they were. Nothing to do when the
-        block never landed; ``flipped`` when the flip landed after all (the saga then goes forward)."""
+        """Undo the block (compensation): the keys active again where they were, or unbound again when
+        they were not bound before. Nothing to do when the block never landed; ``flipped`` when the flip
+        landed after all (the saga then goes forward)."""
         store = self.deps.store
         flip = store.ledger.requested(_request_id("flip"))
         if any(t.status == "committed" for t in flip):
@@ -90,7 +91,8 @@ class RoutingActivities:
                 raise BindingConflict(
                     text, request.block_epoch, bound.epoch, f" ({bound.state} on {bound.cluster})"
                 )
-            changes.append(BindingChange(key, bound.epoch, request.source, BindingState.ACTIVE))
+            state = BindingState.UNBOUND if text in request.unbind else BindingState.ACTIVE
+            changes.append(BindingChange(key, bound.epoch, request.source, state))
         if not changes:
             return Unblocked(0)
         epoch = store.apply(

@@ -21,6 +21,9 @@ class BindingState(StrEnum):
     ACTIVE = "active"
     BLOCKED = "blocked"
     """Data requests get a retriable error until the binding is active again (usually on a new cluster)."""
+    UNBOUND = "unbound"
+    """Only in changes and the ledger: the key's binding is removed (its node emptied, as it may hold
+    finer keys), so the key resolves as if never bound. Never read back from ZooKeeper."""
 
 
 class ClusterState(StrEnum):

@@ -163,7 +163,8 @@ class PlannedSwitch(SagaWorkflow):
         undo.add("unlock", lambda: self._undo(steps.UNLOCK, locks, type(None)))
         await self._step("lock", steps.LOCK, locks, type(None), timeout_s=30, give_up_s=120)
 
-        unblock = UnblockRequest(saga, plan.keys, plan.source, 0, policy.acks_timeout_s)
+        unbound = [k for k in plan.keys if not plan.epochs.get(k)]
+        unblock = UnblockRequest(saga, plan.keys, plan.source, 0, policy.acks_timeout_s, unbound)
         undo.add("unblock", lambda: self._undo(steps.UNBLOCK, unblock, Unblocked))
         block = BlockRequest(saga, plan.keys, plan.epochs, plan.source, policy.acks_timeout_s)
         acks_s = policy.acks_timeout_s

@@ -22,7 +22,10 @@ def bindings() -> None:
 @click.argument("key", type=KEY)
 @click.argument("cluster")
 @click.option(
-    "--state", type=click.Choice([s.value for s in BindingState]), default="active", show_default=True
+    "--state",
+    type=click.Choice([s.value for s in (BindingState.ACTIVE, BindingState.BLOCKED)]),
+    default="active",
+    show_default=True,
 )
 @click.option("--expect-epoch", type=int, help="Fail unless KEY is still at this epoch (0: unbound).")
 @click.option("--force", is_flag=True, help="Allow a shielded or down cluster.")

@@ -179,8 +179,11 @@ class RoutingRecords(LedgerBase):
         with self._connection() as conn:
             for row in conn.execute(_committed(binding_events).order_by(binding_events.c.epoch)):
                 e = _binding_event(row._mapping)
-                bindings[e.key] = Binding(e.to_cluster, e.epoch, e.to_state, e.at, e.actor)
                 epoch = max(epoch, e.epoch)
+                if e.to_state is BindingState.UNBOUND:
+                    bindings.pop(e.key, None)
+                    continue
+                bindings[e.key] = Binding(e.to_cluster, e.epoch, e.to_state, e.at, e.actor)
             for row in conn.execute(_committed(cluster_events).order_by(cluster_events.c.epoch)):
                 c = _cluster_event(row._mapping)
                 clusters[c.cluster_id] = Cluster(

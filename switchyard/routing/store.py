@@ -313,11 +313,16 @@ class RoutingStore:
             _fence(str(b.key), b.expected_epoch, node)
             old = node.current
             assert old is None or isinstance(old, Binding)
-            if old is None or old.cluster != b.cluster:
-                self._check_target(b, clusters, force)
-            if old is not None and (old.cluster, old.state) == (b.cluster, b.state):
-                raise BindingRefused(f"{b.key}: already {b.state} on {b.cluster} (epoch {old.epoch})")
-            node.new_data = Binding(b.cluster, epoch, b.state, at, actor).to_json()
+            if b.state is BindingState.UNBOUND:
+                if old is None:
+                    raise BindingRefused(f"{b.key}: not bound")
+                node.new_data = b""  # empty means unbound; the node may hold finer keys
+            else:
+                if old is None or old.cluster != b.cluster:
+                    self._check_target(b, clusters, force)
+                if old is not None and (old.cluster, old.state) == (b.cluster, b.state):
+                    raise BindingRefused(f"{b.key}: already {b.state} on {b.cluster} (epoch {old.epoch})")
+                node.new_data = Binding(b.cluster, epoch, b.state, at, actor).to_json()
             nodes.append(node)
             binding_events.append(
                 BindingEvent(

@@ -128,6 +128,9 @@ class UnblockRequest:
     block_epoch: int
     """0 when the block may never have been written."""
     acks_timeout_s: float
+    unbind: list[str] = field(default_factory=list)
+    """Keys that were not bound before the block: undone, they are unbound again, not left pinned to
+    where they happened to resolve."""
 
 
 @dataclass

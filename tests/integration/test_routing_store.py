@@ -379,3 +379,23 @@ def test_a_deleted_link_is_gone_from_the_tree_the_ledger_and_a_rebuild(store: Ro
     again = store.link("p2s")
     assert again is not None
     assert (again.source, again.target) == ("standby", "primary")
+
+
+def test_an_unbound_key_is_gone_from_the_tree_the_ledger_and_a_rebuild(store: RoutingStore) -> None:
+    """What a compensation does for a key a saga blocked that was not bound before: the key resolves as
+    if never bound again, and its application's binding (the parent node) stays."""
+    store.set_binding(ORDERS, "primary", actor=ACTOR, reason="t")
+    blocked = store.set_binding(HOST7, "primary", BindingState.BLOCKED, actor=ACTOR, reason="t")
+    with pytest.raises(BindingConflict, match="expected epoch"):  # fenced like every change
+        store.apply([BindingChange(HOST7, 1, "primary", BindingState.UNBOUND)], actor=ACTOR, reason="stale")
+    store.apply([BindingChange(HOST7, blocked, "primary", BindingState.UNBOUND)], actor=ACTOR, reason="undo")
+    assert store.binding(HOST7) is None
+    assert store.binding(ORDERS) is not None
+    assert HOST7 not in store.snapshot().bindings
+    assert store.ledger.history(HOST7)[0].to_state is BindingState.UNBOUND  # newest first
+    assert HOST7 not in store.ledger.state().bindings
+    with pytest.raises(BindingRefused, match="orders@host-7: not bound"):
+        store.apply([BindingChange(HOST7, 0, "primary", BindingState.UNBOUND)], actor=ACTOR, reason="again")
+    assert rebuild(store).unchanged
+    store.set_binding(HOST7, "standby", expected_epoch=0, actor=ACTOR, reason="bound anew")
+    assert store.binding(HOST7).cluster == "standby"  # type: ignore[union-attr]

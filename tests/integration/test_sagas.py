@@ -343,6 +343,27 @@ def test_a_saga_survives_its_worker_or_temporal_going_down_between_block_and_fli
     capture(live, saga, runs[0].run_id, f"switchover-{crash}")
 
 
+def test_a_cancelled_switch_of_a_key_never_bound_leaves_it_unbound(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """The block binds a key that had no binding of its own; undone, it must resolve as before (through
+    its application's binding), not stay pinned to the cluster it resolved to."""
+    app, _, link = prepare(live, routing, stack_config, partitions=1)
+    key = BindingKey.instance(app, "host-9")
+    saga = saga_id([str(key)])
+    started = live.cli("switchover", str(key), "--link", link, "--approval", "before-flip")
+    assert started.returncode == 0, started.stderr
+    wait_for_approval(live, saga)
+    assert routing.binding(key).state is BindingState.BLOCKED  # type: ignore[union-attr]
+    cancelled = live.cli("sagas", "cancel", saga)
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    ended = live.cli("sagas", "show", saga, "--follow")
+    assert ended.returncode == 8, ended.stdout + ended.stderr
+    assert "switchover compensated" in ended.stdout
+    assert routing.binding(key) is None
+    assert routing.ledger.history(key)[0].to_state is BindingState.UNBOUND
+
+
 def test_a_saga_terminated_from_outside_leaves_locks_that_sagas_unlock_releases(
     live: Live, routing: RoutingStore, stack_config: Config
 ) -> None:

@@ -84,6 +84,8 @@ class Script:
     hold: dict[str, asyncio.Event] = field(default_factory=dict)
     refusal: str | None = None
     reachable: bool = False
+    bound: bool = True
+    """Whether the plan finds the keys bound (else at epoch 0)."""
     drained_from: list[PartitionEnd] = field(default_factory=lambda: list(ENDS))
     """The source ends the drain reads when it starts beside the fence."""
 
@@ -157,7 +159,7 @@ class Script:
         return TopicUsers(request.topic, users, keys, "primary", 2, ["stand-in users"])
 
     def _plan(self, request: Any) -> Plan:
-        epochs = {k: 3 for k in request.keys}
+        epochs = {k: 3 if self.bound else 0 for k in request.keys}
         if self.refusal:
             return Plan(request.keys, epochs, refusal=self.refusal)
         return Plan(

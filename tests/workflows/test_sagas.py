@@ -115,7 +115,16 @@ def test_a_failure_before_the_flip_unblocks_and_unlocks_in_reverse(sagas: Sagas)
     assert "keys unblocked where they were" in result["detail"]
     assert sagas.script.steps == [*PLANNED[:5], *BEFORE_THE_FLIP_UNDONE]
     unblock = sagas.script.requests[steps.UNBLOCK][0]
-    assert (unblock.source, unblock.block_epoch) == ("primary", 10)
+    assert (unblock.source, unblock.block_epoch, unblock.unbind) == ("primary", 10, [])
+
+
+def test_a_compensation_leaves_a_key_that_was_not_bound_unbound(sagas: Sagas) -> None:
+    sagas.script.bound = False
+    sagas.script.fail[steps.DRAIN] = refused("DrainTimeout", "link p2s did not copy up to the fenced ends")
+    kind, _ = fails(sagas, "Switchover", SwitchRequest(["orders@host-9"]))
+    assert kind == "SwitchAbandoned"
+    unblock = sagas.script.requests[steps.UNBLOCK][0]
+    assert unblock.unbind == ["orders@host-9"]  # not pinned to where it resolved when the saga began
 
 
 HELD = [steps.BLOCK, steps.FENCE, steps.DRAIN, steps.SYNC_GROUPS, steps.CHECK_COPY, steps.FLIP]
