@@ -44,8 +44,11 @@ def to_temporal(exc: SwitchyardError) -> ApplicationError:
 
 @contextmanager
 def mapped() -> Iterator[None]:
-    """Raise Switchyard's errors from the block as Temporal's."""
+    """Raise Switchyard's errors from the block as Temporal's: the message says what went wrong, so the
+    failure carries no chain of causes with their stack traces (the worker's log has them). Temporal
+    keeps a step's last failure with the time-out of a step that gave up, but only a small one: a large
+    failure reaches the saga as "Failure exceeds size limit"."""
     try:
         yield
     except SwitchyardError as exc:
-        raise to_temporal(exc) from exc
+        raise to_temporal(exc) from None

