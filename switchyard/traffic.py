@@ -33,10 +33,22 @@ class Batch:
 
 class Reader:
     """A consumer application in a group: every record it receives is processed, then the batch is
-    committed synchronously (at-least-once, as most applications do)."""
+    committed synchronously (at-least-once, as most applications do). ``process_s``: how long it works
+    on each batch before committing it (an application that is rarely idle); ``session_s``: its session
+    time-out, if not the testbed's."""
 
-    def __init__(self, bootstrap: str, app: str, topic: str, group: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        app: str,
+        topic: str,
+        group: str,
+        *,
+        process_s: float = 0.0,
+        session_s: float | None = None,
+    ) -> None:
         self.app, self.topic, self.group = app, topic, group
+        self.process_s = process_s
         self.stop = threading.Event()
         self.batches: list[Batch] = []
         self.errors: list[str] = []
@@ -48,6 +60,7 @@ class Reader:
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
                 **TESTBED_CONSUMER_SETTINGS,
+                **({"session.timeout.ms": int(session_s * 1000)} if session_s else {}),
             }
         )
         self.thread = Worker(self._consume, name=f"consumer-{app}")
@@ -71,6 +84,8 @@ class Reader:
                     continue
                 batch = Batch(records)
                 self.batches.append(batch)  # processed: the application has seen them
+                if self.process_s:
+                    self.stop.wait(self.process_s)
                 try:
                     self.consumer.commit(asynchronous=False)
                 except KafkaException as exc:
@@ -84,7 +99,8 @@ class Traffic:
 
     The producer is ``app`` and sends the numbers 0, 1, 2, ... as values (``rate_per_s`` paces it; by
     default it sends a record every few milliseconds). Each reader is an application of its own
-    (``readers`` maps its AppID to its group), or by default ``app`` itself consuming in ``group``.
+    (``readers`` maps its AppID to its group), or by default ``app`` itself consuming in ``group``;
+    ``process_s``, ``session_s``: as for :class:`Reader`.
     """
 
     def __init__(
@@ -97,6 +113,8 @@ class Traffic:
         idempotent: bool,
         readers: dict[str, str] | None = None,
         rate_per_s: float | None = None,
+        process_s: float = 0.0,
+        session_s: float | None = None,
     ) -> None:
         self.topic = topic
         self.rate_per_s = rate_per_s
@@ -123,7 +141,10 @@ class Traffic:
                 ),
             }
         )
-        self.readers = [Reader(bootstrap, a, topic, g) for a, g in (readers or {app: group}).items()]
+        self.readers = [
+            Reader(bootstrap, a, topic, g, process_s=process_s, session_s=session_s)
+            for a, g in (readers or {app: group}).items()
+        ]
         self.threads = [Worker(self._produce, name="producer"), *(r.thread for r in self.readers)]
 
     @property

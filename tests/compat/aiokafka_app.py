@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from tests.compat.app_io import Events, arguments
 
@@ -16,12 +17,16 @@ async def produce(args: Any, events: Events) -> None:
     )
     await producer.start()
     pending: set[asyncio.Future[Any]] = set()
-    n = 0
+    n = 0  # the sends attempted
     while not events.stopping("stop-producing"):
-        delivery = await producer.send(args.topic, key=str(n).encode(), value=str(n).encode())
-        delivery.add_done_callback(lambda f, n=n: delivered(events, n, f))
-        pending.add(delivery)
-        delivery.add_done_callback(pending.discard)
+        try:
+            delivery = await producer.send(args.topic, key=str(n).encode(), value=str(n).encode())
+        except KafkaError as exc:  # refused at once (no metadata in time): no delivery will come
+            events("failed", v=n, e=repr(exc))
+        else:
+            delivery.add_done_callback(lambda f, n=n: delivered(events, n, f))
+            pending.add(delivery)
+            delivery.add_done_callback(pending.discard)
         n += 1
         await asyncio.sleep(1 / args.rate)
     await producer.flush()
@@ -67,11 +72,15 @@ async def consume(args: Any, events: Events, group: str, *, manual: bool) -> Non
 async def main() -> None:
     args = arguments()
     events = Events(args.dir)
-    await asyncio.gather(
-        produce(args, events),
-        consume(args, events, args.group, manual=True),
-        consume(args, events, args.auto_group, manual=False),
-    )
+    try:
+        await asyncio.gather(
+            produce(args, events),
+            consume(args, events, args.group, manual=True),
+            consume(args, events, args.auto_group, manual=False),
+        )
+    except BaseException as exc:  # said in the events too; the traceback and exit code 1 follow
+        events("error", g="app", e=repr(exc))
+        raise
 
 
 if __name__ == "__main__":

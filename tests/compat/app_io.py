@@ -4,8 +4,11 @@ Each application (one per client library) produces numbered records and consumes
 ``manual`` commits synchronously after each processed batch, ``auto`` uses the library's default
 auto-commit. It writes everything it sees as JSON lines to ``events.jsonl`` in its directory — each
 acknowledgement and failed send, each batch received and whether its commit went through — and stops
-producing when ``stop-producing`` appears there, stops altogether when ``stop`` does. The Node.js
-application (``js/app.js``) speaks the same.
+producing when ``stop-producing`` appears there, stops altogether when ``stop`` does. Once its producer
+is done it writes ``produced`` with ``n``, the sends it attempted (each must end in exactly one ``acked``
+or ``failed``), and ``unreported``, the records its client gave up waiting for (librdkafka's ``flush()``
+remainder). It exits 0 only when every part of it ended cleanly. The Node.js application
+(``js/app.js``) speaks the same.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import argparse
 import json
 import threading
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +57,24 @@ def paced(rate: float, events: Events) -> Any:
         next_at += interval
         yield n
         n += 1
+
+
+def run_all(events: Events, parts: dict[str, Callable[[], None]]) -> int:
+    """Run each part in a thread of that name; the exit code: 1 if any part raised (written as an
+    ``error`` event), else 0 — an exception ending a thread would otherwise leave the process's 0."""
+    failed: list[str] = []
+
+    def guarded(name: str, part: Callable[[], None]) -> None:
+        try:
+            part()
+        except BaseException as exc:
+            failed.append(name)
+            events("error", g="app", e=f"{name}: {exc!r}")
+            traceback.print_exc()
+
+    threads = [threading.Thread(target=guarded, args=(n, p), name=n) for n, p in parts.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return 1 if failed else 0

@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 import logging
-import threading
+import sys
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError
 
-from tests.compat.app_io import Events, arguments, paced
+from tests.compat.app_io import Events, arguments, paced, run_all
 
 
 def produce(args: Any, events: Events) -> None:
     producer = KafkaProducer(bootstrap_servers=args.bootstrap, client_id=f"{args.app}@producer", acks="all")
-    sent = 0
+    attempted = 0
     for n in paced(args.rate, events):
-        future = producer.send(args.topic, key=str(n).encode(), value=str(n).encode())
+        attempted = n + 1
+        try:
+            future = producer.send(args.topic, key=str(n).encode(), value=str(n).encode())
+        except KafkaError as exc:  # refused at once (no metadata in time, buffer full): no callback comes
+            events("failed", v=n, e=repr(exc))
+            continue
         future.add_callback(lambda md, n=n: events("acked", v=n, p=md.partition, o=md.offset))
         future.add_errback(lambda exc, n=n: events("failed", v=n, e=repr(exc)))
-        sent = n + 1
-    producer.flush()
-    events("produced", n=sent)
+    producer.flush()  # no time-out: returns once every record has its report
+    events("produced", n=attempted)
     producer.close()
 
 
@@ -48,25 +53,20 @@ def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
     consumer.close()
 
 
-def main() -> None:
+def main() -> int:
     logging.basicConfig(format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("kafka.coordinator").setLevel(logging.INFO)  # joins and rebalances, for the log
     args = arguments()
     events = Events(args.dir)
-    threads = [
-        threading.Thread(target=produce, args=(args, events)),
-        threading.Thread(
-            target=consume, args=(args, events, args.group), kwargs={"manual": True}, name="manual"
-        ),
-        threading.Thread(
-            target=consume, args=(args, events, args.auto_group), kwargs={"manual": False}, name="auto"
-        ),
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    return run_all(
+        events,
+        {
+            "produce": lambda: produce(args, events),
+            "manual": lambda: consume(args, events, args.group, manual=True),
+            "auto": lambda: consume(args, events, args.auto_group, manual=False),
+        },
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,11 +5,13 @@ Each library runs two applications of its own (``tests/compat``), one reaching t
 gateway, one through a pair: each a producer with acks=all and two consumer groups, one committing
 synchronously after each processed batch, one on the library's default auto-commit. All eight are moved
 to the standby by the same switchover, and judged by what they saw:
-every acknowledged record processed, none processed twice by the committing group, no send reported
-failed, nothing on the old cluster after the block, and processing again within 3 s of the flip beyond
-the library's own first join on this broker (measured at the start of the same run: Tansu's join delay
-grows with the session time-out, which each library sets differently). The auto-commit groups'
-duplicates are reported, not judged: auto-commit promises no more.
+every send it attempted reported exactly once, acknowledged (none failed, none left without a report
+when its client stopped waiting), every acknowledged record processed, none processed twice by the
+committing group, nothing on the old cluster after the block, each application ending with exit code 0,
+and processing again within 3 s of the flip beyond the library's own first join on this broker
+(measured at the start of the same run: Tansu's join delay grows with the session time-out, which each
+library sets differently). The auto-commit groups' duplicates are reported, not judged: auto-commit
+promises no more.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class App:
     """Seconds from its start to its first processed batch: this library's first join on this broker."""
     gateways: str = ""
     """The gateways its clients went through."""
+    exit_code: int | None = None
+    """How the application ended once told to stop (None: it did not end in time and was killed)."""
 
     @property
     def name(self) -> str:
@@ -127,7 +131,7 @@ class App:
         self.signal("stop")
         if self.process is not None:
             try:
-                self.process.wait(30)
+                self.exit_code = self.process.wait(30)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
@@ -139,6 +143,11 @@ class Seen:
     acked: dict[int, float] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
     produced: int | None = None
+    """The sends the application attempted (said once its producer is done)."""
+    unreported: int = 0
+    """Records its client gave up waiting for: no report will ever come for them."""
+    reports: Counter[int] = field(default_factory=Counter)
+    """Each record's reports, acknowledgements and failures alike: exactly one each is the promise."""
     batches: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {"manual": [], "auto": []})
     errors: list[str] = field(default_factory=list)
 
@@ -147,10 +156,12 @@ class Seen:
             kind = e["k"]
             if kind == "acked":
                 self.acked[e["v"]] = e["t"]
+                self.reports[e["v"]] += 1
             elif kind == "failed":
                 self.failed.append(f"{e['v']}: {e['e']}")
+                self.reports[e["v"]] += 1
             elif kind == "produced":
-                self.produced = e["n"]
+                self.produced, self.unreported = e["n"], e.get("unreported", 0)
             elif kind == "batch":
                 self.batches[e["g"]].append(e)
             elif kind == "error":
@@ -335,6 +346,7 @@ def judge(a: App, flipped: float, primary: str, standby: str) -> tuple[dict[str,
         "library": a.library,
         "through": a.setup,
         "gateways used": a.gateways,
+        "sent": s.produced,
         "acked": len(s.acked),
         "failed sends": len(s.failed),
         "lost": len(set(s.acked) - set(manual)),
@@ -344,8 +356,10 @@ def judge(a: App, flipped: float, primary: str, standby: str) -> tuple[dict[str,
         "resumed s": round(resume_s, 1),
         "join rounds": f"{first_rounds}/{rounds_after}",
         "auto-commit twice": sum(n > 1 for n in auto.values()),
+        "exit": a.exit_code,
     }
     problems = [
+        *unaccounted_sends(s),
         *(["sends failed: " + "; ".join(s.failed[:3])] if s.failed else []),
         *([f"{row['lost']} acknowledged records never processed"] if row["lost"] else []),
         *([f"{row['twice']} records processed twice"] if row["twice"] else []),
@@ -359,8 +373,28 @@ def judge(a: App, flipped: float, primary: str, standby: str) -> tuple[dict[str,
         *([f"lost to the auto-commit group: {sorted(set(s.acked) - set(auto))[:5]}"]
           if set(s.acked) - set(auto) else []),
         *s.errors[:3],
+        *([f"exit code {a.exit_code}" if a.exit_code is not None else "still running 30 s after its stop"]
+          if a.exit_code != 0 else []),
     ]  # fmt: skip
     return row, problems
+
+
+def unaccounted_sends(s: Seen) -> list[str]:
+    """Every send attempted ends in exactly one report, acknowledged or failed: a send whose report never
+    came would be missing from every other count."""
+    if s.produced is None:
+        return ["the producer never said how many sends it attempted"]
+    found = []
+    if s.unreported:
+        found.append(f"{s.unreported} records still without a delivery report when the producer stopped")
+    reported = sum(s.reports.values())
+    if reported != s.produced:
+        found.append(f"{s.produced} sends attempted, {reported} reported ({len(s.failed)} failed)")
+    attempted = Counter(range(s.produced))
+    if s.reports != attempted:
+        never, again = sorted(attempted - s.reports), sorted(s.reports - attempted)
+        found.append(f"sends never reported: {never[:5]}; reported more than once or never sent: {again[:5]}")
+    return found
 
 
 def same_topic_throughout(

@@ -80,7 +80,7 @@ def test_a_switchover_and_its_switchback_lose_and_double_nothing(
 ) -> None:
     assert live.gateway is not None
     app, topic, link = prepare(live, routing, stack_config)
-    primary = stack_config.clusters["primary"].bootstrap
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
     traffic = Traffic(live.gateway.bootstrap, app, topic, unique("group"), idempotent=True)
     traffic.start()
     try:
@@ -91,6 +91,9 @@ def test_a_switchover_and_its_switchback_lose_and_double_nothing(
         assert f"primary -> standby (link {link})" in over.stdout
         traffic.wait_for(300)  # going on, on the standby (the reverse link copies it back to the primary)
         assert routing.binding(BindingKey.for_app(app)).cluster == "standby"  # type: ignore[union-attr]
+        # the standby is the application's cluster now: it must hold everything, once. (The switchback
+        # copies back only what was written after the flip, so the primary alone cannot tell.)
+        holds_each_once(standby, topic, list(traffic.acked))
 
         back = live.cli("switchback", app, "--wait", "--reason", "planned test")
         assert back.returncode == 0, back.stdout + back.stderr
@@ -133,6 +136,15 @@ def test_a_switchover_and_its_switchback_lose_and_double_nothing(
             if span.name.startswith("RunActivity:"):  # begun by the workflow's StartActivity
                 assert by_id[span.parent_id].name == span.name.replace("Run", "Start", 1)
                 assert by_id[by_id[span.parent_id].parent_id] == started, span
+
+
+def holds_each_once(bootstrap: str, topic: str, acked: list[int]) -> None:
+    """Every record in ``acked`` is on the cluster, and no record is there twice (the application may
+    have more acknowledged by the time it is read: those may be there too)."""
+    held = Counter(topic_ids(bootstrap, topic))
+    missing, twice = sorted(set(acked) - set(held)), sorted(v for v, n in held.items() if n > 1)
+    assert not missing, f"acknowledged, not on {bootstrap}: {missing[:10]}"
+    assert not twice, f"twice on {bootstrap}: {twice[:10]}"
 
 
 def test_a_switch_with_the_mirror_lagging_at_the_block_waits_for_the_drain(
@@ -340,6 +352,18 @@ def test_a_saga_survives_its_worker_or_temporal_going_down_between_block_and_fli
     # refused (NOT_COORDINATOR) and its batch processed again — at-least-once, and counted
     print(f"\n{crash}: {judge_consumer(traffic)}")
     runs = routing.ledger.saga_runs(saga)
+    # the saga went on from its history: the block and the fence, done before the crash, were not done
+    # again — one block and one flip of the key, each written by the saga, and one fence that succeeded
+    changes = [
+        (e.to_cluster, e.to_state, e.actor) for e in reversed(routing.ledger.history(BindingKey.for_app(app)))
+    ]
+    assert changes == [
+        ("primary", BindingState.ACTIVE, ACTOR),
+        ("primary", BindingState.BLOCKED, f"saga:{saga}"),
+        ("standby", BindingState.ACTIVE, f"saga:{saga}"),
+    ], changes
+    succeeded = Counter(s.step for s in routing.ledger.saga_steps(runs[0].run_id) if s.outcome == "ok")
+    assert (succeeded["block_keys"], succeeded["verify_fence"]) == (1, 1), succeeded
     capture(live, saga, runs[0].run_id, f"switchover-{crash}")
 
 

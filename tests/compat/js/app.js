@@ -20,7 +20,7 @@ async function produce () {
   const producer = client('producer').producer()
   await producer.connect()
   const pending = new Set()
-  let n = 0
+  let n = 0 // the sends attempted: each ends in exactly one 'acked' or 'failed' event
   while (!stopping('stop-producing')) {
     const value = String(n)
     const sent = producer.send({ topic: args.topic, acks: -1, messages: [{ key: value, value }] })
