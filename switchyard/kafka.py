@@ -265,7 +265,9 @@ def log_ends(
 
     ListOffsets(latest) is only a lower bound on Tansu (docs/testbed.md), exact elsewhere; reading on
     from just below it to end-of-partition gives the exact end everywhere, at the cost of at most one
-    batch. ``consumer`` must have ``enable.partition.eof`` set; its assignment is replaced.
+    batch. A partition written to all the while may never show its end (each Fetch brings records):
+    then the high watermark of the Fetch that brought a record is its end at that moment, as exact.
+    ``consumer`` must have ``enable.partition.eof`` set; its assignment is replaced.
     """
     wanted = list(dict.fromkeys(partitions))
     if not wanted:
@@ -283,11 +285,15 @@ def log_ends(
                 missing = [f"{t}[{p}]" for t, p in wanted if (t, p) not in ends]
                 raise KafkaOperationError(f"no end of partition reached for {', '.join(missing)}")
             for msg in _next_messages(consumer):
-                error = msg.error()
+                error, key = msg.error(), (msg.topic() or "", msg.partition() or 0)
                 if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                    ends[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
+                    ends[key] = msg.offset() or 0
                 elif error is not None:
                     raise KafkaOperationError(f"reading to the log end failed: {error}")
+                elif key not in ends:
+                    _, fetched = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+                    if fetched > (msg.offset() or 0):  # -1001 until a Fetch answer said it
+                        ends[key] = fetched
     finally:
         consumer.unassign()
     return ends

@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
@@ -22,7 +22,7 @@ from switchyard import kafka, launch, temporal
 from switchyard.config import Config
 from switchyard.keys import BindingKey
 from switchyard.launch import policy_of
-from switchyard.mirror.groups import committed_offsets
+from switchyard.mirror.groups import committed_offsets, group_state
 from switchyard.mirror.status import read_status
 from switchyard.model import BindingState
 from switchyard.routing.gateways import wait_for_acks
@@ -247,6 +247,41 @@ async def progress_of(handle: WorkflowHandle[Any, Any]) -> Progress:
     except RPCError:  # not picked up by a worker yet
         return Progress("", [])
     return found
+
+
+def test_a_member_moved_by_a_switch_is_removed_from_the_cluster_it_left(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """A consumer with a session time-out of 20 s (the libraries' defaults: 10 to 45 s). Once it is told
+    to rejoin on the standby, the gateway removes its member from the primary: the group there is empty
+    at once, so a switch back can write the group's offsets there without waiting for the member to
+    expire, clients held."""
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, stack_config, partitions=1)
+    primary = stack_config.clusters["primary"].bootstrap
+    traffic = Traffic(
+        live.gateway.bootstrap, app, topic, unique("group"), idempotent=True, rate_per_s=300, session_s=20
+    )
+    traffic.start()
+    try:
+        traffic.wait_for(200, timeout_s=90)  # Tansu's first join takes about half the session time-out
+        over = live.cli("switchover", app, "--link", link, "--wait")
+        assert over.returncode == 0, over.stdout + over.stderr
+        admin = AdminClient({"bootstrap.servers": primary})
+        deadline = time.monotonic() + 6  # under a third of the member's session time-out
+        while group_state(admin, traffic.group)[0] is not ConsumerGroupState.EMPTY:
+            assert time.monotonic() < deadline, "the member stayed in its group on the primary"
+            time.sleep(0.2)
+        offsets = ConsumerGroupTopicPartitions(traffic.group, [TopicPartition(topic, 0, 0)])
+        for future in admin.alter_consumer_group_offsets([offsets]).values():  # a member would refuse it
+            assert all(tp.error is None for tp in future.result(10).topic_partitions or ())
+        traffic.wait_for(100, timeout_s=90)
+    finally:
+        traffic.stop()
+    assert traffic.failed == []
+    assert sorted(traffic.acked) == list(range(traffic.sent))
+    print(f"\nswitchover of a 20 s session member: {judge_consumer(traffic, carried=True)}")
+    assert f"group {traffic.group}: member" in live.gateway.log.read_text()
 
 
 def test_a_writer_around_the_gateway_stops_the_switch_and_is_named(

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
+import time
 import uuid
 
+from confluent_kafka import Consumer, Producer
 from kazoo.client import KazooClient
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
@@ -79,3 +82,35 @@ def test_short_lived_commands_exit_cleanly_every_time(stack: Stack, stack_config
                 capture_output=True, text=True, timeout=60, check=False,
             )  # fmt: skip
             assert (done.returncode, done.stderr) == (0, ""), f"{command}: {done.returncode} {done.stderr}"
+
+
+def test_a_log_end_is_read_while_the_partition_is_written_to(stack: Stack, stack_config: Config) -> None:
+    """A Fetch that always brings records never says end-of-partition: the end is then the high watermark
+    that Fetch answered with. (The mirror once waited 30 s for an end while an application wrote, and
+    the switch back its reverse link was for was refused meanwhile.)"""
+    bootstrap = stack_config.clusters["primary"].bootstrap
+    topic = f"busy-{uuid.uuid4().hex[:8]}"
+    kafka.create_topics(bootstrap, [topic])
+    writing = threading.Event()
+    writing.set()
+
+    def write() -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+        while writing.is_set():
+            producer.produce(topic, b"busy")
+            producer.poll(0.002)
+        producer.flush(10)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "busy-probe", "enable.partition.eof": True})
+    try:
+        time.sleep(0.5)
+        before = kafka.ends_of(bootstrap, [(topic, 0)])[(topic, 0)]
+        end = kafka.log_ends(probe, [(topic, 0)], timeout_s=10)[(topic, 0)]
+        after = kafka.ends_of(bootstrap, [(topic, 0)])[(topic, 0)]
+    finally:
+        writing.clear()
+        writer.join(15)
+        probe.close()
+    assert before <= end <= after

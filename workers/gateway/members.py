@@ -17,6 +17,8 @@ class Member:
     cluster: str
     session_timeout_s: float | None
     """None: not seen joining (looked up), so not known."""
+    left: bool = False
+    """The gateway has had the cluster it joined on forget it (``ClientSession._leave_behind``)."""
 
 
 class Members:

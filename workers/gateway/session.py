@@ -35,6 +35,7 @@ from workers.gateway.apis import Context, context_of
 from workers.gateway.blocking import TOPIC_AUTHORIZATION_FAILED, blocked_response
 from workers.gateway.carry import carried_commit
 from workers.gateway.decision import Action, Decision, decide
+from workers.gateway.entities import element_type, make
 from workers.gateway.holds import hold_limit
 from workers.gateway.inflight import Ticket
 from workers.gateway.intake import Intake, Lease
@@ -48,6 +49,7 @@ from workers.gateway.protocol import (
     encode_response,
     parse_request,
     replace_body,
+    request_schema,
     with_size,
 )
 from workers.gateway.rewrite import BROKER_NAMING
@@ -310,6 +312,7 @@ class ClientSession:
         if action is Action.DROP:
             return _ready(None)
         if action is Action.REJOIN:
+            self._leave_behind(request, snapshot)
             return _ready(encode_response(request, blocked_response(request, request.body, REBALANCING)))
         if action in (Action.REDIRECT, Action.REFUSE, Action.HOLD):
             if action is not Action.HOLD:  # a held request was counted when it was held
@@ -318,6 +321,7 @@ class ClientSession:
             return _ready(encode_response(request, blocked_response(request, request.body, error)))
         if action is Action.CARRY:
             assert decision.source is not None
+            self._leave_behind(request, snapshot)
             return self._later(self._carry(incoming, snapshot, resolution, decision.source))
         if action is Action.ADOPT:
             return self._later(self._adopt(incoming, snapshot, resolution, decision.node))
@@ -481,6 +485,42 @@ class ClientSession:
             gateway.members.joined(group, member_id, Member(cluster, None))
         elif described.group_state in ("Empty", "Dead", "Stable"):  # not mid-rebalance: it is not here
             gateway.members.joined(group, member_id, Member(sources[0], None))
+
+    def _leave_behind(self, request: Request, snapshot: RoutingSnapshot) -> None:
+        """A member's identity has left the cluster it joined on (it is told to rejoin, its commits are
+        carried): have that cluster forget it now, once. Left there, it would stay a member until its
+        session time-out — up to 45 s at the clients' defaults — and a switch back could not write its
+        group's offsets there (a group takes them only without members) until then, clients held."""
+        group, member_id = request.body.group_id, request.body.member_id
+        member = self.gateway.members.get(group, member_id)
+        if member is None or member.left:
+            return
+        self.gateway.members.joined(group, member_id, dataclasses.replace(member, left=True))
+        cluster = snapshot.clusters.get(member.cluster)
+        if cluster is not None and cluster.state is ClusterState.ACTIVE:  # a shielded one is not contacted
+            self._later(self._leave(member.cluster, group, member_id))
+
+    async def _leave(self, cluster: str, group: str, member_id: str) -> None:
+        """LeaveGroup on ``member_id``'s behalf, as an admin client's removal of a member does."""
+        version = min(self.gateway.offered.get(apis.LEAVE_GROUP, (0, 0))[1], 5)
+        fields: dict[str, Any] = {"member_id": member_id}
+        if version >= 3:  # members named in a list (KIP-345); a dynamic member by its id alone
+            entry = element_type(request_schema(apis.LEAVE_GROUP, version), "members")
+            named = {"member_id": member_id, "group_instance_id": None}
+            fields = {"members": (make(entry, **named, **({"reason": "switched"} if version >= 5 else {})),)}
+        try:
+            node = await self._coordinator(cluster, group)
+            answer = await self._upstream(cluster, node, long_poll=False).ask(
+                apis.LEAVE_GROUP, version, group_id=group, **fields
+            )
+        except (UpstreamError, TimeoutError, FrameError) as exc:
+            log.warning("group %s: could not remove member %s from %s: %s", group, member_id, cluster, exc)
+            return
+        errors = {answer.error_code, *(m.error_code for m in getattr(answer, "members", ()))}
+        if errors - {ErrorCode.none, ErrorCode.unknown_member_id}:  # unknown: it had expired already
+            log.warning("group %s: %s did not remove member %s: %s", group, cluster, member_id, errors)
+        else:
+            log.info("group %s: member %s removed from %s, which it left", group, member_id, cluster)
 
     async def _coordinator(self, cluster: str, group: str) -> int:
         """The broker of ``cluster`` that coordinates ``group``."""
