@@ -73,10 +73,9 @@ async def main() -> None:
     args = arguments()
     events = Events(args.dir)
     try:
+        groups = [(args.group, True), (args.auto_group, False)] if args.group else []
         await asyncio.gather(
-            produce(args, events),
-            consume(args, events, args.group, manual=True),
-            consume(args, events, args.auto_group, manual=False),
+            produce(args, events), *(consume(args, events, group, manual=manual) for group, manual in groups)
         )
     except BaseException as exc:  # said in the events too; the traceback and exit code 1 follow
         events("error", g="app", e=repr(exc))

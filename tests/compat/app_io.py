@@ -25,10 +25,23 @@ from typing import Any
 
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    for name in ("bootstrap", "app", "topic", "group", "auto_group", "dir"):
-        parser.add_argument(f"--{name.replace('_', '-')}", required=True)
+    for name in ("bootstrap", "app", "topic", "dir"):
+        parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--group", help="the committing group (none: the application only produces)")
+    parser.add_argument("--auto-group")
     parser.add_argument("--rate", type=float, default=100.0)
     return parser.parse_args()
+
+
+def parts(
+    args: argparse.Namespace, produce: Callable[[], None], consume: Callable[[str, bool], None]
+) -> dict[str, Callable[[], None]]:
+    """The application's producer, and its two consumer groups when it was given them."""
+    found = {"produce": produce}
+    if args.group:
+        found["manual"] = lambda: consume(args.group, True)
+        found["auto"] = lambda: consume(args.auto_group, False)
+    return found
 
 
 class Events:

@@ -8,7 +8,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
-from tests.compat.app_io import Events, arguments, paced, run_all
+from tests.compat.app_io import Events, arguments, paced, parts, run_all
 
 
 def produce(args: Any, events: Events) -> None:
@@ -67,11 +67,11 @@ def main() -> int:
     events = Events(args.dir)
     return run_all(
         events,
-        {
-            "produce": lambda: produce(args, events),
-            "manual": lambda: consume(args, events, args.group, manual=True),
-            "auto": lambda: consume(args, events, args.auto_group, manual=False),
-        },
+        parts(
+            args,
+            lambda: produce(args, events),
+            lambda group, manual: consume(args, events, group, manual=manual),
+        ),
     )
 
 

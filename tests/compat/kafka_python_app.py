@@ -9,7 +9,7 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 
-from tests.compat.app_io import Events, arguments, paced, run_all
+from tests.compat.app_io import Events, arguments, paced, parts, run_all
 
 
 def produce(args: Any, events: Events) -> None:
@@ -60,11 +60,11 @@ def main() -> int:
     events = Events(args.dir)
     return run_all(
         events,
-        {
-            "produce": lambda: produce(args, events),
-            "manual": lambda: consume(args, events, args.group, manual=True),
-            "auto": lambda: consume(args, events, args.auto_group, manual=False),
-        },
+        parts(
+            args,
+            lambda: produce(args, events),
+            lambda group, manual: consume(args, events, group, manual=manual),
+        ),
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from switchyard import kafka
 from switchyard.traffic import Reader, Traffic, account
 
@@ -17,6 +19,16 @@ EXPECTED_COMMIT_FAILURES = {
 def topic_ids(bootstrap: str, topic: str) -> list[int]:
     """Every record value of the topic, read directly from one cluster."""
     return [int(r.value or b"-1") for rs in kafka.read_partitions(bootstrap, topic).values() for r in rs]
+
+
+def judge_sends(traffic: Traffic, bootstrap: str) -> None:
+    """Every send acknowledged, none failed, and the cluster holds exactly the acknowledged records, each
+    once (after the traffic stopped)."""
+    assert traffic.failed == []
+    assert sorted(traffic.acked) == list(range(traffic.sent))
+    held = Counter(topic_ids(bootstrap, traffic.topic))
+    assert set(held) == set(traffic.acked), f"lost: {sorted(set(traffic.acked) - set(held))[:10]}"
+    assert max(held.values()) == 1, f"twice: {sorted(v for v, n in held.items() if n > 1)[:10]}"
 
 
 def judge_consumer(traffic: Traffic, *, carried: bool = False) -> str:

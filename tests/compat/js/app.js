@@ -63,6 +63,7 @@ async function consume (group, manual) {
   await consumer.disconnect()
 }
 
-Promise.all([produce(), consume(args.group, true), consume(args['auto-group'], false)])
+const groups = args.group ? [consume(args.group, true), consume(args['auto-group'], false)] : [] // none: it only produces
+Promise.all([produce(), ...groups])
   .then(() => process.exit(0))
   .catch((err) => { event('error', { g: 'app', e: String(err) }); process.exit(1) })

@@ -1,0 +1,173 @@
+"""The client compatibility applications (``tests/compat``): four libraries at their default settings,
+run as processes of their own, and what each saw (its events file)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LIBRARIES = {
+    "confluent-kafka": [sys.executable, "-m", "tests.compat.confluent_app"],
+    "kafka-python": [sys.executable, "-m", "tests.compat.kafka_python_app"],
+    "aiokafka": [sys.executable, "-m", "tests.compat.aiokafka_app"],
+    "kafkajs": ["node", str(ROOT / "tests/compat/js/app.js")],
+}
+
+
+@dataclass
+class App:
+    library: str
+    setup: str
+    """What it reaches the clusters through (one gateway, a pair)."""
+    app: str
+    topic: str
+    dir: Path
+    process: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    joined: float = 0.0
+    """Seconds from its start to its first processed batch: this library's first join on this broker."""
+    gateways: str = ""
+    """The gateways its clients went through."""
+    exit_code: int | None = None
+    """How the application ended once told to stop (None: it did not end in time and was killed)."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.library} through {self.setup}"
+
+    def start(self, bootstrap: str, *, rate: float, consume: bool = True) -> None:
+        """Run it: a producer at ``rate`` records/s and, when ``consume``, its two consumer groups."""
+        self.dir.mkdir(parents=True)
+        groups = ["--group", f"{self.app}-manual", "--auto-group", f"{self.app}-auto"] if consume else []
+        argv = [
+            *LIBRARIES[self.library],
+            "--bootstrap", bootstrap, "--app", self.app, "--topic", self.topic, *groups,
+            "--dir", str(self.dir), "--rate", str(rate),
+        ]  # fmt: skip
+        self.started = time.time()
+        log = (self.dir / "app.log").open("wb")
+        self.process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+    def seen(self) -> Seen:
+        path = self.dir / "events.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return Seen([json.loads(line) for line in lines if line.endswith("}")])
+
+    def signal(self, what: str) -> None:
+        (self.dir / what).touch()
+
+    def log_tail(self, chars: int | None = 3000) -> str:
+        text = (self.dir / "app.log").read_text()
+        return text if chars is None else text[-chars:]
+
+    def join_rounds(self, after: float, before: float = float("inf")) -> int:
+        """The JoinGroup rounds the committing group's consumer needed for its first join in (after,
+        before]: joins completed before it took up partitions. Where the library logs them
+        (kafka-python); 1 where it does not."""
+        if self.library != "kafka-python":
+            return 1
+        group = f"{self.app}-manual"
+        rounds = 0
+        for line in self.log_tail(None).splitlines():
+            if not line.endswith(group) and f" {group} " not in line:
+                continue
+            try:
+                at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            except ValueError:  # not a log line of its own (a traceback's)
+                continue
+            if not after < at <= before:
+                continue
+            if "Successfully joined group" in line:
+                rounds += 1
+            elif "Setting newly assigned partitions" in line and rounds:
+                break
+        return max(rounds, 1)
+
+    def stop(self) -> None:
+        self.signal("stop-producing")
+        self.signal("stop")
+        if self.process is not None:
+            try:
+                self.exit_code = self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+@dataclass
+class Seen:
+    events: list[dict[str, Any]]
+    acked: dict[int, float] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+    produced: int | None = None
+    """The sends the application attempted (said once its producer is done)."""
+    unreported: int = 0
+    """Records its client gave up waiting for: no report will ever come for them."""
+    reports: Counter[int] = field(default_factory=Counter)
+    """Each record's reports, acknowledgements and failures alike: exactly one each is the promise."""
+    batches: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {"manual": [], "auto": []})
+    errors: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for e in self.events:
+            kind = e["k"]
+            if kind == "acked":
+                self.acked[e["v"]] = e["t"]
+                self.reports[e["v"]] += 1
+            elif kind == "failed":
+                self.failed.append(f"{e['v']}: {e['e']}")
+                self.reports[e["v"]] += 1
+            elif kind == "produced":
+                self.produced, self.unreported = e["n"], e.get("unreported", 0)
+            elif kind == "batch":
+                self.batches[e["g"]].append(e)
+            elif kind == "error":
+                self.errors.append(f"{e['g']}: {e['e']}")
+
+    def received(self, group: str) -> Counter[int]:
+        return Counter(r[2] for b in self.batches[group] for r in b["recs"])
+
+    def first_batch(self, group: str, after: float) -> float | None:
+        return next((b["t"] for b in self.batches[group] if b["t"] > after), None)
+
+
+def wait_until(what: str, apps: list[App], done: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        late = [a for a in apps if not done(a, a.seen())]
+        if not late:
+            return
+        for a in late:
+            if a.process is not None and a.process.poll() is not None:
+                pytest.fail(f"{a.name}: the application exited ({a.process.returncode}):\n{a.log_tail()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: still waiting for {[a.name for a in late]}:\n{late[0].log_tail()}")
+        time.sleep(0.5)
+
+
+def unaccounted_sends(s: Seen) -> list[str]:
+    """Every send attempted ends in exactly one report, acknowledged or failed: a send whose report never
+    came would be missing from every other count."""
+    if s.produced is None:
+        return ["the producer never said how many sends it attempted"]
+    found = []
+    if s.unreported:
+        found.append(f"{s.unreported} records still without a delivery report when the producer stopped")
+    reported = sum(s.reports.values())
+    if reported != s.produced:
+        found.append(f"{s.produced} sends attempted, {reported} reported ({len(s.failed)} failed)")
+    attempted = Counter(range(s.produced))
+    if s.reports != attempted:
+        never, again = sorted(attempted - s.reports), sorted(s.reports - attempted)
+        found.append(f"sends never reported: {never[:5]}; reported more than once or never sent: {again[:5]}")
+    return found
