@@ -20,6 +20,8 @@ from tests.helpers.live import Live
 from tests.integration.test_chaos import Trial, run_trials
 
 TRIALS = int(os.environ.get("SWITCHYARD_BENCH_TRIALS", "12"))
+JS_RATE = float(os.environ.get("SWITCHYARD_BENCH_JS_RATE", "50"))
+"""Ten times the suite's: a hold longer than 64 sends fills a connection's answers (see test_chaos)."""
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def live(
 
 
 def test_chaos_trials(live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path) -> None:
-    trials = run_trials(live, routing, stack_config, tmp_path, TRIALS)
+    trials = run_trials(live, routing, stack_config, tmp_path, TRIALS, JS_RATE)
     headers = [f.name for f in dataclasses.fields(Trial)]
     rows = [[f"{v:.2f}" if isinstance(v, float) else v for v in dataclasses.astuple(t)] for t in trials]
     print("\n" + render(headers, rows))

@@ -39,6 +39,11 @@ HELD_MOST_S = 10.0
 KILL_WITHIN_S = 2.0
 """The kill comes at a random moment this long after the saga was started: mostly while it runs."""
 RESTART_WITHIN_S = 2.0
+JS_RATE = 5
+"""kafkajs's sends per second here: through a 10 s hold they stay within the 64 answers a connection may
+await (``gateway.limits.max_in_flight``). Past that the gateway lets the oldest held send go at once with
+the retriable error, and kafkajs's five retries can run out within a long hold: ``make bench`` runs it
+at 50/s, where that shows (issue 19's closing note)."""
 
 
 @dataclass
@@ -88,10 +93,11 @@ def prepare(routing: RoutingStore, primary: str, topics: list[str]) -> str:
 
 
 def run_trials(
-    live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path, trials: int
+    live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path, trials: int, js_rate: float
 ) -> list[Trial]:
     """Two applications bound to the primary, ``trials`` switches with a kill each, judged at the end;
-    what each trial saw."""
+    what each trial saw. kafkajs sends ``js_rate`` records/s, each in a request of its own, all on one
+    connection."""
     assert live.gateway is not None
     gateway = live.gateway.bootstrap
     js = App("kafkajs", "one gateway", unique("chaos-js"), unique("chaos-js-t"), tmp_path / "kafkajs")
@@ -108,7 +114,7 @@ def run_trials(
         gateway, py_app, py_topic, unique("group"), idempotent=True, rate_per_s=200, session_s=30
     )
     done: list[Trial] = []
-    js.start(gateway, rate=50, consume=False)
+    js.start(gateway, rate=js_rate, consume=False)
     traffic.start()
     try:
         traffic.wait_for(200, timeout_s=90)  # the group's first join on Tansu: about half its session
@@ -166,5 +172,5 @@ def judge(
 def test_a_worker_killed_at_any_moment_of_a_switch_costs_seconds_and_nothing_else(
     live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path
 ) -> None:
-    trials = run_trials(live, routing, stack_config, tmp_path, trials=4)
+    trials = run_trials(live, routing, stack_config, tmp_path, trials=4, js_rate=JS_RATE)
     assert any(t.kind == "switchback" for t in trials) or all(t.outcome == "compensated" for t in trials)
