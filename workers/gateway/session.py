@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 REBALANCING = ErrorCode.rebalance_in_progress
 Replies = asyncio.Queue[tuple[Awaitable[bytes | None], Lease] | None]
 """Each request's answer-to-be, in request order, with its bytes' lease (None: no more)."""
+_LEAVE_ATTEMPTS = 3
+_LEAVE_AGAIN_S = 0.5
 _HIGH_WATER = 256 * 1024
 """Bytes waiting to go to the client before the session waits for them to drain."""
 
@@ -508,14 +510,20 @@ class ClientSession:
             entry = element_type(request_schema(apis.LEAVE_GROUP, version), "members")
             named = {"member_id": member_id, "group_instance_id": None}
             fields = {"members": (make(entry, **named, **({"reason": "switched"} if version >= 5 else {})),)}
-        try:
-            node = await self._coordinator(cluster, group)
-            answer = await self._upstream(cluster, node, long_poll=False).ask(
-                apis.LEAVE_GROUP, version, group_id=group, **fields
-            )
-        except (UpstreamError, TimeoutError, FrameError) as exc:
-            log.warning("group %s: could not remove member %s from %s: %s", group, member_id, cluster, exc)
-            return
+        for attempt in range(_LEAVE_ATTEMPTS):  # the flip closes this session's connections to ``cluster``:
+            try:  # a leave sent just then fails with them, and goes again on new ones
+                node = await self._coordinator(cluster, group)
+                answer = await self._upstream(cluster, node, long_poll=False).ask(
+                    apis.LEAVE_GROUP, version, group_id=group, **fields
+                )
+                break
+            except (UpstreamError, TimeoutError, FrameError) as exc:
+                if attempt + 1 == _LEAVE_ATTEMPTS:
+                    log.warning(
+                        "group %s: could not remove member %s from %s: %s", group, member_id, cluster, exc
+                    )
+                    return
+                await asyncio.sleep(_LEAVE_AGAIN_S)
         errors = {answer.error_code, *(m.error_code for m in getattr(answer, "members", ()))}
         if errors - {ErrorCode.none, ErrorCode.unknown_member_id}:  # unknown: it had expired already
             log.warning("group %s: %s did not remove member %s: %s", group, cluster, member_id, errors)
