@@ -173,7 +173,12 @@ class GatewayLimitsConfig(_Section):
     """Largest frame before a login, with ``sasl.mode: required`` (the broker's
     ``sasl.server.max.receive.size``)."""
     max_in_flight: Annotated[int, Field(ge=1)] = 64
-    """Requests one connection may have waiting for their answers; the next is read when one is answered."""
+    """Requests one connection may have waiting for their answers, besides those held; the next is read
+    when one is answered."""
+    max_held: Annotated[int, Field(ge=1)] = 1024
+    """Requests one connection may have held while their identity is blocked, besides ``max_in_flight``;
+    past it the oldest held is answered with the retriable error at once. Their bytes count against
+    ``connection_buffer_bytes`` like any request's."""
     connection_buffer_bytes: Bytes = 100 * MiB
     """Request bytes one connection may hold (read and not yet answered)."""
     buffer_bytes: Bytes = 512 * MiB

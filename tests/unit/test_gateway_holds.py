@@ -17,22 +17,46 @@ from workers.gateway.protocol import decode_response, parse_request
 
 HOLD_S = 1.0
 IN_FLIGHT = 4
+HELD = 8
 
 
 def test_every_held_request_is_answered_within_its_hold_time_of_being_sent() -> None:
-    """Six times more Produce requests than the connection has room for, all sent at once while their
-    identity is blocked: each is answered with the retriable error within the hold time of its sending.
-    (Once, the gateway stopped reading while its room was full of held requests: those behind waited
-    unread, in waves of one hold time each, long past their client's time-out.)"""
-    blocked = Binding("primary", 2, BindingState.BLOCKED, datetime.now(UTC), "test")
-    gateway = Gateway(
-        {BindingKey.for_app("orders"): blocked}, block_hold_s=HOLD_S, limits={"max_in_flight": IN_FLIGHT}
-    )
-    frames = [raw(apis.PRODUCE, 9, acks=-1, timeout=timedelta(seconds=30)) for _ in range(6 * IN_FLIGHT)]
-    answers = asyncio.run(answered_when(gateway, frames))
+    """Three times more Produce requests than the connection may hold, all sent at once while their
+    identity is blocked: each is answered with the retriable error within the hold time of its sending,
+    the oldest at once to make room for the newest. (Once, the gateway stopped reading while its room was
+    full of held requests: those behind waited unread, in waves of one hold time each, long past their
+    client's time-out.)"""
+    answers = _held(3 * HELD)
     latest = max(when for when, _ in answers)
     assert latest < HOLD_S + 0.5, f"the last answer came {latest:.1f}s after it was sent"
+    early = sum(when < HOLD_S / 2 for when, _ in answers)
+    assert early == 2 * HELD, f"{early} of {len(answers)} let go early; the connection may hold {HELD}"
+
+
+def test_held_requests_do_not_take_the_room_of_those_in_flight() -> None:
+    """More held Produce requests than the connection may have in flight, fewer than it may hold: every
+    one is held its whole hold time. (Once, held requests took the room of those in flight, and kafkajs
+    at 50 sends/s, which pipelines every send on one connection, had its sends let go within a second of
+    a block and exhausted its retries.)"""
+    answers = _held(HELD)
+    assert HELD > IN_FLIGHT
+    early = [round(when, 2) for when, _ in answers if when < HOLD_S - 0.1]
+    assert not early, f"let go before their hold time: {early}"
+
+
+def _held(count: int) -> list[tuple[float, bytes]]:
+    """``count`` Produce requests of a blocked identity sent at once; each answer, every one the
+    retriable error."""
+    blocked = Binding("primary", 2, BindingState.BLOCKED, datetime.now(UTC), "test")
+    gateway = Gateway(
+        {BindingKey.for_app("orders"): blocked},
+        block_hold_s=HOLD_S,
+        limits={"max_in_flight": IN_FLIGHT, "max_held": HELD},
+    )
+    frames = [raw(apis.PRODUCE, 9, acks=-1, timeout=timedelta(seconds=30)) for _ in range(count)]
+    answers = asyncio.run(answered_when(gateway, frames))
     for frame, (_, answer) in zip(frames, answers, strict=True):
         produced = decode_response(parse_request(frame), answer)
         codes = {p.error_code for t in produced.responses for p in t.partition_responses}
         assert codes == {ErrorCode.not_leader_or_follower}
+    return answers

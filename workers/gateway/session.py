@@ -26,6 +26,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from switchyard.config import GatewayLimitsConfig
 from switchyard.identity import Identity, identify
 from switchyard.model import BindingState, ClusterState
 from switchyard.resolution import Resolution, resolve
@@ -119,6 +120,8 @@ class ClientSession:
         self._held: collections.deque[asyncio.Event] = collections.deque()
         """One event per request held now, oldest first: set, it lets that request go with the
         retriable error at once (see ``_make_room``)."""
+        self._progress = asyncio.Event()
+        """Set when an answer is taken to be written or a hold ends: the reader may have room again."""
         self._unanswered = 0
         self._ending = False
         self.task: asyncio.Task[Any] | None = None
@@ -135,8 +138,9 @@ class ClientSession:
 
     async def run(self) -> None:
         limits = self.gateway.config.gateway.limits
-        replies: Replies = asyncio.Queue(limits.max_in_flight)
+        replies: Replies = asyncio.Queue()  # bounded by ``_room``
         writer_task = asyncio.create_task(self._write(replies))
+        writer_task.add_done_callback(lambda _: self._progress.set())
         metrics = self.gateway.metrics
         metrics.connections.add(1)
         try:
@@ -151,9 +155,8 @@ class ClientSession:
                 except BaseException:
                     self._answered(lease)
                     raise
-                if replies.full():
-                    self._make_room()
-                await replies.put((reply, lease))
+                replies.put_nowait((reply, lease))
+                await self._room(replies, limits, writer_task)
                 if self._closing:
                     break
         except (FrameError, SaslError) as exc:
@@ -171,11 +174,7 @@ class ClientSession:
     async def _close_down(self, writer_task: asyncio.Task[None], replies: Replies) -> None:
         """Fail what still waits on brokers, let the writer end, give back every request's bytes."""
         self._ending = True
-        if not writer_task.done():
-            try:
-                replies.put_nowait(None)
-            except asyncio.QueueFull:
-                writer_task.cancel()
+        replies.put_nowait(None)
         for upstream in [*self._upstreams.values(), *self._retired]:
             await upstream.close()  # fails whatever still waits on a broker...
         await asyncio.gather(*self._answering, return_exceptions=True)  # ...so these settle
@@ -214,6 +213,7 @@ class ClientSession:
 
     async def _write(self, replies: Replies) -> None:
         while (item := await replies.get()) is not None:
+            self._progress.set()
             reply, lease = item
             try:
                 data = await reply
@@ -232,10 +232,6 @@ class ClientSession:
                 if self.writer.transport.get_write_buffer_size() > _HIGH_WATER:
                     await self.writer.drain()
         self.writer.close()
-        while not replies.empty():  # let the reader see the end rather than block on a full queue
-            item = replies.get_nowait()
-            if item is not None:
-                self._answered(item[1])
 
     async def _dispatch(self, request: Request) -> Awaitable[bytes | None]:
         """Decide, and for a forwarded request write it upstream now; return the awaitable reply."""
@@ -271,7 +267,9 @@ class ClientSession:
         if decision.action is Action.HOLD or (holding and key in apis.BLOCKABLE):
             if decision.action is Action.HOLD:
                 self.gateway.metrics.blocked.add(api_name(key), incoming.identity.app or "-")
-            return self._later(self._hold(incoming, snapshot))
+            let_go = asyncio.Event()
+            self._held.append(let_go)
+            return self._later(self._hold(incoming, snapshot, let_go))
         return await self._carry_out(incoming, decision, snapshot, resolution)
 
     def _decide(self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution) -> Decision:
@@ -333,17 +331,19 @@ class ClientSession:
             frame = await self._translate(request, incoming.identity, producer, decision.cluster)
         return await self._forward(incoming, frame, snapshot, resolution, decision.node)
 
-    async def _hold(self, incoming: Incoming, snapshot: RoutingSnapshot) -> bytes | None:
+    async def _hold(
+        self, incoming: Incoming, snapshot: RoutingSnapshot, let_go: asyncio.Event
+    ) -> bytes | None:
         """Wait while the identity is blocked (bounded), then carry out what the routing of that moment
         says. Held requests are let go in the order they came, each after the one before is on its way.
 
         A held request is never sent on once its hold time is over, whatever the routing says by then:
         its client may have given up on it and sent it again, and both would be written. It gets the
-        retriable error instead (and sooner when the connection needs its place, ``_make_room``)."""
+        retriable error instead (and sooner when the connection holds too many, ``_make_room``); ``let_go``
+        set does that at once."""
         loop = asyncio.get_running_loop()
         before, self._released = self._released, loop.create_future()
-        released, let_go = self._released, asyncio.Event()
-        self._held.append(let_go)
+        released = self._released
         try:
             context, identity = incoming.context, incoming.identity
             most = self.gateway.config.gateway.block_hold_s
@@ -366,18 +366,27 @@ class ClientSession:
             answer = await self._carry_out(incoming, decision, snapshot, resolution)
         finally:
             self._held.remove(let_go)
+            self._progress.set()
             if not released.done():
                 released.set_result(None)
         return await answer
 
-    def _make_room(self) -> None:
-        """The connection's answers are all in use: let its oldest held request go now, rather than stop
-        reading. Unread, the client's next requests would age where the gateway cannot see them — past
+    async def _room(self, replies: Replies, limits: GatewayLimitsConfig, writer: asyncio.Task[None]) -> None:
+        """Wait until the connection may read its next request: fewer than ``max_in_flight`` answers
+        awaited besides the held ones. Held requests never stop the reading: past ``max_held`` the oldest
+        is let go. Unread, the client's next requests would age where the gateway cannot see them — past
         the client's time-out, resent behind themselves, and both copies sent on when the block ends."""
-        for let_go in self._held:
-            if not let_go.is_set():
-                let_go.set()
-                return
+        if len(self._held) > limits.max_held:
+            self._make_room(limits.max_held)
+        while replies.qsize() - len(self._held) >= limits.max_in_flight and not writer.done():
+            self._progress.clear()
+            await self._progress.wait()
+
+    def _make_room(self, most: int) -> None:
+        """Let the oldest held requests go, with the retriable error, until at most ``most`` wait."""
+        waiting = [let_go for let_go in self._held if not let_go.is_set()]
+        for let_go in waiting[: len(waiting) - most]:
+            let_go.set()
 
     def _session_s(self, request: Request) -> float | None:
         """The session time-out of the member a group request comes from, if the gateway saw it join."""
