@@ -9,6 +9,7 @@ mirror's own report of how far it read says the rest.
 
 from __future__ import annotations
 
+import socket
 import time
 from datetime import UTC, datetime
 
@@ -29,6 +30,7 @@ from switchyard.mirror.groups import (
 from switchyard.mirror.mapstore import read_link
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.status import read_status
+from switchyard.mirror.writers import GroupWriters
 from switchyard.sagas import steps
 from switchyard.sagas.requests import PartitionLoss
 from switchyard.sagas.steps import (
@@ -140,14 +142,16 @@ class MirrorActivities:
         self._wait_idle(link.target, request.groups, request.idle_timeout_s)
         maps = read_link(self.deps.bootstrap(link.target), link.id).maps
         source, target = self.deps.admin(link.source), self.deps.admin(link.target)
-        report = sync_groups(source, target, link.copies, maps, groups=request.groups)
-        written = len(report.written)
-        for group, offsets in report.refused.items():
-            beat(f"joining {group} on {link.target} to commit its offsets")
-            settings = self.deps.config.mirror.consumer
-            commit_as_member(self.deps.bootstrap(link.target), group, offsets, settings=settings)
-            written += len(offsets)
-            report.in_step.append(group)
+        writers = GroupWriters(self.deps.zk, self.deps.store.layout, link.id, f"saga@{socket.gethostname()}")
+        with writers.turn():  # a carry the mirror began before the saga's lock ends first
+            report = sync_groups(source, target, link.copies, maps, groups=request.groups)
+            written = len(report.written)
+            for group, offsets in report.refused.items():
+                beat(f"joining {group} on {link.target} to commit its offsets")
+                settings = self.deps.config.mirror.consumer
+                commit_as_member(self.deps.bootstrap(link.target), group, offsets, settings=settings)
+                written += len(offsets)
+                report.in_step.append(group)
         return GroupsSynced(written, report.unchanged, report.skipped, report.in_step)
 
     def _wait_idle(self, cluster: str, groups: list[str], timeout_s: float) -> None:

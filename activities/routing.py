@@ -49,7 +49,7 @@ class RoutingActivities:
     @step(steps.LOCK)
     def lock_keys(self, request: LockRequest) -> None:
         for text in request.keys:
-            self.locks.acquire(BindingKey.parse(text), request.saga_id)
+            self.locks.acquire(BindingKey.parse(text), request.saga_id, request.link, request.groups)
 
     @step(steps.UNLOCK)
     def unlock_keys(self, request: LockRequest) -> None:

@@ -70,7 +70,7 @@ class Failover(SagaWorkflow):
         if request.policy.approval is not ApprovalPoint.NONE:
             await self._await_approval("before the flip", request.policy.approval_timeout_s)
 
-        locks = LockRequest(saga, plan.keys)
+        locks = LockRequest(saga, plan.keys, plan.link, plan.groups)
         undo = Compensations()
         undo.add("unlock", lambda: self._compensate(steps.UNLOCK, locks))
         try:

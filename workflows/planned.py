@@ -159,7 +159,7 @@ class PlannedSwitch(SagaWorkflow):
         saga, policy = workflow.info().workflow_id, request.policy
         if policy.approval is ApprovalPoint.BEFORE_BLOCK:
             await self._await_approval("before the block", policy.approval_timeout_s)
-        locks = LockRequest(saga, plan.keys)
+        locks = LockRequest(saga, plan.keys, plan.link, plan.groups)
         undo.add("unlock", lambda: self._undo(steps.UNLOCK, locks, type(None)))
         await self._step("lock", steps.LOCK, locks, type(None), timeout_s=30, give_up_s=120)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from datetime import timedelta
 
 import click
@@ -12,6 +13,7 @@ from switchyard.mirror.control import delete_link, promote_link, reverse_link
 from switchyard.mirror.groups import sync_groups
 from switchyard.mirror.mapstore import read_link
 from switchyard.mirror.status import drain_report, read_status
+from switchyard.mirror.writers import GroupWriters
 from switchyard.model import LinkState, now
 from switchyard.table import render
 
@@ -176,18 +178,22 @@ def delete(ctx: click.Context, link_id: str, force: bool, actor: str, reason: st
 @click.option("--group", "groups", multiple=True, help="Only these groups (default: every group).")
 @click.pass_context
 def sync_groups_command(ctx: click.Context, link_id: str, groups: tuple[str, ...]) -> None:
-    """Carry consumer group offsets to the target now (after a drain: every partition is copied)."""
+    """Carry consumer group offsets to the target now (after a drain: every partition is copied).
+
+    Groups a running saga moves over this link are left to it (skipped, naming the saga)."""
     config = config_of(ctx)
     with store_of(ctx) as store:
         link = link_of(store, link_id)
-    source, target = (config.clusters[c].bootstrap for c in (link.source, link.target))
-    report = sync_groups(
-        AdminClient({"bootstrap.servers": source}),
-        AdminClient({"bootstrap.servers": target}),
-        link.copies,
-        read_link(target, link_id).maps,
-        groups=groups or None,
-    )
+        source, target = (config.clusters[c].bootstrap for c in (link.source, link.target))
+        writers = GroupWriters(store.zk, store.layout, link_id, f"cli@{socket.gethostname()}")
+        report = sync_groups(
+            AdminClient({"bootstrap.servers": source}),
+            AdminClient({"bootstrap.servers": target}),
+            link.copies,
+            read_link(target, link_id).maps,
+            groups=groups or None,
+            turn=writers.carry,
+        )
     for written in report.written:
         click.echo(
             f"{written.group} {written.topic}[{written.partition}]: {written.source} -> {written.target}"

@@ -10,7 +10,7 @@ exactly the next record — nothing skipped, nothing read twice. Two rules keep 
   are newer than anything the source can say.
 
 Used periodically by the mirror processes (each for the partitions it copies) and on demand by a
-saga's final sync, after the drain.
+saga's final sync, after the drain — one at a time (:mod:`switchyard.mirror.writers`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,8 @@ from switchyard.mirror.offsets import OffsetMap
 
 log = logging.getLogger(__name__)
 Key = tuple[str, int]
+Turn = Callable[[str], AbstractContextManager[str | None]]
+"""A writer's turn at a group's offsets on the target: yields None to write, else who holds them."""
 MIRROR_GROUP_PREFIX = "switchyard-"
 """Switchyard's own groups (the mirror's, readers) are never synced."""
 
@@ -72,6 +74,7 @@ def sync_groups(
     *,
     groups: Iterable[str] | None = None,
     timeout_s: float = 10.0,
+    turn: Turn = lambda _: nullcontext(None),
 ) -> GroupSyncReport:
     """Write each group's translated offsets for the topics ``copies`` accepts.
 
@@ -79,14 +82,21 @@ def sync_groups(
     offsets ahead of the copy wait. Without it (after a drain) every partition of a copied topic is.
     ``groups`` names the groups that must come over: one that cannot be read or written fails the sync,
     named. Without it, every group on the source is tried, and one that fails is skipped (with the
-    reason) so that it never holds the others back.
+    reason) so that it never holds the others back. Each group's target is read and written within its
+    ``turn``, and left alone when someone else holds it.
     """
     report = GroupSyncReport()
     names = list(groups) if groups is not None else list_groups(source, timeout_s)
     for group in names:
         try:
             with about(group):
-                _sync_group(source, target, group, copies, maps, mirrored, report, timeout_s)
+                wanted = _wanted(source, group, copies, maps, mirrored, report, timeout_s)
+                if wanted:
+                    with turn(group) as holder:
+                        if holder is not None:
+                            report.skipped.append(f"{group}: left to {holder}, which moves it")
+                            continue
+                        _write_group(target, group, wanted, report, timeout_s)
         except KafkaOperationError as exc:
             if groups is not None:
                 raise
@@ -103,16 +113,16 @@ def about(group: str) -> Iterator[None]:
         raise KafkaOperationError(f"group {group}: {_what(exc)}") from exc
 
 
-def _sync_group(  # noqa: PLR0917 - one group of sync_groups
+def _wanted(  # noqa: PLR0917 - one group of sync_groups
     source: AdminClient,
-    target: AdminClient,
     group: str,
     copies: Callable[[str], bool],
     maps: Mapping[Key, OffsetMap],
     mirrored: Mapping[Key, int] | None,
     report: GroupSyncReport,
     timeout_s: float,
-) -> None:
+) -> dict[Key, GroupOffset]:
+    """The group's offsets on the source, translated for the target."""
     committed = committed_offsets(source, group, timeout_s)
     wanted: dict[Key, GroupOffset] = {}
     for (topic, partition), offset in committed.items():
@@ -126,8 +136,12 @@ def _sync_group(  # noqa: PLR0917 - one group of sync_groups
             continue
         translated = maps.get(key, OffsetMap()).position(offset)
         wanted[key] = GroupOffset(group, topic, partition, offset, translated)
-    if not wanted:
-        return
+    return wanted
+
+
+def _write_group(
+    target: AdminClient, group: str, wanted: dict[Key, GroupOffset], report: GroupSyncReport, timeout_s: float
+) -> None:
     state, members = group_state(target, group, timeout_s)
     if not idle(state, members):
         report.skipped.append(f"{group}: active on the target ({members} members, {state.name})")

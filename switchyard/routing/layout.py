@@ -9,7 +9,8 @@ usage/<gateway id>          ephemeral: which identities used which topics and gr
 links/<id>                  mirror link: {source, target, include, exclude, state, reverse_of, epoch, ...}
 links/<id>/members/<member> ephemeral: one mirror process's partitions and their status
 migrations/<topic>/<partition>
-locks/<key>                 saga locks: {owner, acquired_at}
+locks/<AppID>               saga locks: {owner, acquired_at, link, groups}
+group-writers/<link id>     a lock recipe: one writer of a link's group offsets at a time
 txns/<txn id>               "committed" or "aborted": the outcome of a routing change (see store.py)
 """
 
@@ -61,6 +62,10 @@ class Layout:
         """A key's saga lock: its application's, since any two keys of one application can route the
         same client (an instance that uses a topic, a request that falls back to the AppID)."""
         return f"{self.root}/locks/{quote(key.app, safe='')}"
+
+    def group_writer(self, link_id: str) -> str:
+        """Where the writers of a link's group offsets take turns (a ZooKeeper lock recipe)."""
+        return f"{self.root}/group-writers/{quote(link_id, safe='')}"
 
     def txn(self, txn_id: str) -> str:
         return f"{self.root}/txns/{txn_id}"

@@ -5,7 +5,8 @@ groups, and an instance and a topic (the instance may use it). So the lock is th
 sagas on keys of one application never block and flip at once, and the second is refused naming the
 first. A saga's steps run as separate activities, possibly on different workers, so the lock cannot
 belong to a ZooKeeper session. It is a persistent node ``locks/<AppID>`` naming its owner (the workflow
-id).
+id), and the link and consumer groups the saga moves: the mirror's periodic group carry stands aside
+for those groups while the lock is held (:mod:`switchyard.mirror.writers`).
 Acquiring is idempotent for the same owner, so a retried activity finds the lock it already holds;
 another owner gets :class:`LockHeld` naming the holder. Only the owner releases it.
 
@@ -16,6 +17,7 @@ caller retries the same call, which is safe.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -31,6 +33,8 @@ from switchyard.routing.layout import Layout
 class LockInfo:
     owner: str
     acquired_at: str
+    link: str = ""
+    groups: tuple[str, ...] = ()
 
 
 class SagaLocks:
@@ -38,9 +42,11 @@ class SagaLocks:
         self.zk = zk
         self.layout = layout
 
-    def acquire(self, key: BindingKey, owner: str) -> None:
+    def acquire(self, key: BindingKey, owner: str, link: str = "", groups: Iterable[str] = ()) -> None:
         path = self.layout.lock(key)
-        data = json.dumps({"owner": owner, "acquired_at": now().isoformat()}).encode()
+        data = json.dumps(
+            {"owner": owner, "acquired_at": now().isoformat(), "link": link, "groups": sorted(groups)}
+        ).encode()
         try:
             self.zk.retry(self.zk.create, path, data, makepath=True)
             return
@@ -50,7 +56,7 @@ class SagaLocks:
             raise RoutingUnavailable(f"{key}: cannot take the lock: {exc!r}") from exc
         holder = self.holder(key)
         if holder is None:  # released in the meantime
-            return self.acquire(key, owner)
+            return self.acquire(key, owner, link, groups)
         if holder.owner != owner:
             raise LockHeld(str(key), holder.owner, holder.acquired_at)
         return None
@@ -79,7 +85,27 @@ class SagaLocks:
             raise RoutingUnavailable(f"{key}: cannot read the lock: {exc!r}") from exc
         return _info(data)
 
+    def held(self) -> list[LockInfo]:
+        """Every lock held now (a lock released while they are read is left out)."""
+        folder = self.layout.folder("locks")
+        try:
+            names = self.zk.retry(self.zk.get_children, folder)
+        except NoNodeError:
+            return []
+        except KazooException as exc:
+            raise RoutingUnavailable(f"cannot list the saga locks: {exc!r}") from exc
+        found = []
+        for name in names:
+            try:
+                data, _ = self.zk.retry(self.zk.get, f"{folder}/{name}")
+            except NoNodeError:
+                continue
+            except KazooException as exc:
+                raise RoutingUnavailable(f"cannot read the saga lock {name}: {exc!r}") from exc
+            found.append(_info(data))
+        return found
+
 
 def _info(data: bytes) -> LockInfo:
     raw = json.loads(data)
-    return LockInfo(raw["owner"], raw["acquired_at"])
+    return LockInfo(raw["owner"], raw["acquired_at"], raw.get("link", ""), tuple(raw.get("groups", ())))

@@ -102,6 +102,10 @@ class Probe:
 class LockRequest:
     saga_id: str
     keys: list[str]
+    link: str = ""
+    groups: list[str] = field(default_factory=list)
+    """The link's consumer groups the saga moves: the mirror's periodic carry leaves them alone while
+    the locks are held (one writer of their offsets at a time)."""
 
 
 @dataclass

@@ -19,12 +19,15 @@ from confluent_kafka.admin import AdminClient
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import BindingRefused
+from switchyard.keys import BindingKey
 from switchyard.ledger import Ledger
 from switchyard.mirror.control import delete_link, promote_link, reverse_link
 from switchyard.mirror.groups import committed_offsets
 from switchyard.mirror.mapstore import read_maps, segment_record, store_records
 from switchyard.mirror.status import DrainReport, drain_report, read_status
+from switchyard.mirror.writers import GroupWriters
 from switchyard.model import LinkState, now
+from switchyard.routing.locks import SagaLocks
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS, Stack
@@ -587,6 +590,37 @@ def test_group_offsets_are_carried_only_while_the_group_is_idle_on_the_target(
     finally:
         member.close()
     assert _wait_group_offset(standby, busy, topic, 30) == 30  # idle now: carried
+
+
+def test_the_carry_leaves_a_sagas_groups_to_it_and_waits_for_its_turn(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config
+) -> None:
+    """One writer of a group's offsets at a time. Kafka cannot compare-and-set them, so a carry that read
+    the source before the clients' last commits and wrote after a saga's sync would move the group back,
+    and its consumers would process records twice after the flip."""
+    topic, link = link_topic(routing, "turns")
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.create_topics(primary, [topic], partitions=1)
+    kafka.produce(primary, topic, records(40))
+    held, free = unique("held"), unique("free")
+    commit_offset(primary, held, topic, 10)
+    commit_offset(primary, free, topic, 10)
+    locks, app = SagaLocks(routing.zk, routing.layout), BindingKey.for_app(unique("app"))
+    locks.acquire(app, "saga-1", link, [held])
+    mirrors.start()
+    assert _wait_group_offset(standby, free, topic, 10) == 10  # the carry runs (every second here)...
+    admin = AdminClient({"bootstrap.servers": standby})
+    time.sleep(2)
+    assert committed_offsets(admin, held).get((topic, 0)) is None  # ...and leaves the saga's group alone
+
+    commit_offset(primary, free, topic, 20)
+    with GroupWriters(routing.zk, routing.layout, link, "test").turn(10):  # a saga's sync writing
+        time.sleep(2.5)
+        assert committed_offsets(admin, free).get((topic, 0)) == 10  # the carry waits for its turn
+    assert _wait_group_offset(standby, free, topic, 20) == 20
+
+    assert locks.release(app, "saga-1")
+    assert _wait_group_offset(standby, held, topic, 10) == 10  # the saga done: carried again
 
 
 def test_sigterm_during_a_group_join_exits_within_seconds(

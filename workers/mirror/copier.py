@@ -50,6 +50,7 @@ from switchyard.mirror.groups import sync_groups
 from switchyard.mirror.mapstore import MAP_TOPIC, ensure_map_topic, read_maps, segment_record
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.status import MemberStatus, PartitionStatus, member_path
+from switchyard.mirror.writers import GroupWriters
 from switchyard.model import Link, LinkState
 from switchyard.routing.layout import Layout
 from workers.mirror.topics import sync_topics
@@ -499,6 +500,7 @@ class LinkCopier:
     def _sync_groups(self, source: AdminClient, target: AdminClient) -> None:
         """Carry the groups' offsets for the partitions this process copies (each process its own)."""
         copying = {k: st for k, st in dict(self._partitions).items() if not st.error}
+        writers = GroupWriters(self.zk, self.layout, self.link.id, f"mirror:{self.member}")
         try:
             report = sync_groups(
                 source,
@@ -506,6 +508,7 @@ class LinkCopier:
                 self.link.copies,
                 {k: st.offset_map for k, st in copying.items()},
                 {k: st.mirrored() for k, st in copying.items()},
+                turn=writers.carry,
             )
         except Exception as exc:  # groups are synced again at the next interval; copying goes on
             log.warning("link %s: group offsets not synced: %s", self.link.id, exc)

@@ -1,0 +1,67 @@
+"""One writer of a link's group offsets at a time.
+
+Two things carry consumer groups' offsets over a link: the mirror, every ``group_sync_interval_s``,
+and a switching saga's group sync, after the drain. Kafka has no compare-and-set for a group's offsets,
+so if both wrote one group at once, a carry that read the source before the clients' last commits could
+land after the saga's write and move the group back — its consumers would process records twice after
+the flip. So they take turns:
+
+- the saga's lock names the link and the groups it moves (:class:`~switchyard.routing.locks.SagaLocks`),
+  and the mirror's carry leaves those groups alone while it is held;
+- each write of a group's offsets to the target happens inside a ZooKeeper lock per link, and the
+  carry reads the saga locks again inside it. A saga's sync takes the same lock, so a carry that
+  started before the saga's lock ends before the saga writes, and one that starts after sees the lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import LockTimeout
+
+from switchyard.errors import RoutingUnavailable
+from switchyard.routing.layout import Layout
+from switchyard.routing.locks import SagaLocks
+
+TURN_WAIT_S = 15.0
+"""How long a writer waits for its turn: a turn lasts one group's read and write (the mirror's), or one
+saga's sync of its groups."""
+
+
+class GroupWriters:
+    def __init__(self, zk: KazooClient, layout: Layout, link_id: str, writer: str) -> None:
+        self.zk, self.layout, self.link_id, self.writer = zk, layout, link_id, writer
+
+    @contextmanager
+    def turn(self, timeout_s: float = TURN_WAIT_S) -> Iterator[None]:
+        """Write the link's group offsets alone; RoutingUnavailable when the turn does not come."""
+        lock = self.zk.Lock(self.layout.group_writer(self.link_id), self.writer)
+        try:
+            got = lock.acquire(timeout=timeout_s)
+        except LockTimeout:
+            got = False
+        if not got:
+            raise RoutingUnavailable(
+                f"link {self.link_id}: another writer of its group offsets kept its turn for {timeout_s:g}s"
+            )
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def sagas_own(self) -> dict[str, str]:
+        """The link's groups held by sagas now, and which saga holds each."""
+        return {
+            group: lock.owner
+            for lock in SagaLocks(self.zk, self.layout).held()
+            if lock.link == self.link_id
+            for group in lock.groups
+        }
+
+    @contextmanager
+    def carry(self, group: str, timeout_s: float = TURN_WAIT_S) -> Iterator[str | None]:
+        """The mirror's turn at ``group``: yields None when it may write, else the saga that holds it."""
+        with self.turn(timeout_s):
+            yield self.sagas_own().get(group)
