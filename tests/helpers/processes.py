@@ -104,6 +104,12 @@ class WorkerProcess(SwitchyardProcess):
         return self.log.exists() and "worker on task queue" in self.log.read_text(errors="replace")
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU seconds process ``pid`` has used, all its threads, from the kernel's accounting."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 def descendants(pid: int | None = None) -> set[int]:
     """Every process started, directly or not, by ``pid`` (default: this process)."""
     root = os.getpid() if pid is None else pid

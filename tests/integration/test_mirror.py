@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 import uuid
@@ -33,7 +32,7 @@ from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS, Stack
 from switchyard.threads import Worker
 from tests.helpers.otlp import OtlpReceiver
-from tests.helpers.processes import MirrorProcess
+from tests.helpers.processes import MirrorProcess, cpu_seconds
 from tests.helpers.records import commit_offset
 from tests.helpers.services import PrivateService
 
@@ -93,11 +92,6 @@ class IdleMirror:
     cpu_s: float
     """Its CPU seconds once settled, from the kernel's accounting."""
     at: float
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 @pytest.fixture(scope="module", autouse=True)

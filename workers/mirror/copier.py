@@ -6,8 +6,12 @@ target log end T says everything: T = 0 means start from the source's beginning;
 T - 1 came from source offset ``map.source_of(T - 1)`` and copying resumes right after it. A crash loses
 nothing and repeats nothing, without any committed consumer offset.
 
-Every record lands at a target offset the mirror predicts; the delivery report must confirm it, or the
-partition stops with an error (someone else wrote to the target). When the source skips offsets (a
+Every record lands at a target offset the mirror predicts; the delivery report of the last record of
+each partition in each batch read must confirm it, or the partition stops with an error (someone else
+wrote to the target). One report per batch covers every record before it: the producer is idempotent,
+so the target takes a partition's records only in order, and gapless, so a record it cannot deliver
+stops the producer (a fatal error) rather than leave a gap. Reports for every record would cost the
+copy a Python call and a copy of the record each. When the source skips offsets (a
 transaction marker, compaction), a segment is added to the offset map *before* the record after the gap
 is written — after everything before it is acknowledged — so the stored map always covers the target.
 Records are read ``read_committed`` and written by one idempotent producer, which keeps each partition
@@ -30,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -213,7 +218,6 @@ class LinkCopier:
                 "enable.gapless.guarantee": True,  # a failed batch stops the producer before later ones land
                 "message.timeout.ms": 0,  # never give up on a record locally (gapless does not cover that)
                 "linger.ms": 5,
-                "on_delivery": self._delivered,
                 **settings.producer,
             }
         )
@@ -295,8 +299,7 @@ class LinkCopier:
         if not subscribed:
             self._stop.wait(_IDLE_WAIT_S)
             return
-        for msg in self._next_records():
-            self._copy(msg)
+        self._copy(self._next_records())
 
     def _next_records(self) -> list[Message]:
         """What has arrived, at once; when nothing has, wait up to 0.1 s for the first record only."""
@@ -389,45 +392,60 @@ class LinkCopier:
 
     # ---- records
 
-    def _copy(self, msg: Message) -> None:
-        key = (msg.topic() or "", msg.partition() or 0)
-        st = self._partitions.get(key)
-        error = msg.error()
-        if error is not None:
-            self._copy_error(key, st, error, msg)
-            return
-        if st is None or st.error:
-            return
-        if self.link.state is not LinkState.RUNNING:
+    def _copy(self, batch: list[Message]) -> None:
+        """Write ``batch`` to the target, each record to the same partition at the offset predicted. A
+        partition's latest record waits until the next one comes (written without a report) or the batch
+        ends (written asking for its report), so each partition's last record written reports."""
+        if not batch or self.link.state is not LinkState.RUNNING:
             return  # paused or promoted since it was read: never written (a resume reads it again)
-        offset = msg.offset() or 0
-        if offset < st.read_to:
-            return  # read again after a pause or a seek: already copied
-        if offset != st.last_source + 1 and not st.offset_map.continues(offset, st.next_target):
-            self._add_segment(st, offset)  # (right after a record that continued the map, this one does)
+        partitions = self._partitions
+        latest: dict[Key, tuple[Message, int]] = {}
+        for msg in batch:
+            key = (msg.topic() or "", msg.partition() or 0)
+            st = partitions.get(key)
+            error = msg.error()
+            if error is not None:
+                self._copy_error(key, st, error, msg)
+                continue
+            if st is None or st.error:
+                continue
+            offset = msg.offset() or 0
+            if offset < st.read_to:
+                continue  # read again after a pause or a seek: already copied
+            before = latest.pop(key, None)
+            if offset != st.last_source + 1 and not st.offset_map.continues(offset, st.next_target):
+                if before is not None:
+                    self._write(key, *before, report=True)
+                    before = None
+                self._add_segment(st, offset)  # (right after a record that continued the map, this one does)
+            if before is not None:
+                self._write(key, *before, report=False)
+            latest[key] = (msg, st.next_target)
+            st.next_target += 1
+            st.read_to = offset + 1
+            st.last_source = offset
+            st.begun = True
+        for key, (msg, target) in latest.items():
+            self._write(key, msg, target, report=True)
+
+    def _write(self, key: Key, msg: Message, target: int, *, report: bool) -> None:
+        """Write ``msg`` to the target, where it will be at ``target`` (checked if ``report``)."""
         assert self._producer is not None
         kind, timestamp = msg.timestamp()
         if kind == TIMESTAMP_NOT_AVAILABLE:
             timestamp = 0  # the target stamps it
+        delivered = partial(self._delivered, key, target) if report else None
         while True:
             try:
                 self._producer.produce(
-                    key[0],
-                    msg.value(),
-                    msg.key(),
-                    partition=key[1],
-                    headers=msg.headers(),
-                    timestamp=timestamp,
-                )
-                break
+                    key[0], msg.value(), msg.key(), partition=key[1], headers=msg.headers(),
+                    timestamp=timestamp, on_delivery=delivered,
+                )  # fmt: skip
+                return
             except BufferError:  # the target is slow or away: wait, but stay stoppable
                 if self._stop.is_set():
                     raise MirrorError("stopped while the target was not taking records") from None
                 self._producer.poll(0.05)
-        st.next_target += 1
-        st.read_to = offset + 1
-        st.last_source = offset
-        st.begun = True
 
     def _copy_error(self, key: Key, st: PartitionCopy | None, error: KafkaError, msg: Message) -> None:
         code = error.code()
@@ -448,32 +466,34 @@ class LinkCopier:
         if self._producer.flush(30) or self._failure:
             raise MirrorError(f"the target did not acknowledge {st.topic}[{st.partition}]: {self._failure}")
         record_key, value = segment_record(self.link.id, st.topic, st.partition, source, st.next_target)
-        self._producer.produce(MAP_TOPIC, value, record_key)
+        self._producer.produce(MAP_TOPIC, value, record_key, on_delivery=self._map_delivered)
         if self._producer.flush(30) or self._failure:
             raise MirrorError(f"the offset map could not be stored: {self._failure}")
         st.offset_map.add(source, st.next_target)
 
-    def _delivered(self, error: KafkaError | None, msg: Message) -> None:
-        topic = msg.topic() or ""
+    def _delivered(self, key: Key, expected: int, error: KafkaError | None, msg: Message) -> None:
+        """The report of a partition's last record in a batch: it and every record before it are on the
+        target, at the offsets predicted."""
         if error is not None:
-            self._failure = f"the target refused a record for {topic}[{msg.partition()}]: {error}"
+            self._failure = f"the target refused a record for {key[0]}[{key[1]}]: {error}"
             return
-        if topic == MAP_TOPIC:
-            return
-        key = (topic, msg.partition() or 0)
         st = self._partitions.get(key)
         if st is None:
             return
         offset = msg.offset() or 0
-        if offset != st.acked_target:
+        if offset != expected:
             self._fail_partition(
                 key,
-                f"the target wrote a copy at offset {offset}, the mirror expected {st.acked_target}: "
+                f"the target wrote a copy at offset {offset}, the mirror expected {expected}: "
                 "something else writes to the target partition",
             )
             self._failure = self._failed[key]
             return
-        st.acked_target += 1
+        st.acked_target = max(st.acked_target, offset + 1)
+
+    def _map_delivered(self, error: KafkaError | None, _: Message) -> None:
+        if error is not None:
+            self._failure = f"the target refused an offset map record: {error}"
 
     def _fail_partition(self, key: Key, reason: str) -> None:
         """Stop copying ``key`` for the life of this process; the first reason is the one kept."""
