@@ -1,11 +1,12 @@
-"""Switchover timing under live load: an application producing 5,000 records/s through the gateway (and a
-consumer group reading them) is switched to the standby by the saga, five times, each on a new app.
+"""Switch timing under live load: an application producing 5,000 records/s through the gateway (and a
+consumer group reading them) is switched to the standby, back, and to the standby again by the sagas —
+a round trip, five times, each on a new app.
 
-Per run: the saga's own RTO and client hold (its clock), and what the producer saw — from the saga's start
-to the first acknowledgement on the target, and the pause (the longest time without an acknowledgement
-while the saga ran: last on the source to first on the target). The baseline, taken in the same run, is
-the longest time without an acknowledgement over an equal window before the saga, with no switch.
-Nothing lost or written twice is asserted every run; timings are only printed.
+Per switch: the saga's own RTO and client hold (its clock), and what the producer saw — from the saga's
+start to the first acknowledgement on the target, and the pause (the longest time without an
+acknowledgement while the saga ran: last on the source to first on the target). The baseline, taken in
+the same run, is the longest time without an acknowledgement over an equal window before the first
+saga, with no switch. Nothing lost or written twice is asserted every run; timings are only printed.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from tests.helpers.live import Live
 from tests.helpers.traffic import topic_ids
 
 RATE = 5_000
+ROUND_TRIP = (Kind.SWITCHOVER, Kind.SWITCHBACK, Kind.SWITCHOVER)
 RUNS = int(os.environ.get("SWITCHYARD_BENCH_RUNS", "5"))
 PARTITIONS = 3
 ACTOR = "user:bench"
@@ -72,67 +74,79 @@ def prepare(routing: RoutingStore, config: Config) -> tuple[str, str, str]:
     return app, topic, app
 
 
-def one_run(live: Live, routing: RoutingStore, config: Config) -> dict[str, float]:
+def one_run(live: Live, routing: RoutingStore, config: Config) -> list[dict[str, Any]]:
+    """One round trip under load: a row of figures per switch."""
     assert live.gateway is not None
     app, topic, link = prepare(routing, config)
     traffic = Traffic(live.gateway.bootstrap, app, topic, f"{app}-readers", idempotent=True, rate_per_s=RATE)
     traffic.start()
+    rows = []
     try:
         traffic.wait_for(RATE)  # a second of traffic acknowledged and read
         quiet_from = time.monotonic()
         time.sleep(3)
         baseline, _ = traffic.longest_silence(quiet_from, time.monotonic())
-        policy = launch.policy_of(config, Kind.SWITCHOVER)
-        request = SwitchRequest([app], link=link, actor=ACTOR, reason="bench", policy=policy)
-        began = time.monotonic()
-        result, fenced = asyncio.run(switch(config, app, request))
-        traffic.wait_for(RATE)
-        ended = time.monotonic()
+        for number, kind in enumerate(ROUND_TRIP):
+            policy = launch.policy_of(config, kind)
+            request = SwitchRequest([app], link=link, actor=ACTOR, reason="bench", policy=policy)
+            began = time.monotonic()
+            result, fenced = asyncio.run(switch(config, app, kind, request))
+            traffic.wait_for(RATE)
+            ended = time.monotonic()
+            assert result["outcome"] == "switched", result
+            link = result["reverse_link"]  # the way back
+            last_on_source, first_on_target = traffic.handover(fenced)
+            rows.append({
+                "switch": f"{number + 1} {kind.value}",
+                "rto": result["rto_ms"] / 1000,
+                "held": result["pause_ms"] / 1000,
+                "first_on_target": first_on_target - began,
+                "pause": first_on_target - last_on_source,
+                "silence": traffic.longest_silence(began, ended)[0],
+                "baseline": baseline,
+            })  # fmt: skip
     finally:
         traffic.stop()
-    assert result["outcome"] == "switched", result
     assert traffic.failed == []
     assert sorted(traffic.acked) == list(range(traffic.sent))
     on_standby = Counter(topic_ids(config.clusters["standby"].bootstrap, topic))
     assert set(on_standby) == set(traffic.acked)  # nothing lost
     assert max(on_standby.values()) == 1  # nothing written twice
-    last_on_source, first_on_target = traffic.handover(fenced)
-    return {
-        "rto": result["rto_ms"] / 1000,
-        "held": result["pause_ms"] / 1000,
-        "first_on_target": first_on_target - began,
-        "pause": first_on_target - last_on_source,
-        "silence": traffic.longest_silence(began, ended)[0],
-        "baseline": baseline,
-        "acked": len(traffic.acked),
-    }
+    for row in rows:
+        row["acked"] = len(traffic.acked)
+    return rows
 
 
-async def switch(config: Config, app: str, request: SwitchRequest) -> tuple[dict[str, Any], dict[int, int]]:
+async def switch(
+    config: Config, app: str, kind: Kind, request: SwitchRequest
+) -> tuple[dict[str, Any], dict[int, int]]:
     """The saga's result, and each partition's end on the source when the saga fenced it."""
     workflow_id = saga_id([app])
-    await launch.start(config, Kind.SWITCHOVER, workflow_id, request)
+    await launch.start(config, kind, workflow_id, request)
     result = await launch.follow(config, workflow_id, lambda _line: None)
     client = await temporal.connect(config)
     progress = await client.get_workflow_handle(workflow_id).query("progress", result_type=Progress)
     return result, {p.partition: p.source_end for p in progress.partitions}
 
 
-def test_switchover_under_live_load(live: Live, routing: RoutingStore, stack_config: Config) -> None:
+def test_a_round_trip_under_live_load(live: Live, routing: RoutingStore, stack_config: Config) -> None:
     config = live.effective
     runs = [one_run(live, routing, config) for _ in range(RUNS)]
     keys = ("rto", "held", "first_on_target", "pause", "silence")
     rows: list[tuple[object, ...]] = [
-        (i + 1, *(f"{r[k]:.2f}" for k in keys), f"{r['baseline']:.3f}", f"{r['pause'] / r['baseline']:.0f}x",
-         int(r["acked"]))
-        for i, r in enumerate(runs)
+        (i + 1, r["switch"], *(f"{r[k]:.2f}" for k in keys), f"{r['baseline']:.3f}",
+         f"{r['pause'] / r['baseline']:.0f}x", int(r["acked"]))
+        for i, run in enumerate(runs) for r in run
     ]  # fmt: skip
-    for name, pick in (("p50", statistics.median), ("max", max)):
-        baseline = pick(r["baseline"] for r in runs)
-        rows.append((name, *(f"{pick(r[k] for r in runs):.2f}" for k in keys), f"{baseline:.3f}", "", ""))
+    for number, kind in enumerate(ROUND_TRIP):
+        switches = [run[number] for run in runs]
+        for name, pick in (("p50", statistics.median), ("max", max)):
+            baseline = pick(r["baseline"] for r in switches)
+            figures = (f"{pick(r[k] for r in switches):.2f}" for k in keys)
+            rows.append((name, f"{number + 1} {kind.value}", *figures, f"{baseline:.3f}", "", ""))
     header = (
-        "RUN", "SAGA RTO", "HELD (SAGA)", "START->1ST ACK ON TARGET", "PAUSE (LAST SOURCE->1ST TARGET ACK)",
-        "LONGEST ACK GAP", "BASELINE GAP", "PAUSE/BASELINE", "ACKED",
+        "RUN", "SWITCH", "SAGA RTO", "HELD (SAGA)", "START->1ST ACK ON TARGET",
+        "PAUSE (LAST SOURCE->1ST TARGET ACK)", "LONGEST ACK GAP", "BASELINE GAP", "PAUSE/BASELINE", "ACKED",
     )  # fmt: skip
-    print(f"\n\nswitchover under {RATE:,} records/s through the gateway, {RUNS} runs (seconds)")
+    print(f"\n\nround trips under {RATE:,} records/s through the gateway, {RUNS} runs (seconds)")
     print(render(header, rows))
