@@ -8,19 +8,26 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from tests.compat.app_io import Events, arguments
+from tests.compat.app_io import Events, arguments, per_codec, value_of
 
 
 async def produce(args: Any, events: Events) -> None:
-    producer = AIOKafkaProducer(
-        bootstrap_servers=args.bootstrap, client_id=f"{args.app}@producer", acks="all"
+    producers = per_codec(
+        args,
+        lambda codec: AIOKafkaProducer(
+            bootstrap_servers=args.bootstrap, client_id=f"{args.app}@producer", acks="all", **codec
+        ),
+        "compression_type",
     )
-    await producer.start()
+    for producer in producers:
+        await producer.start()
     pending: set[asyncio.Future[Any]] = set()
     n = 0  # the sends attempted
     while not events.stopping("stop-producing"):
         try:
-            delivery = await producer.send(args.topic, key=str(n).encode(), value=str(n).encode())
+            delivery = await producers[n % len(producers)].send(
+                args.topic, key=str(n).encode(), value=value_of(n)
+            )
         except KafkaError as exc:  # refused at once (no metadata in time): no delivery will come
             events("failed", v=n, e=repr(exc))
         else:
@@ -29,11 +36,13 @@ async def produce(args: Any, events: Events) -> None:
             delivery.add_done_callback(pending.discard)
         n += 1
         await asyncio.sleep(1 / args.rate)
-    await producer.flush()
+    for producer in producers:
+        await producer.flush()
     if pending:
         await asyncio.wait(pending)
     events("produced", n=n)
-    await producer.stop()
+    for producer in producers:
+        await producer.stop()
 
 
 def delivered(events: Events, n: int, future: asyncio.Future[Any]) -> None:
@@ -52,6 +61,7 @@ async def consume(args: Any, events: Events, group: str, *, manual: bool) -> Non
         group_id=group,
         auto_offset_reset="earliest",
         **({"enable_auto_commit": False} if manual else {}),
+        **({"session_timeout_ms": args.session_ms, "heartbeat_interval_ms": 1000} if args.session_ms else {}),
     )
     await consumer.start()
     while not events.stopping():

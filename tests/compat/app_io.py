@@ -2,13 +2,14 @@
 
 Each application (one per client library) produces numbered records and consumes them in two groups:
 ``manual`` commits synchronously after each processed batch, ``auto`` uses the library's default
-auto-commit. It writes everything it sees as JSON lines to ``events.jsonl`` in its directory — each
-acknowledgement and failed send, each batch received and whether its commit went through — and stops
-producing when ``stop-producing`` appears there, stops altogether when ``stop`` does. Once its producer
-is done it writes ``produced`` with ``n``, the sends it attempted (each must end in exactly one ``acked``
-or ``failed``), and ``unreported``, the records its client gave up waiting for (librdkafka's ``flush()``
-remainder). It exits 0 only when every part of it ended cleanly. The Node.js application
-(``js/app.js``) speaks the same.
+auto-commit; given ``--codecs``, it produces through one producer per compression codec, record n
+through producer n % len(codecs). It writes everything it sees as JSON lines to ``events.jsonl`` in its
+directory — each acknowledgement and failed send, each batch received and whether its commit went
+through — and stops producing when ``stop-producing`` appears there, stops altogether when ``stop``
+does. Once its producer is done it writes ``produced`` with ``n``, the sends it attempted (each must end
+in exactly one ``acked`` or ``failed``), and ``unreported``, the records its client gave up waiting for
+(librdkafka's ``flush()`` remainder). It exits 0 only when every part of it ended cleanly. The Node.js
+application (``js/app.js``) speaks the same.
 """
 
 from __future__ import annotations
@@ -20,7 +21,17 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+P = TypeVar("P")
+VALUE_BYTES = 100
+"""A record's value: its number, padded with spaces to this size. A batch of one tiny record is sent
+uncompressed by librdkafka and kafka-python whatever the codec (compressing would not make it smaller);
+padded, every batch is compressed by every library."""
+
+
+def value_of(n: int) -> bytes:
+    return str(n).ljust(VALUE_BYTES).encode()
 
 
 def arguments() -> argparse.Namespace:
@@ -30,7 +41,23 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--group", help="the committing group (none: the application only produces)")
     parser.add_argument("--auto-group")
     parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument(
+        "--session-ms", type=int, help="the consumers' session time-out (none: the library's default)"
+    )
+    parser.add_argument(
+        "--codecs",
+        type=lambda names: [name for name in names.split(",") if name],
+        default=[],
+        help="compression codecs, comma-separated: one producer each (none: one without compression)",
+    )
     return parser.parse_args()
+
+
+def per_codec(args: argparse.Namespace, make: Callable[[dict[str, str]], P], setting: str) -> list[P]:
+    """One producer per codec in ``--codecs``, ``make`` given only ``{setting: codec}`` beyond the
+    library's defaults, so each codec's batches go to the broker as the library writes them; one
+    without compression when none is given. Record n goes through producer n % len(producers)."""
+    return [make({setting: codec}) for codec in args.codecs] or [make({})]
 
 
 def parts(

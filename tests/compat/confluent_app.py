@@ -4,17 +4,17 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
-from tests.compat.app_io import Events, arguments, paced, parts, run_all
+from tests.compat.app_io import Events, arguments, paced, parts, per_codec, run_all, value_of
 
 
 def produce(args: Any, events: Events) -> None:
-    producer = Producer(
-        {"bootstrap.servers": args.bootstrap, "client.id": f"{args.app}@producer", "acks": "all"}
-    )
+    settings = {"bootstrap.servers": args.bootstrap, "client.id": f"{args.app}@producer", "acks": "all"}
+    producers = per_codec(args, lambda codec: Producer({**settings, **codec}), "compression.type")
 
     def delivered(err: Any, msg: Any, n: int) -> None:
         if err is None:
@@ -25,14 +25,19 @@ def produce(args: Any, events: Events) -> None:
     attempted = 0
     for n in paced(args.rate, events):
         attempted = n + 1
+        producer = producers[n % len(producers)]
         try:
-            producer.produce(args.topic, key=str(n).encode(), value=str(n).encode(),
+            producer.produce(args.topic, key=str(n).encode(), value=value_of(n),
                              on_delivery=lambda e, m, n=n: delivered(e, m, n))  # fmt: skip
         except (BufferError, KafkaException) as exc:  # refused at once: no delivery report will come
             events("failed", v=n, e=repr(exc))
-        producer.poll(0)
-    # records still queued when flush gives up never get a report: counted, so none vanishes unseen
-    events("produced", n=attempted, unreported=producer.flush(120))
+        for each in producers:  # every producer's delivery reports, not only this one's
+            each.poll(0)
+    # records still queued when flush gives up never get a report: counted, so none vanishes unseen;
+    # one 120 s deadline for all the producers, as for one
+    deadline = time.monotonic() + 120
+    unreported = sum(p.flush(max(deadline - time.monotonic(), 0)) for p in producers)
+    events("produced", n=attempted, unreported=unreported)
 
 
 def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
@@ -42,6 +47,8 @@ def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
         "group.id": group,
         "auto.offset.reset": "earliest",
     }
+    if args.session_ms:
+        settings |= {"session.timeout.ms": args.session_ms, "heartbeat.interval.ms": 1000}
     consumer = Consumer({**settings, **({"enable.auto.commit": False} if manual else {})})
     consumer.subscribe([args.topic])
     while not events.stopping():

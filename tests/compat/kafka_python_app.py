@@ -9,24 +9,33 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 
-from tests.compat.app_io import Events, arguments, paced, parts, run_all
+from tests.compat.app_io import Events, arguments, paced, parts, per_codec, run_all, value_of
 
 
 def produce(args: Any, events: Events) -> None:
-    producer = KafkaProducer(bootstrap_servers=args.bootstrap, client_id=f"{args.app}@producer", acks="all")
+    producers = per_codec(
+        args,
+        lambda codec: KafkaProducer(
+            bootstrap_servers=args.bootstrap, client_id=f"{args.app}@producer", acks="all", **codec
+        ),
+        "compression_type",
+    )
     attempted = 0
     for n in paced(args.rate, events):
         attempted = n + 1
+        producer = producers[n % len(producers)]
         try:
-            future = producer.send(args.topic, key=str(n).encode(), value=str(n).encode())
+            future = producer.send(args.topic, key=str(n).encode(), value=value_of(n))
         except KafkaError as exc:  # refused at once (no metadata in time, buffer full): no callback comes
             events("failed", v=n, e=repr(exc))
             continue
         future.add_callback(lambda md, n=n: events("acked", v=n, p=md.partition, o=md.offset))
         future.add_errback(lambda exc, n=n: events("failed", v=n, e=repr(exc)))
-    producer.flush()  # no time-out: returns once every record has its report
+    for producer in producers:
+        producer.flush()  # no time-out: returns once every record has its report
     events("produced", n=attempted)
-    producer.close()
+    for producer in producers:
+        producer.close()
 
 
 def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
@@ -37,6 +46,7 @@ def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
         group_id=group,
         auto_offset_reset="earliest",
         **({"enable_auto_commit": False} if manual else {}),
+        **({"session_timeout_ms": args.session_ms, "heartbeat_interval_ms": 1000} if args.session_ms else {}),
     )
     while not events.stopping():
         polled = consumer.poll(timeout_ms=200)

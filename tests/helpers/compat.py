@@ -3,6 +3,7 @@ run as processes of their own, and what each saw (its events file)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -22,6 +23,15 @@ LIBRARIES = {
     "aiokafka": [sys.executable, "-m", "tests.compat.aiokafka_app"],
     "kafkajs": ["node", str(ROOT / "tests/compat/js/app.js")],
 }
+CODECS: dict[str, tuple[str, ...]] = {
+    "confluent-kafka": ("gzip", "snappy", "lz4", "zstd"),  # built into librdkafka
+    # snappy, lz4, zstd through the packages the dev extra adds (python-snappy, lz4, zstandard; cramjam)
+    "kafka-python": ("gzip", "snappy", "lz4", "zstd"),
+    "aiokafka": ("gzip", "snappy", "lz4", "zstd"),
+    "kafkajs": ("gzip", "snappy"),  # snappy through kafkajs-snappy; its lz4 and zstd codecs are native builds
+}
+"""The compression codecs each library supports here: with ``App.start(codecs=...)`` it sends through one
+producer per codec."""
 
 
 @dataclass
@@ -45,14 +55,20 @@ class App:
     def name(self) -> str:
         return f"{self.library} through {self.setup}"
 
-    def start(self, bootstrap: str, *, rate: float, consume: bool = True) -> None:
-        """Run it: a producer at ``rate`` records/s and, when ``consume``, its two consumer groups."""
+    def start(
+        self, bootstrap: str, *, rate: float, consume: bool = True, codecs: tuple[str, ...] = (),
+        session_ms: int | None = None,
+    ) -> None:  # fmt: skip
+        """Run it: a producer at ``rate`` records/s (one per codec of ``codecs``, record n through the
+        n % len(codecs)th; none: one without compression) and, when ``consume``, its two consumer groups
+        (with ``session_ms`` as their session time-out; none: the library's default)."""
         self.dir.mkdir(parents=True)
         groups = ["--group", f"{self.app}-manual", "--auto-group", f"{self.app}-auto"] if consume else []
         argv = [
             *LIBRARIES[self.library],
             "--bootstrap", bootstrap, "--app", self.app, "--topic", self.topic, *groups,
-            "--dir", str(self.dir), "--rate", str(rate),
+            "--dir", str(self.dir), "--rate", str(rate), *(["--codecs", ",".join(codecs)] if codecs else []),
+            *(["--session-ms", str(session_ms)] if session_ms else []),
         ]  # fmt: skip
         self.started = time.time()
         log = (self.dir / "app.log").open("wb")
@@ -139,6 +155,12 @@ class Seen:
 
     def first_batch(self, group: str, after: float) -> float | None:
         return next((b["t"] for b in self.batches[group] if b["t"] > after), None)
+
+
+def longest_gap(times: list[float], since: float, until: float) -> float:
+    """The longest time without an acknowledgement within [since, until], its edges included."""
+    inside = sorted(t for t in times if since <= t <= until)
+    return max(b - a for a, b in itertools.pairwise([since, *inside, until]))
 
 
 def wait_until(what: str, apps: list[App], done: Any, timeout_s: float) -> None:

@@ -13,7 +13,6 @@ printed (``SWITCHYARD_CHAOS_SEED`` replays one); ``make bench`` runs more trials
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 import time
@@ -30,7 +29,7 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.traffic import Traffic
-from tests.helpers.compat import App, unaccounted_sends
+from tests.helpers.compat import App, longest_gap, unaccounted_sends
 from tests.helpers.live import Live, unique
 from tests.helpers.traffic import judge_consumer, judge_sends, topic_ids
 
@@ -53,12 +52,6 @@ class Trial:
     saga_held_s: float
     js_held_s: float
     confluent_held_s: float
-
-
-def longest_gap(times: list[float], since: float, until: float) -> float:
-    """The longest time without an acknowledgement within [since, until], its edges included."""
-    inside = sorted(t for t in times if since <= t <= until)
-    return max(b - a for a, b in itertools.pairwise([since, *inside, until]))
 
 
 def switch_with_a_kill(

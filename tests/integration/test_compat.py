@@ -1,25 +1,31 @@
-"""Client compatibility: four client libraries at their default settings, through one switchover saga,
+"""Client compatibility: four client libraries at their default settings (one application's session
+time-outs too, ``AT_DEFAULTS``) through a round trip of sagas (switchover, switchback, switchover),
 through one gateway and through a pair of gateways.
 
 Each library runs two applications of its own (``tests/compat``), one reaching the clusters through one
-gateway, one through a pair: each a producer with acks=all and two consumer groups, one committing
-synchronously after each processed batch, one on the library's default auto-commit. All eight are moved
-to the standby by the same switchover, and judged by what they saw:
-every send it attempted reported exactly once, acknowledged (none failed, none left without a report
-when its client stopped waiting), every acknowledged record processed, none processed twice by the
-committing group, nothing on the old cluster after the block, each application ending with exit code 0,
-and processing again within 3 s of the flip beyond the library's own first join on this broker
-(measured at the start of the same run: Tansu's join delay grows with the session time-out, which each
-library sets differently). The auto-commit groups' duplicates are reported, not judged: auto-commit
-promises no more.
+gateway, one through a pair: each a producer with acks=all, sending through one producer per compression
+codec the library supports (``CODECS``), and two consumer groups, one committing synchronously after each
+processed batch, one on the library's default auto-commit. All eight are moved by the same sagas, and
+judged by what they saw: every send it attempted reported exactly once, acknowledged (none failed, none
+left without a report when its client stopped waiting), every acknowledged record processed, none
+processed twice by the committing group, every record on the final cluster exactly once, each
+application ending with exit code 0; and at every switch, sends held less than a session time-out (a
+switch back once waited for the members the switch over had moved to expire there) and processing again
+within 3 s of the flip beyond the library's own join time on this broker (measured at the start of the
+same run: Tansu's join delay grows with the session time-out, which each library sets differently) and
+its first fetch's longest wait (``FETCH_WAIT_S``). The
+auto-commit groups' duplicates are reported, not judged: auto-commit promises no more.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import statistics
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +37,10 @@ from switchyard.keys import BindingKey
 from switchyard.mirror.status import read_status
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
+from switchyard.sagas.ids import saga_id
+from switchyard.stack import TESTBED_CONSUMER_SETTINGS
 from switchyard.usage import Use
-from tests.helpers.compat import LIBRARIES, App, unaccounted_sends, wait_until
+from tests.helpers.compat import CODECS, LIBRARIES, App, longest_gap, unaccounted_sends, wait_until
 from tests.helpers.live import Live, unique
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.traffic import topic_ids
@@ -44,7 +52,38 @@ PARTITIONS = 3
 RATE = 30
 """Records per second per application: eight of them, a mirror and two gateways share two cores."""
 RESUME_MARGIN_S = 3.0
+FETCH_WAIT_S = {"confluent-kafka": 0.5, "kafka-python": 0.5, "aiokafka": 0.5, "kafkajs": 5.0}
+"""Each library's default longest fetch wait. Tansu holds a fetch that long even when records arrive
+(docs/testbed.md): a consumer that rejoins at the end of the log waits it out once before its first
+records, which a broker that answers on arrival would not make it do."""
+HELD_MOST_S = 6.0
+"""Sends held longer at a switch than this fail the test: less than the shortest default session
+time-out of the four (10 s), beyond any hold of a switch that did not wait for one (1-3 s)."""
+SWITCHES = (("switchover", "standby"), ("switchback", "primary"), ("switchover", "standby"))
+AT_DEFAULTS = ("kafkajs", "one gateway")
+"""The application whose consumers keep their library's default session time-out (kafkajs: 30 s; a join
+round on Tansu takes half that). The others use the testbed's 6 s (docs/testbed.md): every switch waits
+for the slowest application's rejoin. ``SWITCHYARD_COMPAT_DEFAULTS=all`` runs all eight at their
+defaults (3.5 minutes instead of 1.5)."""
+TESTBED_SESSION_MS = TESTBED_CONSUMER_SETTINGS["session.timeout.ms"]
+
+
+def at_defaults(a: App) -> bool:
+    return (a.library, a.setup) == AT_DEFAULTS or os.environ.get("SWITCHYARD_COMPAT_DEFAULTS") == "all"
+
+
 ACTOR = "user:test"
+
+
+@dataclass
+class Switch:
+    kind: str
+    started: float
+    """Wall clock, as the applications log."""
+    flipped: float
+    ended: float
+    held_s: float
+    """Clients held, by the saga's own account (block to flip acknowledged)."""
 
 
 def described(bootstrap: str, topic: str, client_id: str) -> tuple[str, set[int]]:
@@ -98,7 +137,7 @@ def test_four_client_libraries_see_nothing_of_a_switchover_through_one_gateway_o
             for lib in LIBRARIES
         ]
         link = prepare(routing, stack_config, apps)
-        flipped, before, after = switch_over(live, routing, apps, bootstraps, link)
+        switches, before, after = round_trip(live, routing, apps, bootstraps, link)
         seen_by = {g: apps_through(routing, g) for g in ("gw-live", "gw-pair")}
     finally:
         second.stop()
@@ -106,12 +145,16 @@ def test_four_client_libraries_see_nothing_of_a_switchover_through_one_gateway_o
         a.gateways = "+".join(g for g, seen in seen_by.items() if a.app in seen)
 
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
-    rows, problems = [], []
+    rows, switch_rows, problems = [], [], []
     for a in apps:
-        row, found = judge(a, flipped, primary, standby)
+        row, found = judge(a, primary, standby)
         rows.append(row)
         problems += [f"{a.name}: {p}" for p in found]
-    print("\n" + table(rows))
+        for number, switch in enumerate(switches):
+            row, found = judge_switch(a, switches, number)
+            switch_rows.append(row)
+            problems += [f"{a.name}, {switch.kind} {number + 1}: {p}" for p in found]
+    print("\n" + table(rows) + "\n\n" + table(switch_rows) + "\n\n" + held_table(switches, switch_rows))
     assert not problems, "\n".join(problems)
     assert {a.gateways for a in apps if a.setup == "one gateway"} == {"gw-live"}
     assert {"gw-live", "gw-pair"} <= {g for a in apps if a.setup == "pair" for g in a.gateways.split("+")}
@@ -146,32 +189,42 @@ def prepare(routing: RoutingStore, stack_config: Config, apps: list[App]) -> str
     return link
 
 
-def switch_over(
+def round_trip(
     live: Live, routing: RoutingStore, apps: list[App], bootstraps: dict[str, str], link: str
-) -> tuple[float, tuple[str, set[int]], tuple[str, set[int]]]:
-    """Run the applications through one switchover saga; when the flip was, and what a client saw of
-    the first topic before and after it."""
+) -> tuple[list[Switch], tuple[str, set[int]], tuple[str, set[int]]]:
+    """Run the applications through the SWITCHES; each switch, and what a client saw of the first topic
+    before and after them."""
     gateway = bootstraps["one gateway"]
-    watch = FlipWatch(routing, BindingKey.for_app(apps[0].app), "standby")
+    keys = [a.app for a in apps]
+    switches: list[Switch] = []
     try:
         for a in apps:
-            a.start(bootstraps[a.setup], rate=RATE)
+            session_ms = None if at_defaults(a) else TESTBED_SESSION_MS
+            a.start(bootstraps[a.setup], rate=RATE, codecs=CODECS[a.library], session_ms=session_ms)
         wait_until("first records", apps, lambda a, s: len(s.acked) >= 100 and s.batches["manual"], 120)
         for a in apps:
             a.joined = a.seen().batches["manual"][0]["t"] - a.started
         before = described(gateway, apps[0].topic, apps[0].app)
-
-        over = live.cli("switchover", *[a.app for a in apps], "--link", link, "--wait", "--reason", "compat")
-        assert over.returncode == 0, over.stdout + over.stderr
-        assert watch.at is not None
-        flipped = watch.at
+        for kind, cluster in SWITCHES:
+            watch = FlipWatch(routing, BindingKey.for_app(apps[0].app), cluster)
+            started = time.time()
+            try:
+                run = live.cli(kind, *keys, "--link", link, "--wait", "--reason", "compat")
+            finally:
+                watch.stop()
+            assert run.returncode == 0, run.stdout + run.stderr
+            assert watch.at is not None
+            result = routing.ledger.saga_runs(saga_id(keys))[0].result
+            assert result is not None
+            flipped, link = watch.at, result["reverse_link"]  # the way back
+            switches.append(Switch(kind, started, flipped, time.time(), result["pause_ms"] / 1000))
+            wait_until(
+                f"traffic after the {kind}", apps,
+                lambda a, s: sum(t > flipped for t in s.acked.values()) >= 2 * RATE  # noqa: B023
+                and len(s.received("manual")) >= len(s.acked) - 2 * RATE,
+                120,
+            )  # fmt: skip
         after = described(gateway, apps[0].topic, apps[0].app)
-        wait_until(
-            "traffic after the flip", apps,
-            lambda a, s: sum(t > flipped for t in s.acked.values()) >= 100
-            and len(s.received("manual")) >= len(s.acked) - 2 * RATE,
-            120,
-        )  # fmt: skip
         for a in apps:
             a.signal("stop-producing")
         wait_until("the producers' last records", apps, lambda a, s: s.produced is not None, 150)
@@ -181,30 +234,24 @@ def switch_over(
             90,
         )  # fmt: skip
     finally:
-        watch.stop()
         for a in apps:
             a.stop()
-    return flipped, before, after
+    return switches, before, after
 
 
-def judge(a: App, flipped: float, primary: str, standby: str) -> tuple[dict[str, Any], list[str]]:
-    """The application's row of figures, and what it saw that it should not have."""
+def judge(a: App, primary: str, standby: str) -> tuple[dict[str, Any], list[str]]:
+    """The application's row of figures over the round trip, and what it saw that it should not have.
+    The round trip ends on the standby."""
     s = a.seen()
     manual, auto = s.received("manual"), s.received("auto")
     refused = Counter(b["commit"] for b in s.batches["manual"] if b["commit"])
-    resumed = s.first_batch("manual", flipped)
-    resume_s = resumed - flipped if resumed is not None else float("inf")
-    # kafka-python 3.0.12 sometimes joins twice: a join that completes between two polls is dropped and
-    # a new JoinGroup sent (one more of Tansu's join delays), at the first join as after a switch. The
-    # bound is the broker's join time for each round the library made.
-    first_rounds, rounds_after = a.join_rounds(0, flipped), a.join_rounds(flipped)
-    bound_s = a.joined / first_rounds * rounds_after + RESUME_MARGIN_S
     on_standby = Counter(v for v in topic_ids(standby, a.topic))
     leaked = set(topic_ids(primary, a.topic)) - set(on_standby)
     row = {
         "library": a.library,
         "through": a.setup,
         "gateways used": a.gateways,
+        "codecs": ",".join(CODECS[a.library]) or "none",
         "sent": s.produced,
         "acked": len(s.acked),
         "failed sends": len(s.failed),
@@ -212,8 +259,6 @@ def judge(a: App, flipped: float, primary: str, standby: str) -> tuple[dict[str,
         "twice": sum(n > 1 for n in manual.values()),
         "commits refused": sum(refused.values()),
         "first join s": round(a.joined, 1),
-        "resumed s": round(resume_s, 1),
-        "join rounds": f"{first_rounds}/{rounds_after}",
         "auto-commit twice": sum(n > 1 for n in auto.values()),
         "exit": a.exit_code,
     }
@@ -223,9 +268,6 @@ def judge(a: App, flipped: float, primary: str, standby: str) -> tuple[dict[str,
         *([f"{row['lost']} acknowledged records never processed"] if row["lost"] else []),
         *([f"{row['twice']} records processed twice"] if row["twice"] else []),
         *([f"commits refused: {dict(refused)}"] if refused else []),
-        *([f"resumed {resume_s:.1f}s after the flip, first join took {a.joined:.1f}s in {first_rounds} "
-           f"round(s), {rounds_after} after the flip"]
-          if resume_s > bound_s else []),
         *([f"not on the standby exactly once: {sorted(set(s.acked) ^ set(on_standby))[:5]}"]
           if set(on_standby) != set(s.acked) or max(on_standby.values()) > 1 else []),
         *([f"on the primary only: {sorted(leaked)[:5]}"] if leaked else []),
@@ -236,6 +278,49 @@ def judge(a: App, flipped: float, primary: str, standby: str) -> tuple[dict[str,
           if a.exit_code != 0 else []),
     ]  # fmt: skip
     return row, problems
+
+
+def judge_switch(a: App, switches: list[Switch], number: int) -> tuple[dict[str, Any], list[str]]:
+    """What the application saw of one switch: how long its sends were held, when it processed again."""
+    s, switch = a.seen(), switches[number]
+    until = switches[number + 1].started if number + 1 < len(switches) else float("inf")
+    held = longest_gap(list(s.acked.values()), switch.started, switch.ended)
+    resumed = s.first_batch("manual", switch.flipped)
+    resume_s = resumed - switch.flipped if resumed is not None else float("inf")
+    # kafka-python 3.0.12 sometimes joins twice: a join that completes between two polls is dropped and
+    # a new JoinGroup sent (one more of Tansu's join delays), at the first join as after a switch. The
+    # bound is the broker's join time for each round the library made.
+    first_rounds, rounds_after = a.join_rounds(0, switches[0].flipped), a.join_rounds(switch.flipped, until)
+    bound_s = a.joined / first_rounds * rounds_after + FETCH_WAIT_S[a.library] + RESUME_MARGIN_S
+    row = {
+        "library": a.library,
+        "through": a.setup,
+        "switch": f"{number + 1} {switch.kind}",
+        "sends held s": round(held, 2),
+        "resumed s": round(resume_s, 1),
+        "join rounds": f"{first_rounds}/{rounds_after}",
+    }
+    problems = [
+        *([f"sends held {held:.1f}s"] if held > HELD_MOST_S else []),
+        *([f"resumed {resume_s:.1f}s after the flip, first join took {a.joined:.1f}s in {first_rounds} "
+           f"round(s), {rounds_after} after the flip"]
+          if resume_s > bound_s else []),
+    ]  # fmt: skip
+    return row, problems
+
+
+def held_table(switches: list[Switch], rows: list[dict[str, Any]]) -> str:
+    """Per switch: clients held by the saga's account, and sends held by the applications' (p50, max)."""
+    lines = []
+    for number, switch in enumerate(switches):
+        held = [r["sends held s"] for r in rows if r["switch"] == f"{number + 1} {switch.kind}"]
+        lines.append({
+            "switch": f"{number + 1} {switch.kind}",
+            "saga: clients held s": round(switch.held_s, 2),
+            "apps: sends held p50 s": round(statistics.median(held), 2),
+            "max s": round(max(held), 2),
+        })  # fmt: skip
+    return table(lines)
 
 
 def same_topic_throughout(

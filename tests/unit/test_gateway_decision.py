@@ -139,3 +139,18 @@ def test_a_commit_from_outside_the_group_waits_for_the_connections_rejoin() -> N
     assert commit(BindingState.ACTIVE, "left broker").action is Action.REDIRECT
     joined = decide(apis.JOIN_GROUP, context, resolution(BindingState.ACTIVE), None, rejoining=True)
     assert joined.action is Action.FORWARD  # only commits are adopted
+
+
+def test_an_old_memberships_heartbeat_is_answered_quietly_while_the_connection_rejoins() -> None:
+    """kafkajs heartbeats its old membership while its join on the new cluster waits. Asked to rejoin,
+    it joined again once the first join ended: a second join round, 15 s at its defaults on Tansu."""
+    context = Context(topics=(), group="g")
+
+    def heartbeat(rejoining: bool) -> Action:
+        return decide(
+            apis.HEARTBEAT, context, resolution(BindingState.ACTIVE), LISTENERS["bound broker"],
+            joined_on="primary", rejoining=rejoining,
+        ).action  # fmt: skip
+
+    assert heartbeat(rejoining=True) is Action.QUIET
+    assert heartbeat(rejoining=False) is Action.REJOIN

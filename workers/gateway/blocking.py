@@ -29,8 +29,8 @@ def blocked_response(request: Request, body: Any, error: ErrorCode | None = None
     cls = response_schema(request.api_key, request.api_version)
     key = request.api_key
     if key in apis.GROUP_APIS:
-        return _group(cls, key, body, error or NOT_COORDINATOR)
-    code = error or NOT_LEADER
+        return _group(cls, key, body, NOT_COORDINATOR if error is None else error)
+    code = NOT_LEADER if error is None else error
     if key == apis.PRODUCE:
         return _per_partition(
             cls, ("responses", "partition_responses", "index"),

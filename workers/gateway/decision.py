@@ -21,6 +21,10 @@ sockets and shared state, lets every API be checked against every routing state 
   UNKNOWN_MEMBER_ID from a coordinator that never knew the member, and some clients (kafka-python,
   aiokafka) then drop their membership at once, from a background thread, so the application's next
   commit fails before it is even sent; asked to rejoin, they stay members until their next poll;
+- ``QUIET``: such a Heartbeat when the member's connection is already rejoining the group on the new
+  cluster (kafkajs heartbeats its old membership while its new join waits): answered here without
+  error. Asked to rejoin, kafkajs would start a second rebalance once the first ends — one more join
+  round, 15 s at its defaults on the test broker;
 - ``ADOPT``: an OffsetCommit from outside the group (no member, generation -1) on a connection whose
   consumer is rejoining its group — a client that reset its membership when the new cluster did not
   know it, and commits what it processed meanwhile; refused while the group rebalances, it is sent
@@ -49,6 +53,7 @@ class Action(enum.Enum):
     REFUSE = "refuse"
     CARRY = "carry"
     REJOIN = "rejoin"
+    QUIET = "quiet"
     ADOPT = "adopt"
     DROP = "drop"
 
@@ -79,7 +84,8 @@ def decide(
     topic on the resolved cluster is a mirror's copy; ``joined_on``: for an OffsetCommit or a
     Heartbeat, the cluster its member joined on, where the gateway saw the join (None: unknown, no
     member, or a commit no link could carry from there); ``rejoining``:
-    for an OffsetCommit from outside the group, that the connection's consumer is rejoining it."""
+    for an OffsetCommit from outside the group or a Heartbeat, that the connection's consumer is
+    rejoining its group."""
     cluster = resolution.cluster
     if api_key == apis.METADATA and empty_metadata:
         return Decision(Action.ANSWER, cluster)
@@ -91,7 +97,7 @@ def decide(
     return decision
 
 
-_ANSWERED_HERE = frozenset({Action.HOLD, Action.REDIRECT, Action.REFUSE, Action.REJOIN})
+_ANSWERED_HERE = frozenset({Action.HOLD, Action.REDIRECT, Action.REFUSE, Action.REJOIN, Action.QUIET})
 
 
 def _decide(
@@ -111,7 +117,7 @@ def _decide(
         if api_key == apis.OFFSET_COMMIT and joined_on is not None and joined_on != cluster:
             return Decision(Action.CARRY, cluster, source=joined_on)
         if api_key == apis.HEARTBEAT and joined_on is not None and joined_on != cluster:
-            return Decision(Action.REJOIN, cluster)
+            return Decision(Action.QUIET if rejoining else Action.REJOIN, cluster)
         if broker is not None and broker.cluster != cluster:
             return Decision(Action.REDIRECT, cluster)
         if api_key == apis.OFFSET_COMMIT and rejoining:

@@ -64,6 +64,8 @@ REBALANCING = ErrorCode.rebalance_in_progress
 Replies = asyncio.Queue[tuple[Awaitable[bytes | None], Lease] | None]
 """Each request's answer-to-be, in request order, with its bytes' lease (None: no more)."""
 _LEAVE_ATTEMPTS = 3
+_MEMBER_APIS = frozenset({apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.OFFSET_COMMIT})
+"""Requests naming the member that sends them (LeaveGroup v3+ names members in a list)."""
 _LEAVE_AGAIN_S = 0.5
 _HIGH_WATER = 256 * 1024
 """Bytes waiting to go to the client before the session waits for them to drain."""
@@ -275,7 +277,7 @@ class ClientSession:
     def _decide(self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution) -> Decision:
         request, context = incoming.request, incoming.context
         gateway = self.gateway
-        joined_on = None
+        joined_on, member = None, None
         if request.api_key in (apis.OFFSET_COMMIT, apis.HEARTBEAT) and request.api_version >= 1:
             member = gateway.members.get(request.body.group_id, request.body.member_id)
             joined_on = member.cluster if member is not None else None
@@ -285,14 +287,7 @@ class ClientSession:
                 and gateway.carrying_link(snapshot, joined_on, resolution.cluster, context.topics) is None
             ):
                 joined_on = None
-        rejoining = (
-            request.api_key == apis.OFFSET_COMMIT
-            and request.api_version >= 1
-            and request.body.generation_id_or_member_epoch < 0
-            and not request.body.member_id
-            and request.body.group_id in self._rejoins
-            and not self._rejoins[request.body.group_id][0].done()
-        )
+        rejoining = self._rejoining(request, member)
         return decide(
             request.api_key, context, resolution, self.listener.broker,
             empty_metadata=request.api_key == apis.METADATA and request.body.topics == (),
@@ -305,15 +300,22 @@ class ClientSession:
     ) -> Awaitable[bytes | None]:
         """Do what ``decision`` says (a HOLD here is one whose time ran out: the retriable error)."""
         request = incoming.request
+        if request.api_key == apis.JOIN_GROUP and self._joined_elsewhere(request, decision.cluster):
+            member = self.gateway.members.get(request.body.group_id, request.body.member_id)
+            assert member is not None
+            self.gateway.members.joined(
+                request.body.group_id, request.body.member_id, dataclasses.replace(member, rejoining=True)
+            )
         action = decision.action
         if action is Action.ANSWER:
             metadata = await self.gateway.local_metadata(request, decision.cluster)
             return _ready(encode_response(request, metadata))
         if action is Action.DROP:
             return _ready(None)
-        if action is Action.REJOIN:
-            self._leave_behind(request, snapshot)
-            return _ready(encode_response(request, blocked_response(request, request.body, REBALANCING)))
+        if action in (Action.REJOIN, Action.QUIET):
+            self._leave_behind(request, snapshot, decision.cluster)
+            answer = REBALANCING if action is Action.REJOIN else ErrorCode.none
+            return _ready(encode_response(request, blocked_response(request, request.body, answer)))
         if action in (Action.REDIRECT, Action.REFUSE, Action.HOLD):
             if action is not Action.HOLD:  # a held request was counted when it was held
                 self.gateway.metrics.blocked.add(api_name(request.api_key), incoming.identity.app or "-")
@@ -321,11 +323,15 @@ class ClientSession:
             return _ready(encode_response(request, blocked_response(request, request.body, error)))
         if action is Action.CARRY:
             assert decision.source is not None
-            self._leave_behind(request, snapshot)
+            self._leave_behind(request, snapshot, decision.cluster)
             return self._later(self._carry(incoming, snapshot, resolution, decision.source))
         if action is Action.ADOPT:
             return self._later(self._adopt(incoming, snapshot, resolution, decision.node))
         frame = request.frame
+        if request.api_key in _MEMBER_APIS and self._joined_elsewhere(request, decision.cluster):
+            self._leave_behind(request, snapshot, decision.cluster)  # e.g. kafkajs rejoins with its old id
+            if request.api_key == apis.JOIN_GROUP:  # a new member where it goes, as a broker would insist
+                frame = replace_body(request, dataclasses.replace(request.body, member_id=""))
         if incoming.context.producer is not None:
             producer = incoming.context.producer
             frame = await self._translate(request, incoming.identity, producer, decision.cluster)
@@ -497,14 +503,34 @@ class ClientSession:
         elif described.group_state in ("Empty", "Dead", "Stable"):  # not mid-rebalance: it is not here
             gateway.members.joined(group, member_id, Member(sources[0], None))
 
-    def _leave_behind(self, request: Request, snapshot: RoutingSnapshot) -> None:
-        """A member's identity has left the cluster it joined on (it is told to rejoin, its commits are
-        carried): have that cluster forget it now, once. Left there, it would stay a member until its
-        session time-out — up to 45 s at the clients' defaults — and a switch back could not write its
-        group's offsets there (a group takes them only without members) until then, clients held."""
-        group, member_id = request.body.group_id, request.body.member_id
-        member = self.gateway.members.get(group, member_id)
-        if member is None or member.left:
+    def _rejoining(self, request: Request, member: Member | None) -> bool:
+        """For a Heartbeat: whether its member, or this connection's consumer, is already joining the
+        group again. For an OffsetCommit from outside the group: whether this connection's consumer is
+        (see ``ADOPT`` and ``QUIET`` in :mod:`workers.gateway.decision`)."""
+        key, body = request.api_key, request.body
+        if key not in (apis.OFFSET_COMMIT, apis.HEARTBEAT):
+            return False
+        here = body.group_id in self._rejoins and not self._rejoins[body.group_id][0].done()
+        if key == apis.HEARTBEAT:
+            return here or (member is not None and member.rejoining)
+        outside = request.api_version >= 1 and body.generation_id_or_member_epoch < 0 and not body.member_id
+        return here and outside
+
+    def _joined_elsewhere(self, request: Request, now_on: str) -> bool:
+        """Whether the member sending ``request`` joined on another cluster than ``now_on``."""
+        member_id = getattr(request.body, "member_id", "")
+        member = self.gateway.members.get(request.body.group_id, member_id) if member_id else None
+        return member is not None and member.cluster != now_on
+
+    def _leave_behind(self, request: Request, snapshot: RoutingSnapshot, now_on: str) -> None:
+        """A member's request goes to ``now_on``, not the cluster it joined on (it is told to rejoin, its
+        commits are carried, it rejoins there with its old id): have that cluster forget it now, once.
+        Left there, it would stay a member until its session time-out — up to 45 s at the clients'
+        defaults — and a switch back could not write its group's offsets there (a group takes them only
+        without members) until then, clients held."""
+        group, member_id = request.body.group_id, getattr(request.body, "member_id", "")
+        member = self.gateway.members.get(group, member_id) if member_id else None
+        if member is None or member.left or member.cluster == now_on:
             return
         self.gateway.members.joined(group, member_id, dataclasses.replace(member, left=True))
         cluster = snapshot.clusters.get(member.cluster)

@@ -3,7 +3,12 @@
 'use strict'
 const fs = require('fs')
 const path = require('path')
-const { Kafka, logLevel } = require('kafkajs')
+const { Kafka, logLevel, CompressionTypes, CompressionCodecs } = require('kafkajs')
+
+// kafkajs has GZIP built in; Snappy only with a codec registered (pure JavaScript), for reading too.
+// LZ4 and ZSTD are left out: their kafkajs codecs need native builds.
+CompressionCodecs[CompressionTypes.Snappy] = require('kafkajs-snappy')
+const COMPRESSION = { gzip: CompressionTypes.GZIP, snappy: CompressionTypes.Snappy }
 
 const args = {}
 for (let i = 2; i < process.argv.length; i += 2) {
@@ -16,16 +21,25 @@ const stopping = (what = 'stop') => fs.existsSync(path.join(args.dir, what))
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 const client = (role) => new Kafka({ clientId: `${args.app}@${role}`, brokers: args.bootstrap.split(","), logLevel: logLevel.WARN })
 
+// --codecs a,b: one producer per codec, record n through producer n % producers.length (none: one without)
 async function produce () {
-  const producer = client('producer').producer()
-  await producer.connect()
+  const codecs = (args.codecs || '').split(',').filter((c) => c).map((c) => {
+    if (!(c in COMPRESSION)) throw new Error(`compression codec not supported here: ${c}`)
+    return COMPRESSION[c]
+  })
+  const producers = (codecs.length ? codecs : [CompressionTypes.None]).map((compression) => ({
+    producer: client('producer').producer(), compression
+  }))
+  await Promise.all(producers.map(({ producer }) => producer.connect()))
   const pending = new Set()
   let n = 0 // the sends attempted: each ends in exactly one 'acked' or 'failed' event
   while (!stopping('stop-producing')) {
-    const value = String(n)
-    const sent = producer.send({ topic: args.topic, acks: -1, messages: [{ key: value, value }] })
-      .then((meta) => event('acked', { v: Number(value), p: meta[0].partition, o: Number(meta[0].baseOffset) }))
-      .catch((err) => event('failed', { v: Number(value), e: `${err.name}: ${err.message}` }))
+    const key = String(n)
+    const value = key.padEnd(100) // as app_io.value_of: large enough that every batch is compressed
+    const { producer, compression } = producers[n % producers.length]
+    const sent = producer.send({ topic: args.topic, acks: -1, compression, messages: [{ key, value }] })
+      .then((meta) => event('acked', { v: Number(key), p: meta[0].partition, o: Number(meta[0].baseOffset) }))
+      .catch((err) => event('failed', { v: Number(key), e: `${err.name}: ${err.message}` }))
     pending.add(sent)
     sent.finally(() => pending.delete(sent))
     n += 1
@@ -33,11 +47,12 @@ async function produce () {
   }
   await Promise.all([...pending])
   event('produced', { n })
-  await producer.disconnect()
+  await Promise.all(producers.map(({ producer }) => producer.disconnect()))
 }
 
 async function consume (group, manual) {
-  const consumer = client(manual ? 'consumer' : 'auto').consumer({ groupId: group })
+  const session = args['session-ms'] ? { sessionTimeout: Number(args['session-ms']), heartbeatInterval: 1000 } : {}
+  const consumer = client(manual ? 'consumer' : 'auto').consumer({ groupId: group, ...session })
   await consumer.connect()
   await consumer.subscribe({ topic: args.topic, fromBeginning: true })
   const g = manual ? 'manual' : 'auto'
