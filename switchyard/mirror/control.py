@@ -155,13 +155,21 @@ def reverse_link(
         raise BindingRefused(
             f"link {link_id}: no final position stored for {names} (promote with `switchyard links promote`)"
         )
-    old_source_ends = kafka.ends_of(old_source, stored.ends)
-    maps, uncopied = reverse_maps(stored.ends, stored.maps, old_source_ends)
+    # only what this link copies: another deployment's link of the same id (ids are unique per
+    # ZooKeeper root) may have stored positions for its own topics in the cluster's map topic
+    ends = {key: stored.ends[key] for key in copied}
+    old_source_ends = kafka.ends_of(old_source, ends)
+    maps, uncopied = reverse_maps(ends, stored.maps, old_source_ends)
     if uncopied and not force:
         total = sum(uncopied.values())
+        named = ", ".join(
+            f"{t}[{p}] {n} (copied up to {ends[(t, p)][0]}, it ends at {old_source_ends[(t, p)]})"
+            for (t, p), n in sorted(uncopied.items())[:10]
+        )
         raise BindingRefused(
             f"the old source holds {total} records the link never copied (the lost window, in "
-            f"{len(uncopied)} partitions): reconcile them first, or force the reverse to leave them in place"
+            f"{len(uncopied)} partitions: {named}): reconcile them first, or force the reverse to leave "
+            "them in place"
         )
     store_records(
         old_source,

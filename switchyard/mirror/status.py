@@ -19,10 +19,9 @@ from datetime import datetime
 from urllib.parse import quote
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
 
-from switchyard.errors import RoutingUnavailable
 from switchyard.routing.layout import Layout
+from switchyard.routing.zk import children_data
 
 TopicPartitionKey = tuple[str, int]
 
@@ -94,22 +93,8 @@ def default_member_id() -> str:
 
 
 def read_status(zk: KazooClient, layout: Layout, link_id: str) -> list[MemberStatus]:
-    folder = members_path(layout, link_id)
-    try:
-        names = zk.get_children(folder)
-    except NoNodeError:
-        return []
-    except KazooException as exc:
-        raise RoutingUnavailable(f"ZooKeeper: cannot read {folder}: {exc!r}") from exc
-    found = []
-    for name in names:
-        try:
-            data, _ = zk.get(f"{folder}/{name}")
-        except NoNodeError:
-            continue  # that member just went away
-        if data:
-            found.append(MemberStatus.from_json(data))
-    return found
+    found = children_data(zk, members_path(layout, link_id)).values()
+    return [MemberStatus.from_json(data) for data in found if data]
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from switchyard.errors import LockHeld, RoutingUnavailable
 from switchyard.keys import BindingKey
 from switchyard.model import now
 from switchyard.routing.layout import Layout
+from switchyard.routing.zk import children_data
 
 
 @dataclass(frozen=True)
@@ -87,23 +88,7 @@ class SagaLocks:
 
     def held(self) -> list[LockInfo]:
         """Every lock held now (a lock released while they are read is left out)."""
-        folder = self.layout.folder("locks")
-        try:
-            names = self.zk.retry(self.zk.get_children, folder)
-        except NoNodeError:
-            return []
-        except KazooException as exc:
-            raise RoutingUnavailable(f"cannot list the saga locks: {exc!r}") from exc
-        found = []
-        for name in names:
-            try:
-                data, _ = self.zk.retry(self.zk.get, f"{folder}/{name}")
-            except NoNodeError:
-                continue
-            except KazooException as exc:
-                raise RoutingUnavailable(f"cannot read the saga lock {name}: {exc!r}") from exc
-            found.append(_info(data))
-        return found
+        return [_info(data) for data in children_data(self.zk, self.layout.folder("locks")).values()]
 
 
 def _info(data: bytes) -> LockInfo:

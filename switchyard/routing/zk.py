@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
@@ -31,3 +32,23 @@ def connect(config: Config, *, timeout_s: float = 15.0) -> KazooClient:
 def disconnect(zk: KazooClient) -> None:
     zk.stop()
     zk.close()
+
+
+def children_data(zk: KazooClient, folder: str) -> dict[str, bytes]:
+    """Each child node of ``folder`` and its data; children that go away while read are left out (an
+    ephemeral member, a released lock), and a folder that does not exist has none."""
+    try:
+        names = zk.retry(zk.get_children, folder)
+    except NoNodeError:
+        return {}
+    except KazooException as exc:
+        raise RoutingUnavailable(f"ZooKeeper: cannot read {folder}: {exc!r}") from exc
+    found = {}
+    for name in names:
+        try:
+            found[name], _ = zk.retry(zk.get, f"{folder}/{name}")
+        except NoNodeError:
+            continue
+        except KazooException as exc:
+            raise RoutingUnavailable(f"ZooKeeper: cannot read {folder}/{name}: {exc!r}") from exc
+    return found

@@ -22,7 +22,7 @@ from switchyard.keys import BindingKey
 from switchyard.ledger import Ledger
 from switchyard.mirror.control import delete_link, promote_link, reverse_link
 from switchyard.mirror.groups import committed_offsets
-from switchyard.mirror.mapstore import read_maps, segment_record, store_records
+from switchyard.mirror.mapstore import end_record, read_maps, segment_record, store_records
 from switchyard.mirror.status import DrainReport, drain_report, read_status
 from switchyard.mirror.writers import GroupWriters
 from switchyard.model import LinkState, now
@@ -455,6 +455,12 @@ def test_a_planned_switch_back_keeps_offsets_identical_both_ways(
     wait_drained(routing, link, [(topic, 0), (topic, 1)], since=now())
     promote_link(stack_config, routing, link, actor=ACTOR, reason="switchover")
     _wait_state(routing, link, "promoted", partitions=2)
+    # another deployment (ZooKeeper root) with a link of the same id, promoted before a topic of its own
+    # grew on the old source: its positions, in the same map topic, are not this link's lost window
+    other = unique("other-deployment")
+    kafka.create_topics(primary, [other], partitions=1)
+    kafka.produce(primary, other, records(50))
+    store_records(standby, [end_record(link, other, 0, 10, 10)], "another deployment's final position")
 
     report = reverse_link(stack_config, routing, link, f"{link}-back", actor=ACTOR, reason="switch back")
     assert report.uncopied == {}
