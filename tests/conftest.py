@@ -14,6 +14,7 @@ from switchyard.ledger import Ledger
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import Stack
+from tests.helpers.live import Live
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.services import PostgresServer
 from tests.helpers.stacks import write_stack_config
@@ -138,3 +139,23 @@ def _store(zk: KazooClient, zk_root: str, ledger: Ledger) -> RoutingStore:
     routing.register_cluster("primary", "primary:9092", actor=actor, reason="test setup")
     routing.register_cluster("standby", "standby:9092", actor=actor, reason="test setup")
     return routing
+
+
+@pytest.fixture(scope="module")
+def live(
+    stack: Stack,
+    routing: RoutingStore,
+    stack_config: Config,
+    ledger_path: Path,
+    otlp: OtlpReceiver,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Live]:
+    """A gateway, a mirror and a worker; they and the CLI export their spans and metrics to ``otlp``."""
+    exporting = {
+        "SWITCHYARD__TELEMETRY__OTLP_ENDPOINT": otlp.endpoint,
+        "SWITCHYARD__TELEMETRY__EXPORT_INTERVAL_S": "1",
+    }
+    logs = tmp_path_factory.mktemp("live")
+    deployment = Live(stack_config, routing.layout.root, ledger_path, logs, overrides=exporting).start()
+    yield deployment
+    deployment.stop()

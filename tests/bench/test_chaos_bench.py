@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from switchyard.config import Config
 from switchyard.routing.store import RoutingStore
-from switchyard.stack import Stack
 from switchyard.table import render
 from tests.helpers.live import Live
 from tests.integration.test_chaos import Trial, run_trials
@@ -22,20 +18,6 @@ from tests.integration.test_chaos import Trial, run_trials
 TRIALS = int(os.environ.get("SWITCHYARD_BENCH_TRIALS", "12"))
 JS_RATE = float(os.environ.get("SWITCHYARD_BENCH_JS_RATE", "50"))
 """Ten times the suite's: a hold longer than 64 sends fills a connection's answers (see test_chaos)."""
-
-
-@pytest.fixture(scope="module")
-def live(
-    stack: Stack,
-    routing: RoutingStore,
-    stack_config: Config,
-    ledger_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Live]:
-    deployment = Live(stack_config, routing.layout.root, ledger_path, tmp_path_factory.mktemp("chaos"))
-    deployment.start()
-    yield deployment
-    deployment.stop()
 
 
 def test_chaos_trials(live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path) -> None:

@@ -17,11 +17,7 @@ import statistics
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from switchyard import kafka, launch, temporal
 from switchyard.config import Config
@@ -31,7 +27,6 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.sagas.requests import Kind, Progress, SwitchRequest
-from switchyard.stack import Stack
 from switchyard.table import render
 from switchyard.traffic import Traffic
 from tests.helpers.live import Live
@@ -42,21 +37,6 @@ ROUND_TRIP = (Kind.SWITCHOVER, Kind.SWITCHBACK, Kind.SWITCHOVER)
 RUNS = int(os.environ.get("SWITCHYARD_BENCH_RUNS", "5"))
 PARTITIONS = 3
 ACTOR = "user:bench"
-
-
-@pytest.fixture(scope="module")
-def live(
-    stack: Stack,
-    routing: RoutingStore,
-    stack_config: Config,
-    ledger_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Live]:
-    deployment = Live(
-        stack_config, routing.layout.root, ledger_path, tmp_path_factory.mktemp("bench")
-    ).start()
-    yield deployment
-    deployment.stop()
 
 
 def prepare(routing: RoutingStore, config: Config) -> tuple[str, str, str]:

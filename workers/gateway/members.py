@@ -18,7 +18,7 @@ class Member:
     session_timeout_s: float | None
     """None: not seen joining (looked up), so not known."""
     left: bool = False
-    """The gateway has had the cluster it joined on forget it (``ClientSession._leave_behind``)."""
+    """The gateway has had the cluster it joined on forget it (``ClientSession._moved``)."""
     rejoining: bool = False
     """Its client has asked to join the group again, on another cluster: told to rejoin once more (a
     Heartbeat of the old membership sent meanwhile), it would rebalance again after (``QUIET``)."""

@@ -300,12 +300,7 @@ class ClientSession:
     ) -> Awaitable[bytes | None]:
         """Do what ``decision`` says (a HOLD here is one whose time ran out: the retriable error)."""
         request = incoming.request
-        if request.api_key == apis.JOIN_GROUP and self._joined_elsewhere(request, decision.cluster):
-            member = self.gateway.members.get(request.body.group_id, request.body.member_id)
-            assert member is not None
-            self.gateway.members.joined(
-                request.body.group_id, request.body.member_id, dataclasses.replace(member, rejoining=True)
-            )
+        moved = request.api_key in _MEMBER_APIS and self._moved(request, snapshot, decision.cluster)
         action = decision.action
         if action is Action.ANSWER:
             metadata = await self.gateway.local_metadata(request, decision.cluster)
@@ -313,7 +308,6 @@ class ClientSession:
         if action is Action.DROP:
             return _ready(None)
         if action in (Action.REJOIN, Action.QUIET):
-            self._leave_behind(request, snapshot, decision.cluster)
             answer = REBALANCING if action is Action.REJOIN else ErrorCode.none
             return _ready(encode_response(request, blocked_response(request, request.body, answer)))
         if action in (Action.REDIRECT, Action.REFUSE, Action.HOLD):
@@ -323,15 +317,12 @@ class ClientSession:
             return _ready(encode_response(request, blocked_response(request, request.body, error)))
         if action is Action.CARRY:
             assert decision.source is not None
-            self._leave_behind(request, snapshot, decision.cluster)
             return self._later(self._carry(incoming, snapshot, resolution, decision.source))
         if action is Action.ADOPT:
             return self._later(self._adopt(incoming, snapshot, resolution, decision.node))
         frame = request.frame
-        if request.api_key in _MEMBER_APIS and self._joined_elsewhere(request, decision.cluster):
-            self._leave_behind(request, snapshot, decision.cluster)  # e.g. kafkajs rejoins with its old id
-            if request.api_key == apis.JOIN_GROUP:  # a new member where it goes, as a broker would insist
-                frame = replace_body(request, dataclasses.replace(request.body, member_id=""))
+        if moved and request.api_key == apis.JOIN_GROUP:  # a new member where it goes, as a broker insists
+            frame = replace_body(request, dataclasses.replace(request.body, member_id=""))
         if incoming.context.producer is not None:
             producer = incoming.context.producer
             frame = await self._translate(request, incoming.identity, producer, decision.cluster)
@@ -516,26 +507,27 @@ class ClientSession:
         outside = request.api_version >= 1 and body.generation_id_or_member_epoch < 0 and not body.member_id
         return here and outside
 
-    def _joined_elsewhere(self, request: Request, now_on: str) -> bool:
-        """Whether the member sending ``request`` joined on another cluster than ``now_on``."""
-        member_id = getattr(request.body, "member_id", "")
-        member = self.gateway.members.get(request.body.group_id, member_id) if member_id else None
-        return member is not None and member.cluster != now_on
-
-    def _leave_behind(self, request: Request, snapshot: RoutingSnapshot, now_on: str) -> None:
-        """A member's request goes to ``now_on``, not the cluster it joined on (it is told to rejoin, its
-        commits are carried, it rejoins there with its old id): have that cluster forget it now, once.
-        Left there, it would stay a member until its session time-out — up to 45 s at the clients'
-        defaults — and a switch back could not write its group's offsets there (a group takes them only
-        without members) until then, clients held."""
+    def _moved(self, request: Request, snapshot: RoutingSnapshot, now_on: str) -> bool:
+        """Whether the member sending ``request`` joined on another cluster than ``now_on``, where the
+        request goes (it is told to rejoin, its commits are carried, or, as kafkajs does, it rejoins
+        with its old id); if so, have the cluster it joined on forget it now, once. Left there, it would
+        stay a member until its session time-out — up to 45 s at the clients' defaults — and a switch
+        back could not write its group's offsets there (a group takes them only without members) until
+        then, clients held. A JoinGroup marks it rejoining (see ``QUIET``)."""
         group, member_id = request.body.group_id, getattr(request.body, "member_id", "")
         member = self.gateway.members.get(group, member_id) if member_id else None
-        if member is None or member.left or member.cluster == now_on:
-            return
-        self.gateway.members.joined(group, member_id, dataclasses.replace(member, left=True))
+        if member is None or member.cluster == now_on:
+            return False
+        rejoining = member.rejoining or request.api_key == apis.JOIN_GROUP
+        self.gateway.members.joined(
+            group, member_id, dataclasses.replace(member, left=True, rejoining=rejoining)
+        )
+        if member.left:
+            return True
         cluster = snapshot.clusters.get(member.cluster)
         if cluster is not None and cluster.state is ClusterState.ACTIVE:  # a shielded one is not contacted
             self._later(self._leave(member.cluster, group, member_id))
+        return True
 
     async def _leave(self, cluster: str, group: str, member_id: str) -> None:
         """LeaveGroup on ``member_id``'s behalf, as an admin client's removal of a member does."""
