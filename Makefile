@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?= infra/embedded.yaml
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 
 .PHONY: setup system-packages demo test unit integration bench up down status lint clean
 
@@ -29,8 +30,11 @@ $(NODE_STAMP): tests/compat/js/package-lock.json
 demo: setup
 	$(BIN)/switchyard --config $(CONFIG) demo
 
+# Most tests wait (group joins, time-outs) more than they compute, so they run on $(TEST_WORKERS) workers,
+# each with a stack of its own; the few that judge clients' pauses against a bound then run alone.
 test: setup
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(PYTEST_ARGS)
+	$(BIN)/pytest -m alone $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)

@@ -20,6 +20,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.keys import BindingKey
@@ -32,6 +34,8 @@ from switchyard.traffic import Traffic
 from tests.helpers.compat import App, longest_gap, unaccounted_sends
 from tests.helpers.live import Live, unique
 from tests.helpers.traffic import judge_consumer, judge_sends, topic_ids
+
+pytestmark = pytest.mark.alone  # its bound on how long clients are held wants the machine to itself
 
 ACTOR = "user:test"
 HELD_MOST_S = 10.0

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kafka import KafkaAdminClient
 
 from switchyard import kafka
@@ -44,6 +45,8 @@ from tests.helpers.compat import CODECS, LIBRARIES, App, longest_gap, unaccounte
 from tests.helpers.live import Live, unique
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.traffic import topic_ids
+
+pytestmark = pytest.mark.alone  # its bound on how long clients are held wants the machine to itself
 
 SETUPS = ("one gateway", "pair")
 """Each library runs twice at once: through one gateway, and through a pair (both listed in its
