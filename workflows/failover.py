@@ -67,13 +67,12 @@ class Failover(SagaWorkflow):
                 "a switchover loses nothing (or force the failover)"
             )
             await self._fail(result, "SwitchRefused")
-        if request.policy.approval is not ApprovalPoint.NONE:
-            await self._await_approval("before the flip", request.policy.approval_timeout_s)
-
         locks = LockRequest(saga, plan.keys, plan.link, plan.groups)
         undo = Compensations()
         undo.add("unlock", lambda: self._compensate(steps.UNLOCK, locks))
-        try:
+        try:  # a rejection, or no approval in time, ends the saga here as compensated (nothing changed)
+            if request.policy.approval is not ApprovalPoint.NONE:
+                await self._await_approval("before the flip", request.policy.approval_timeout_s)
             await self._step("lock", steps.LOCK, locks, type(None), timeout_s=30, give_up_s=120)
             flip = FlipRequest(
                 saga, plan.keys, plan.epochs, plan.source, plan.target, plan.link, shield_source=True

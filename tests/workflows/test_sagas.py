@@ -308,6 +308,17 @@ def test_an_approval_not_given_in_time_compensates(sagas: Sagas) -> None:
     assert sagas.script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
 
 
+def test_a_failover_not_approved_in_time_ends_compensated_before_its_lock(sagas: Sagas) -> None:
+    policy = Policy(approval=ApprovalPoint.BEFORE_FLIP, approval_timeout_s=1)
+
+    kind, result = fails(sagas, "Failover", SwitchRequest(["orders"], policy=policy))
+    assert kind == "SwitchAbandoned"
+    assert result["outcome"] == "compensated"
+    assert "failover abandoned before the flip: no approval before the flip within 1s" in result["detail"]
+    assert steps.LOCK not in sagas.script.steps
+    assert steps.FLIP not in sagas.script.steps
+
+
 def test_cancelled_before_the_flip_it_undoes_what_it_did(sagas: Sagas) -> None:
     sagas.script.hold[steps.DRAIN] = asyncio.Event()  # the drain never ends by itself
 
