@@ -151,6 +151,7 @@ class LinkCopier:
         """Consumers that only read log ends, of the target and of the source."""
         self._maps: dict[Key, OffsetMap] = {}
         self._final: dict[Key, PartitionCopy] = {}
+        self._publish_due = threading.Event()
         self.finished = threading.Event()
         """Set when the link was promoted and this copier's last writes are acknowledged."""
 
@@ -211,6 +212,62 @@ class LinkCopier:
         admin_target = AdminClient({"bootstrap.servers": target})
         ensure_map_topic(admin_target)
         self._maps = read_maps(target, link.id)
+        consumer, producer = self._open_clients(source, target)
+        admin_source = AdminClient({"bootstrap.servers": source})
+        topics: list[str] = []
+        next_refresh = next_status = 0.0
+        session_over = threading.Event()
+        groups = threading.Thread(
+            target=self._sync_groups_every,
+            args=(admin_source, admin_target, session_over),
+            name=f"mirror-groups-{link.id}",
+            daemon=True,
+        )  # off the copy loop: listing a source's groups can take long, the copy must not wait for it
+        groups.start()
+        publisher = threading.Thread(
+            target=self._publish_when_due, args=(session_over,), name=f"mirror-status-{link.id}", daemon=True
+        )
+        publisher.start()
+        try:
+            while not self._stop.is_set():
+                now = time.time()
+                if self.link.state is LinkState.PROMOTED:
+                    self._finish()
+                    return
+                if now >= next_refresh:
+                    found = sync_topics(self.link, admin_source, admin_target)
+                    if found != topics:
+                        topics = found
+                        if topics:
+                            consumer.subscribe(
+                                topics,
+                                on_assign=self._assigned,
+                                on_revoke=self._revoked,
+                                on_lost=self._revoked,
+                            )
+                        log.info("link %s: copying %d topics", link.id, len(topics))
+                    next_refresh = now + settings.topic_refresh_s
+                    self._link_error = None
+                self._follow_pause()
+                self._copy_arrived(bool(topics))
+                producer.poll(0)
+                if self._failure:
+                    raise MirrorError(self._failure)
+                if now >= next_status:
+                    if self._paused:
+                        self._refresh_source_ends()
+                    self._publish_due.set()
+                    next_status = now + settings.status_interval_s
+        finally:
+            session_over.set()
+            self._publish_due.set()
+            publisher.join(30)  # before the session's last status, which _run publishes
+            groups.join(_LEAVE_WAIT_S if self._stop.is_set() else 30)  # a stopping process waits little
+            self._close()
+
+    def _open_clients(self, source: str, target: str) -> tuple[Consumer, Producer]:
+        """The copy's consumer and producer, and the probes that read log ends."""
+        link, settings = self.link, self.config.mirror
         self._producer = Producer(
             {
                 "bootstrap.servers": target,
@@ -243,55 +300,14 @@ class LinkCopier:
                 "isolation.level": "read_committed",
                 "statistics.interval.ms": int(settings.status_interval_s * 1000),
                 "fetch.wait.max.ms": 100,  # bounds the copy's latency on brokers that hold fetches long
+                # with the fetch queue full (queued.min.messages), fetching resumes this long after it
+                # was last checked: at the default 1 s the copy emptied the queue and then waited
+                "fetch.queue.backoff.ms": 10,
                 "stats_cb": self._stats,
                 **settings.consumer,
             }
         )
-        admin_source = AdminClient({"bootstrap.servers": source})
-        topics: list[str] = []
-        next_refresh = next_status = 0.0
-        session_over = threading.Event()
-        groups = threading.Thread(
-            target=self._sync_groups_every,
-            args=(admin_source, admin_target, session_over),
-            name=f"mirror-groups-{link.id}",
-            daemon=True,
-        )  # off the copy loop: listing a source's groups can take long, the copy must not wait for it
-        groups.start()
-        try:
-            while not self._stop.is_set():
-                now = time.time()
-                if self.link.state is LinkState.PROMOTED:
-                    self._finish()
-                    return
-                if now >= next_refresh:
-                    found = sync_topics(self.link, admin_source, admin_target)
-                    if found != topics:
-                        topics = found
-                        if topics:
-                            self._consumer.subscribe(
-                                topics,
-                                on_assign=self._assigned,
-                                on_revoke=self._revoked,
-                                on_lost=self._revoked,
-                            )
-                        log.info("link %s: copying %d topics", link.id, len(topics))
-                    next_refresh = now + settings.topic_refresh_s
-                    self._link_error = None
-                self._follow_pause()
-                self._copy_arrived(bool(topics))
-                self._producer.poll(0)
-                if self._failure:
-                    raise MirrorError(self._failure)
-                if now >= next_status:
-                    if self._paused:
-                        self._refresh_source_ends()
-                    self._publish()
-                    next_status = now + settings.status_interval_s
-        finally:
-            session_over.set()
-            groups.join(_LEAVE_WAIT_S if self._stop.is_set() else 30)  # a stopping process waits little
-            self._close()
+        return self._consumer, self._producer
 
     def _copy_arrived(self, subscribed: bool) -> None:
         """Copy what has arrived; with nothing subscribed nothing else waits, so wait here: an idle link
@@ -387,7 +403,7 @@ class LinkCopier:
                     position = st.read_to if st.begun else OFFSET_BEGINNING
                     self._consumer.seek(TopicPartition(tp.topic, tp.partition, position))
         self._paused = wanted
-        self._publish()  # at once: a promotion waits for this, with clients held
+        self._publish_due.set()  # at once: a promotion waits for this, with clients held
         log.info("link %s %s", self.link.id, "paused" if wanted else "resumed")
 
     # ---- records
@@ -579,6 +595,16 @@ class LinkCopier:
             st = self._partitions.get(key)
             if st is not None:
                 st.source_end, st.fetched_at = end, now
+
+    def _publish_when_due(self, session_over: threading.Event) -> None:
+        """Publish the status whenever the copy loop says it is due. A ZooKeeper write waits for the
+        ensemble's disk (tens of milliseconds on a busy host): on the copy loop it stalled the copy."""
+        while True:
+            self._publish_due.wait()
+            self._publish_due.clear()
+            if session_over.is_set():
+                return
+            self._publish()
 
     def _publish(self) -> None:
         now = time.time()
