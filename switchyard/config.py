@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from switchyard.errors import ConfigError
+from switchyard.keys import BindingKey
 
 CONFIG_ENV = "SWITCHYARD_CONFIG"
 OVERRIDE_PREFIX = "SWITCHYARD__"
@@ -263,6 +264,142 @@ class SagasConfig(_Section):
     """Failover: how long to wait for the old primary to come back and measure the lost window."""
 
 
+WebhookSaga = Literal["failover", "switchover"]
+
+
+def _env_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ValueError(f"not an environment variable name, got {value!r}")
+    return value
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
+
+
+class WebhookBearerConfig(_Section):
+    """``Authorization: Bearer <token>``: Alertmanager's ``http_config.authorization``. The token is read
+    from a file or a variable when the receiver starts, so it is never in the configuration itself."""
+
+    token_file: Path | None = None
+    token_env: EnvName | None = None
+
+
+class WebhookBasicConfig(_Section):
+    """HTTP basic authentication: Alertmanager's ``http_config.basic_auth``."""
+
+    username: Annotated[str, Field(min_length=1)]
+    password_file: Path | None = None
+    password_env: EnvName | None = None
+
+
+class WebhookAlertmanagerConfig(_Section):
+    """``POST /alertmanager``: who may send. With both ``bearer`` and ``basic``, either is accepted."""
+
+    bearer: WebhookBearerConfig | None = None
+    basic: WebhookBasicConfig | None = None
+    insecure: bool = False
+    """Accept notifications from anyone; only where the network already decides who can connect."""
+
+
+class WebhookGrafanaConfig(_Section):
+    """``POST /grafana``: the contact point's HMAC-SHA256 signature of the body, hex, in a header."""
+
+    secret_file: Path | None = None
+    secret_env: EnvName | None = None
+    signature_header: Annotated[str, Field(min_length=1)] = "X-Grafana-Alerting-Signature"
+    timestamp_header: Annotated[str, Field(min_length=1)] | None = None
+    """When set (as on the contact point), the signed text is ``<timestamp>:<body>`` and a stale
+    timestamp is refused: a recorded notification cannot be replayed later."""
+    max_skew_s: PositiveSeconds = 300.0
+    insecure: bool = False
+
+
+class WebhookPolicyConfig(_Section):
+    """Alerts whose labels match start a saga on binding keys: the listed ones, or every key bound to
+    ``cluster`` when the alert arrives."""
+
+    name: Annotated[str, Field(min_length=1)]
+    match: dict[str, str] = Field(default_factory=dict)
+    """Labels the alert must have, with exactly these values."""
+    match_re: dict[str, Regex] = Field(default_factory=dict)
+    """Labels whose value must match the whole pattern (a missing label is the empty string)."""
+    saga: WebhookSaga
+    keys: list[str] = Field(default_factory=list)
+    cluster: str | None = None
+    target: str | None = None
+    link: str | None = None
+    approval: Approval | None = None
+    """Where the saga waits for a human; empty: ``sagas.approval`` for its kind."""
+    cooldown_s: Annotated[float, Field(ge=0)] = 900.0
+    """After a saga on the same keys ended, alerts start no other for this long."""
+
+
+class WebhookConfig(_Section):
+    """``switchyard webhook``: alert notifications in, sagas out (see docs/operations.md)."""
+
+    listen: HostPort = "127.0.0.1:9180"
+    max_body_bytes: Bytes = MiB
+    read_timeout_s: PositiveSeconds = 10.0
+    """A request's body must have arrived within this."""
+    call_timeout_s: PositiveSeconds = 10.0
+    """Each call to Temporal or ZooKeeper; past it the notification is answered 503 (sent again later)."""
+    dedup_window_s: PositiveSeconds = 86400.0
+    """How long a notification is remembered, so its repeats and an HA pair's copies start nothing."""
+    alertmanager: WebhookAlertmanagerConfig | None = None
+    grafana: WebhookGrafanaConfig | None = None
+    policies: list[WebhookPolicyConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WebhookConfig:
+        am = self.alertmanager
+        if am is not None:
+            if am.bearer is not None:
+                _one_source("webhook.alertmanager.bearer", "token", am.bearer.token_file, am.bearer.token_env)
+            if am.basic is not None:
+                _one_source(
+                    "webhook.alertmanager.basic", "password", am.basic.password_file, am.basic.password_env
+                )
+            _auth_or_insecure("webhook.alertmanager", am.bearer or am.basic, am.insecure, "bearer or basic")
+        if self.grafana is not None:
+            g = self.grafana
+            if g.secret_file is not None or g.secret_env is not None:
+                _one_source("webhook.grafana", "secret", g.secret_file, g.secret_env)
+            _auth_or_insecure(
+                "webhook.grafana", g.secret_file or g.secret_env, g.insecure, "secret_file or secret_env"
+            )
+        names: set[str] = set()
+        for i, policy in enumerate(self.policies):
+            key = f"webhook.policies.{i}"
+            if policy.name in names:
+                raise _KeyError(f"{key}.name", f"{policy.name!r} names an earlier policy too")
+            names.add(policy.name)
+            if not policy.match and not policy.match_re:
+                raise _KeyError(key, "needs match or match_re: a policy matching every alert is a mistake")
+            if bool(policy.keys) == (policy.cluster is not None):
+                raise _KeyError(key, "needs either keys (binding keys) or cluster (every key bound to it)")
+            for j, text in enumerate(policy.keys):
+                try:
+                    BindingKey.parse(text)
+                except ValueError as exc:
+                    raise _KeyError(f"{key}.keys.{j}", f"not a binding key: {exc}") from None
+        return self
+
+
+def _one_source(key: str, what: str, file: Path | None, env: str | None) -> None:
+    if (file is None) == (env is None):
+        raise _KeyError(key, f"needs exactly one of {what}_file and {what}_env")
+
+
+def _auth_or_insecure(key: str, auth: object, insecure: bool, keys: str) -> None:
+    if not auth and not insecure:
+        raise _KeyError(
+            f"{key}.insecure",
+            f"no authentication configured: set {keys}, or insecure: true to take notifications from anyone",
+        )
+    if auth and insecure:
+        raise _KeyError(f"{key}.insecure", f"true, but {keys} is set too: choose one")
+
+
 class TelemetryConfig(_Section):
     otlp_endpoint: str | None = None
     """OTLP/HTTP collector, e.g. ``http://collector:4318``; empty means no exporter."""
@@ -305,6 +442,7 @@ class Config(_Section):
     gateway: GatewayConfig = GatewayConfig()
     mirror: MirrorConfig = MirrorConfig()
     sagas: SagasConfig = SagasConfig()
+    webhook: WebhookConfig = WebhookConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     logging: LoggingConfig = LoggingConfig()
     stack: StackConfig = StackConfig()

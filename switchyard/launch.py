@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
@@ -67,8 +67,11 @@ def ui_link(config: Config, workflow_id: str, run_id: str | None = None) -> str:
     return f"{base}/{run_id}/history" if run_id else base
 
 
-async def start(config: Config, kind: Kind, workflow_id: str, request: object) -> str:
-    """Start the saga; return its run id. One already running under the id is named in the refusal."""
+async def start(
+    config: Config, kind: Kind, workflow_id: str, request: object, *, memo: Mapping[str, Any] | None = None
+) -> str:
+    """Start the saga; return its run id. One already running under the id is named in the refusal.
+    ``memo`` is kept with the saga (shown in the Web UI), e.g. the alert that started it."""
     from temporalio.common import WorkflowIDConflictPolicy
     from temporalio.exceptions import WorkflowAlreadyStartedError
 
@@ -77,6 +80,7 @@ async def start(config: Config, kind: Kind, workflow_id: str, request: object) -
         handle = await client.start_workflow(
             WORKFLOW_TYPES[kind], request, id=workflow_id, task_queue=config.temporal.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL, task_timeout=WORKFLOW_TASK_TIMEOUT,
+            memo=dict(memo) if memo else None,
         )  # fmt: skip
     except WorkflowAlreadyStartedError:
         running = await client.get_workflow_handle(workflow_id).describe()
