@@ -22,6 +22,7 @@ from switchyard import kafka, launch
 from switchyard.config import Config
 from switchyard.errors import SwitchyardError
 from switchyard.keys import BindingKey
+from switchyard.mirror.control import delete_link
 from switchyard.mirror.status import read_status
 from switchyard.model import LinkState
 from switchyard.routing import open_store
@@ -100,7 +101,21 @@ def run(config: Config, *, rate_per_s: float = 500.0, say: Say = print) -> Repor
     records = kafka.read_partitions(config.clusters["primary"].bootstrap, report.topic)
     report.held = Counter(int(r.value or b"-1") for rs in records.values() for r in rs)
     _report(config, report, say)
+    with open_store(config) as store:
+        _tidy(config, store, report, say)
     return report
+
+
+def _tidy(config: Config, store: RoutingStore, report: Report, say: Say) -> None:
+    """Delete the links the demo made: left behind, a later switch of another application out of the
+    primary would find several links leaving it. Its topic stays, to look at."""
+    links = [report.app, *(s["reverse_link"] for s in report.sagas if s.get("reverse_link"))]
+    gone = []
+    for link_id in dict.fromkeys(links):
+        if store.link(link_id) is not None:
+            delete_link(config, store, link_id, actor=ACTOR, reason="demo: tidy up", force=True)
+            gone.append(link_id)
+    say(f"== tidied up: links {', '.join(gone)} deleted; {report.topic} stays on both clusters")
 
 
 def _prepare(config: Config, store: RoutingStore, report: Report, say: Say) -> None:

@@ -33,7 +33,7 @@ from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.requests import Kind
 from switchyard.sagas.steps import Partition, Plan, PlanRequest
-from switchyard.usage import PRODUCE, Use, groups_of, read_usage
+from switchyard.usage import PRODUCE, Use, groups_of, read_usage, uses_of
 
 USAGE_WINDOW_S = 24 * 3600.0
 """Groups the gateways saw a key's clients use within this long count as the key's."""
@@ -79,7 +79,9 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
     if back:
         _bound(snapshot, keys, config.default_cluster)
 
-    link = _link(snapshot, source, request.target, request.link, unplanned=request.unplanned)
+    uses = read_usage(store.zk, store.layout, within_s=USAGE_WINDOW_S)
+    topics = {use.topic for use in uses_of(uses, keys)}
+    link = _link(snapshot, source, request.target, request.link, topics, unplanned=request.unplanned)
     plan.link, plan.target = link.id, link.target
     plan.checks.append(f"link {link.id} ({link.source} -> {link.target}) is {link.state}")
     if back:
@@ -97,7 +99,6 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
         plan.checks.append("a live mirror process reports every partition, none failed")
     _unlocked(store, keys, request.saga_id)
     plan.checks.append("no other saga holds a lock on these keys")
-    uses = read_usage(store.zk, store.layout, within_s=USAGE_WINDOW_S)
     if not request.unplanned:  # a failover leaves nobody writing to a cluster that is gone
         _no_writer_left_behind(snapshot, config, keys, link, uses)
         plan.checks.append(f"no producer the gateways saw would write the link's topics on {source} after")
@@ -261,8 +262,16 @@ def _steps_from_first(store: RoutingStore, snapshot: RoutingSnapshot, link: Link
 
 
 def _link(
-    snapshot: RoutingSnapshot, source: str, target: str | None, link_id: str | None, *, unplanned: bool
+    snapshot: RoutingSnapshot,
+    source: str,
+    target: str | None,
+    link_id: str | None,
+    topics: set[str],
+    *,
+    unplanned: bool,
 ) -> Link:
+    """The link named, else the one leaving ``source`` (toward ``target``); of several, the one that
+    copies the topics the gateways saw the keys use, when only one does."""
     if link_id is not None:
         link = snapshot.links.get(link_id)
         if link is None:
@@ -279,9 +288,16 @@ def _link(
                 f"no link copies from {source}{toward}: without a copy on the target there is nothing to "
                 "switch to (switchyard links create)"
             )
+        carrying = [k for k in candidates if any(k.copies(topic) for topic in topics)]
+        if len(candidates) > 1 and len(carrying) == 1:
+            candidates = carrying
         if len(candidates) > 1:
             names = ", ".join(sorted(k.id for k in candidates))
-            raise Refused(f"several links leave {source} ({names}): name one with --link")
+            which = (
+                f"{len(carrying)} of them copy topics the keys use" if carrying
+                else "the gateways saw the keys use none of their topics"
+            )  # fmt: skip
+            raise Refused(f"several links leave {source} ({names}) and {which}: name one with --link")
     link = candidates[0]
     if link.source != source:
         raise Refused(f"link {link.id} copies from {link.source}, but the keys are on {source}")

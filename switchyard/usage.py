@@ -73,18 +73,25 @@ def read_usage(zk: KazooClient, layout: Layout, *, within_s: float) -> list[Use]
     return sorted(merged.values(), key=lambda u: (u.app, u.topic, u.role, u.group or ""))
 
 
-def groups_of(uses: Iterable[Use], keys: Iterable[BindingKey]) -> set[str]:
-    """The consumer groups the keys' identities were seen working in."""
-    found = set()
-    for key in keys:
-        for use in uses:
-            if use.group is None or use.app != key.app:
-                continue
-            if (
+def uses_of(uses: Iterable[Use], keys: Iterable[BindingKey]) -> list[Use]:
+    """What the keys' identities were seen doing."""
+    keys = list(keys)
+    return [
+        use
+        for use in uses
+        if any(
+            use.app == key.app
+            and (
                 key.kind is KeyKind.APP
                 or (key.kind is KeyKind.INSTANCE and use.instance == key.name)
                 or (key.kind is KeyKind.GROUP and use.group == key.name)
                 or (key.kind is KeyKind.TOPIC and use.topic == key.name)
-            ):
-                found.add(use.group)
-    return found
+            )
+            for key in keys
+        )
+    ]
+
+
+def groups_of(uses: Iterable[Use], keys: Iterable[BindingKey]) -> set[str]:
+    """The consumer groups the keys' identities were seen working in."""
+    return {use.group for use in uses_of(uses, keys) if use.group is not None}

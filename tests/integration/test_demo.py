@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from switchyard.config import Config
+from switchyard.routing import open_store
 from switchyard.stack import Stack
 from switchyard.stack.deployment import Deployment
 
@@ -45,3 +46,7 @@ def test_the_demo_switches_a_live_application_over_and_back_and_counts_every_rec
     assert "processed twice: 0 (each commit made during a switch was carried" in out
     assert "== nothing lost, nothing written or processed twice" in out
     assert "invalid MessageSetSize" not in done.stderr  # blocked fetches parse in librdkafka
+    tidied = re.search(r"== tidied up: links (\S+), (\S+), (\S+) deleted", out)
+    assert tidied is not None, out  # the demo's link, its reverse, and the reverse's reverse
+    with open_store(stack_config) as store:
+        assert not set(tidied.groups()) & set(store.snapshot().links), "a link of the demo stayed"

@@ -73,3 +73,20 @@ def test_a_key_of_its_own_that_stays_is_a_producer_left_behind(
     assert refusal is not None
     assert f"shop@shop-1 writes {topic} on primary, and would stay there" in refusal
     assert plan(store, stack_config, "shop", f"shop#{topic}") is None
+
+
+def test_of_several_links_the_one_copying_the_keys_topics_is_chosen(
+    store: RoutingStore, stack_config: Config, link: tuple[str, str]
+) -> None:
+    link_id, topic = link
+    other = f"link-{uuid.uuid4().hex[:6]}"
+    store.create_link(other, "primary", "standby", include=[f"other-{topic}"], actor=ACTOR, reason="t")
+    refusal = plan(store, stack_config, "shop")
+    assert refusal is not None
+    assert f"several links leave primary ({', '.join(sorted([link_id, other]))})" in refusal
+    assert "the gateways saw the keys use none of their topics: name one with --link" in refusal
+
+    producers(store, topic, "shop")
+    chosen = plan_switch(store, stack_config, PlanRequest("saga-test", "switchover", ["shop"]))
+    assert chosen.refusal is None
+    assert chosen.link == link_id
