@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the embedded stack needs, only when they are missing (idempotent).
 # ZooKeeper comes from Debian (with SLF4J's simple logger for its log); Java 17 runs it and Spark;
-# Node.js and npm run kafkajs in the client compatibility tests.
+# Node.js and npm run kafkajs in the client compatibility tests; Prometheus's promtool and Alertmanager's
+# amtool check infra/monitoring/ (rules, their unit tests, the example configs).
 set -euo pipefail
 
 need=()
@@ -10,6 +11,8 @@ command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 [ -f /usr/share/java/slf4j-simple.jar ] || need+=(libslf4j-java)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v amtool >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 [ -x /usr/lib/postgresql/15/bin/initdb ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 
 [ ${#need[@]} -eq 0 ] && exit 0

@@ -404,6 +404,10 @@ class TelemetryConfig(_Section):
     otlp_endpoint: str | None = None
     """OTLP/HTTP collector, e.g. ``http://collector:4318``; empty means no exporter."""
     export_interval_s: PositiveSeconds = 15.0
+    prometheus_listen: HostPort | None = None
+    """Where the long-running processes (gateway, mirror, worker, webhook) serve ``/metrics`` for a
+    Prometheus scrape, e.g. ``0.0.0.0:9464``; empty means no endpoint. One port per process: processes
+    sharing a host need their own (``SWITCHYARD__TELEMETRY__PROMETHEUS_LISTEN``)."""
 
 
 class LoggingConfig(_Section):

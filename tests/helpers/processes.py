@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
 from tests.helpers import ports
 
 
@@ -133,3 +135,25 @@ def command_line(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+class WebhookProcess(SwitchyardProcess):
+    """A real `switchyard webhook` process (ready once /healthz answers)."""
+
+    command = "webhook"
+    takes_id = False
+
+    def __init__(self, config_path: Path, *, root: str, log: Path, overrides: dict[str, str]) -> None:
+        self.port = ports.reserve(1)[0]
+        overrides = {**overrides, "SWITCHYARD__WEBHOOK__LISTEN": f"127.0.0.1:{self.port}"}
+        super().__init__(config_path, root=root, name="webhook", log=log, overrides=overrides)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False

@@ -108,14 +108,14 @@ def test_the_sasl_user_is_the_appid_and_plain_clients_still_work(
     # the metrics say who went where (exported every 0.5 s to the test's OTLP receiver)
     deadline = time.monotonic() + 15
     while (
-        otlp.latest("gateway.requests", api="produce", app=app, cluster="standby") == 0
-        or otlp.latest("gateway.requests", api="produce", app="x", cluster="primary") == 0
+        otlp.latest("switchyard.gateway.requests", api="produce", app=app, cluster="standby") == 0
+        or otlp.latest("switchyard.gateway.requests", api="produce", app="x", cluster="primary") == 0
     ):  # both produced before; the export that carries the second may come a period later
         assert time.monotonic() < deadline, f"no produce metrics for {app} or x: {otlp.points[-5:]}"
         time.sleep(0.5)
-    assert otlp.latest("gateway.requests", app=app, cluster="primary") == 0
-    assert otlp.latest("gateway.upstream_latency", api="produce") > 0
-    assert otlp.latest("gateway.added_latency", api="fetch") > 0
+    assert otlp.latest("switchyard.gateway.requests", app=app, cluster="primary") == 0
+    assert otlp.latest("switchyard.gateway.upstream_latency", api="produce") > 0
+    assert otlp.latest("switchyard.gateway.added_latency", api="fetch") > 0
 
 
 def test_a_wrong_password_or_unknown_user_is_refused(gateway: GatewayProcess, app: str) -> None:
@@ -145,7 +145,7 @@ def test_a_blocked_sasl_client_is_counted(
     with pytest.raises(kafka.KafkaOperationError):
         kafka.produce(gateway.bootstrap, topic, records(5), settings=sasl(app), timeout_s=3)
     deadline = time.monotonic() + 15
-    while otlp.latest("gateway.blocked", app=app) == 0:
+    while otlp.latest("switchyard.gateway.blocked_requests", app=app) == 0:
         assert time.monotonic() < deadline, f"no blocked metrics for {app}"
         time.sleep(0.5)
 

@@ -103,9 +103,10 @@ def test_live_traffic_follows_a_switch(
         )
         wait_for_acks(routing.zk, routing.layout, blocked, timeout_s=10)
         frozen = ends(primary, topic)
-        refused = otlp.latest("gateway.blocked", api="produce", app=app)
+        blocked_name = "switchyard.gateway.blocked_requests"
+        refused = otlp.latest(blocked_name, api="produce", app=app)
         deadline = time.monotonic() + 30
-        while otlp.latest("gateway.blocked", api="produce", app=app) < refused + 2:  # held, answered, again
+        while otlp.latest(blocked_name, api="produce", app=app) < refused + 2:  # held, answered, again
             assert time.monotonic() < deadline, "the producer was not seen trying while blocked"
             time.sleep(0.2)
         assert ends(primary, topic) == frozen  # it kept trying, and nothing got through

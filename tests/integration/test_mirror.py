@@ -197,11 +197,11 @@ def test_a_fresh_link_copies_with_identical_offsets(
     assert sum(len(r) for r in same_records(stack_config, topic).values()) == 1500
 
     deadline = time.monotonic() + 10  # the same figures as metrics (OTLP, every 0.5 s)
-    while mirrors.otlp.latest("mirror.mirrored", link=link, topic=topic) < 1500:
+    while mirrors.otlp.latest("switchyard.mirror.mirrored_offset", link=link, topic=topic) < 1500:
         assert time.monotonic() < deadline, f"mirror metrics: {mirrors.otlp.points[-4:]}"
         time.sleep(0.3)
-    assert mirrors.otlp.latest("mirror.source_end", link=link, topic=topic) == 1500
-    assert mirrors.otlp.latest("mirror.lag", link=link, topic=topic) == 0
+    assert mirrors.otlp.latest("switchyard.mirror.source_end_offset", link=link, topic=topic) == 1500
+    assert mirrors.otlp.latest("switchyard.mirror.lag_records", link=link, topic=topic) == 0
 
 
 def test_kill_9_mid_stream_then_restart_copies_every_record_exactly_once(

@@ -31,35 +31,12 @@ from switchyard.ledger import Ledger
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.requests import Decision, Progress, SwitchRequest
 from switchyard.stack import Stack
-from tests.helpers import ports
 from tests.helpers.alerts import StaticKeys
-from tests.helpers.processes import SwitchyardProcess, WorkerProcess
+from tests.helpers.processes import WebhookProcess, WorkerProcess
 from workers.webhook.sagas import TemporalSagas
 
 TOKEN = "integration-token-5e7a"
 GROUP = '{}/{severity="critical"}:{alertname="OrdersUnreachable"}'
-
-
-class WebhookProcess(SwitchyardProcess):
-    """A real `switchyard webhook` process (ready once /healthz answers)."""
-
-    command = "webhook"
-    takes_id = False
-
-    def __init__(self, config_path: Path, *, root: str, log: Path, overrides: dict[str, str]) -> None:
-        self.port = ports.reserve(1)[0]
-        overrides = {**overrides, "SWITCHYARD__WEBHOOK__LISTEN": f"127.0.0.1:{self.port}"}
-        super().__init__(config_path, root=root, name="webhook", log=log, overrides=overrides)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def ready(self) -> bool:
-        try:
-            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
 
 
 @dataclass

@@ -1,15 +1,24 @@
-"""The gateway's metrics: requests, blocked requests, connections, and the latency it adds."""
+"""The gateway's metrics: requests, blocked requests, connections, the latency it adds, the clusters it
+reaches and the routing epochs it has seen and acknowledged.
+
+Names follow Prometheus's conventions once exported (see :mod:`switchyard.telemetry`):
+``switchyard_gateway_requests_total``, ``switchyard_gateway_added_latency_seconds`` and so on.
+"""
 
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import metrics
 
-LATENCY_BUCKETS_MS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
-"""Finer than OpenTelemetry's default (0, 5, 10, 25, ...): the gateway's own part is sub-millisecond."""
+LATENCY_BUCKETS_S = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+)  # fmt: skip
+"""Finer than OpenTelemetry's default (0, 5, 10, 25, ... — meant for milliseconds): the gateway's own
+part is sub-millisecond."""
 
 
 class Tally:
@@ -40,33 +49,70 @@ class Metrics:
     connections: Any
     upstream_latency: Any
     added_latency: Any
+    reachable: dict[str, bool]
+    """Per cluster, whether the gateway's last attempt to reach it (its periodic probe) was answered;
+    the gateway writes it, a gauge reads it at collection."""
 
     @classmethod
     def create(cls) -> Metrics:
         meter = metrics.get_meter("switchyard.gateway")
+        reachable: dict[str, bool] = {}
+
+        def observe_reachable(_options: metrics.CallbackOptions) -> list[metrics.Observation]:
+            return [metrics.Observation(int(up), {"cluster": c}) for c, up in dict(reachable).items()]
+
+        meter.create_observable_gauge(
+            "switchyard.gateway.cluster_reachable",
+            callbacks=[observe_reachable],
+            description="1 if the cluster's bootstrap server answered the gateway's last probe, else 0",
+        )
         return cls(
             requests=Tally(
-                meter, "gateway.requests", ("api", "app", "cluster"), "requests by API, AppID, cluster"
+                meter,
+                "switchyard.gateway.requests",
+                ("api", "app", "cluster"),
+                "requests by API, AppID, cluster",
             ),
             blocked=Tally(
                 meter,
-                "gateway.blocked",
+                "switchyard.gateway.blocked_requests",
                 ("api", "app"),
                 "requests held or refused: blocked, or sent to a cluster left",
             ),
             connections=meter.create_up_down_counter(
-                "gateway.connections", description="open client connections"
+                "switchyard.gateway.connections", description="open client connections"
             ),
             upstream_latency=meter.create_histogram(
-                "gateway.upstream_latency",
-                unit="ms",
+                "switchyard.gateway.upstream_latency",
+                unit="s",
                 description="time from forwarding to the broker's answer",
-                explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_MS,
+                explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
             ),
             added_latency=meter.create_histogram(
-                "gateway.added_latency",
-                unit="ms",
+                "switchyard.gateway.added_latency",
+                unit="s",
                 description="time a forwarded request spends in the gateway, the broker's part excluded",
-                explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_MS,
+                explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
             ),
+            reachable=reachable,
+        )
+
+    @staticmethod
+    def watch_epochs(gateway_id: str, epochs: Callable[[], tuple[int, int]]) -> None:
+        """Report the routing epoch the gateway has read and the one it has acknowledged, as ``epochs``
+        says (asked only when metrics are collected, never on the request path)."""
+        meter = metrics.get_meter("switchyard.gateway")
+
+        def observe(index: int) -> Callable[[metrics.CallbackOptions], list[metrics.Observation]]:
+            return lambda _options: [metrics.Observation(epochs()[index], {"gateway": gateway_id})]
+
+        meter.create_observable_gauge(
+            "switchyard.gateway.routing_epoch",
+            callbacks=[observe(0)],
+            description="the newest routing epoch this gateway's view has read from ZooKeeper",
+        )
+        meter.create_observable_gauge(
+            "switchyard.gateway.acknowledged_epoch",
+            callbacks=[observe(1)],
+            description="the highest routing epoch this gateway has applied and acknowledged",
         )

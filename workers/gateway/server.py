@@ -80,6 +80,9 @@ class Gateway:
         users_file = config.gateway.sasl.users_file
         self.users = UsersFile(users_file) if users_file is not None else None
         self.metrics = Metrics.create()
+        self.metrics.watch_epochs(
+            self.id, lambda: (self.view.snapshot.epoch, self.registration.applied_epoch)
+        )
         self.brokers: dict[str, dict[int, tuple[str, int]]] = {c: {} for c in config.clusters}
         self.offered: dict[int, tuple[int, int]] = {}
         self.usage = UsageTracker()
@@ -122,7 +125,7 @@ class Gateway:
         await self._listen(None)
         await asyncio.to_thread(self.registration.register)
         self._tasks.append(asyncio.create_task(self._acknowledge()))
-        self._tasks.append(asyncio.create_task(self._discover_missing()))
+        self._tasks.append(asyncio.create_task(self._probe_clusters()))
         self._tasks.append(asyncio.create_task(self._watch()))
         self._tasks.append(asyncio.create_task(self._publish_usage()))
         log.info(
@@ -471,30 +474,37 @@ class Gateway:
         except NoNodeError:
             self.zk.create(path, data, ephemeral=True, makepath=True)
 
-    async def _discover_missing(self) -> None:
-        """Keep trying the clusters not reached yet: their brokers and versions join the offer then."""
+    async def _probe_clusters(self) -> None:
+        """Ask every cluster for its brokers every few seconds, side by side: a cluster not reached yet
+        joins the offer when it answers, a known one's broker list stays fresh, and the answers are the
+        clusters' reachability as this gateway sees it (off the request path, whatever the traffic)."""
         while True:
-            await asyncio.sleep(_REDISCOVER_S)
-            for cluster, known in self.brokers.items():
-                if not known:
-                    await self._discover(cluster)
+            await asyncio.sleep(_PROBE_S)
+            await asyncio.gather(*(self._discover(cluster) for cluster in self.config.clusters))
 
     async def _discover(self, cluster: str) -> None:
-        """Learn a cluster's brokers and API versions from its bootstrap server."""
+        """Learn a cluster's brokers and API versions from its bootstrap server; note whether it answered."""
         upstream = self.upstream(cluster, None)
         host, port = upstream.host, upstream.port
+        was = self.metrics.reachable.get(cluster)
         try:
-            versions = await upstream.ask(API_VERSIONS, 3)
-            theirs = {a.api_key: (a.min_version, a.max_version) for a in versions.api_keys}
-            metadata = await upstream.ask(apis.METADATA, 9, topics=())
+            async with asyncio.timeout(_PROBE_TIMEOUT_S):
+                versions = await upstream.ask(API_VERSIONS, 3)
+                theirs = {a.api_key: (a.min_version, a.max_version) for a in versions.api_keys}
+                metadata = await upstream.ask(apis.METADATA, 9, topics=())
             self.brokers[cluster] = {b.node_id: (b.host, b.port) for b in metadata.brokers}
         except Exception as exc:
-            log.warning(
-                "gateway %s: cluster %s at %s:%d not reachable: %s", self.id, cluster, host, port, exc
-            )
+            self.metrics.reachable[cluster] = False
+            if was is not False:  # once per outage: the probe runs every few seconds
+                log.warning(
+                    "gateway %s: cluster %s at %s:%d not reachable: %r", self.id, cluster, host, port, exc
+                )
             return
         finally:
             await upstream.close()
+        self.metrics.reachable[cluster] = True
+        if was is False:
+            log.info("gateway %s: cluster %s at %s:%d reachable again", self.id, cluster, host, port)
         self._offer(theirs)
 
     def _offer(self, theirs: dict[int, tuple[int, int]]) -> None:
@@ -514,7 +524,9 @@ class Gateway:
 
 _REMEMBERED = 100_000
 _LINKS_REMEMBERED = 100
-_REDISCOVER_S = 5.0
+_PROBE_S = 5.0
+_PROBE_TIMEOUT_S = 10.0
+"""A probe unanswered this long counts as unreachable (a host that drops packets never refuses)."""
 _SLOW_ACK_S = 5.0
 _USAGE_EVERY_S = 2.0
 """An acknowledgement held up longer than this is logged with the requests holding it."""

@@ -673,9 +673,9 @@ class ClientSession:
         else:
             reply = with_size(frame)
         attributes = {"api": api_name(request.api_key)}
-        self.gateway.metrics.upstream_latency.record((answered - sent) * 1000, attributes)
+        self.gateway.metrics.upstream_latency.record(answered - sent, attributes)
         added = (loop.time() - received) - (answered - sent)
-        self.gateway.metrics.added_latency.record(added * 1000, attributes)
+        self.gateway.metrics.added_latency.record(added, attributes)
         return reply
 
     def _settled(self, answer: asyncio.Task[bytes | None]) -> None:

@@ -154,6 +154,9 @@ class LinkCopier:
         self._publish_due = threading.Event()
         self.finished = threading.Event()
         """Set when the link was promoted and this copier's last writes are acknowledged."""
+        self.source_answered_at: float | None = None
+        """When the source last answered this link (a fetch, a topic listing, a read of its ends):
+        the mirror's view of whether the source cluster is reachable."""
 
     @property
     def link(self) -> Link:
@@ -236,6 +239,7 @@ class LinkCopier:
                     return
                 if now >= next_refresh:
                     found = sync_topics(self.link, admin_source, admin_target)
+                    self.source_answered_at = time.time()
                     if found != topics:
                         topics = found
                         if topics:
@@ -569,6 +573,8 @@ class LinkCopier:
         for broker in stats.get("brokers", {}).values():
             if broker.get("state") == "UP" and broker.get("rxidle", -1) >= 0:
                 answered[broker["nodeid"]] = now - broker["rxidle"] / 1e6
+        if answered:
+            self.source_answered_at = max(self.source_answered_at or 0.0, *answered.values())
         for topic, entry in stats.get("topics", {}).items():
             for number, partition in entry.get("partitions", {}).items():
                 st = self._partitions.get((topic, int(number)))
@@ -591,6 +597,8 @@ class LinkCopier:
             log.debug("link %s: source ends not read while paused: %s", self.link.id, exc)
             return
         now = time.time()
+        if ends:
+            self.source_answered_at = now
         for key, end in ends.items():
             st = self._partitions.get(key)
             if st is not None:

@@ -27,12 +27,18 @@ from switchyard.routing.view import BindingView
 from workers.mirror.copier import LinkCopier
 
 log = logging.getLogger(__name__)
-_GAUGES = (
-    ("mirror.lag", "{record}", "lag", "source records not yet on the target"),
-    ("mirror.lag_seconds", "s", "lag_s", "seconds since the partition was last fully copied"),
-    ("mirror.source_end", "{offset}", "source_end", "source high watermark, from the latest fetch"),
-    ("mirror.mirrored", "{offset}", "mirrored", "source position copied up to, acknowledged by the target"),
-)
+_GAUGES = (  # exported as switchyard_mirror_lag_records, ..._lag_seconds, ..._source_end_offset, ...
+    ("switchyard.mirror.lag_records", "{record}", "lag", "source records not yet on the target"),
+    ("switchyard.mirror.lag_seconds", "s", "lag_s", "seconds since the partition was last fully copied"),
+    (
+        "switchyard.mirror.source_end_offset", "{offset}", "source_end",
+        "source high watermark, from the latest fetch",
+    ),
+    (
+        "switchyard.mirror.mirrored_offset", "{offset}", "mirrored",
+        "source position copied up to, acknowledged by the target",
+    ),
+)  # fmt: skip
 
 
 class MirrorProcess:
@@ -49,6 +55,15 @@ class MirrorProcess:
             meter.create_observable_gauge(
                 name, callbacks=[self._observer(field)], unit=unit, description=description
             )
+        meter.create_observable_gauge(
+            "switchyard.mirror.cluster_reachable",
+            callbacks=[self._observe_sources],
+            description="1 if the cluster answered, recently, a link copying from it, else 0",
+        )
+        settings = config.mirror
+        self._answer_within_s = 3 * max(settings.status_interval_s, settings.topic_refresh_s)
+        """A source silent this long counts as unreachable: while copying it answers a fetch every
+        status interval, while idle a topic listing every refresh."""
 
     def start(self) -> None:
         self.store.ensure_layout()
@@ -112,6 +127,18 @@ class MirrorProcess:
             ]  # fmt: skip
 
         return observe
+
+    def _observe_sources(self, _options: CallbackOptions) -> list[Observation]:
+        """Per source cluster of a link still copying: whether any of its links heard from it lately."""
+        with self._lock:
+            copiers = [c for c in self.copiers.values() if not c.finished.is_set()]
+        since = time.time() - self._answer_within_s
+        reached: dict[str, bool] = {}
+        for copier in copiers:
+            answered = copier.source_answered_at
+            source = copier.link.source
+            reached[source] = reached.get(source, False) or (answered is not None and answered >= since)
+        return [Observation(int(up), {"cluster": cluster}) for cluster, up in reached.items()]
 
     def _start(self, link: Link) -> None:
         copier = LinkCopier(self.config, link, self.zk, self.store.layout, self.member)

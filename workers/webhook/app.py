@@ -6,6 +6,7 @@ before anything parses it (:class:`_Guarded`), then validated by its pydantic mo
 field), then handed to the :class:`~switchyard.alerts.dispatch.Dispatcher`. The answers follow
 Alertmanager's contract: 200 for everything handled (what each policy did), 4xx for what sending again
 cannot fix, and 503 only when Temporal or ZooKeeper cannot be reached — Alertmanager's one cue to retry.
+Every notification is counted by receiver and answer (``switchyard_webhook_notifications_total``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from opentelemetry import metrics
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Message
 
@@ -33,6 +37,10 @@ from switchyard.alerts.payloads import AlertmanagerNotification, GrafanaNotifica
 from switchyard.config import Config
 
 log = logging.getLogger(__name__)
+_NOTIFICATIONS = metrics.get_meter("switchyard.webhook").create_counter(
+    "switchyard.webhook.notifications",
+    description="notifications received, by receiver (alertmanager, grafana) and answer (HTTP status)",
+)
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,15 @@ class _Guarded(APIRoute):
         source = cast(Source, self.name)
 
         async def guarded(request: Request) -> Response:
+            try:
+                response = await checked(request)
+            except Exception as exc:  # answered by the app's exception handlers
+                _NOTIFICATIONS.add(1, {"receiver": source, "answer": _status_of(exc)})
+                raise
+            _NOTIFICATIONS.add(1, {"receiver": source, "answer": str(response.status_code)})
+            return response
+
+        async def checked(request: Request) -> Response:
             receiver: Receiver = request.app.state.receiver
             auth = receiver.auth.get(source)
             if auth is None:
@@ -148,6 +165,17 @@ class _Guarded(APIRoute):
             return await handle(Request(request.scope, _replay(body)))
 
         return guarded
+
+
+def _status_of(exc: BaseException) -> str:
+    """The status the app's exception handlers will answer ``exc`` with."""
+    if isinstance(exc, StarletteHTTPException):
+        return str(exc.status_code)
+    if isinstance(exc, RequestValidationError):
+        return "422"
+    if isinstance(exc, UNAVAILABLE):
+        return "503"
+    return "500"
 
 
 async def _read(request: Request, config: Config) -> bytes:
