@@ -15,6 +15,7 @@ from pathlib import Path
 
 from switchyard import temporal
 from switchyard.config import Config, load_config
+from tests.helpers import ports
 from tests.helpers.processes import GatewayProcess, MirrorProcess, WorkerProcess
 
 FAST_MIRROR = {
@@ -36,6 +37,17 @@ class Live:
     gateway: GatewayProcess | None = None
     mirror: MirrorProcess | None = None
     workers: list[WorkerProcess] = field(default_factory=list)
+    scraped: dict[str, str] = field(default_factory=dict)
+    """Processes that serve Prometheus metrics, by name, with their host:port (see :meth:`scrape`)."""
+    scrape_all: bool = False
+    """Whether each process this deployment starts serves its metrics for Prometheus."""
+
+    def scrape(self, name: str) -> dict[str, str]:
+        """The override that has process ``name`` serve its metrics on a port of its own."""
+        if not self.scrape_all:
+            return {}
+        self.scraped[name] = f"127.0.0.1:{ports.reserve(1)[0]}"
+        return {"SWITCHYARD__TELEMETRY__PROMETHEUS_LISTEN": self.scraped[name]}
 
     @property
     def env(self) -> dict[str, str]:
@@ -59,12 +71,13 @@ class Live:
 
     def start(self) -> Live:
         self.gateway = GatewayProcess(
-            self.path, root=self.root, gateway_id="gw-live", log=self.logs / "gateway.log", overrides=self.env
-        )
+            self.path, root=self.root, gateway_id="gw-live", log=self.logs / "gateway.log",
+            overrides={**self.env, **self.scrape("gateway")},
+        )  # fmt: skip
         self.gateway.start()
         self.mirror = MirrorProcess(
             self.path, root=self.root, name="m-live", log=self.logs / "mirror.log",
-            overrides={**FAST_MIRROR, **self.env},
+            overrides={**FAST_MIRROR, **self.env, **self.scrape("mirror")},
         )  # fmt: skip
         self.mirror.start()
         self.start_worker()
@@ -73,8 +86,9 @@ class Live:
     def start_worker(self) -> WorkerProcess:
         name = f"worker-{len(self.workers) + 1}"
         worker = WorkerProcess(
-            self.path, root=self.root, name=name, log=self.logs / f"{name}.log", overrides=self.env
-        )
+            self.path, root=self.root, name=name, log=self.logs / f"{name}.log",
+            overrides={**self.env, **self.scrape(name)},
+        )  # fmt: skip
         worker.start()
         self.workers.append(worker)
         return worker

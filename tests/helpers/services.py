@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +97,20 @@ class PrivateService:
 
     def stop(self) -> None:
         self.process.stop()
+
+
+@contextmanager
+def kafka_pair(directory: Path) -> Iterator[tuple[PrivateService, PrivateService]]:
+    """A primary and a standby broker of a test module's own, which it may freeze (SIGSTOP): thawed and
+    stopped at the end whatever it did to them."""
+    primary, standby = PrivateService.kafka(directory / "p"), PrivateService.kafka(directory / "s")
+    for broker in (primary, standby):
+        broker.start()
+    try:
+        yield primary, standby
+    finally:
+        for broker in (primary, standby):
+            pid = broker.process.pid()
+            if pid is not None:
+                os.kill(pid, signal.SIGCONT)
+            broker.stop()

@@ -25,23 +25,15 @@ from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.stack import Stack
 from tests.helpers.live import Live, capture
-from tests.helpers.services import PrivateService
+from tests.helpers.services import PrivateService, kafka_pair
 
 ACTOR = "user:test"
 
 
 @pytest.fixture(scope="module")
 def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrivateService, PrivateService]]:
-    directory = tmp_path_factory.mktemp("failover-brokers")
-    primary, standby = PrivateService.kafka(directory / "p"), PrivateService.kafka(directory / "s")
-    for broker in (primary, standby):
-        broker.start()
-    yield primary, standby
-    for broker in (primary, standby):
-        pid = broker.process.pid()
-        if pid is not None:
-            os.kill(pid, signal.SIGCONT)
-        broker.stop()
+    with kafka_pair(tmp_path_factory.mktemp("failover-brokers")) as pair:
+        yield pair
 
 
 @pytest.fixture(scope="module")
