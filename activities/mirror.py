@@ -9,9 +9,10 @@ mirror's own report of how far it read says the rest.
 
 from __future__ import annotations
 
-import socket
 import time
 from datetime import UTC, datetime
+
+from temporalio import activity
 
 from activities.deps import Deps, Key
 from activities.pulse import beat
@@ -142,8 +143,11 @@ class MirrorActivities:
         self._wait_idle(link.target, request.groups, request.idle_timeout_s)
         maps = read_link(self.deps.bootstrap(link.target), link.id).maps
         source, target = self.deps.admin(link.source), self.deps.admin(link.target)
-        writers = GroupWriters(self.deps.zk, self.deps.store.layout, link.id, f"saga@{socket.gethostname()}")
-        with writers.turn():  # a carry the mirror began before the saga's lock ends first
+        info = activity.info()
+        writers = GroupWriters(self.deps.zk, self.deps.store.layout, link.id, f"saga {info.workflow_id}")
+        # a carry the mirror began before the saga's lock ends first; a turn this saga's own earlier
+        # attempt died holding ends now
+        with writers.turn(after_own_attempt=info.attempt > 1):
             report = sync_groups(source, target, link.copies, maps, groups=request.groups)
             written = len(report.written)
             for group, offsets in report.refused.items():

@@ -17,7 +17,7 @@ from switchyard.stack import Stack
 from tests.helpers.live import Live
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.services import PostgresServer
-from tests.helpers.stacks import write_stack_config
+from tests.helpers.stacks import routing_root, write_stack_config
 
 _MARKERS = {
     "unit": pytest.mark.unit,
@@ -66,16 +66,8 @@ def ledger_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def routing(stack: Stack, stack_config: Config, ledger_path: Path) -> Iterator[RoutingStore]:
     """A routing root of this module's own, with both clusters registered."""
-    zk = connect(stack_config)
-    ledger = Ledger.open(f"sqlite:///{ledger_path}")
-    store = RoutingStore(zk, f"/t-{uuid.uuid4().hex[:10]}", ledger)
-    store.ensure_layout()
-    for cluster_id, cluster in stack_config.clusters.items():
-        store.register_cluster(cluster_id, cluster.bootstrap, actor="user:test", reason="test")
-    yield store
-    zk.delete(store.layout.root, recursive=True)
-    disconnect(zk)
-    ledger.close()
+    with routing_root(stack_config, ledger_path) as store:
+        yield store
 
 
 @pytest.fixture(scope="session")

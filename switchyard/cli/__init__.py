@@ -3,10 +3,10 @@
 import sys
 
 from switchyard import temporal
-from switchyard.cli import bindings, clusters, links, sagas, stack, verification
+from switchyard.cli import bindings, clusters, links, sagas, stack, status, verification
 from switchyard.cli.base import cli
 
-__all__ = ["bindings", "cli", "clusters", "links", "main", "sagas", "stack", "verification"]
+__all__ = ["bindings", "cli", "clusters", "links", "main", "sagas", "stack", "status", "verification"]
 
 
 def main() -> None:

@@ -288,21 +288,22 @@ def sagas() -> None:
 @click.pass_context
 def list_sagas(ctx: click.Context, limit: int) -> None:
     """The newest sagas, running and ended."""
-    config = config_of(ctx)
+    click.echo(render(("SAGA", "KIND", "STATUS", "PHASE", "STARTED"), _run(saga_rows(config_of(ctx), limit))))
 
-    async def listed() -> list[tuple[str, ...]]:
-        client = await temporal.connect(config)
-        types = ", ".join(f"'{t}'" for t in WORKFLOW_TYPES.values())
-        rows: list[tuple[str, ...]] = []
-        async for found in client.list_workflows(f"WorkflowType IN ({types})", limit=limit):
-            phase = found.search_attributes.get("SwitchyardPhase", ["-"])
-            rows.append(
-                (found.id, found.workflow_type, found.status.name.lower() if found.status else "-",
-                 str(phase[0]) if phase else "-", found.start_time.isoformat(timespec="seconds"))
-            )  # fmt: skip
-        return rows
 
-    click.echo(render(("SAGA", "KIND", "STATUS", "PHASE", "STARTED"), _run(listed())))
+async def saga_rows(config: Config, limit: int, *, running: bool = False) -> list[tuple[str, ...]]:
+    """The newest sagas (only those running, if asked): id, kind, status, phase, start."""
+    client = await temporal.connect(config)
+    types = ", ".join(f"'{t}'" for t in WORKFLOW_TYPES.values())
+    query = f"WorkflowType IN ({types})" + (" AND ExecutionStatus = 'Running'" if running else "")
+    rows: list[tuple[str, ...]] = []
+    async for found in client.list_workflows(query, limit=limit):
+        phase = found.search_attributes.get("SwitchyardPhase", ["-"])
+        rows.append(
+            (found.id, found.workflow_type, found.status.name.lower() if found.status else "-",
+             str(phase[0]) if phase else "-", found.start_time.isoformat(timespec="seconds"))
+        )  # fmt: skip
+    return rows
 
 
 @sagas.command("show")

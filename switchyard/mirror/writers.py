@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import LockTimeout
+from kazoo.exceptions import LockTimeout, NoNodeError
 
 from switchyard.errors import RoutingUnavailable
 from switchyard.routing.layout import Layout
@@ -35,9 +35,20 @@ class GroupWriters:
         self.zk, self.layout, self.link_id, self.writer = zk, layout, link_id, writer
 
     @contextmanager
-    def turn(self, timeout_s: float = TURN_WAIT_S) -> Iterator[None]:
-        """Write the link's group offsets alone; RoutingUnavailable when the turn does not come."""
-        lock = self.zk.Lock(self.layout.group_writer(self.link_id), self.writer)
+    def turn(self, timeout_s: float = TURN_WAIT_S, *, after_own_attempt: bool = False) -> Iterator[None]:
+        """Write the link's group offsets alone; RoutingUnavailable when the turn does not come.
+
+        ``after_own_attempt``: this writer is a retried activity whose earlier attempt may have died
+        holding the turn (a worker killed mid-sync). Its ZooKeeper node would stay until that session
+        expires (``zookeeper.session_timeout_s``), with clients held meanwhile; but Temporal retries an
+        activity only once it has given the attempt up, so the turn is ended now. An attempt that is
+        still running somewhere (a stalled worker) is the same saga writing the same offsets, read from
+        a source its block keeps still; the mirror's carry still waits, for the saga's lock on the groups.
+        """
+        path = self.layout.group_writer(self.link_id)
+        if after_own_attempt:
+            self._end_own_turns(path)
+        lock = self.zk.Lock(path, self.writer)
         try:
             got = lock.acquire(timeout=timeout_s)
         except LockTimeout:
@@ -50,6 +61,20 @@ class GroupWriters:
             yield
         finally:
             lock.release()
+
+    def _end_own_turns(self, path: str) -> None:
+        mine = self.zk.client_id[0] if self.zk.client_id else None
+        try:
+            contenders = self.zk.get_children(path)
+        except NoNodeError:
+            return
+        for name in contenders:
+            try:
+                data, stat = self.zk.get(f"{path}/{name}")
+                if data.decode() == self.writer and stat.ephemeralOwner != mine:
+                    self.zk.delete(f"{path}/{name}", version=stat.version)
+            except NoNodeError:
+                continue  # gone meanwhile: its session ended, or it released
 
     def sagas_own(self) -> dict[str, str]:
         """The link's groups held by sagas now, and which saga holds each."""

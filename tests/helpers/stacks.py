@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from switchyard.config import Config
+from switchyard.ledger import Ledger
+from switchyard.routing.store import RoutingStore
+from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS
 from tests.helpers import ports
 
@@ -42,3 +49,20 @@ def write_stack_config(directory: Path) -> Path:
     path = directory / "switchyard.yaml"
     path.write_text(yaml.safe_dump(stack_config_data(directory / "state"), sort_keys=False))
     return path
+
+
+@contextmanager
+def routing_root(config: Config, ledger_path: Path) -> Iterator[RoutingStore]:
+    """A routing root of its own on the stack's ZooKeeper, with both clusters registered; removed after."""
+    zk = connect(config)
+    ledger = Ledger.open(f"sqlite:///{ledger_path}")
+    store = RoutingStore(zk, f"/t-{uuid.uuid4().hex[:10]}", ledger)
+    store.ensure_layout()
+    for cluster_id, cluster in config.clusters.items():
+        store.register_cluster(cluster_id, cluster.bootstrap, actor="user:test", reason="test")
+    try:
+        yield store
+    finally:
+        zk.delete(store.layout.root, recursive=True)
+        disconnect(zk)
+        ledger.close()

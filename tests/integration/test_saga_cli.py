@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -206,3 +207,22 @@ def test_a_switchback_returns_only_what_the_switch_moved_and_only_once(run: Oper
     over_again = run("switchover", app, "--link", p2s_again, "--dry-run")
     assert "no switch to return from" not in over_again.stdout, over_again.stdout
     assert f"ok: link {p2s_again} (primary -> standby) is running" in over_again.stdout, over_again.stdout
+
+
+def test_status_shows_the_estate_and_names_what_it_could_not_read(run: Operator) -> None:
+    app = f"orders-{uuid.uuid4().hex[:6]}"
+    run.store.set_binding(BindingKey.for_app(app), "primary", actor=ACTOR, reason="t")
+    shown = run("status")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    lines = shown.stdout.splitlines()
+    primary = next(line for line in lines if line.startswith("primary "))
+    assert re.match(r"primary +active +yes \(127\.0\.0\.1:\d+\) +(\d+ \w+, )*\d+ active", primary), primary
+    assert any(line.startswith("LINK") or line == "no link" for line in lines)
+    assert "no gateway registered" in lines
+    assert any(line.startswith("SAGA") or line == "no saga running" for line in lines)
+
+    elsewhere = {**run.env, "SWITCHYARD__TEMPORAL__ADDRESS": "127.0.0.1:1"}
+    away = Operator(run.config, elsewhere, run.store)("status")
+    assert away.returncode == 1
+    assert "sagas: Temporal not asked" in away.stdout
+    assert "CLUSTER" in away.stdout  # the rest is still shown
