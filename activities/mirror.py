@@ -144,7 +144,8 @@ class MirrorActivities:
         maps = read_link(self.deps.bootstrap(link.target), link.id).maps
         source, target = self.deps.admin(link.source), self.deps.admin(link.target)
         info = activity.info()
-        writers = GroupWriters(self.deps.zk, self.deps.store.layout, link.id, f"saga {info.workflow_id}")
+        writer = f"saga {info.workflow_id} {info.workflow_run_id}"  # a later run on the same keys is another
+        writers = GroupWriters(self.deps.zk, self.deps.store.layout, link.id, writer)
         # a carry the mirror began before the saga's lock ends first; a turn this saga's own earlier
         # attempt died holding ends now
         with writers.turn(after_own_attempt=info.attempt > 1):

@@ -80,7 +80,8 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
         _bound(snapshot, keys, config.default_cluster)
 
     uses = read_usage(store.zk, store.layout, within_s=USAGE_WINDOW_S)
-    topics = {use.topic for use in uses_of(uses, keys)}
+    topics = {use.topic for use in uses_of(uses, keys) if use.topic}  # a group's use names no topic
+    topics |= {key.name for key in keys if key.kind is KeyKind.TOPIC and key.name}
     link = _link(snapshot, source, request.target, request.link, topics, unplanned=request.unplanned)
     plan.link, plan.target = link.id, link.target
     plan.checks.append(f"link {link.id} ({link.source} -> {link.target}) is {link.state}")

@@ -18,6 +18,7 @@ import binascii
 import hashlib
 import hmac
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,10 +135,9 @@ class GrafanaAuth:
         if not hmac.compare_digest(expected, given.strip().lower().encode("latin-1", "replace")):
             raise AuthFailed(f"header {self.signature_header}: signature does not match")
         if self.timestamp_header is not None:
-            try:
-                sent = int(stamp.strip())
-            except ValueError:
-                raise AuthFailed(f"header {self.timestamp_header}: not a Unix timestamp") from None
+            if not re.fullmatch(r"\d{1,12}", stamp.strip()):  # seconds; a float of a huge one overflows
+                raise AuthFailed(f"header {self.timestamp_header}: not a Unix timestamp")
+            sent = int(stamp.strip())
             if abs(now - sent) > self.max_skew_s:
                 raise AuthFailed(
                     f"header {self.timestamp_header}: timestamp {sent} is stale ({abs(now - sent):.0f}s from "

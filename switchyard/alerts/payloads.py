@@ -61,14 +61,9 @@ class AlertmanagerNotification(_Payload):
         )
 
 
-class GrafanaAlert(_Payload):
-    status: AlertStatus
-    labels: Labels
-    annotations: Labels = Field(default_factory=dict)
-    startsAt: datetime
-    endsAt: datetime | None = None
-    generatorURL: str = ""
-    fingerprint: Fingerprint
+class GrafanaAlert(AlertmanagerAlert):
+    """Alertmanager's alert, with Grafana's links and values."""
+
     silenceURL: str = ""
     dashboardURL: str = ""
     panelURL: str = ""

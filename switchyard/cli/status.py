@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import click
 
@@ -20,10 +19,12 @@ from switchyard.config import Config, split_hostport
 from switchyard.mirror.status import read_status
 from switchyard.routing.gateways import registered
 from switchyard.routing.snapshot import RoutingSnapshot
+from switchyard.routing.store import RoutingStore
 from switchyard.stack import health
 from switchyard.table import render
 
 PROBE_S = 2.0
+TEMPORAL_S = 10.0
 
 
 @cli.command("status")
@@ -51,9 +52,9 @@ def status(ctx: click.Context) -> None:
         ) if gateways else "no gateway registered")  # fmt: skip
         click.echo()
     try:
-        running = asyncio.run(saga_rows(config, 100, running=True))
+        running = asyncio.run(asyncio.wait_for(saga_rows(config, 100, running=True), TEMPORAL_S))
     except Exception as exc:
-        click.echo(f"sagas: Temporal not asked ({exc})")
+        click.echo(f"sagas: Temporal not asked ({exc!r})")
         failed = True
     else:
         header = ("SAGA", "KIND", "STATUS", "PHASE", "STARTED")
@@ -84,12 +85,15 @@ def _reachable(config: Config, cluster_id: str) -> str:
     if cluster is None:
         return "not in the configuration"
     for address in cluster.bootstrap.split(","):
-        if health.kafka(*split_hostport(address), timeout_s=PROBE_S).ok:
-            return f"yes ({address})"
+        try:
+            if health.kafka(*split_hostport(address), timeout_s=PROBE_S).ok:
+                return f"yes ({address})"
+        except Exception as exc:  # a name that does not resolve, say: that cluster's line says so
+            return f"not probed: {exc!r}"
     return f"no answer within {PROBE_S:g}s"
 
 
-def _lag(store: Any, link_id: str) -> tuple[int, float, int]:
+def _lag(store: RoutingStore, link_id: str) -> tuple[int, float, int]:
     """Records behind, seconds behind (the worst partition), partitions reported."""
     parts = [p for member in read_status(store.zk, store.layout, link_id) for p in member.partitions]
     return sum(p.lag for p in parts), max((p.lag_s for p in parts), default=0.0), len(parts)

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,12 +79,14 @@ def rules_waiting(directory: Path, wait: str | None) -> Path:
 def monitored(
     config: Config, routing: RoutingStore, ledger: Path, directory: Path, *, wait: str | None
 ) -> Iterator[Monitored]:
-    with kafka_pair(directory / "brokers") as (primary, standby):
+    with ExitStack() as stack:  # whatever started is stopped, also when a later start fails
+        primary, standby = stack.enter_context(kafka_pair(directory / "brokers"))
         overrides = {
             "SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP": primary.connect,
             "SWITCHYARD__CLUSTERS__STANDBY__BOOTSTRAP": standby.connect,
         }
         live = Live(config, routing.layout.root, ledger, directory, overrides, scrape_all=True)
+        stack.callback(live.stop)
         live.start()
         token = directory / "token"
         token.write_text(_TOKEN + "\n")
@@ -106,14 +108,10 @@ def monitored(
         prometheus = PrometheusServer(
             directory / "prom", targets, [rules_waiting(directory, wait)], alertmanager.url
         )
-        try:
-            for server in (receiver, alertmanager, prometheus):
-                server.start()
-            yield Monitored(live, routing, primary, standby, prometheus, alertmanager, receiver)
-        finally:
-            for server in (prometheus, alertmanager, receiver):
-                server.stop()
-            live.stop()
+        for server in (receiver, alertmanager, prometheus):
+            stack.callback(server.stop)
+            server.start()
+        yield Monitored(live, routing, primary, standby, prometheus, alertmanager, receiver)
 
 
 def freeze_the_primary(watched: Monitored, *, within_s: float = 120) -> FailedOver:
@@ -132,7 +130,9 @@ def freeze_the_primary(watched: Monitored, *, within_s: float = 120) -> FailedOv
     _wait_until(lambda: _copied(routing, link) == 100, "the mirror never copied the records sent before")
     _wait_until(lambda: _up(watched, "primary"), "Prometheus never saw the gateway reach the primary")
 
-    os.kill(watched.primary.process.pid() or 0, signal.SIGSTOP)  # stops answering, its data kept
+    pid = watched.primary.process.pid()
+    assert pid is not None, "the primary broker is not running"
+    os.kill(pid, signal.SIGSTOP)  # stops answering, its data kept
     frozen = time.monotonic()
     producer = Producer({"bootstrap.servers": live.gateway.bootstrap, "client.id": app})
     acked: list[float] = []

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -104,13 +104,15 @@ def kafka_pair(directory: Path) -> Iterator[tuple[PrivateService, PrivateService
     """A primary and a standby broker of a test module's own, which it may freeze (SIGSTOP): thawed and
     stopped at the end whatever it did to them."""
     primary, standby = PrivateService.kafka(directory / "p"), PrivateService.kafka(directory / "s")
-    for broker in (primary, standby):
-        broker.start()
-    try:
-        yield primary, standby
-    finally:
+    with ExitStack() as stack:
         for broker in (primary, standby):
-            pid = broker.process.pid()
-            if pid is not None:
-                os.kill(pid, signal.SIGCONT)
-            broker.stop()
+            stack.callback(_thaw_and_stop, broker)
+            broker.start()
+        yield primary, standby
+
+
+def _thaw_and_stop(broker: PrivateService) -> None:
+    pid = broker.process.pid()
+    if pid is not None:
+        os.kill(pid, signal.SIGCONT)
+    broker.stop()

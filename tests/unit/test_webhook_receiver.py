@@ -637,6 +637,22 @@ def test_an_unsigned_wrongly_signed_or_stale_grafana_notification_is_401_saying_
     assert hook.sagas.runs == []
 
 
+@pytest.mark.parametrize("stamp", ["9" * 400, "1_741_942_800", "1741942800.5"])
+def test_a_signed_timestamp_that_is_no_unix_time_is_401_not_a_crash(stamp: str) -> None:
+    hook = Webhook(Config.model_validate(config_data()))
+    body = encode(grafana_payload())
+    signature = hmac.new(SECRET.encode(), f"{stamp}:".encode() + body, hashlib.sha256).hexdigest()
+    headers = {
+        "Content-Type": "application/json",
+        "X-Grafana-Alerting-Signature": signature,
+        "X-Grafana-Alerting-Timestamp": stamp,
+    }
+    answer = hook.post("/grafana", body, headers)
+    assert (answer.status_code, answer.json()["detail"]) == (
+        401, "header X-Grafana-Alerting-Timestamp: not a Unix timestamp"
+    )  # fmt: skip
+
+
 def test_a_body_changed_after_signing_does_not_match() -> None:
     hook = Webhook(Config.model_validate(config_data()))
     body = encode(grafana_payload())

@@ -409,9 +409,17 @@ class Gateway:
             raise UpstreamError(f"{cluster}: InitProducerId failed: {answer.error_code.name}")
         return Translation(answer.producer_id, answer.producer_epoch)
 
-    def upstream(self, cluster: str, node: int | None, credentials: Credentials | None = None) -> Upstream:
-        """A connection to a broker of ``cluster``, logged in as ``credentials`` (else as the gateway)."""
-        host, port = self.real_address(cluster, node)
+    def upstream(
+        self,
+        cluster: str,
+        node: int | None,
+        credentials: Credentials | None = None,
+        *,
+        at: tuple[str, int] | None = None,
+    ) -> Upstream:
+        """A connection to a broker of ``cluster`` (``at`` a given address), logged in as ``credentials``
+        (else as the gateway)."""
+        host, port = at or self.real_address(cluster, node)
         sasl = self.config.clusters[cluster].sasl
         login = None
         if sasl is not None:
@@ -483,29 +491,35 @@ class Gateway:
             await asyncio.gather(*(self._discover(cluster) for cluster in self.config.clusters))
 
     async def _discover(self, cluster: str) -> None:
-        """Learn a cluster's brokers and API versions from its bootstrap server; note whether it answered."""
-        upstream = self.upstream(cluster, None)
-        host, port = upstream.host, upstream.port
+        """Learn a cluster's brokers and API versions from the first of its bootstrap servers that
+        answers; note whether any did (one broker down in a rolling restart is not the cluster down).
+        The versions are offered at the first answer only: narrowing them later would refuse what
+        clients already negotiated."""
         was = self.metrics.reachable.get(cluster)
-        try:
-            async with asyncio.timeout(_PROBE_TIMEOUT_S):
-                versions = await upstream.ask(API_VERSIONS, 3)
-                theirs = {a.api_key: (a.min_version, a.max_version) for a in versions.api_keys}
-                metadata = await upstream.ask(apis.METADATA, 9, topics=())
+        failures = []
+        for address in self.config.clusters[cluster].bootstrap.split(","):
+            upstream = self.upstream(cluster, None, at=split_hostport(address))
+            try:
+                async with asyncio.timeout(_PROBE_TIMEOUT_S):
+                    versions = await upstream.ask(API_VERSIONS, 3)
+                    theirs = {a.api_key: (a.min_version, a.max_version) for a in versions.api_keys}
+                    metadata = await upstream.ask(apis.METADATA, 9, topics=())
+            except Exception as exc:
+                failures.append(f"{address}: {exc!r}")
+                continue
+            finally:
+                await upstream.close()
+            first = not self.brokers[cluster]
             self.brokers[cluster] = {b.node_id: (b.host, b.port) for b in metadata.brokers}
-        except Exception as exc:
-            self.metrics.reachable[cluster] = False
-            if was is not False:  # once per outage: the probe runs every few seconds
-                log.warning(
-                    "gateway %s: cluster %s at %s:%d not reachable: %r", self.id, cluster, host, port, exc
-                )
+            self.metrics.reachable[cluster] = True
+            if was is False:
+                log.info("gateway %s: cluster %s reachable again (%s)", self.id, cluster, address)
+            if first:
+                self._offer(theirs)
             return
-        finally:
-            await upstream.close()
-        self.metrics.reachable[cluster] = True
-        if was is False:
-            log.info("gateway %s: cluster %s at %s:%d reachable again", self.id, cluster, host, port)
-        self._offer(theirs)
+        self.metrics.reachable[cluster] = False
+        if was is not False:  # once per outage: the probe runs every few seconds
+            log.warning("gateway %s: cluster %s not reachable: %s", self.id, cluster, "; ".join(failures))
 
     def _offer(self, theirs: dict[int, tuple[int, int]]) -> None:
         """Offer each API at the versions every reachable cluster, kio and the gateway all handle."""

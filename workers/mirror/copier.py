@@ -152,6 +152,10 @@ class LinkCopier:
         self._maps: dict[Key, OffsetMap] = {}
         self._final: dict[Key, PartitionCopy] = {}
         self._publish_due = threading.Event()
+        """Set when the status is due; each session has its own (see _session)."""
+        self._status_lock = threading.Lock()
+        self._retired = False
+        """The status was taken down for good (the copier ended, or the link was removed)."""
         self.finished = threading.Event()
         """Set when the link was promoted and this copier's last writes are acknowledged."""
         self.source_answered_at: float | None = None
@@ -220,17 +224,17 @@ class LinkCopier:
         topics: list[str] = []
         next_refresh = next_status = 0.0
         session_over = threading.Event()
-        groups = threading.Thread(
-            target=self._sync_groups_every,
-            args=(admin_source, admin_target, session_over),
-            name=f"mirror-groups-{link.id}",
-            daemon=True,
-        )  # off the copy loop: listing a source's groups can take long, the copy must not wait for it
-        groups.start()
-        publisher = threading.Thread(
-            target=self._publish_when_due, args=(session_over,), name=f"mirror-status-{link.id}", daemon=True
-        )
-        publisher.start()
+        self._publish_due = due = threading.Event()  # this session's: a late publisher never takes it
+        helpers = [
+            threading.Thread(target=target, args=args, name=f"mirror-{name}-{link.id}", daemon=True)
+            for name, target, args in (
+                # off the copy loop: listing a source's groups can take long; a ZooKeeper write waits
+                ("groups", self._sync_groups_every, (admin_source, admin_target, session_over)),
+                ("status", self._publish_when_due, (due, session_over)),
+            )
+        ]
+        for helper in helpers:
+            helper.start()
         try:
             while not self._stop.is_set():
                 now = time.time()
@@ -264,9 +268,9 @@ class LinkCopier:
                     next_status = now + settings.status_interval_s
         finally:
             session_over.set()
-            self._publish_due.set()
-            publisher.join(30)  # before the session's last status, which _run publishes
-            groups.join(_LEAVE_WAIT_S if self._stop.is_set() else 30)  # a stopping process waits little
+            due.set()
+            for helper in helpers:  # before the session's last status, which _run publishes
+                helper.join(_LEAVE_WAIT_S if self._stop.is_set() else 30)  # a stopping process waits little
             self._close()
 
     def _open_clients(self, source: str, target: str) -> tuple[Consumer, Producer]:
@@ -604,15 +608,18 @@ class LinkCopier:
             if st is not None:
                 st.source_end, st.fetched_at = end, now
 
-    def _publish_when_due(self, session_over: threading.Event) -> None:
+    def _publish_when_due(self, due: threading.Event, session_over: threading.Event) -> None:
         """Publish the status whenever the copy loop says it is due. A ZooKeeper write waits for the
         ensemble's disk (tens of milliseconds on a busy host): on the copy loop it stalled the copy."""
         while True:
-            self._publish_due.wait()
-            self._publish_due.clear()
+            due.wait()
+            due.clear()
             if session_over.is_set():
                 return
-            self._publish()
+            try:
+                self._publish()
+            except Exception:  # the status says it is stale by its time; the copy goes on
+                log.exception("link %s: status not published", self.link.id)
 
     def _publish(self) -> None:
         now = time.time()
@@ -624,17 +631,22 @@ class LinkCopier:
             link_error=self._link_error,
         )
         path = member_path(self.layout, self.link.id, self.member)
-        try:
+        with self._status_lock:
+            if self._retired:
+                return  # taken down for good: a late publisher must not put it back
             try:
-                self.zk.set(path, status.to_json())
-            except NoNodeError:
-                self.zk.create(path, status.to_json(), ephemeral=True, makepath=True)
-        except (KazooException, NodeExistsError) as exc:
-            log.warning("link %s: status not published: %r", self.link.id, exc)
+                try:
+                    self.zk.set(path, status.to_json())
+                except NoNodeError:
+                    self.zk.create(path, status.to_json(), ephemeral=True, makepath=True)
+            except (KazooException, NodeExistsError) as exc:
+                log.warning("link %s: status not published: %r", self.link.id, exc)
 
     def _unpublish(self) -> None:
-        with contextlib.suppress(KazooException):
-            self.zk.delete(member_path(self.layout, self.link.id, self.member))
+        with self._status_lock:
+            self._retired = True
+            with contextlib.suppress(KazooException):
+                self.zk.delete(member_path(self.layout, self.link.id, self.member))
 
 
 def _close_within(consumer: Consumer, wait_s: float, link_id: str) -> None:
