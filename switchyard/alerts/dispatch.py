@@ -303,7 +303,8 @@ class Dispatcher:
             state = await self.sagas.state(saga)
             if state is None or not state.running:
                 continue
-            started_by = state.memo.get(MEMO_KEY) or {}
+            memo = state.memo.get(MEMO_KEY)
+            started_by = memo if isinstance(memo, Mapping) else {}  # another shape: not one of ours
             if started_by.get("group_key") != notification.group_key or started_by.get("actor") != (
                 notification.actor
             ):

@@ -359,6 +359,16 @@ def test_resolved_before_the_approval_rejects_the_saga_with_a_decision_naming_th
     assert len(hook.sagas.runs) == 1
 
 
+def test_a_resolution_leaves_alone_a_saga_whose_memo_it_cannot_read(hook: Webhook) -> None:
+    firing = am_payload(am_alert("OrdersLagCritical", fingerprint="0rd3"))
+    hook.alertmanager(firing)
+    hook.sagas.runs[0].memo["alert"] = "set by hand"  # a memo of another shape: not this group's saga
+    answer = hook.alertmanager(resolved(firing))
+    assert outcome(answer) == [("orders-switch", "nothing to do", None)]
+    assert "this alert group did not start it" in answer.json()["results"][0]["detail"]
+    assert hook.sagas.runs[0].status == "running"
+
+
 def test_a_resolution_leaves_alone_a_saga_this_alert_group_did_not_start(hook: Webhook) -> None:
     hook.alertmanager(am_payload(am_alert("OrdersLagCritical", fingerprint="0rd3"), group_key="{}:{a=1}"))
     other_group = am_payload(am_alert("OrdersLagCritical", status="resolved", fingerprint="0rd3"))
