@@ -53,11 +53,7 @@ class AlertmanagerNotification(_Payload):
 
     def notification(self) -> Notification:
         return Notification(
-            source="alertmanager",
-            actor=f"alertmanager:{self.receiver}",
-            group_key=self.groupKey,
-            status=self.status,
-            alerts=tuple(Alert(a.status, a.labels, a.annotations, a.fingerprint) for a in self.alerts),
+            "alertmanager", f"alertmanager:{self.receiver}", self.groupKey, self.status, _alerts(self.alerts)
         )
 
 
@@ -92,11 +88,7 @@ class GrafanaNotification(_Payload):
 
     def notification(self) -> Notification:
         return Notification(
-            source="grafana",
-            actor=f"grafana:{self.orgId}",
-            group_key=self.groupKey,
-            status=self.status,
-            alerts=tuple(Alert(a.status, a.labels, a.annotations, a.fingerprint) for a in self.alerts),
+            "grafana", f"grafana:{self.orgId}", self.groupKey, self.status, _alerts(self.alerts)
         )
 
 
@@ -136,3 +128,7 @@ class Notification:
         alerts = sorted({(a.fingerprint, a.status) for a in self.alerts})
         text = json.dumps([*self.scope, self.status, alerts], separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _alerts(alerts: list[AlertmanagerAlert] | list[GrafanaAlert]) -> tuple[Alert, ...]:
+    return tuple(Alert(a.status, a.labels, a.annotations, a.fingerprint) for a in alerts)
