@@ -53,6 +53,13 @@ class StackError(SwitchyardError):
     exit_code = 3
 
 
+class TemporalRefused(SwitchyardError):
+    """Temporal answered, but refused the call (namespace unknown, permission denied, bad argument): a
+    configuration to fix, not a moment to wait for."""
+
+    exit_code = 3
+
+
 class PortInUseError(StackError):
     """A port the stack would listen on is already taken by a process it did not start."""
 

@@ -19,13 +19,16 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+from temporalio.service import RPCError, RPCStatusCode
 
 from switchyard.alerts.auth import authenticators
 from switchyard.alerts.dispatch import RESOLVED_BEFORE_APPROVAL, Dispatcher
 from switchyard.config import Config
+from switchyard.errors import StackError, TemporalRefused
 from switchyard.sagas.requests import ApprovalPoint, Kind
 from tests.helpers.alerts import InMemorySagas, StaticKeys
 from workers.webhook.app import Receiver, create_app
+from workers.webhook.sagas import TemporalSagas
 
 T = TypeVar("T")
 TOKEN = "am-token-3f1c"
@@ -693,3 +696,23 @@ def test_a_malformed_grafana_notification_is_422_naming_the_field(hook: Webhook)
     answer = hook.grafana(payload)
     assert answer.status_code == 422
     assert ["body", "orgId"] in [e["loc"] for e in answer.json()["detail"]]
+
+
+@pytest.mark.parametrize(
+    ("status", "answered"),
+    [
+        (RPCStatusCode.UNAVAILABLE, StackError),  # 503: Alertmanager sends it again
+        (RPCStatusCode.DEADLINE_EXCEEDED, StackError),
+        (RPCStatusCode.PERMISSION_DENIED, TemporalRefused),  # 500 naming it: again would change nothing
+        (RPCStatusCode.NOT_FOUND, TemporalRefused),
+    ],
+)
+def test_only_temporal_away_is_worth_sending_again(status: RPCStatusCode, answered: type[Exception]) -> None:
+    sagas = TemporalSagas(Config.model_validate(config_data()))
+
+    async def call() -> None:
+        async with sagas._calling("start a saga"):
+            raise RPCError("namespace default", status, b"")
+
+    with pytest.raises(answered, match=f"start a saga: {status.name}"):
+        asyncio.run(call())

@@ -35,6 +35,7 @@ from switchyard.alerts.auth import Authenticator, AuthFailed, Source
 from switchyard.alerts.dispatch import UNAVAILABLE, Answer, Dispatcher, SagaPort
 from switchyard.alerts.payloads import AlertmanagerNotification, GrafanaNotification
 from switchyard.config import Config
+from switchyard.errors import TemporalRefused
 
 log = logging.getLogger(__name__)
 _NOTIFICATIONS = metrics.get_meter("switchyard.webhook").create_counter(
@@ -74,6 +75,7 @@ RECEIVER_ANSWERS: dict[int | str, dict[str, Any]] = {
     408: _problem("the body did not arrive within webhook.read_timeout_s"),
     413: _problem("the body is larger than webhook.max_body_bytes"),
     415: _problem("the body is not declared as JSON (header Content-Type)"),
+    500: _problem("Temporal refused the call (its namespace, a permission): a configuration to fix"),
     503: _problem("Temporal or ZooKeeper cannot be reached: send it again later"),
 }
 
@@ -98,6 +100,12 @@ def create_app(receiver: Receiver) -> FastAPI:
 
     for error in UNAVAILABLE:
         app.add_exception_handler(error, unavailable)
+
+    async def refused(_request: Request, exc: Exception) -> Response:
+        log.error("%s", exc)
+        return JSONResponse({"detail": str(exc)}, status_code=500)
+
+    app.add_exception_handler(TemporalRefused, refused)
 
     notifications = APIRouter(route_class=_Guarded, responses=RECEIVER_ANSWERS)
 

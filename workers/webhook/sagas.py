@@ -31,7 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from switchyard import launch, temporal
 from switchyard.alerts.dispatch import SagaState
 from switchyard.config import Config
-from switchyard.errors import RoutingUnavailable, StackError
+from switchyard.errors import RoutingUnavailable, StackError, TemporalRefused
 from switchyard.launch import SagaFailed
 from switchyard.routing.layout import Layout
 from switchyard.routing.snapshot import read_snapshot
@@ -41,6 +41,13 @@ from switchyard.sagas.requests import Decision, Kind, Progress, SwitchRequest
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+PASSING = frozenset({
+    RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.RESOURCE_EXHAUSTED,
+    RPCStatusCode.ABORTED, RPCStatusCode.CANCELLED,
+})  # fmt: skip
+"""What Temporal answers while it is away or overloaded: the receiver answers 503, Alertmanager sends the
+notification again. Any other refusal (an unknown namespace, permission denied) is answered 500 naming it:
+sending it again would change nothing."""
 QUERY_TIMEOUT_S = 5.0
 """The ``progress`` query of a saga no worker has taken up yet waits for one; past this it counts as
 "not waiting for an approval"."""
@@ -137,9 +144,14 @@ class TemporalSagas:
             raise StackError(
                 f"Temporal at {address} did not {what} within webhook.call_timeout_s ({self.timeout_s:g}s)"
             ) from None
-        except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
-            status = f"{exc.status.name}: " if isinstance(exc, RPCError) else ""
-            raise StackError(f"Temporal at {address} could not {what}: {status}{exc}") from exc
+        except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
+            raise StackError(f"Temporal at {address} could not {what}: {exc}") from exc
+        except RPCError as exc:
+            if exc.status in PASSING:
+                raise StackError(f"Temporal at {address} could not {what}: {exc.status.name}: {exc}") from exc
+            raise TemporalRefused(
+                f"Temporal at {address} refused to {what}: {exc.status.name}: {exc}"
+            ) from exc
 
 
 class ZooKeeperKeys:
