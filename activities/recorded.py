@@ -38,7 +38,7 @@ def step(name: str) -> Callable[[Callable[[Any, Request], Result]], Callable[[An
                 with mapped(), pulsing():
                     result = work(self, request)
             except BaseException as exc:
-                _record(
+                record_attempt(
                     self.deps,
                     name,
                     started,
@@ -47,7 +47,7 @@ def step(name: str) -> Callable[[Callable[[Any, Request], Result]], Callable[[An
                     found={},
                 )
                 raise
-            _record(self.deps, name, started, outcome="ok", detail="", found=figures(result))
+            record_attempt(self.deps, name, started, outcome="ok", detail="", found=figures(result))
             return result
 
         return activity.defn(name=name)(run)
@@ -65,7 +65,9 @@ def figures(result: object) -> dict[str, Any]:
     return out
 
 
-def _record(deps: Deps, name: str, started: Any, *, outcome: str, detail: str, found: dict[str, Any]) -> None:
+def record_attempt(
+    deps: Deps, name: str, started: Any, *, outcome: str, detail: str, found: dict[str, Any]
+) -> None:
     info = activity.info()
     if info.workflow_run_id is None:
         return

@@ -140,4 +140,5 @@ def _verify_outcome(run_id: str, outcome: str, report: dict[str, Any]) -> Verify
         wrong_groups=[
             f"{g['group']} {g['topic']}[{g['partition']}]" for g in report.get("groups", []) if not g["ok"]
         ],
+        extra_records=sum(p["extra"] for p in report["partitions"]),
     )

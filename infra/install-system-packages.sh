@@ -2,7 +2,8 @@
 # Installs the Debian packages the embedded stack needs, only when they are missing (idempotent).
 # ZooKeeper comes from Debian (with SLF4J's simple logger for its log); Java 17 runs it and Spark;
 # Node.js and npm run kafkajs in the client compatibility tests; Prometheus's promtool and Alertmanager's
-# amtool check infra/monitoring/ (rules, their unit tests, the example configs).
+# amtool check infra/monitoring/ (rules, their unit tests, the example configs); Chromium and its
+# WebDriver let the browser tests (Selenium) look at the Temporal Web UI and the HTML reports.
 set -euo pipefail
 
 need=()
@@ -13,6 +14,8 @@ command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v amtool >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+[ -x /usr/bin/chromium ] || need+=(chromium)
+[ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
 [ -x /usr/lib/postgresql/15/bin/initdb ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 
 [ ${#need[@]} -eq 0 ] && exit 0

@@ -264,6 +264,30 @@ class SagasConfig(_Section):
     """Failover: how long to wait for the old primary to come back and measure the lost window."""
 
 
+class ObjectivesConfig(_Section):
+    """What a switch must show: drills pass or fail against these, and reports judge every saga by them."""
+
+    rto_s: PositiveSeconds = 30.0
+    """From a switch's start to every gateway routing its keys to the new cluster."""
+    pause_s: PositiveSeconds = 10.0
+    """How long clients were held (a drill: its canary producer's longest wait for an acknowledgement)."""
+    rpo_records: Annotated[int, Field(ge=0)] = 0
+    """Acknowledged records a switch may lose (a planned switch: none; a failover: the mirror's lag)."""
+
+
+class DrillsConfig(_Section):
+    """Scheduled DR drills (``switchyard drill``): the defaults a new drill schedule takes."""
+
+    objectives: ObjectivesConfig = ObjectivesConfig()
+    rate_per_s: Annotated[float, Field(gt=0, le=100_000)] = 200.0
+    """The canary producer's records per second."""
+    spark_verify: bool = True
+    """Compare both clusters' copies of the canary topic with the Spark job after the switchback."""
+    catchup_window_s: PositiveSeconds = 600.0
+    """A firing missed while Temporal was down still runs if it is at most this late; older ones are
+    dropped (a drill hours late would meet another shift's traffic)."""
+
+
 WebhookSaga = Literal["failover", "switchover"]
 
 
@@ -447,6 +471,7 @@ class Config(_Section):
     mirror: MirrorConfig = MirrorConfig()
     sagas: SagasConfig = SagasConfig()
     webhook: WebhookConfig = WebhookConfig()
+    drills: DrillsConfig = DrillsConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     logging: LoggingConfig = LoggingConfig()
     stack: StackConfig = StackConfig()

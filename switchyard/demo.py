@@ -20,13 +20,9 @@ from typing import Any
 
 from switchyard import kafka, launch
 from switchyard.config import Config
-from switchyard.errors import SwitchyardError
-from switchyard.keys import BindingKey
-from switchyard.mirror.control import delete_link
-from switchyard.mirror.status import read_status
-from switchyard.model import LinkState
+from switchyard.drills.canary_link import delete_links, make_own_link
+from switchyard.errors import BindingRefused, SwitchyardError
 from switchyard.routing import open_store
-from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.sagas.requests import Kind, SwitchRequest
@@ -110,11 +106,7 @@ def _tidy(config: Config, store: RoutingStore, report: Report, say: Say) -> None
     """Delete the links the demo made: left behind, a later switch of another application out of the
     primary would find several links leaving it. Its topic stays, to look at."""
     links = [report.app, *(s["reverse_link"] for s in report.sagas if s.get("reverse_link"))]
-    gone = []
-    for link_id in dict.fromkeys(links):
-        if store.link(link_id) is not None:
-            delete_link(config, store, link_id, actor=ACTOR, reason="demo: tidy up", force=True)
-            gone.append(link_id)
+    gone = delete_links(config, store, links, actor=ACTOR, reason="demo: tidy up")
     say(f"== tidied up: links {', '.join(gone)} deleted; {report.topic} stays on both clusters")
 
 
@@ -124,22 +116,13 @@ def _prepare(config: Config, store: RoutingStore, report: Report, say: Say) -> N
     for cluster_id, cluster in config.clusters.items():
         if store.cluster(cluster_id) is None:
             store.register_cluster(cluster_id, cluster.bootstrap, actor=ACTOR, reason="demo")
-    for link in store.snapshot().links.values():
-        if link.target == "standby" and link.state is not LinkState.PROMOTED and link.copies(report.topic):
-            raise DemoFailed(
-                f"link {link.id} would copy the demo's topic to the standby too (two writers of one copy): "
-                f"pause or delete it first (switchyard links delete {link.id} --force)"
-            )
-    primary = config.clusters["primary"].bootstrap
-    kafka.create_topics(primary, [report.topic], partitions=PARTITIONS)
-    store.create_link(report.app, "primary", "standby", include=[report.topic], actor=ACTOR, reason="demo")
-    epoch = store.set_binding(BindingKey.for_app(report.app), "primary", actor=ACTOR, reason="demo")
-    wait_for_acks(store.zk, store.layout, epoch, timeout_s=15)
-    deadline = time.monotonic() + 60
-    while sum(len(m.partitions) for m in read_status(store.zk, store.layout, report.app)) < PARTITIONS:
-        if time.monotonic() > deadline:
-            raise DemoFailed(f"the mirror never took up link {report.app}: see its log")
-        time.sleep(0.2)
+    try:
+        make_own_link(
+            config, store, app=report.app, topic=report.topic, link_id=report.app, source="primary",
+            target="standby", partitions=PARTITIONS, actor=ACTOR, reason="demo",
+        )  # fmt: skip
+    except BindingRefused as exc:
+        raise DemoFailed(str(exc)) from None
     say(f"== link {report.app} copies {report.topic} from primary to standby, offsets identical")
 
 

@@ -91,9 +91,16 @@ async def start(
     return handle.result_run_id or ""
 
 
-async def follow(config: Config, workflow_id: str, say: Say) -> dict[str, Any]:
-    """Say each step as it changes, then the result; raise SagaFailed (carrying the result) when the
-    saga ended without doing what was asked."""
+async def follow(
+    config: Config,
+    workflow_id: str,
+    say: Say,
+    *,
+    describe: Callable[[dict[str, Any]], list[str]] | None = None,
+) -> dict[str, Any]:
+    """Say each step as it changes, then the result (in ``describe``'s words: a saga's by default);
+    raise SagaFailed (carrying the result) when the saga ended without doing what was asked."""
+    describe = describe or describe_saga
     from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
     client = await temporal.connect(config)
@@ -134,7 +141,7 @@ async def follow(config: Config, workflow_id: str, say: Say) -> dict[str, Any]:
     return found
 
 
-def describe(result: dict[str, Any]) -> list[str]:
+def describe_saga(result: dict[str, Any]) -> list[str]:
     """A saga's result, as lines for an operator."""
     lines = [f"{result['kind']} {result['outcome']}: {', '.join(result['keys'])}"]
     if result.get("source"):

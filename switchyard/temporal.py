@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from switchyard import telemetry
 from switchyard.config import Config
@@ -36,10 +36,37 @@ async def connect(config: Config) -> Client:
     _used = True
     try:
         return await Client.connect(
-            config.temporal.address, namespace=config.temporal.namespace, interceptors=[TracingInterceptor()]
-        )
+            config.temporal.address, namespace=config.temporal.namespace, interceptors=[TracingInterceptor()],
+            data_converter=_data_converter(),
+        )  # fmt: skip
     except RuntimeError as exc:
         raise StackError(f"Temporal at {config.temporal.address} cannot be reached: {exc}") from exc
+
+
+SAGA_OUTCOMES = ("SwitchRefused", "SwitchAbandoned")
+"""The failure types a saga ends with by its own decision (``workflows/base.py``): an outcome, not a crash."""
+
+
+def _data_converter() -> Any:
+    """Temporal's default converter, but a saga's own outcome reaches the Web UI as its reason and its
+    result (the failure's message and details), without the workflow's Python stack trace or the chain of
+    the step failures that led there — the ledger and the saga's steps have those."""
+    import dataclasses
+
+    from temporalio.api.failure.v1 import Failure
+    from temporalio.converter import DataConverter, DefaultFailureConverter, PayloadConverter
+    from temporalio.exceptions import ApplicationError
+
+    class SagaOutcomes(DefaultFailureConverter):
+        def to_failure(
+            self, exception: BaseException, payload_converter: PayloadConverter, failure: Failure
+        ) -> None:
+            super().to_failure(exception, payload_converter, failure)
+            if isinstance(exception, ApplicationError) and exception.type in SAGA_OUTCOMES:
+                failure.stack_trace = ""
+                failure.ClearField("cause")
+
+    return dataclasses.replace(DataConverter.default, failure_converter_class=SagaOutcomes)
 
 
 async def register_search_attributes(client: Client) -> None:

@@ -29,6 +29,8 @@ class Batch:
     records: list[tuple[int, int, int]]
     """(partition, offset, value) in the order received."""
     commit_error: str | None = None
+    at: float = field(default_factory=time.monotonic)
+    """When the application received it."""
 
 
 class Reader:

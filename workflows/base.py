@@ -182,7 +182,13 @@ class SagaWorkflow:
     async def _await_approval(self, where: str, timeout_s: float) -> Decision:
         """Wait for an operator's decision at ``where``; a rejection or no decision in time abandons."""
         self._progress.awaiting_approval = where
-        self._phase("awaiting approval", where)
+        saga = workflow.info().workflow_id
+        self._phase(
+            "awaiting approval",
+            f"{where}, at most {timeout_s:g}s.\n\nApprove: send the Update `approve` from this page with "
+            '`{"by": "<your name>", "reason": "<why>"}`, or `reject` to stop it and undo what it did; '
+            f"or run `switchyard sagas approve '{saga}'`.",
+        )
         try:
             await workflow.wait_condition(
                 lambda: self._decision is not None, timeout=timedelta(seconds=timeout_s)

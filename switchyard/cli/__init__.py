@@ -3,10 +3,22 @@
 import sys
 
 from switchyard import temporal
-from switchyard.cli import bindings, clusters, links, sagas, stack, status, verification
+from switchyard.cli import bindings, clusters, drills, links, reports, sagas, stack, status, verification
 from switchyard.cli.base import cli
 
-__all__ = ["bindings", "cli", "clusters", "links", "main", "sagas", "stack", "status", "verification"]
+__all__ = [
+    "bindings",
+    "cli",
+    "clusters",
+    "drills",
+    "links",
+    "main",
+    "reports",
+    "sagas",
+    "stack",
+    "status",
+    "verification",
+]
 
 
 def main() -> None:

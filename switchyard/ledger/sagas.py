@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import insert, select, update
@@ -89,6 +89,15 @@ class SagaRecords(LedgerBase):
             query = query.where(saga_runs.c.saga_id == saga_id)
         with self._connection() as conn:
             return [_run(row._mapping) for row in conn.execute(query)]
+
+    def saga_runs_since(self, since: datetime, *, kind: str | None = None) -> list[SagaRun]:
+        """Every run started at or after ``since`` (of one kind, or all), newest first: what a report over
+        a period covers, however many there are."""
+        query = select(saga_runs).where(saga_runs.c.started_at >= since.astimezone(UTC))
+        if kind is not None:
+            query = query.where(saga_runs.c.kind == kind)
+        with self._connection() as conn:
+            return [_run(row._mapping) for row in conn.execute(query.order_by(saga_runs.c.started_at.desc()))]
 
     def saga_run(self, run_id: str) -> SagaRun | None:
         with self._connection() as conn:

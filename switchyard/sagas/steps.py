@@ -31,6 +31,9 @@ RECORD = "record_saga"
 TOPIC_USERS = "topic_users"
 PREPARE_MIGRATION = "prepare_migration"
 RETIRE_TOPIC = "retire_topic"
+DRILL_PREPARE = "drill_prepare"
+DRILL_CANARY = "drill_canary"
+DRILL_TIDY = "drill_tidy"
 
 
 @dataclass
@@ -311,6 +314,8 @@ class VerifyOutcome:
     records: int
     divergent_partitions: list[str]
     wrong_groups: list[str]
+    extra_records: int = 0
+    """Target records no source record accounts for: copied twice."""
 
 
 # ---- evidence

@@ -13,11 +13,13 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from switchyard import temporal
-from switchyard.config import Config
+from switchyard.config import Config, load_config
 from switchyard.keys import BindingKey
 from switchyard.model import Link, LinkState
 from switchyard.routing.locks import SagaLocks
@@ -226,3 +228,26 @@ def test_status_shows_the_estate_and_names_what_it_could_not_read(run: Operator)
     assert away.returncode == 1
     assert "sagas: Temporal not asked" in away.stdout
     assert "CLUSTER" in away.stdout  # the rest is still shown
+
+
+def test_a_refused_saga_shows_its_reason_in_the_web_ui_not_a_stack_trace(
+    run: Operator, stack_config: Config
+) -> None:
+    """What the workflow's page shows: the failure's message is the refusal, with no Python stack trace and
+    no chain of causes under it; its current details say it was refused and why."""
+    app = unique("nolink")
+    refused(run("switchover", app, "--to", "nowhere", "--wait"), 8, "refused")
+    config = load_config(stack_config.source, environ={**os.environ, **run.env})
+
+    async def ended() -> tuple[Any, str]:
+        client = await temporal.connect(config)
+        handle = client.get_workflow_handle(f"switchyard:{app}")
+        history = await handle.fetch_history()
+        failed = [e for e in history.events if e.HasField("workflow_execution_failed_event_attributes")]
+        metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        return failed[-1].workflow_execution_failed_event_attributes.failure, metadata.current_details
+
+    failure, details = asyncio.run(ended())
+    assert failure.message.startswith("no link"), failure.message
+    assert (failure.stack_trace, failure.HasField("cause")) == ("", False)
+    assert details.startswith("**refused**"), details

@@ -102,3 +102,23 @@ def test_bytes_that_are_not_utf8_on_the_command_line_are_refused_without_a_trace
     assert done.returncode == 2, err
     assert "Traceback" not in err, err
     assert r"b'ord\xffers' is not valid UTF-8" in err, err
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["Nightly"], "Invalid value for 'NAME': drill name 'Nightly': lower-case letters, digits and '-'"),
+        (["nightly", "--every", "soon"], "Invalid value for '--every': 'soon' is not a duration"),
+        (["nightly", "--every", "0s"], "a duration must be longer than zero"),
+        (["nightly", "--every", "1d", "--at", "25:00"], "'25:00' is not a time of day: HH:MM, in UTC"),
+        (["nightly", "--at", "02:30"], "Invalid value for --at: needs --every"),
+        (
+            ["nightly", "--every", "1h", "--at", "02:30"],
+            "Invalid value for --at: 2:30:00 is not within --every",
+        ),
+    ],
+)
+def test_a_drill_schedule_is_refused_before_any_service_is_asked(args: list[str], why: str) -> None:
+    code, out = invoke("drill", "schedule", *args, "--link", "p2s")
+    assert code == 2, out
+    assert why in out, out

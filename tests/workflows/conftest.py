@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import uuid
 from collections.abc import Callable
@@ -25,6 +26,17 @@ from temporalio.worker import Worker
 from switchyard import temporal
 from switchyard.config import Config
 from switchyard.sagas import steps
+from switchyard.sagas.drills import (
+    CanaryFindings,
+    CanaryRequest,
+    DrillSetup,
+    DrillState,
+    GroupResume,
+    PartitionFigures,
+    PrepareRequest,
+    TidyRequest,
+    Timeline,
+)
 from switchyard.sagas.requests import PartitionLoss, SagaResult
 from switchyard.sagas.steps import (
     Acked,
@@ -124,6 +136,9 @@ class Script:
             steps.TOPIC_USERS: (UsersRequest, self._users),
             steps.PREPARE_MIGRATION: (MigrationLinkRequest, lambda r: MigrationLink(r.link, 2, 180)),
             steps.RETIRE_TOPIC: (RetireRequest, lambda r: Retired(r.links, r.delete_topic)),
+            steps.DRILL_PREPARE: (PrepareRequest, _drill_setup),
+            steps.DRILL_CANARY: (CanaryRequest, lambda _: _canary()),
+            steps.DRILL_TIDY: (TidyRequest, lambda r: list(r.links)),
         }
         return [self._stand_in(name, kind, answer) for name, (kind, answer) in answers.items()]
 
@@ -142,7 +157,8 @@ class Script:
                 failing = failing.pop(0) if failing else None
             if failing is not None:
                 raise failing
-            return answer(request)
+            answered = answer(request)
+            return await answered if inspect.isawaitable(answered) else answered
 
         run.__annotations__ = {"request": kind, "return": Any}
         return activity.defn(name=name)(run)
@@ -166,6 +182,30 @@ class Script:
             request.keys, epochs, "primary", "standby", "primary-to-standby",
             [Partition("orders", 0), Partition("orders", 1)], ["stand-in plan"],
         )  # fmt: skip
+
+
+def _drill_setup(request: PrepareRequest) -> DrillSetup:
+    topic = f"drill-{request.name}-{request.tag}"
+    return DrillSetup(
+        f"drill-{request.name}", topic, topic, f"{topic}-canary", "primary", "standby", "gateway:9192"
+    )
+
+
+async def _canary() -> CanaryFindings:
+    """Tells its drill it is live, asks until the switches are over, and saw nothing go wrong."""
+    info = activity.info()
+    drill = activity.client().get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
+    await drill.signal("canary_live")
+    while not (state := await drill.query("drill_state", result_type=DrillState)).done:
+        activity.heartbeat()
+        await asyncio.sleep(0.1)
+    spans = [(kind, 0.0, 1.0) for kind, _, _ in state.switches]
+    return CanaryFindings(
+        sent=10, acked=10, failed=0, longest_wait_s=0.5, waits_s=[0.5 for _ in spans],
+        partitions=[PartitionFigures(0, 10, 0, 0, 0)], groups=[GroupResume("g", True, 0, 0, 0)],
+        out_of_order=None, stopped_by="switches over",
+        timeline=Timeline("2026-11-24T00:00:00+00:00", 100, [1], [1], switches=spans),
+    )  # fmt: skip
 
 
 def refused(kind: str, message: str) -> ApplicationError:

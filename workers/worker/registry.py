@@ -7,18 +7,20 @@ from collections.abc import Callable
 from typing import Any
 
 from activities.deps import Deps
+from activities.drills import DrillActivities
 from activities.migration import MigrationActivities
 from activities.mirror import MirrorActivities
 from activities.planning import PlanningActivities
 from activities.records import RecordActivities
 from activities.routing import RoutingActivities
 from activities.verification import VerificationActivities
+from workflows.drill import Drill
 from workflows.failover import Failover
 from workflows.migration import TopicMigration
 from workflows.switchback import Switchback
 from workflows.switchover import Switchover
 
-WORKFLOWS: list[type] = [Switchover, Switchback, Failover, TopicMigration]
+WORKFLOWS: list[type] = [Switchover, Switchback, Failover, TopicMigration, Drill]
 ACTIVITY_CLASSES = (
     PlanningActivities,
     RoutingActivities,
@@ -26,6 +28,7 @@ ACTIVITY_CLASSES = (
     MigrationActivities,
     VerificationActivities,
     RecordActivities,
+    DrillActivities,
 )
 
 

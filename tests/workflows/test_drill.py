@@ -1,0 +1,88 @@
+"""The drill workflow's decisions with stand-in activities on the session's real Temporal server: its
+switches run as the real Switchover and Switchback workflows (children), its verdict follows what they
+and the canary found, and it tidies up whatever happened — a drill that finds a problem completes, naming
+it; only a drill that could not run is abandoned."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from switchyard.sagas import steps
+from switchyard.sagas.drills import DrillRequest, DrillResult, Objectives
+from tests.workflows.conftest import Sagas, capture, refused
+
+
+def drill(sagas: Sagas, name: str = "", **changes: Any) -> DrillResult:
+    request = DrillRequest(name or f"t{uuid.uuid4().hex[:8]}", "primary-to-standby", warmup_s=0.2, **changes)
+
+    async def scenario(s: Sagas) -> DrillResult:
+        assert s.client is not None
+        handle = await s.client.start_workflow(
+            "Drill",
+            request,
+            id=f"test-drill-{uuid.uuid4().hex[:8]}",
+            task_queue=s.queue,
+            result_type=DrillResult,
+        )
+        ended: DrillResult = await handle.result()
+        await capture(handle, f"drill-stand-ins-{ended.outcome}")
+        return ended
+
+    result: DrillResult = sagas.run(scenario)
+    return result
+
+
+def test_a_drill_switches_over_and_back_then_verifies_and_tidies(sagas: Sagas) -> None:
+    result = drill(sagas)
+    assert (result.outcome, result.detail) == ("passed", "every objective met")
+    assert [(s["kind"], s["outcome"]) for s in result.sagas] == [
+        ("switchover", "switched"),
+        ("switchback", "switched"),
+    ]
+    assert all(s["run_id"] for s in result.sagas)
+    assert result.canary is not None
+    assert [kind for kind, _, _ in result.canary.timeline.switches] == ["switchover", "switchback"]
+    assert result.verification is not None
+    assert result.verification.verdict == "clean"
+    # the switchback went along the reverse link the switchover made, the verification along its reverse
+    reverse = result.sagas[0]["reverse_link"]
+    assert sagas.script.requests[steps.PLAN][1].link == reverse
+    assert sagas.script.requests[steps.VERIFY][0].link_id == result.sagas[1]["reverse_link"]
+    assert sagas.script.requests[steps.VERIFY][0].groups == []
+    tidied = sagas.script.requests[steps.DRILL_TIDY][0]
+    assert (
+        tidied.links == [result.setup.link, reverse, result.sagas[1]["reverse_link"]]
+        if result.setup
+        else False
+    )
+
+
+def test_a_switch_that_compensates_fails_the_drill_naming_it_and_still_tidies(sagas: Sagas) -> None:
+    sagas.script.fail[steps.FLIP] = refused("FlipFailed", "the flip could not be written")
+    result = drill(sagas)
+    assert result.outcome == "failed"
+    assert [(s["kind"], s["outcome"]) for s in result.sagas] == [("switchover", "compensated")]
+    assert result.failures[0].startswith("switchover compensated: switch abandoned before the flip at flip")
+    assert steps.VERIFY not in sagas.script.calls  # nothing switched back to verify
+    assert steps.DRILL_TIDY in sagas.script.calls
+
+
+def test_a_canary_that_never_flows_abandons_the_drill_before_any_switch(sagas: Sagas) -> None:
+    sagas.script.fail[steps.DRILL_CANARY] = refused("CanaryStalled", "traffic stalled: 0 acked")
+    result = drill(sagas)
+    assert result.outcome == "abandoned"
+    assert result.detail == "the drill could not run at canary: CanaryStalled: traffic stalled: 0 acked"
+    assert steps.PLAN not in sagas.script.calls
+    assert steps.DRILL_TIDY in sagas.script.calls
+
+
+def test_a_drill_over_its_objectives_fails_and_a_failed_tidy_is_named(sagas: Sagas) -> None:
+    sagas.script.fail[steps.DRILL_TIDY] = refused("LinkGone", "ZooKeeper away")
+    result = drill(sagas, objectives=Objectives(pause_s=0.1))
+    assert result.outcome == "failed"
+    assert result.failures == [
+        "switchover: the producer waited 0.50s, over the objective 0.1s",
+        "switchback: the producer waited 0.50s, over the objective 0.1s",
+    ]
+    assert "; not tidied (LinkGone: ZooKeeper away): links " in result.detail

@@ -1,0 +1,197 @@
+"""The DR drill: a canary application of the drill's own is switched over to the standby and back while it
+produces and consumes through the gateway, and the drill reports what it saw.
+
+prepare (topic, link, binding of the drill's own) → canary traffic flows → switchover → switchback →
+the canary stops and counts → Spark verification of both copies → tidy → verdict against the objectives
+
+The switches are the real sagas, run as child workflows: a drill proves exactly what an operator's switch
+would do. A drill that finds a problem has done its job: it completes with the outcome ``failed`` and
+every missed objective named; only a drill that could not run (its own steps failed) is ``abandoned``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ChildWorkflowError
+from temporalio.workflow import ParentClosePolicy
+
+from workflows.base import ONCE, SagaWorkflow, reason
+
+with workflow.unsafe.imports_passed_through():
+    from switchyard.sagas import steps
+    from switchyard.sagas.drill_verdict import failures
+    from switchyard.sagas.drills import (
+        DRILL_KIND,
+        CanaryFindings,
+        CanaryRequest,
+        DrillRequest,
+        DrillResult,
+        DrillSetup,
+        DrillState,
+        PrepareRequest,
+        TidyRequest,
+        VerifyFigures,
+        drill_app,
+    )
+    from switchyard.sagas.ids import saga_id
+    from switchyard.sagas.requests import ApprovalPoint, Kind, SagaResult, SwitchRequest
+    from switchyard.sagas.steps import VerifyOutcome, VerifyRequest
+
+STEPS = ["prepare", "canary", "switchover", "switchback", "verify (Spark)", "tidy"]
+LIVE_WAIT_S = 180.0
+"""How long the canary may take to get its first record through (it fails on its own after 120 s)."""
+CHILD_TASK_TIMEOUT = timedelta(seconds=4)
+"""As every saga is started with (``launch.WORKFLOW_TASK_TIMEOUT``)."""
+CANARY_SLACK_S = 300.0
+"""The canary's stop and count after its traffic's longest run."""
+
+
+@workflow.defn(name="Drill")
+class Drill(SagaWorkflow):
+    def __init__(self) -> None:
+        super().__init__()
+        self._live = False
+        self._state = DrillState()
+        self._left = ""
+        """What the drill could not tidy away, if anything, for its detail."""
+
+    @workflow.signal
+    def canary_live(self) -> None:
+        """The canary's first record went through: the switches may start."""
+        self._live = True
+
+    @workflow.query
+    def drill_state(self) -> DrillState:
+        """What the canary asks: are the switches over, when did each run, where do its records end."""
+        return self._state
+
+    @workflow.run
+    async def run(self, request: DrillRequest) -> DrillResult:
+        info = workflow.info()
+        app = drill_app(request.name)
+        self._begin(DRILL_KIND, [app], STEPS)
+        why = request.reason or f"drill {request.name} on the clusters of link {request.link}"
+        await self._record("started", keys=[app], actor=request.actor, reason=why)
+        result = DrillResult(
+            request.name, info.workflow_id, DRILL_KIND, "abandoned", objectives=request.objectives
+        )
+        try:
+            await self._drill(request, result)
+        except Exception as exc:  # a step of the drill itself: the report says which, with what it has
+            result.detail = f"the drill could not run{self._at(exc)}: {reason(exc)}"
+        if result.detail == "":
+            result.failures = failures(result)
+            result.outcome = "failed" if result.failures else "passed"
+            result.detail = "; ".join(result.failures) or "every objective met"
+        result.detail += self._left
+        self._phase(result.outcome, result.detail)
+        await self._record(
+            "ended", outcome=result.outcome, detail=result.detail, result=json.dumps(asdict(result))
+        )
+        return result
+
+    async def _drill(self, request: DrillRequest, result: DrillResult) -> None:
+        tag = workflow.info().run_id[:8]
+        prepare = PrepareRequest(request.name, request.link, request.partitions, tag, request.bootstrap)
+        setup = await self._step(
+            "prepare", steps.DRILL_PREPARE, prepare, DrillSetup, timeout_s=180, give_up_s=600
+        )
+        result.setup, self._state.cluster = setup, setup.source
+        links = [setup.link]
+        try:
+            await self._canary_and_switches(request, setup, result, links)
+            if request.spark_verify and len(result.sagas) == 2 and result.sagas[-1].get("reverse_link"):
+                # both copies of the canary's topic, record by record, along the link the switchback left
+                # copying it; its group is judged by what it processed (its committed offsets on the copy
+                # trail the mirror's periodic carry, so comparing them now would race it)
+                verify = VerifyRequest(f"{workflow.info().run_id}-verify", links[-1], [setup.topic], [])
+                checked = await self._step(
+                    "verify (Spark)", steps.VERIFY, verify, VerifyOutcome, timeout_s=3600, heartbeat_s=30,
+                    retry=ONCE,
+                )  # fmt: skip
+                result.verification = VerifyFigures(
+                    checked.verdict, checked.records, checked.extra_records, checked.divergent_partitions,
+                    checked.wrong_groups,
+                )  # fmt: skip
+            else:
+                self._mark("verify (Spark)", "skipped")
+        finally:
+            try:
+                await self._step(
+                    "tidy",
+                    steps.DRILL_TIDY,
+                    TidyRequest(setup, links),
+                    list[str],
+                    timeout_s=120,
+                    give_up_s=600,
+                )
+            except Exception as exc:  # what the drill found stands; what it left behind is named
+                self._left = f"; not tidied ({reason(exc)}): links {', '.join(links)}, topic {setup.topic}"
+
+    async def _canary_and_switches(
+        self, request: DrillRequest, setup: DrillSetup, result: DrillResult, links: list[str]
+    ) -> None:
+        asked = CanaryRequest(setup, request.rate_per_s)
+        running = self._step(
+            "canary", steps.DRILL_CANARY, asked, CanaryFindings, timeout_s=asked.longest_s + CANARY_SLACK_S,
+            heartbeat_s=30, retry=ONCE,
+        )  # fmt: skip  # once: a canary started again would miss what the first saw
+        canary = asyncio.ensure_future(running)
+        try:
+            await workflow.wait_condition(
+                lambda: self._live or canary.done(), timeout=timedelta(seconds=LIVE_WAIT_S)
+            )
+            if canary.done():
+                await canary  # it failed before its records flowed: that is the drill's failure
+            await workflow.sleep(timedelta(seconds=request.warmup_s))
+            for kind in (Kind.SWITCHOVER, Kind.SWITCHBACK):
+                ended = await self._switch(kind, request, setup, links[-1])
+                result.sagas.append(ended)
+                if ended.get("reverse_link"):
+                    links.append(ended["reverse_link"])
+                if ended["outcome"] != "switched":
+                    self._mark(kind.value, "failed", ended.get("detail", ""))
+                    break
+                self._state.cluster = ended["target"]
+                await workflow.sleep(timedelta(seconds=request.warmup_s))
+        finally:
+            self._state.done = True
+        result.canary = await canary
+
+    async def _switch(
+        self, kind: Kind, request: DrillRequest, setup: DrillSetup, link: str
+    ) -> dict[str, Any]:
+        """One switch as its own saga (a child workflow); its result, whether it switched or not."""
+        self._phase(kind.value)
+        self._mark(kind.value, "running")
+        policy = request.policy
+        policy.approval = ApprovalPoint.NONE
+        why = f"drill {workflow.info().workflow_id}"
+        asked = SwitchRequest(
+            [setup.app], link=link, actor=f"drill:{request.name}", reason=why, policy=policy
+        )
+        began = workflow.now()
+        handle = await workflow.start_child_workflow(
+            "Switchover" if kind is Kind.SWITCHOVER else "Switchback", asked, id=saga_id([setup.app]),
+            result_type=SagaResult, task_timeout=CHILD_TASK_TIMEOUT,
+            parent_close_policy=ParentClosePolicy.ABANDON,  # a switch under way finishes on its own
+        )  # fmt: skip
+        try:
+            ended: dict[str, Any] = asdict(await handle)
+        except ChildWorkflowError as exc:
+            details = getattr(exc.cause, "details", None)
+            if not details or not isinstance(details[0], dict):
+                raise
+            ended = details[0]
+        ended["run_id"] = handle.first_execution_run_id or ""
+        self._state.switches.append((kind.value, began.isoformat(), workflow.now().isoformat()))
+        self._mark(
+            kind.value, "done" if ended["outcome"] == "switched" else "failed", ended.get("detail", "")
+        )
+        return ended
