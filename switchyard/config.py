@@ -279,8 +279,11 @@ class DrillsConfig(_Section):
     """Scheduled DR drills (``switchyard drill``): the defaults a new drill schedule takes."""
 
     objectives: ObjectivesConfig = ObjectivesConfig()
-    rate_per_s: Annotated[float, Field(gt=0, le=100_000)] = 200.0
-    """The canary producer's records per second."""
+    rate_per_s: Annotated[float, Field(gt=0, le=10_000)] = 200.0
+    """The canary producer's records per second (it runs inside a worker, beside the sagas' steps)."""
+    consumer: dict[str, Any] = Field(default_factory=dict)
+    """librdkafka settings for the canary's consumer beyond its defaults (none: it runs as an application
+    left at its library's defaults does)."""
     spark_verify: bool = True
     """Compare both clusters' copies of the canary topic with the Spark job after the switchback."""
     catchup_window_s: PositiveSeconds = 600.0

@@ -11,7 +11,9 @@ import itertools
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
@@ -48,6 +50,7 @@ class Reader:
         *,
         process_s: float = 0.0,
         session_s: float | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.app, self.topic, self.group = app, topic, group
         self.process_s = process_s
@@ -61,7 +64,7 @@ class Reader:
                 "group.id": group,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
-                **TESTBED_CONSUMER_SETTINGS,
+                **(TESTBED_CONSUMER_SETTINGS if settings is None else settings),
                 **({"session.timeout.ms": int(session_s * 1000)} if session_s else {}),
             }
         )
@@ -102,7 +105,8 @@ class Traffic:
     The producer is ``app`` and sends the numbers 0, 1, 2, ... as values (``rate_per_s`` paces it; by
     default it sends a record every few milliseconds). Each reader is an application of its own
     (``readers`` maps its AppID to its group), or by default ``app`` itself consuming in ``group``;
-    ``process_s``, ``session_s``: as for :class:`Reader`.
+    ``process_s``, ``session_s``: as for :class:`Reader`; ``consumer_settings``: the readers' client settings
+    beyond the application's own (default: the testbed's, see ``switchyard.stack``).
     """
 
     def __init__(
@@ -117,6 +121,7 @@ class Traffic:
         rate_per_s: float | None = None,
         process_s: float = 0.0,
         session_s: float | None = None,
+        consumer_settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.topic = topic
         self.rate_per_s = rate_per_s
@@ -144,7 +149,9 @@ class Traffic:
             }
         )
         self.readers = [
-            Reader(bootstrap, a, topic, g, process_s=process_s, session_s=session_s)
+            Reader(
+                bootstrap, a, topic, g, process_s=process_s, session_s=session_s, settings=consumer_settings
+            )
             for a, g in (readers or {app: group}).items()
         ]
         self.threads = [Worker(self._produce, name="producer"), *(r.thread for r in self.readers)]
@@ -180,18 +187,21 @@ class Traffic:
                 )
             time.sleep(0.1)
 
-    def stop(self, timeout_s: float = 90) -> None:
-        """Stop producing; once everything acknowledged was received, stop consuming."""
+    def stop(self, timeout_s: float = 90, *, catch_up: bool = True) -> None:
+        """Stop producing; once everything acknowledged was received (``catch_up``), stop consuming. The
+        readers stop whatever happened to the producer; its failure is raised after."""
         self.stop_producing.set()
-        self.threads[0].join(timeout_s)
-        deadline = time.monotonic() + timeout_s
-        for reader in self.readers:
-            while not set(self.acked) <= set(reader.received) and time.monotonic() < deadline:
-                time.sleep(0.2)
-        for reader in self.readers:
-            reader.stop.set()
-        for reader in self.readers:
-            reader.thread.join(30)
+        try:
+            self.threads[0].join(timeout_s)
+            deadline = time.monotonic() + timeout_s
+            for reader in self.readers if catch_up else []:
+                while not set(self.acked) <= set(reader.received) and time.monotonic() < deadline:
+                    time.sleep(0.2)
+        finally:
+            for reader in self.readers:
+                reader.stop.set()
+            for reader in self.readers:
+                reader.thread.join(30)
 
     def longest_silence(self, since: float, until: float) -> tuple[float, float]:
         """The longest time between two acknowledgements within [since, until] (from ``since`` to the
@@ -258,17 +268,16 @@ class Account:
     out_of_order: str | None = None
     """The first record that stepped over one not yet seen, if any."""
     errors: list[str] = field(default_factory=list)
-
-    @property
-    def again_after_commit(self) -> set[int]:
-        """Processed again although their commit had gone through: a switch that moved offsets wrong."""
-        return self.twice - self.uncommitted
+    again_after_commit: set[int] = field(default_factory=set)
+    """Processed again after the commit of a batch holding them had gone through: a switch that moved
+    offsets wrong (however their second delivery's own commit went)."""
 
 
 def account(reader: Reader, acked: list[int]) -> Account:
     received = Counter(reader.received)
     refused = [b for b in reader.batches if b.commit_error is not None]
     return Account(
+        again_after_commit=again_after_commit(reader.batches),
         app=reader.app,
         processed=len(received),
         missing=sorted(set(acked) - set(received)),
@@ -278,6 +287,20 @@ def account(reader: Reader, acked: list[int]) -> Account:
         out_of_order=first_out_of_order(reader.batches),
         errors=list(reader.errors),
     )
+
+
+def again_after_commit(batches: list[Batch]) -> set[int]:
+    """Records received again after a batch holding them was committed: a synchronous commit right after a
+    batch covers its records. (A later commit may cover an earlier refused batch too — or not, when a
+    rebalance rewound the consumer in between — so only a record's own batch is taken as proof.)"""
+    committed: set[int] = set()
+    again: set[int] = set()
+    for batch in batches:
+        values = [value for _, _, value in batch.records]
+        again.update(v for v in values if v in committed)
+        if batch.commit_error is None:
+            committed.update(values)
+    return again
 
 
 def first_out_of_order(batches: list[Batch]) -> str | None:

@@ -14,7 +14,8 @@ from switchyard import launch
 from switchyard.cli.base import Group, actor_option, cli, config_of, link_of, store_of
 from switchyard.drills import schedules
 from switchyard.durations import parse_clock, parse_duration
-from switchyard.sagas.drills import DrillRequest, Objectives
+from switchyard.model import LinkState
+from switchyard.sagas.drills import DrillRequest, Objectives, drill_app, drill_topic
 from switchyard.sagas.requests import Kind
 from switchyard.table import render
 
@@ -60,7 +61,7 @@ def drill() -> None:
     "--every", type=DURATION, help="How often (1d, 12h, 30m); without it, only `drill run` fires it."
 )
 @click.option("--at", "at", type=CLOCK, help="With --every: the time of day it fires, HH:MM in UTC.")
-@click.option("--rate", type=click.FloatRange(min=1, max=100_000), help="Canary records per second.")
+@click.option("--rate", type=click.FloatRange(min=1, max=10_000), help="Canary records per second.")
 @click.option("--partitions", type=click.IntRange(1, 64), default=3, show_default=True)
 @click.option("--bootstrap", default="", help="Where the canary connects (default: the configured gateway).")
 @click.option("--spark/--no-spark", "spark", default=None, help="Verify both copies with the Spark job.")
@@ -90,8 +91,22 @@ def schedule(  # noqa: PLR0917 - one option each
     if at is not None and every is not None and at >= every:
         raise click.BadParameter(f"{at} is not within --every {every}", param_hint="--at")
     config = config_of(ctx)
-    with store_of(ctx) as store:
-        link_of(store, link)  # refused now, not at 2 a.m.
+    if every is not None and every < timedelta(seconds=1):
+        raise click.BadParameter("at least 1s", param_hint="--every")
+    with store_of(ctx) as store:  # refused now, not at 2 a.m.
+        exercised = link_of(store, link)
+        sample = drill_topic(name, "0123abcd")
+        overlapping = [
+            other.id for other in store.snapshot().links.values()
+            if other.target == exercised.target and other.state is not LinkState.PROMOTED
+            and other.copies(sample)
+        ]  # fmt: skip
+    if overlapping:
+        raise click.UsageError(
+            f"link {', '.join(overlapping)} would copy the drill's topics ({drill_app(name)}-*) to "
+            f"{exercised.target} too, beside the drill's own link: exclude them from it (its exclude "
+            f"list: '{drill_app(name)}-.*', or 'drill-.*' for every drill)"
+        )
     defaults = config.drills
     request = DrillRequest(
         name,

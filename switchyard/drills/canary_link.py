@@ -16,6 +16,7 @@ from switchyard.mirror.control import delete_link
 from switchyard.mirror.status import read_status
 from switchyard.model import BindingState, LinkState
 from switchyard.routing.gateways import wait_for_acks
+from switchyard.routing.locks import SagaLocks
 from switchyard.routing.store import RoutingStore
 
 TAKE_UP_S = 60.0
@@ -53,6 +54,9 @@ def make_own_link(
     if store.link(link_id) is None:
         store.create_link(link_id, source, target, include=[topic], actor=actor, reason=reason)
     key = BindingKey.for_app(app)
+    locked = SagaLocks(store.zk, store.layout).holder(key)
+    if locked is not None:  # a switch of it is under way (an earlier drill's, which finishes on its own)
+        raise BindingRefused(f"{app} is locked by saga {locked.owner}: it is being switched; try again later")
     bound = store.binding(key)
     if bound is not None and bound.state is BindingState.BLOCKED:
         raise BindingRefused(

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from switchyard import temporal
 from switchyard.config import Config
-from switchyard.errors import BindingRefused
+from switchyard.errors import BindingRefused, TemporalRefused
 from switchyard.sagas.drills import DrillRequest
 
 if TYPE_CHECKING:
@@ -26,6 +27,10 @@ PREFIX = "switchyard-drill-"
 NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 WORKFLOW = "Drill"
 DRILL_TASK_TIMEOUT = timedelta(seconds=4)
+DRILL_LONGEST = timedelta(hours=3)
+"""A run still going after this is ended by Temporal: a hung drill would have every later firing skipped.
+Its switches, child workflows of their own, finish on their own."""
+T = TypeVar("T")
 
 
 class DrillNotFound(BindingRefused):
@@ -59,6 +64,8 @@ class ScheduledDrill:
     fired: int
     skipped: int
     """Firings skipped because the last run was still going."""
+    last: str
+    """The workflow id of the latest run started, "" before the first."""
     request: DrillRequest | None
 
 
@@ -81,15 +88,17 @@ async def create(
     spec = ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every, offset=offset)] if every else [])
     action = ScheduleActionStartWorkflow(
         WORKFLOW, request, id=schedule_id(request.name), task_queue=config.temporal.task_queue,
-        task_timeout=DRILL_TASK_TIMEOUT,
+        task_timeout=DRILL_TASK_TIMEOUT, execution_timeout=DRILL_LONGEST,
     )  # fmt: skip
     policy = SchedulePolicy(
         overlap=ScheduleOverlapPolicy.SKIP, catchup_window=timedelta(seconds=config.drills.catchup_window_s)
     )
     note = f"drill {request.name}: {request.link}, by {request.actor}"
     try:
-        await client.create_schedule(
-            schedule_id(request.name), Schedule(action, spec, policy, ScheduleState(note=note))
+        await _calling(
+            client.create_schedule(
+                schedule_id(request.name), Schedule(action, spec, policy, ScheduleState(note=note))
+            ),
         )
     except ScheduleAlreadyRunningError:
         raise BindingRefused(
@@ -104,24 +113,27 @@ async def trigger(config: Config, name: str) -> str:
     before = await _described(handle, name)
     if before.running:
         raise BindingRefused(f"drill {name} is running already: {', '.join(before.running)}")
-    await handle.trigger()
+    await _calling(handle.trigger())
     for _ in range(100):  # the schedule starts the run within a moment
         after = await _described(handle, name)
         if after.running:
             return after.running[0]
-        if after.fired > before.fired:  # it ran and ended already
-            break
+        if after.fired > before.fired and after.last:  # it ran and ended already
+            return after.last
         await asyncio.sleep(0.1)
-    raise BindingRefused(f"drill {name} was triggered, but no run of it is going: switchyard drill list")
+    raise BindingRefused(f"drill {name} was triggered, but no run of it started: switchyard drill list")
 
 
 async def listed(config: Config) -> list[ScheduledDrill]:
     client = await temporal.connect(config)
     drills = []
-    async for entry in await client.list_schedules():
+    async for entry in await _calling(client.list_schedules()):
         if entry.id.startswith(PREFIX):
             name = entry.id.removeprefix(PREFIX)
-            drills.append(await _described(client.get_schedule_handle(entry.id), name))
+            try:
+                drills.append(await _described(client.get_schedule_handle(entry.id), name))
+            except DrillNotFound:  # deleted since it was listed
+                continue
     return sorted(drills, key=lambda d: d.name)
 
 
@@ -131,15 +143,27 @@ async def describe(config: Config, name: str) -> ScheduledDrill:
 
 async def pause(config: Config, name: str, *, note: str, resume: bool = False) -> None:
     handle = await _handle(config, name)
-    if resume:
-        await handle.unpause(note=note)
-    else:
-        await handle.pause(note=note)
+    await _calling(handle.unpause(note=note) if resume else handle.pause(note=note))
 
 
 async def delete(config: Config, name: str) -> None:
     """Delete the schedule; a run going on finishes (and tidies up) on its own."""
-    await (await _handle(config, name)).delete()
+    await _calling((await _handle(config, name)).delete())
+
+
+async def _calling(call: Awaitable[T]) -> T:
+    """A call to Temporal; its refusals (an argument, a permission) as errors that name them."""
+    from temporalio.service import RPCError
+
+    try:
+        return await call
+    except RPCError as exc:
+        raise _refused(exc) from None
+
+
+def _refused(exc: Exception) -> TemporalRefused:
+    status = getattr(exc, "status", None)
+    return TemporalRefused(f"Temporal refused: {status.name + ': ' if status else ''}{exc}")
 
 
 async def _handle(config: Config, name: str) -> ScheduleHandle:
@@ -158,7 +182,7 @@ async def _described(handle: ScheduleHandle, name: str) -> ScheduledDrill:
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
             raise DrillNotFound(f"no drill {name!r} is scheduled: switchyard drill list") from None
-        raise
+        raise _refused(exc) from None
     schedule, info = described.schedule, described.info
     interval = schedule.spec.intervals[0] if schedule.spec.intervals else None
     request = None
@@ -177,6 +201,14 @@ async def _described(handle: ScheduleHandle, name: str) -> ScheduledDrill:
         next_at=info.next_action_times[0] if info.next_action_times else None,
         fired=info.num_actions,
         skipped=info.num_actions_skipped_overlap,
+        last=next(
+            (
+                a.action.workflow_id
+                for a in reversed(info.recent_actions)
+                if isinstance(a.action, ScheduleActionExecutionStartWorkflow)
+            ),
+            "",
+        ),
         request=request,
     )
 

@@ -16,6 +16,12 @@ def drill_app(name: str) -> str:
     return f"drill-{name}"
 
 
+def drill_topic(name: str, tag: str) -> str:
+    """A run's topic, and the name of the link copying it: new for every run (``tag``), so a run never
+    meets an earlier one's records or offsets."""
+    return f"{drill_app(name)}-{tag}"
+
+
 @dataclass
 class Objectives:
     """What a drill must show to pass; a switch over them fails it, whatever else went right."""
@@ -77,7 +83,8 @@ class DrillState:
 
 @dataclass
 class TidyRequest:
-    setup: DrillSetup
+    topic: str
+    """Deleted on every configured cluster that has it."""
     links: list[str]
 
 
@@ -172,7 +179,7 @@ class VerifyFigures:
     verdict: str
     records: int
     duplicates: int
-    """Records held twice on one side, as the job counts them."""
+    """Target records no source record accounts for (the job's ``extra``): copied twice."""
     divergent_partitions: list[str] = field(default_factory=list)
     wrong_groups: list[str] = field(default_factory=list)
 

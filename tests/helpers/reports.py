@@ -26,6 +26,8 @@ from switchyard.sagas.requests import PartitionLoss, SagaResult
 T0 = datetime(2026, 5, 4, 2, 0, tzinfo=UTC)
 HOSTILE = '<script>alert("x")</script> & <b>bold</b>'
 """A reason and a step detail that must come out of the HTML as text."""
+TOPIC = "drill-nightly-01a2b3c4"
+"""The topic of the drill run the fixtures hold, and the name of its link."""
 
 Step = tuple[str, float, float, str, str]
 """(step, seconds from the run's start it began, seconds it took, outcome, detail); attempts are counted."""
@@ -56,7 +58,7 @@ class Runs:
     drill_failed: str = "run-drill-failed"
     interrupted: str = "run-interrupted"
     switched_saga: str = "switchyard:orders"
-    drill_saga: str = "switchyard:drill:nightly"
+    drill_saga: str = "switchyard-drill-nightly-2026-05-03T02:00:00Z"
 
 
 RUNS = Runs()
@@ -176,8 +178,9 @@ def _drill(ledger: Ledger, run_id: str, at: datetime, *, slow_switchback: bool) 
             acked[index], processed[index] = 0, 20
     drill = DrillResult(
         "nightly", RUNS.drill_saga, "drill", "failed" if slow_switchback else "passed",
-        setup=DrillSetup("drill-nightly", "drill-nightly-canary", "drill-nightly-p2s", "drill-nightly-group",
-                         "primary", "standby", "127.0.0.1:19092"),
+        setup=DrillSetup(
+            "drill-nightly", TOPIC, TOPIC, f"{TOPIC}-canary", "primary", "standby", "127.0.0.1:19092"
+        ),
         sagas=children,
         canary=CanaryFindings(
             sent=sum(acked) + lost, acked=sum(acked), failed=0, longest_wait_s=max(waits),
@@ -185,7 +188,7 @@ def _drill(ledger: Ledger, run_id: str, at: datetime, *, slow_switchback: bool) 
             partitions=[PartitionFigures(p, sum(acked) // 3, lost if p == 1 else 0,
                                          340 if slow_switchback and p == 1 else 0, 0) for p in range(3)],
             groups=[
-                GroupResume("drill-nightly-group", not slow_switchback, 7 if slow_switchback else 0, 0, 12)
+                GroupResume(f"{TOPIC}-canary", not slow_switchback, 7 if slow_switchback else 0, 0, 12)
             ],
             out_of_order=None,
             timeline=Timeline(

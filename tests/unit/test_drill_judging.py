@@ -23,7 +23,7 @@ from switchyard.sagas.drills import (
     Timeline,
     VerifyFigures,
 )
-from switchyard.traffic import Traffic
+from switchyard.traffic import Batch, Traffic, again_after_commit
 
 pytestmark = pytest.mark.unit
 
@@ -145,3 +145,13 @@ def test_durations_and_times_of_day_as_operators_type_them() -> None:
     for bad in ("24:00", "2:3", "noon"):
         with pytest.raises(ValueError, match="time of day"):
             parse_clock(bad)
+
+
+def test_again_after_commit_counts_a_record_whose_own_batch_was_committed() -> None:
+    batches = [
+        Batch([(0, 0, 0), (0, 1, 1)]),  # committed
+        Batch([(0, 2, 2)], commit_error="UNKNOWN_MEMBER_ID"),  # refused: a rebalance rewinds the consumer
+        Batch([(1, 0, 5)]),  # committed: whether it covers 2 depends on that rewind, so 2 is not counted
+        Batch([(0, 1, 1), (0, 2, 2)], commit_error="REBALANCE_IN_PROGRESS"),  # 1 again, after its commit
+    ]
+    assert again_after_commit(batches) == {1}

@@ -130,10 +130,12 @@ def test_a_drill_that_passed_holds_its_canary_and_its_switches_steps(ledger: Led
         ("switchback", f"{RUNS.drill_passed}-switchback", 3.9, 1.12),
     ]
     assert [(p.topic, p.partition, p.lost_records) for p in report.partitions] == [
-        ("drill-nightly-canary", n, 0) for n in range(3)
+        ("drill-nightly-01a2b3c4", n, 0) for n in range(3)
     ]
     assert (report.lost_records, report.duplicates) == (0, 0)
-    assert [(g.group, g.resumed_at_commit) for g in report.groups] == [("drill-nightly-group", True)]
+    assert [(g.group, g.resumed_at_commit) for g in report.groups] == [
+        ("drill-nightly-01a2b3c4-canary", True)
+    ]
     sagas = [s.saga for s in report.steps]
     assert (sagas.count("drill"), sagas.count("switchover"), sagas.count("switchback")) == (4, 11, 11)
     starts = [s.started_at for s in report.steps]
@@ -149,7 +151,7 @@ def test_a_drill_that_failed_names_each_missed_objective(ledger: Ledger) -> None
     assert "switchback RTO 41.20s" in missed
     assert "waited 12.50s" in missed
     assert "2 acknowledged records lost (partition 1: 2)" in missed
-    assert "group drill-nightly-group did not resume at its committed offset" in missed
+    assert "group drill-nightly-01a2b3c4-canary did not resume at its committed offset" in missed
     assert "verification duplicates" in missed
     assert (report.lost_records, report.duplicates) == (2, 3)
     assert report.partitions[1].lost_window_ms == 340
@@ -241,7 +243,7 @@ def test_the_json_document_keeps_its_keys(ledger: Ledger) -> None:
     assert doc["switches"][1]["rto_s"] == 41.2
     assert list(doc["rpo"]) == ["lost_records", "measured_lost_records", "partitions"]
     assert doc["rpo"]["partitions"][1] == {
-        "topic": "drill-nightly-canary", "partition": 1, "lost_records": 2, "lost_window_ms": 340,
+        "topic": "drill-nightly-01a2b3c4", "partition": 1, "lost_records": 2, "lost_window_ms": 340,
         "acked": 3400, "written_twice": 0,
     }  # fmt: skip
     assert doc["verification"] == {

@@ -5,8 +5,13 @@ it; only a drill that could not run is abandoned."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
+
+import pytest
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import CancelledError
 
 from switchyard.sagas import steps
 from switchyard.sagas.drills import DrillRequest, DrillResult, Objectives
@@ -86,3 +91,29 @@ def test_a_drill_over_its_objectives_fails_and_a_failed_tidy_is_named(sagas: Sag
         "switchback: the producer waited 0.50s, over the objective 0.1s",
     ]
     assert "; not tidied (LinkGone: ZooKeeper away): links " in result.detail
+
+
+def test_a_drill_cancelled_between_its_switches_stops_its_canary_tidies_and_records_its_end(
+    sagas: Sagas,
+) -> None:
+    request = DrillRequest(f"t{uuid.uuid4().hex[:8]}", "primary-to-standby", warmup_s=60)
+
+    async def scenario(s: Sagas) -> BaseException:
+        assert s.client is not None
+        handle = await s.client.start_workflow(
+            "Drill", request, id=f"test-drill-{uuid.uuid4().hex[:8]}", task_queue=s.queue
+        )
+        while steps.DRILL_CANARY not in s.script.calls:  # the canary runs: the drill sleeps its warm-up
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as ended:
+            await handle.result()
+        return ended.value.cause
+
+    cause = sagas.run(scenario)
+    assert isinstance(cause, CancelledError), cause
+    assert steps.PLAN not in sagas.script.calls  # no switch started
+    assert steps.DRILL_TIDY in sagas.script.calls
+    ends = [r for r in sagas.script.requests[steps.RECORD] if r.event == "ended"]
+    assert [(r.outcome, r.detail) for r in ends] == [("cancelled", "cancelled")]
