@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import timedelta
 from typing import Any
 
@@ -149,11 +149,11 @@ class Drill(SagaWorkflow):
         it, once that link has copied everything the canary wrote. Its group is judged by what it
         processed: its offsets on the copy trail the mirror's periodic carry, so comparing them would race
         it."""
-        switched_back = len(result.sagas) == 2 and result.sagas[-1]["outcome"] == "switched"
-        if not request.spark_verify or not switched_back:
+        back = result.sagas[1] if len(result.sagas) > 1 else None  # the canary's switchback
+        if not request.spark_verify or back is None or back["outcome"] != "switched":
             self._mark("verify (Spark)", "skipped")
             return
-        if not result.sagas[-1].get("reverse_link"):
+        if not back.get("reverse_link"):
             self._mark("verify (Spark)", "skipped", "no link copies the canary's topic back")
             self._missed.append("not verified: the switchback left no link copying the canary's topic back")
             return
@@ -216,34 +216,46 @@ class Drill(SagaWorkflow):
     async def _switches(
         self, request: DrillRequest, setup: DrillSetup, result: DrillResult, links: list[str]
     ) -> None:
+        """The canary's switchover and switchback; then, for a drill on application keys, theirs."""
         await workflow.sleep(timedelta(seconds=request.warmup_s))
+        if not await self._pair(request, [setup.app], links, result, canary=True) or not request.keys:
+            return
+        await self._pair(request, request.keys, [request.link], result, canary=False)
+
+    async def _pair(
+        self, request: DrillRequest, keys: list[str], links: list[str], result: DrillResult, *, canary: bool
+    ) -> bool:
+        """A switchover of ``keys`` along ``links[-1]`` and its switchback along the link it left; whether
+        both switched. The canary's links are the drill's (tidied); an application's stay its own."""
         for kind in (Kind.SWITCHOVER, Kind.SWITCHBACK):
-            ended = await self._switch(kind, request, setup, links[-1])
+            ended = await self._switch(kind, request, keys, links[-1], canary=canary)
             result.sagas.append(ended)
             if ended.get("reverse_link"):
                 links.append(ended["reverse_link"])
-            if ended["outcome"] == "switched":
+            if ended["outcome"] == "switched" and canary:
                 self._state.cluster = ended["target"]
             if ended["outcome"] == "switched" or workflow.patched(WAIT_AFTER_EVERY_SWITCH):
                 await workflow.sleep(timedelta(seconds=request.warmup_s))  # the canary sees the switch end
             if ended["outcome"] != "switched":
-                break
+                return False
+        return True
 
     async def _switch(
-        self, kind: Kind, request: DrillRequest, setup: DrillSetup, link: str
+        self, kind: Kind, request: DrillRequest, keys: list[str], link: str, *, canary: bool
     ) -> dict[str, Any]:
-        """One switch as its own saga (a child workflow); its result, whether it switched or not."""
-        self._phase(kind.value)
-        self._mark(kind.value, "running")
-        policy = request.policy
-        policy.approval = ApprovalPoint.NONE
-        why = f"drill {workflow.info().workflow_id}"
-        asked = SwitchRequest(
-            [setup.app], link=link, actor=f"drill:{request.name}", reason=why, policy=policy
+        """One switch as its own saga (a child workflow); its result, whether it switched or not. The
+        canary's never waits for anyone; an application's waits for an approval before its block."""
+        step = kind.value if canary else f"application {kind.value}"
+        self._phase(step)
+        self._mark(step, "running")
+        policy = replace(
+            request.policy, approval=ApprovalPoint.NONE if canary else ApprovalPoint.BEFORE_BLOCK
         )
+        why = f"drill {workflow.info().workflow_id}"
+        asked = SwitchRequest(list(keys), link=link, actor=f"drill:{request.name}", reason=why, policy=policy)
         began = workflow.now()
         handle = await workflow.start_child_workflow(
-            "Switchover" if kind is Kind.SWITCHOVER else "Switchback", asked, id=saga_id([setup.app]),
+            "Switchover" if kind is Kind.SWITCHOVER else "Switchback", asked, id=saga_id(keys),
             result_type=SagaResult, task_timeout=CHILD_TASK_TIMEOUT,
             parent_close_policy=ParentClosePolicy.ABANDON,  # a switch under way finishes on its own
         )  # fmt: skip
@@ -256,7 +268,5 @@ class Drill(SagaWorkflow):
             ended = details[0]
         ended["run_id"] = handle.first_execution_run_id or ""
         self._state.switches.append((kind.value, began.isoformat(), workflow.now().isoformat()))
-        self._mark(
-            kind.value, "done" if ended["outcome"] == "switched" else "failed", ended.get("detail", "")
-        )
+        self._mark(step, "done" if ended["outcome"] == "switched" else "failed", ended.get("detail", ""))
         return ended

@@ -11,9 +11,10 @@ from typing import Any
 import click
 
 from switchyard import launch
-from switchyard.cli.base import Group, actor_option, cli, config_of, link_of, store_of
+from switchyard.cli.base import KEY, Group, actor_option, cli, config_of, link_of, store_of
 from switchyard.drills import schedules
 from switchyard.durations import parse_clock, parse_duration
+from switchyard.keys import BindingKey
 from switchyard.model import LinkState
 from switchyard.sagas.drills import DrillRequest, Objectives, drill_app, drill_topic
 from switchyard.sagas.requests import Kind
@@ -68,6 +69,15 @@ def drill() -> None:
 @click.option("--rto", type=DURATION, help="Objective: each switch's RTO at most this.")
 @click.option("--pause", type=DURATION, help="Objective: the canary producer's longest wait at most this.")
 @click.option("--rpo-records", type=click.IntRange(min=0), help="Objective: acknowledged records lost.")
+@click.option(
+    "--key", "keys", multiple=True, type=KEY,
+    help="An application's binding key to switch over and back too, after the canary (repeatable; needs "
+    "--on-application-keys; each of its switches waits for an approval).",
+)  # fmt: skip
+@click.option(
+    "--on-application-keys", "on_application_keys", is_flag=True,
+    help="Yes: this drill moves real applications' keys (--key), with an approval before each switch.",
+)  # fmt: skip
 @actor_option
 @click.pass_context
 def schedule(  # noqa: PLR0917 - one option each
@@ -83,9 +93,17 @@ def schedule(  # noqa: PLR0917 - one option each
     rto: timedelta | None,
     pause: timedelta | None,
     rpo_records: int | None,
+    keys: tuple[BindingKey, ...],
+    on_application_keys: bool,
     actor: str,
 ) -> None:
     """Schedule drill NAME (a firing while the last run goes on is skipped)."""
+    if bool(keys) != on_application_keys:
+        raise click.UsageError(
+            "--key moves real applications: give --on-application-keys with it"
+            if keys
+            else "--on-application-keys names no key: give them with --key"
+        )
     if at is not None and every is None:
         raise click.BadParameter("needs --every (e.g. --every 1d --at 02:30)", param_hint="--at")
     if at is not None and every is not None and at >= every:
@@ -121,6 +139,7 @@ def schedule(  # noqa: PLR0917 - one option each
             rpo_records=defaults.objectives.rpo_records if rpo_records is None else rpo_records,
         ),
         policy=launch.policy_of(config, Kind.SWITCHOVER, approval="none"),
+        keys=[str(key) for key in keys],
         actor=actor,
         reason=f"drill {name}",
     )

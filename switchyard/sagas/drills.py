@@ -54,8 +54,12 @@ class DrillRequest:
     """Compare both clusters' copies of the canary topic with the Spark job after the switchback."""
     objectives: Objectives = field(default_factory=Objectives)
     policy: Policy = field(default_factory=Policy)
-    """How the drill's switches run (resolved from the configuration when the drill was scheduled); they
-    never wait for an approval: the drill moves nobody but its canary."""
+    """How the drill's switches run (resolved from the configuration when the drill was scheduled). The
+    canary's never wait for an approval: they move nobody else."""
+    keys: list[str] = field(default_factory=list)
+    """Application binding keys the drill also switches over and back along ``link`` after its canary's
+    switches — only when scheduled with ``--on-application-keys``, and each of those two switches waits
+    for an approval before its block. Empty: the drill moves nobody but its canary."""
     actor: str = "schedule"
     reason: str = ""
 

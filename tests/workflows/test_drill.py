@@ -6,15 +6,19 @@ it; only a drill that could not run is abandoned."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowQueryFailedError
 from temporalio.exceptions import CancelledError
+from temporalio.service import RPCError
 
 from switchyard.sagas import steps
 from switchyard.sagas.drills import DrillRequest, DrillResult, Objectives
+from switchyard.sagas.ids import saga_id
+from switchyard.sagas.requests import Decision, Progress
 from tests.workflows.conftest import Sagas, capture, refused
 
 
@@ -117,3 +121,45 @@ def test_a_drill_cancelled_between_its_switches_stops_its_canary_tidies_and_reco
     assert steps.DRILL_TIDY in sagas.script.calls
     ends = [r for r in sagas.script.requests[steps.RECORD] if r.event == "ended"]
     assert [(r.outcome, r.detail) for r in ends] == [("cancelled", "cancelled")]
+
+
+def test_a_drill_on_application_keys_switches_them_too_each_switch_after_an_approval(sagas: Sagas) -> None:
+    keys = [f"shop-{uuid.uuid4().hex[:6]}"]
+    request = DrillRequest(f"t{uuid.uuid4().hex[:8]}", "primary-to-standby", warmup_s=0.2, keys=keys)
+
+    async def scenario(s: Sagas) -> tuple[DrillResult, list[str]]:
+        assert s.client is not None
+        handle = await s.client.start_workflow(
+            "Drill",
+            request,
+            id=f"test-drill-{uuid.uuid4().hex[:8]}",
+            task_queue=s.queue,
+            result_type=DrillResult,
+        )
+        approved = []
+        application = s.client.get_workflow_handle(saga_id(keys))
+        while len(approved) < 2:  # the application's switchover, then its switchback, each waits for one
+            with contextlib.suppress(RPCError, WorkflowQueryFailedError):
+                waiting = (await application.query("progress", result_type=Progress)).awaiting_approval
+                if waiting and len(approved) < len(sagas.script.requests.get(steps.PLAN, [])) - 2:
+                    approved.append(await application.execute_update("approve", Decision(by="user:alice")))
+            await asyncio.sleep(0.1)
+        ended: DrillResult = await handle.result()
+        await capture(handle, "drill-stand-ins-application-keys")
+        return ended, approved
+
+    result, approved = sagas.run(scenario)
+    assert approved == ["approved by user:alice"] * 2
+    assert (result.outcome, result.detail) == ("passed", "every objective met")
+    assert [(s["kind"], s["keys"], s["outcome"]) for s in result.sagas] == [
+        ("switchover", [f"drill-{request.name}"], "switched"),
+        ("switchback", [f"drill-{request.name}"], "switched"),
+        ("switchover", keys, "switched"),
+        ("switchback", keys, "switched"),
+    ]
+    assert all(s["approvals"] for s in result.sagas[2:])
+    assert not any(s["approvals"] for s in result.sagas[:2])
+    assert sagas.script.requests[steps.PLAN][2].link == "primary-to-standby"  # the application's own link
+    assert result.setup is not None
+    tidied = sagas.script.requests[steps.DRILL_TIDY][0].links  # the canary's; the application's stay its own
+    assert tidied == [result.setup.link, result.sagas[0]["reverse_link"], result.sagas[1]["reverse_link"]]
