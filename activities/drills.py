@@ -85,7 +85,7 @@ class DrillActivities:
         config = self.deps.config
         gone = delete_links(config, self.deps.store, request.links, actor="drill", reason="drill: tidy up")
         kept = []
-        for cluster_id, cluster in sorted(config.clusters.items()):
+        for cluster_id, cluster in sorted(config.clusters.items()) if config.drills.delete_topics else []:
             try:
                 if kafka.delete_topic(cluster.bootstrap, request.topic):
                     gone.append(f"{request.topic} on {cluster_id}")

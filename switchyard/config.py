@@ -286,6 +286,9 @@ class DrillsConfig(_Section):
     left at its library's defaults does)."""
     spark_verify: bool = True
     """Compare both clusters' copies of the canary topic with the Spark job after the switchback."""
+    delete_topics: bool = True
+    """Tidy deletes each run's canary topic from the clusters. False keeps them (Tansu: deleting a topic
+    that a librdkafka consumer is assigned to crashes that client, see docs/testbed.md)."""
     catchup_window_s: PositiveSeconds = 600.0
     """A firing missed while Temporal was down still runs if it is at most this late; older ones are
     dropped (a drill hours late would meet another shift's traffic)."""

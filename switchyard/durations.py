@@ -27,3 +27,19 @@ def parse_clock(text: str) -> timedelta:
     if not found:
         raise ValueError(f"{text!r} is not a time of day: HH:MM, in UTC (02:30)")
     return timedelta(hours=int(found[1]), minutes=int(found[2]))
+
+
+def format_duration(duration: timedelta) -> str:
+    """As :func:`parse_duration` reads it back: ``1d``, ``1h30m``, ``90s`` becomes ``1m30s``."""
+    left, parts = int(duration.total_seconds()), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(parts) or "0s"
+
+
+def format_clock(offset: timedelta) -> str:
+    """A time since midnight as ``HH:MM``."""
+    minutes = int(offset.total_seconds()) // 60
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"

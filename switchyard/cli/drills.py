@@ -13,7 +13,7 @@ import click
 from switchyard import launch
 from switchyard.cli.base import KEY, Group, actor_option, cli, config_of, link_of, store_of
 from switchyard.drills import schedules
-from switchyard.durations import parse_clock, parse_duration
+from switchyard.durations import format_clock, format_duration, parse_clock, parse_duration
 from switchyard.keys import BindingKey
 from switchyard.model import LinkState
 from switchyard.sagas.drills import DrillRequest, Objectives, drill_app, drill_topic
@@ -144,7 +144,7 @@ def schedule(  # noqa: PLR0917 - one option each
         reason=f"drill {name}",
     )
     asyncio.run(schedules.create(config, request, every=every, offset=at))
-    when = f"every {every}" + (f" at {at} UTC" if at is not None else "") if every else "when run by hand"
+    when = _fires(every, at)
     click.echo(f"drill {name} scheduled {when}: switchyard drill run {name} fires it now")
 
 
@@ -163,6 +163,12 @@ def run(ctx: click.Context, name: str, wait: bool) -> None:
     ended = asyncio.run(launch.follow(config, workflow_id, click.echo, describe=describe))
     if ended.get("outcome") != "passed":
         ctx.exit(8)
+
+
+def _fires(every: timedelta | None, at: timedelta | None) -> str:
+    if every is None:
+        return "when run by hand"
+    return f"every {format_duration(every)}" + (f" at {format_clock(at)} UTC" if at else "")
 
 
 def describe(result: dict[str, Any]) -> list[str]:
@@ -187,7 +193,7 @@ def list_drills(ctx: click.Context) -> None:
         return
     rows = []
     for d in found:
-        when = f"every {d.every}" + (f" at +{d.offset}" if d.offset else "") if d.every else "by hand"
+        when = _fires(d.every, d.offset)
         state = "paused" if d.paused else "active"
         rows.append((
             d.name, d.request.link if d.request else "?", when, f"{state}: {d.note}" if d.paused else state,

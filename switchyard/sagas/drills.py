@@ -88,7 +88,7 @@ class DrillState:
 @dataclass
 class TidyRequest:
     topic: str
-    """Deleted on every configured cluster that has it."""
+    """Deleted on every configured cluster that has it (unless ``drills.delete_topics`` is off)."""
     links: list[str]
 
 

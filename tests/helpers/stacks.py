@@ -32,7 +32,7 @@ def stack_config_data(state_dir: Path) -> dict[str, Any]:
         "stack": {"state_dir": str(state_dir), "temporal_ui_port": ui},
         "spark": {"submit_args": QUICK_JVMS},
         "mirror": {"consumer": dict(TESTBED_CONSUMER_SETTINGS)},  # Tansu joins a group in 3 s, not 23
-        "drills": {"consumer": dict(TESTBED_CONSUMER_SETTINGS)},
+        "drills": {"consumer": dict(TESTBED_CONSUMER_SETTINGS), "delete_topics": False},  # Tansu: testbed.md
     }
 
 

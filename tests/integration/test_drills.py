@@ -78,6 +78,10 @@ def test_a_scheduled_drill_fires_skips_an_overlapping_firing_and_leaves_its_repo
     _passed(result)
     _in_the_ledger(live, workflow_id, result)
     _reported(live, workflow_id, result)
+    for process in (live.gateway, live.mirror, *live.workers):  # none died of the drill's tidy-up
+        assert process is not None
+        assert process.process is not None
+        assert process.process.poll() is None, f"{process.argv} exited {process.process.returncode}"
     setup = result["setup"]
     assert isinstance(setup, dict)
     assert routing.link(setup["link"]) is None, "the drill tidied its link away"

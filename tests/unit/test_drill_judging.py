@@ -12,7 +12,7 @@ from typing import cast
 import pytest
 
 from switchyard.drills import canary
-from switchyard.durations import parse_clock, parse_duration
+from switchyard.durations import format_clock, format_duration, parse_clock, parse_duration
 from switchyard.sagas.drill_verdict import failures
 from switchyard.sagas.drills import (
     CanaryFindings,
@@ -142,6 +142,10 @@ def test_durations_and_times_of_day_as_operators_type_them() -> None:
     for bad in ("", "0s", "5", "5x", "1h 30m", "-5m"):
         with pytest.raises(ValueError, match="duration"):
             parse_duration(bad)
+    for text in ("1d", "1h30m", "90s", "2d3h4m5s"):
+        assert parse_duration(format_duration(parse_duration(text))) == parse_duration(text)
+    assert format_duration(timedelta(seconds=90)) == "1m30s"
+    assert format_clock(parse_clock("02:30")) == "02:30"
     for bad in ("24:00", "2:3", "noon"):
         with pytest.raises(ValueError, match="time of day"):
             parse_clock(bad)
