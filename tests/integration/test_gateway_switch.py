@@ -13,16 +13,19 @@ link, as the sagas run it, commits are carried and nothing is processed twice (`
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.keys import BindingKey
+from switchyard.mirror.groups import group_state
 from switchyard.model import BindingState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import BindingChange, RoutingStore
@@ -138,3 +141,55 @@ def test_live_traffic_follows_a_switch(
 
     # what the consumer saw: every record, in order per partition; twice only where a commit failed
     print(f"\n{'idempotent' if idempotent else 'plain'} producer: {judge_consumer(traffic)}")
+
+
+def test_a_member_whose_join_a_switch_cut_is_removed_from_the_cluster_it_was_joining(
+    gateway: GatewayProcess,  # noqa: F811
+    routing: RoutingStore,
+    stack_config: Config,
+    mover: tuple[str, str],
+) -> None:
+    """A consumer at a 30 s session time-out is still in its first join on the primary (Tansu holds it
+    about 15 s) when its application is switched to the standby. The gateway cuts the join; the broker
+    makes the member one of the group all the same. Its next JoinGroup, on the standby, must have the
+    primary forget it: left there, the group would refuse a switch back's offsets for 30 s (a chaos run
+    held clients 16 s on it)."""
+    app, topic = mover
+    primary = stack_config.clusters["primary"].bootstrap
+    key = BindingKey.for_app(app)
+    epoch = routing.set_binding(key, "primary", actor="user:test", reason="start")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    group = f"cut-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer(
+        {"bootstrap.servers": gateway.bootstrap, "client.id": f"{app}@consumer", "group.id": group,
+         "session.timeout.ms": 30_000}
+    )  # fmt: skip
+    stop = threading.Event()
+
+    def poll() -> None:  # a consumer joins only while polled
+        while not stop.is_set():
+            consumer.poll(0.1)
+
+    polling = threading.Thread(target=poll)
+    consumer.subscribe([topic])
+    polling.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": primary})
+        deadline = time.monotonic() + 10
+        while group_state(admin, group)[0] is ConsumerGroupState.EMPTY:  # Tansu: UNKNOWN while joining
+            assert time.monotonic() < deadline, "the consumer never began joining on the primary"
+            time.sleep(0.1)
+        flipped = routing.set_binding(key, "standby", actor="user:test", reason="flip")
+        wait_for_acks(routing.zk, routing.layout, flipped, timeout_s=10)
+        deadline = time.monotonic() + 6  # a fifth of the member's session time-out
+        while group_state(admin, group)[0] is not ConsumerGroupState.EMPTY:
+            assert time.monotonic() < deadline, "the cut join left its member in the group on the primary"
+            time.sleep(0.2)
+        offsets = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 0)])
+        for future in admin.alter_consumer_group_offsets([offsets]).values():  # a member would refuse it
+            assert all(tp.error is None for tp in future.result(10).topic_partitions or ())
+    finally:
+        stop.set()
+        polling.join(5)
+        threading.Thread(target=consumer.close, daemon=True).start()  # its join on the standby may wait
+    assert f"group {group}: member" in gateway.log.read_text()

@@ -323,6 +323,8 @@ class ClientSession:
         frame = request.frame
         if moved and request.api_key == apis.JOIN_GROUP:  # a new member where it goes, as a broker insists
             frame = replace_body(request, dataclasses.replace(request.body, member_id=""))
+        elif request.api_key == apis.JOIN_GROUP:
+            self._joining(request, decision.cluster)
         if incoming.context.producer is not None:
             producer = incoming.context.producer
             frame = await self._translate(request, incoming.identity, producer, decision.cluster)
@@ -507,6 +509,17 @@ class ClientSession:
         outside = request.api_version >= 1 and body.generation_id_or_member_epoch < 0 and not body.member_id
         return here and outside
 
+    def _joining(self, request: Request, cluster: str) -> None:
+        """A JoinGroup naming its member goes to ``cluster``: the member is one there from now on as far
+        as a switch is concerned, answered or not. A join waits for the group's other members, so a
+        switch can cut it (``InFlight``); the broker still makes the member one of the group, and unless
+        the next switch has it forget the member (``_moved``), the group keeps it until its session
+        time-out — and a switch back to that cluster cannot write the group's offsets until then."""
+        body = request.body
+        if body.member_id and self.gateway.members.get(body.group_id, body.member_id) is None:
+            session_s = float(body.session_timeout.total_seconds())
+            self.gateway.members.joined(body.group_id, body.member_id, Member(cluster, session_s))
+
     def _moved(self, request: Request, snapshot: RoutingSnapshot, now_on: str) -> bool:
         """Whether the member sending ``request`` joined on another cluster than ``now_on``, where the
         request goes (it is told to rejoin, its commits are carried, or, as kafkajs does, it rejoins
@@ -661,7 +674,8 @@ class ClientSession:
                 rejoin[0].set_result((request.body.member_id, request.body.generation_id))
         elif request.api_key == apis.JOIN_GROUP:
             joined = decode_response(request, frame)
-            if joined.error_code == ErrorCode.none and joined.member_id:
+            # a member id required first (KIP-394) is a pending member there already
+            if joined.error_code in (ErrorCode.none, ErrorCode.member_id_required) and joined.member_id:
                 member = Member(cluster, float(request.body.session_timeout.total_seconds()))
                 self.gateway.members.joined(request.body.group_id, joined.member_id, member)
         naming = request.api_key in BROKER_NAMING
