@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowFailureError, WorkflowQueryFailedError
+from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.exceptions import CancelledError
 from temporalio.service import RPCError
 
@@ -22,18 +22,19 @@ from switchyard.sagas.requests import Decision, Progress
 from tests.workflows.conftest import Sagas, capture, refused
 
 
+async def start_drill(s: Sagas, request: DrillRequest) -> WorkflowHandle[Any, DrillResult]:
+    assert s.client is not None
+    return await s.client.start_workflow(
+        "Drill", request, id=f"test-drill-{uuid.uuid4().hex[:8]}", task_queue=s.queue, result_type=DrillResult
+    )
+
+
 def drill(sagas: Sagas, name: str = "", **changes: Any) -> DrillResult:
     request = DrillRequest(name or f"t{uuid.uuid4().hex[:8]}", "primary-to-standby", warmup_s=0.2, **changes)
 
     async def scenario(s: Sagas) -> DrillResult:
         assert s.client is not None
-        handle = await s.client.start_workflow(
-            "Drill",
-            request,
-            id=f"test-drill-{uuid.uuid4().hex[:8]}",
-            task_queue=s.queue,
-            result_type=DrillResult,
-        )
+        handle = await start_drill(s, request)
         ended: DrillResult = await handle.result()
         await capture(handle, f"drill-stand-ins-{ended.outcome}")
         return ended
@@ -129,14 +130,8 @@ def test_a_drill_on_application_keys_switches_them_too_each_switch_after_an_appr
 
     async def scenario(s: Sagas) -> tuple[DrillResult, list[str]]:
         assert s.client is not None
-        handle = await s.client.start_workflow(
-            "Drill",
-            request,
-            id=f"test-drill-{uuid.uuid4().hex[:8]}",
-            task_queue=s.queue,
-            result_type=DrillResult,
-        )
-        approved = []
+        handle = await start_drill(s, request)
+        approved: list[str] = []
         application = s.client.get_workflow_handle(saga_id(keys))
         while len(approved) < 2:  # the application's switchover, then its switchback, each waits for one
             with contextlib.suppress(RPCError, WorkflowQueryFailedError):
