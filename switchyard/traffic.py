@@ -8,11 +8,15 @@ The demo, the benchmarks and the tests run it; :func:`account` says what each co
 from __future__ import annotations
 
 import itertools
+import logging
+import os
+import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -57,6 +61,9 @@ class Reader:
         self.stop = threading.Event()
         self.batches: list[Batch] = []
         self.errors: list[str] = []
+        self.doing: tuple[str, float] = ("starting", time.time())
+        """What the application is at, since when (wall clock): a stuck one says where it hangs."""
+        debug = os.environ.get("SWITCHYARD_TRAFFIC_DEBUG")
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -66,6 +73,7 @@ class Reader:
                 "enable.auto.commit": False,
                 **(TESTBED_CONSUMER_SETTINGS if settings is None else settings),
                 **({"session.timeout.ms": int(session_s * 1000)} if session_s else {}),
+                **({"debug": debug, "logger": _debug_log(app)} if debug else {}),
             }
         )
         self.thread = Worker(self._consume, name=f"consumer-{app}")
@@ -78,6 +86,7 @@ class Reader:
         self.consumer.subscribe([self.topic])
         try:
             while not self.stop.is_set():
+                self.doing = ("consume", time.time())
                 messages = self.consumer.consume(200, 0.2)
                 self.errors += [str(m.error()) for m in messages if m.error() is not None]
                 records = [
@@ -91,12 +100,15 @@ class Reader:
                 self.batches.append(batch)  # processed: the application has seen them
                 if self.process_s:
                     self.stop.wait(self.process_s)
+                self.doing = ("commit", time.time())
                 try:
                     self.consumer.commit(asynchronous=False)
                 except KafkaException as exc:
                     batch.commit_error = exc.args[0].name()
         finally:
+            self.doing = ("closing", time.time())
             self.consumer.close()
+            self.doing = ("closed", time.time())
 
 
 class Traffic:
@@ -316,3 +328,14 @@ def first_out_of_order(batches: list[Batch]) -> str | None:
                 )
             last[partition], highest[partition] = offset, max(highest[partition], offset)
     return None
+
+
+def _debug_log(app: str) -> logging.Logger:
+    """librdkafka's debug log of one application, to a file of its own (SWITCHYARD_TRAFFIC_DEBUG)."""
+    logger = logging.getLogger(f"switchyard.traffic.{app}")
+    handler = logging.FileHandler(Path(tempfile.gettempdir()) / f"traffic-{app}.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    return logger

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 from switchyard import kafka
@@ -43,7 +44,11 @@ def judge_reader(reader: Reader, acked: list[int], *, carried: bool = False) -> 
         assert not found.commits_refused, f"{reader.app}: commits refused {dict(found.commits_refused)}"
         assert not found.twice, f"{reader.app}: processed twice: {sorted(found.twice)[:10]}"
     assert found.errors == []
-    assert found.missing == [], f"records {reader.app} never received: {found.missing[:10]}"
+    assert found.missing == [], (
+        f"records {reader.app} never received: {len(found.missing)}, {spans(found.missing)}; "
+        f"offsets it received by partition: {received_spans(reader)}; it was at {reader.doing[0]} since "
+        f"{time.strftime('%H:%M:%S', time.localtime(reader.doing[1]))}"
+    )
     assert found.out_of_order is None, found.out_of_order
     assert not found.again_after_commit, "processed again although their commit had succeeded: " + "; ".join(
         f"{value}: " + ", ".join(
@@ -55,3 +60,23 @@ def judge_reader(reader: Reader, acked: list[int], *, carried: bool = False) -> 
     assert set(found.commits_refused) <= EXPECTED_COMMIT_FAILURES, found.commits_refused
     refused = f"{sum(found.commits_refused.values())} commits refused {dict(found.commits_refused)}"
     return f"{reader.app}: {found.processed} records, {len(found.twice)} twice, {refused}"
+
+
+def spans(numbers: list[int]) -> str:
+    """Sorted numbers as runs: ``0-9, 12, 15-20``."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
+
+
+def received_spans(reader: Reader) -> str:
+    """Which offsets of each partition the reader received, as runs (a gap is what it skipped)."""
+    offsets: dict[int, set[int]] = {}
+    for batch in reader.batches:
+        for partition, offset, _ in batch.records:
+            offsets.setdefault(partition, set()).add(offset)
+    return "; ".join(f"[{p}] {spans(sorted(o))}" for p, o in sorted(offsets.items()))

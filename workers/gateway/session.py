@@ -67,6 +67,13 @@ _LEAVE_ATTEMPTS = 3
 _MEMBER_APIS = frozenset({apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.OFFSET_COMMIT})
 """Requests naming the member that sends them (LeaveGroup v3+ names members in a list)."""
 _LEAVE_AGAIN_S = 0.5
+NO_PARTITIONS = b"\x00\x00" + b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff"
+"""A consumer-protocol assignment (version 0) of no partitions and no user data: not empty bytes, which
+Tansu takes as no assignment (its SyncGroup then waits most of a session time-out to answer)."""
+_ANSWER_SLACK_S = 30.0
+"""How long past a join's rebalance time-out its answer is still awaited (``_leave_once_joined``)."""
+_OUTLIVING: set[asyncio.Task[None]] = set()
+"""Tasks that outlive their session (``_leave_once_joined``): held here so they are not collected."""
 _HIGH_WATER = 256 * 1024
 """Bytes waiting to go to the client before the session waits for them to drain."""
 
@@ -113,6 +120,9 @@ class ClientSession:
         """Answers on their way from brokers; each holds an in-flight ticket until it settles."""
         self._retired: list[Upstream] = []
         """Broker connections left behind by a long poll answered early; closed when their answers are in."""
+        self._outliving: set[Upstream] = set()
+        """Retired connections awaiting the answer to a JoinGroup answered early: they outlive the session
+        (``_leave_once_joined``)."""
         self._carrying = asyncio.Lock()
         self._rejoins: dict[str, tuple[asyncio.Future[tuple[str, int]], float]] = {}
         """Per group this connection's consumer is (re)joining: set to (member id, generation) by the
@@ -178,7 +188,8 @@ class ClientSession:
         self._ending = True
         replies.put_nowait(None)
         for upstream in [*self._upstreams.values(), *self._retired]:
-            await upstream.close()  # fails whatever still waits on a broker...
+            if upstream not in self._outliving:
+                await upstream.close()  # fails whatever still waits on a broker...
         await asyncio.gather(*self._answering, return_exceptions=True)  # ...so these settle
         await asyncio.gather(writer_task, return_exceptions=True)
         while not replies.empty():
@@ -535,12 +546,68 @@ class ClientSession:
         self.gateway.members.joined(
             group, member_id, dataclasses.replace(member, left=True, rejoining=rejoining)
         )
-        if member.left:
+        if member.left or member.cut:  # a cut join's member goes once its join is answered
             return True
         cluster = snapshot.clusters.get(member.cluster)
         if cluster is not None and cluster.state is ClusterState.ACTIVE:  # a shielded one is not contacted
             self._later(self._leave(member.cluster, group, member_id))
         return True
+
+    def _abandon(self, request: Request, answer: asyncio.Future[bytes], upstream: Upstream) -> None:
+        """Leave the broker's answer to a long poll answered early behind (a join's is still seen to)."""
+        if request.api_key == apis.JOIN_GROUP:
+            self._leave_once_joined(request, answer, upstream)
+        else:
+            answer.add_done_callback(_dropped)
+        self._retire(upstream)
+
+    def _leave_once_joined(self, request: Request, answer: asyncio.Future[bytes], upstream: Upstream) -> None:
+        """A JoinGroup answered early (``InFlight``) still waits at the broker, which makes its member one
+        of the group when the round ends. So its answer is awaited — over the connection it was asked on,
+        kept past this session — and a member that has moved since is removed then, not before
+        (``Member.cut``): Tansu, asked to remove a member whose join waits, keeps it as the round's
+        leader, and a round whose leader never assigns never ends (chaos runs' consumers stalled for
+        minutes). A member the round made its leader first ends the round, assigning nothing."""
+        body = request.body
+        group = body.group_id
+        limit_s = float(getattr(body, "rebalance_timeout", body.session_timeout).total_seconds())
+        self._outliving.add(upstream)
+        members = self.gateway.members
+        asked = members.get(group, body.member_id)
+        if asked is not None:
+            members.joined(group, body.member_id, dataclasses.replace(asked, cut=True))
+
+        async def leave_once_joined() -> None:
+            joined = None
+            try:
+                joined = decode_response(
+                    request, await asyncio.wait_for(asyncio.shield(answer), limit_s + _ANSWER_SLACK_S)
+                )
+            except (TimeoutError, UpstreamError):
+                pass
+            finally:
+                if not answer.done():
+                    answer.add_done_callback(_dropped)
+                await upstream.close()
+            member_id = joined.member_id if joined is not None and joined.member_id else body.member_id
+            member = members.get(group, member_id)
+            if joined is not None:
+                log.info(
+                    "group %s: the cut join of %s on %s ended: %s, generation %d, leader %s",
+                    group, member_id, upstream.cluster, joined.error_code.name, joined.generation_id,
+                    joined.leader or "-",
+                )  # fmt: skip
+            if member is not None and member.cut:
+                members.joined(group, member_id, member := dataclasses.replace(member, cut=False))
+            if joined is not None and joined.error_code == ErrorCode.none and joined.leader == member_id:
+                await self._sync_as_leader(upstream.cluster, group, joined)  # its client never will
+            here = member is not None and not member.left and member.cluster == upstream.cluster
+            if member_id and not here:  # else it still belongs there
+                await self._leave(upstream.cluster, group, member_id)
+
+        task = asyncio.create_task(leave_once_joined())
+        _OUTLIVING.add(task)
+        task.add_done_callback(_OUTLIVING.discard)
 
     async def _leave(self, cluster: str, group: str, member_id: str) -> None:
         """LeaveGroup on ``member_id``'s behalf, as an admin client's removal of a member does."""
@@ -550,31 +617,73 @@ class ClientSession:
             entry = element_type(request_schema(apis.LEAVE_GROUP, version), "members")
             named = {"member_id": member_id, "group_instance_id": None}
             fields = {"members": (make(entry, **named, **({"reason": "switched"} if version >= 5 else {})),)}
-        for attempt in range(_LEAVE_ATTEMPTS):  # the flip closes this session's connections to ``cluster``:
-            try:  # a leave sent just then fails with them, and goes again on new ones
-                node = await self._coordinator(cluster, group)
-                answer = await self._upstream(cluster, node, long_poll=False).ask(
-                    apis.LEAVE_GROUP, version, group_id=group, **fields
-                )
-                break
-            except (UpstreamError, TimeoutError, FrameError) as exc:
-                if attempt + 1 == _LEAVE_ATTEMPTS:
-                    log.warning(
-                        "group %s: could not remove member %s from %s: %s", group, member_id, cluster, exc
-                    )
-                    return
-                await asyncio.sleep(_LEAVE_AGAIN_S)
+        try:
+            answer = await self._ask_coordinator(cluster, group, apis.LEAVE_GROUP, version, fields)
+        except (UpstreamError, TimeoutError, FrameError) as exc:
+            log.warning("group %s: could not remove member %s from %s: %s", group, member_id, cluster, exc)
+            return
         errors = {answer.error_code, *(m.error_code for m in getattr(answer, "members", ()))}
         if errors - {ErrorCode.none, ErrorCode.unknown_member_id}:  # unknown: it had expired already
             log.warning("group %s: %s did not remove member %s: %s", group, cluster, member_id, errors)
         else:
             log.info("group %s: member %s removed from %s, which it left", group, member_id, cluster)
 
-    async def _coordinator(self, cluster: str, group: str) -> int:
-        """The broker of ``cluster`` that coordinates ``group``."""
+    async def _sync_as_leader(self, cluster: str, group: str, joined: Any) -> None:
+        """End the round ``joined`` (a JoinGroup answer naming its member the leader) on the member's
+        behalf, assigning nothing: the group's other members wait in SyncGroup for their leader's
+        assignment, and a leader whose join was cut never sends it. Its members then join again (the
+        leader's removal follows), and get their partitions from the next round."""
+        version = min(self.gateway.offered.get(apis.SYNC_GROUP, (0, 0))[1], 5)
+        entry = element_type(request_schema(apis.SYNC_GROUP, version), "assignments")
+        nothing = tuple(make(entry, member_id=m.member_id, assignment=NO_PARTITIONS) for m in joined.members)
+        fields: dict[str, Any] = {  # an assignment for every member, of no partitions: Tansu insists
+            "generation_id": joined.generation_id,
+            "member_id": joined.member_id,
+            "assignments": nothing,
+        }
+        if version >= 3:
+            fields["group_instance_id"] = None
+        if version >= 5:
+            fields["protocol_type"] = getattr(joined, "protocol_type", None) or "consumer"
+            fields["protocol_name"] = joined.protocol_name
+        try:
+            answer = await self._ask_coordinator(cluster, group, apis.SYNC_GROUP, version, fields)
+        except (UpstreamError, TimeoutError, FrameError) as exc:
+            log.warning(
+                "group %s: could not end the round of %s on %s: %s", group, joined.member_id, cluster, exc
+            )
+            return
+        log.info(
+            "group %s: round %d on %s ended for its cut leader %s: %s",
+            group, joined.generation_id, cluster, joined.member_id, answer.error_code.name,
+        )  # fmt: skip
+
+    async def _ask_coordinator(
+        self, cluster: str, group: str, api_key: int, version: int, fields: dict[str, Any]
+    ) -> Any:
+        """Ask ``group``'s coordinator on ``cluster``, over connections of its own (the asking may outlive
+        this session; the flip closes the session's connections, and what was sent just then fails)."""
+        for attempt in range(_LEAVE_ATTEMPTS):
+            opened = [self.gateway.upstream(cluster, None, self.credentials)]
+            try:
+                node = await self._coordinator(cluster, group, opened[0])
+                opened.append(self.gateway.upstream(cluster, node, self.credentials))
+                return await opened[1].ask(api_key, version, group_id=group, **fields)
+            except (UpstreamError, TimeoutError, FrameError):
+                if attempt + 1 == _LEAVE_ATTEMPTS:
+                    raise
+                await asyncio.sleep(_LEAVE_AGAIN_S)
+            finally:
+                for upstream in opened:
+                    await upstream.close()
+        raise AssertionError("unreachable")
+
+    async def _coordinator(self, cluster: str, group: str, upstream: Upstream | None = None) -> int:
+        """The broker of ``cluster`` that coordinates ``group`` (asked over ``upstream``, else this
+        session's connection to the cluster)."""
         version = min(self.gateway.offered.get(apis.FIND_COORDINATOR, (0, 0))[1], 3)
         fields: dict[str, Any] = {"key": group} | ({"key_type": 0} if version >= 1 else {})
-        upstream = self._upstream(cluster, None, long_poll=False)
+        upstream = upstream or self._upstream(cluster, None, long_poll=False)
         answer = await upstream.ask(apis.FIND_COORDINATOR, version, **fields)
         if answer.error_code != ErrorCode.none:
             raise UpstreamError(f"{cluster}: no coordinator for group {group}: {answer.error_code.name}")
@@ -655,8 +764,7 @@ class ClientSession:
             if ticket.superseded is not None:
                 await asyncio.wait((future, ticket.superseded), return_when=asyncio.FIRST_COMPLETED)
                 if not future.done():  # a newer epoch routes it elsewhere: answer as that epoch would
-                    future.add_done_callback(_dropped)
-                    self._retire(upstream)
+                    self._abandon(request, future, upstream)
                     return encode_response(request, blocked_response(request, request.body))
             frame = await future
         finally:
