@@ -1,15 +1,17 @@
 """The mirror against a plain consume -> produce loop between the same clusters, in one run.
 
-- throughput, in three rounds that alternate plain loop and mirror (the shared test machine's speed
-  drifts; a round each way keeps the drift out of the ratio): 150,000 records of 1 KiB waiting on the
-  source (3 partitions). The plain loop reads them from the beginning without a group and writes them
-  to the target (idempotent producer, linger 5 ms, as the mirror); the mirror is started on a paused
-  link first (so its group join is not timed), then resumed. The copy rate is timed from the target's
-  first acknowledgement to its last (the plain loop's delivery reports; the mirror's status, published
-  every 50 ms and read every 10 ms): how fast each copies, apart from how soon it starts, which is shown
-  beside it (the mirror's, from the resume, includes librdkafka looking up where a partition paused
-  before its first fetch starts: about half a second). Each is charged the CPU its process used from
-  start to end (the plain loop's process does nothing else then). The medians are compared;
+- throughput, in four rounds; each round fills one source topic (450,000 records of 1 KiB,
+  3 partitions) that both copy, the plain loop to a topic of its own on the target, the mirror to the
+  same name. The order alternates plain-mirror, mirror-plain, ... (the shared test machine's speed
+  drifts; an ABBA order cancels a steady drift). The plain loop reads from the beginning without a group
+  and writes to the target (idempotent producer, linger 5 ms, as the mirror); the mirror is started on a
+  paused link first (so its group join is not timed), then resumed, and its link is removed after its
+  round (an idle link's copier would otherwise share the process with later rounds). The copy rate is
+  timed from the target's first acknowledgement to its last (the plain loop's delivery reports and
+  flush; the mirror's status, published every 50 ms with its time): how fast each copies, apart from
+  how soon it starts, which is shown beside it (the mirror's, from the resume, includes librdkafka
+  looking up where a partition paused before its first fetch starts: about half a second). Each is
+  charged the CPU its process used meanwhile. The medians are compared;
 - steady-state lag: 5,000 records/s of 1 KiB for 10 s, copied by the running mirror and, beside it for
   the baseline, by a plain loop into a topic of its own. Offsets are identical on both sides, so each
   record's lag is when it became visible on the target minus when it became visible on the source
@@ -39,8 +41,8 @@ from tests.helpers.processes import MirrorProcess, cpu_seconds
 from tests.helpers.records import fill_topic
 
 SIZE = 1024
-RECORDS = 150_000
-ROUNDS = 3
+RECORDS = 450_000
+ROUNDS = 4
 PARTITIONS = 3
 RATE, SECONDS = 5_000, 10
 ACTOR = "user:bench"
@@ -87,12 +89,15 @@ def timed(started: float, first: tuple[float, int], last: float, cpu_s: float) -
     return Copied((RECORDS - done) / (last - at), cpu_s / RECORDS * 1e6, at - started)
 
 
-def copied(store: RoutingStore, link: str) -> int:
-    """Records the target acknowledged, by the mirror's own status (published every 50 ms here)."""
-    return sum(p.target_end for m in read_status(store.zk, store.layout, link) for p in m.partitions)
+def copied(store: RoutingStore, link: str) -> tuple[float, int]:
+    """When the mirror's status was last published (every 50 ms here) and how many records the target
+    had acknowledged then."""
+    members = read_status(store.zk, store.layout, link)
+    at = max((m.updated_at.timestamp() for m in members), default=0.0)
+    return at, sum(p.target_end for m in members for p in m.partitions)
 
 
-def plain_loop(source: str, target: str, topic: str) -> Copied:
+def plain_loop(source: str, target: str, topic: str, copy_to: str) -> Copied:
     """The simplest correct copy: consume, produce, wait for every acknowledgement."""
     consumer = Consumer({"bootstrap.servers": source, "group.id": "bench-plain", "enable.auto.commit": False})
     producer = Producer({"bootstrap.servers": target, "enable.idempotence": True, "linger.ms": 5})
@@ -107,7 +112,7 @@ def plain_loop(source: str, target: str, topic: str) -> Copied:
             while True:
                 try:
                     producer.produce(
-                        topic, msg.value(), msg.key(), partition=msg.partition(),
+                        copy_to, msg.value(), msg.key(), partition=msg.partition() or 0,
                         on_delivery=None if copied else lambda *_: acked.append(time.perf_counter()),
                     )  # fmt: skip
                     break
@@ -121,25 +126,30 @@ def plain_loop(source: str, target: str, topic: str) -> Copied:
     return timed(started, (acked[0], 1), last, cpu)
 
 
+def taken(store: RoutingStore, link: str) -> int:
+    """How many partitions of ``link`` the mirror's status lists."""
+    return len([p for m in read_status(store.zk, store.layout, link) for p in m.partitions])
+
+
 def mirror_throughput(store: RoutingStore, mirror: MirrorProcess, topic: str) -> Copied:
     link = f"bench-{topic}"
     store.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="bench")
     store.set_link_state(link, LinkState.PAUSED, actor=ACTOR, reason="bench: hold until timed")
-    reported = lambda: len([p for m in read_status(store.zk, store.layout, link) for p in m.partitions])  # noqa: E731
-    wait_for(lambda: reported() == PARTITIONS, 60, "the mirror never took the partitions")
+    wait_for(lambda: taken(store, link) == PARTITIONS, 60, "the mirror never took the partitions")
     assert mirror.process is not None
     cpu = cpu_seconds(mirror.process.pid)
-    started = time.perf_counter()
+    started = time.time()
     store.set_link_state(link, LinkState.RUNNING, actor=ACTOR, reason="bench: go")
     first: tuple[float, int] | None = None
-    while (done := copied(store, link)) < RECORDS:
-        assert time.perf_counter() < started + 300, f"the mirror copied {done} of {RECORDS}"
-        if done and first is None:
-            first = time.perf_counter(), done
+    while (seen := copied(store, link))[1] < RECORDS:
+        assert time.time() < started + 300, f"the mirror copied {seen[1]} of {RECORDS}"
+        if seen[1] and first is None:
+            first = seen
         time.sleep(0.01)
-    last, cpu = time.perf_counter(), cpu_seconds(mirror.process.pid) - cpu
+    cpu = cpu_seconds(mirror.process.pid) - cpu
     assert first is not None, "the mirror's status never showed a part of the copy"
-    return timed(started, first, last, cpu)
+    store.set_link_state(link, LinkState.DELETED, actor=ACTOR, reason="bench: timed")
+    return timed(started, first, seen[0], cpu)
 
 
 def wait_for(condition: object, timeout_s: float, what: str) -> None:
@@ -222,8 +232,7 @@ def mirrored_topic(store: RoutingStore, source: str, topic: str) -> str:
     link = f"bench-{topic}"
     kafka.create_topics(source, [topic], partitions=PARTITIONS)
     store.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="bench")
-    wait_for(lambda: len([p for m in read_status(store.zk, store.layout, link) for p in m.partitions])
-             == PARTITIONS, 60, "the mirror never took the partitions")  # fmt: skip
+    wait_for(lambda: taken(store, link) == PARTITIONS, 60, "the mirror never took the partitions")
     return topic
 
 
@@ -235,13 +244,15 @@ def test_mirror_against_a_plain_loop(
     source, target = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
     plain: list[Copied] = []
     mirrored: list[Copied] = []
-    for _ in range(ROUNDS):
-        plain_topic, mirror_topic = f"plain-{uuid.uuid4().hex[:6]}", f"mirrored-{uuid.uuid4().hex[:6]}"
-        fill_topic(source, plain_topic, RECORDS, partitions=PARTITIONS, size=SIZE)
-        kafka.create_topics(target, [plain_topic], partitions=PARTITIONS)
-        fill_topic(source, mirror_topic, RECORDS, partitions=PARTITIONS, size=SIZE)
-        plain.append(plain_loop(source, target, plain_topic))
-        mirrored.append(mirror_throughput(routing, mirror, mirror_topic))
+    for round_ in range(ROUNDS):
+        topic = f"copy-{uuid.uuid4().hex[:6]}"
+        fill_topic(source, topic, RECORDS, partitions=PARTITIONS, size=SIZE)
+        kafka.create_topics(target, [f"{topic}-plain"], partitions=PARTITIONS)
+        for copier in ("plain", "mirror") if round_ % 2 == 0 else ("mirror", "plain"):
+            if copier == "plain":
+                plain.append(plain_loop(source, target, topic, f"{topic}-plain"))
+            else:
+                mirrored.append(mirror_throughput(routing, mirror, topic))
     plain_topic = f"steady-plain-{uuid.uuid4().hex[:6]}"
     for bootstrap in (source, target):
         kafka.create_topics(bootstrap, [plain_topic], partitions=PARTITIONS)
@@ -258,7 +269,7 @@ def test_mirror_against_a_plain_loop(
     base, copy = median(plain), median(mirrored)
     print(
         f"\nmirror vs plain loop: {RECORDS:,} records of 1 KiB, {PARTITIONS} partitions, primary -> standby, "
-        f"{ROUNDS} rounds alternating (medians)"
+        f"{ROUNDS} rounds in ABBA order (medians)"
     )
     print(render(
         ("path", "copy msg/s", "ratio", "CPU µs/record", "start ms", "rounds msg/s"),
