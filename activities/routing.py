@@ -20,9 +20,9 @@ from switchyard.keys import BindingKey
 from switchyard.mirror.mapstore import end_record, read_link, store_records
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.model import BindingState, ClusterState, LinkState
+from switchyard.routing import BindingChange, ClusterChange, LinkChange
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.locks import SagaLocks
-from switchyard.routing.store import BindingChange, ClusterChange, LinkChange
 from switchyard.sagas import steps
 from switchyard.sagas.ids import step_request_id
 from switchyard.sagas.steps import (
@@ -127,7 +127,7 @@ class RoutingActivities:
                 shielded = ClusterChange(source.id, source.epoch, source.bootstrap, ClusterState.SHIELDED)
                 clusters.append(shielded)
         epoch = store.apply(
-            bindings, clusters, [LinkChange.of(link, LinkState.PROMOTED)], actor=f"saga:{request.saga_id}",
+            [*clusters, *bindings, LinkChange.of(link, LinkState.PROMOTED)], actor=f"saga:{request.saga_id}",
             reason=f"switch to {request.target}", request_id=request_id,
         )  # fmt: skip
         return Flipped(epoch, final)

@@ -149,7 +149,7 @@ def rebuild_command(ctx: click.Context, dry_run: bool, force: bool) -> None:
         click.echo(f"ZooKeeper already matches the ledger (epoch {report.epoch})")
         return
     click.echo(
-        f"{verb} {report.bindings} bindings, {report.clusters} clusters and {report.links} links "
+        f"{verb} {', '.join(f'{n} {name}' for name, n in report.counts.items())} "
         f"at epoch {report.epoch}" + (f"; removed {', '.join(report.removed)}" if report.removed else "")
     )
 

@@ -2,15 +2,8 @@
 findings, and the sagas' trails, each in a module of its own over one connection."""
 
 from switchyard.ledger.jobs import JobRecords
-from switchyard.ledger.routing import (
-    BindingEvent,
-    ClusterEvent,
-    LedgerState,
-    LinkEvent,
-    RoutingRecords,
-    RoutingTxn,
-    TxnRecord,
-)
+from switchyard.ledger.kinds import BindingEvent, ClusterEvent, LinkEvent
+from switchyard.ledger.routing import RoutingRecords, RoutingTxn, TxnRecord
 from switchyard.ledger.sagas import SagaRecords
 
 
@@ -18,4 +11,4 @@ class Ledger(RoutingRecords, JobRecords, SagaRecords):
     """The whole ledger: open it once per process (``Ledger.open(url)``) and close it at the end."""
 
 
-__all__ = ["BindingEvent", "ClusterEvent", "Ledger", "LedgerState", "LinkEvent", "RoutingTxn", "TxnRecord"]
+__all__ = ["BindingEvent", "ClusterEvent", "Ledger", "LinkEvent", "RoutingTxn", "TxnRecord"]

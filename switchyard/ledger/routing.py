@@ -7,75 +7,44 @@ committed transactions count for history and for rebuilding the ZooKeeper tree.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import groupby
 from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 
 from switchyard.keys import BindingKey
 from switchyard.ledger.base import LedgerBase, utc
-from switchyard.ledger.schema import binding_events, cluster_events, ledger_txns, link_events
-from switchyard.model import Binding, BindingState, Cluster, ClusterState, Link, LinkState
+from switchyard.ledger.kinds import (
+    BINDINGS,
+    CLUSTERS,
+    KINDS,
+    LINKS,
+    AnyKind,
+    BindingEvent,
+    ClusterEvent,
+    LinkEvent,
+    RoutingEvent,
+    RoutingSnapshot,
+    kind_of,
+)
+from switchyard.ledger.schema import ledger_txns
 
 PENDING, COMMITTED = "pending", "committed"
 
 
 @dataclass(frozen=True)
-class BindingEvent:
-    key: BindingKey
-    from_cluster: str | None
-    to_cluster: str
-    from_state: BindingState | None
-    to_state: BindingState
-    epoch: int
-    actor: str
-    reason: str
-    at: datetime
-
-
-@dataclass(frozen=True)
-class ClusterEvent:
-    cluster_id: str
-    bootstrap: str
-    from_state: ClusterState | None
-    to_state: ClusterState
-    epoch: int
-    actor: str
-    reason: str
-    at: datetime
-
-
-@dataclass(frozen=True)
-class LinkEvent:
-    link_id: str
-    source: str
-    target: str
-    include: tuple[str, ...]
-    exclude: tuple[str, ...]
-    reverse_of: str | None
-    from_state: LinkState | None
-    to_state: LinkState
-    epoch: int
-    actor: str
-    reason: str
-    at: datetime
-
-
-@dataclass(frozen=True)
 class RoutingTxn:
-    """One routing change as the ledger records it: several keys and clusters under one epoch."""
+    """One routing change as the ledger records it: several subjects, of any kinds, under one epoch."""
 
     id: str
     epoch: int
     actor: str
     reason: str
     at: datetime
-    bindings: tuple[BindingEvent, ...] = ()
-    clusters: tuple[ClusterEvent, ...] = ()
+    events: tuple[RoutingEvent, ...] = ()
     request_id: str | None = None
-    links: tuple[LinkEvent, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,16 +53,6 @@ class TxnRecord:
     epoch: int
     status: str
     created_at: datetime
-
-
-@dataclass(frozen=True)
-class LedgerState:
-    """The routing tree as the committed history says it must be."""
-
-    epoch: int
-    bindings: dict[BindingKey, Binding]
-    clusters: dict[str, Cluster]
-    links: dict[str, Link]
 
 
 class RoutingRecords(LedgerBase):
@@ -111,12 +70,8 @@ class RoutingRecords(LedgerBase):
                     created_at=txn.at,
                 )
             )
-            if txn.bindings:
-                conn.execute(insert(binding_events), [_row(txn.id, e) for e in txn.bindings])
-            if txn.clusters:
-                conn.execute(insert(cluster_events), [_row(txn.id, e) for e in txn.clusters])
-            if txn.links:
-                conn.execute(insert(link_events), [_row(txn.id, e) for e in txn.links])
+            for kind, events in groupby(sorted(txn.events, key=_kind_order), key=kind_of):
+                conn.execute(insert(kind.table), [kind.row(txn.id, e) for e in events])
 
     def mark_committed(self, txn_id: str, *, at: datetime) -> None:
         with self._connection() as conn:
@@ -129,9 +84,8 @@ class RoutingRecords(LedgerBase):
     def discard(self, txn_id: str) -> None:
         """Remove a change that never reached ZooKeeper, events and all."""
         with self._connection() as conn:
-            conn.execute(delete(binding_events).where(binding_events.c.txn_id == txn_id))
-            conn.execute(delete(cluster_events).where(cluster_events.c.txn_id == txn_id))
-            conn.execute(delete(link_events).where(link_events.c.txn_id == txn_id))
+            for kind in KINDS:
+                conn.execute(delete(kind.table).where(kind.table.c.txn_id == txn_id))
             conn.execute(
                 delete(ledger_txns).where(ledger_txns.c.id == txn_id, ledger_txns.c.status == PENDING)
             )
@@ -151,57 +105,39 @@ class RoutingRecords(LedgerBase):
 
     def history(self, key: BindingKey | None = None, *, limit: int = 100) -> list[BindingEvent]:
         """Committed binding events, newest first; of one key, or of all."""
-        query = _committed(binding_events).order_by(binding_events.c.epoch.desc(), binding_events.c.id.desc())
-        if key is not None:
-            query = query.where(binding_events.c.binding_key == str(key))
-        with self._connection() as conn:
-            return [_binding_event(r._mapping) for r in conn.execute(query.limit(limit))]
+        return self.events(BINDINGS, key, limit=limit)
 
     def cluster_history(self, cluster_id: str | None = None, *, limit: int = 100) -> list[ClusterEvent]:
-        query = _committed(cluster_events).order_by(cluster_events.c.epoch.desc(), cluster_events.c.id.desc())
-        if cluster_id is not None:
-            query = query.where(cluster_events.c.cluster_id == cluster_id)
-        with self._connection() as conn:
-            return [_cluster_event(r._mapping) for r in conn.execute(query.limit(limit))]
+        return self.events(CLUSTERS, cluster_id, limit=limit)
 
     def link_history(self, link_id: str | None = None, *, limit: int = 100) -> list[LinkEvent]:
-        query = _committed(link_events).order_by(link_events.c.epoch.desc(), link_events.c.id.desc())
-        if link_id is not None:
-            query = query.where(link_events.c.link_id == link_id)
-        with self._connection() as conn:
-            return [_link_event(r._mapping) for r in conn.execute(query.limit(limit))]
+        return self.events(LINKS, link_id, limit=limit)
 
-    def state(self) -> LedgerState:
+    def events(self, kind: AnyKind, subject: Any = None, *, limit: int = 100) -> list[Any]:
+        """Committed events of one kind, newest first; of one subject, or of all."""
+        table = kind.table
+        query = _committed(table).order_by(table.c.epoch.desc(), table.c.id.desc())
+        if subject is not None:
+            query = query.where(table.c[kind.subject_column] == str(subject))
+        with self._connection() as conn:
+            return [kind.event_from(r._mapping) for r in conn.execute(query.limit(limit))]
+
+    def state(self) -> RoutingSnapshot:
         """Replay the committed history into the tree it describes."""
-        bindings: dict[BindingKey, Binding] = {}
-        clusters: dict[str, Cluster] = {}
+        tree = RoutingSnapshot(0)
         epoch = 0
         with self._connection() as conn:
-            for row in conn.execute(_committed(binding_events).order_by(binding_events.c.epoch)):
-                e = _binding_event(row._mapping)
-                epoch = max(epoch, e.epoch)
-                if e.to_state is BindingState.UNBOUND:
-                    bindings.pop(e.key, None)
-                    continue
-                bindings[e.key] = Binding(e.to_cluster, e.epoch, e.to_state, e.at, e.actor)
-            for row in conn.execute(_committed(cluster_events).order_by(cluster_events.c.epoch)):
-                c = _cluster_event(row._mapping)
-                clusters[c.cluster_id] = Cluster(
-                    c.cluster_id, c.bootstrap, c.to_state, c.epoch, c.at, c.actor
-                )
-                epoch = max(epoch, c.epoch)
-            links: dict[str, Link] = {}
-            for row in conn.execute(_committed(link_events).order_by(link_events.c.epoch)):
-                k = _link_event(row._mapping)
-                epoch = max(epoch, k.epoch)
-                if k.to_state is LinkState.DELETED:
-                    links.pop(k.link_id, None)
-                    continue
-                links[k.link_id] = Link(
-                    k.link_id, k.source, k.target, k.include, k.exclude, k.to_state, k.epoch, k.at, k.actor,
-                    k.reverse_of,
-                )  # fmt: skip
-        return LedgerState(epoch, bindings, clusters, links)
+            for kind in KINDS:
+                nodes = tree.nodes(kind)
+                for row in conn.execute(_committed(kind.table).order_by(kind.table.c.epoch)):
+                    event = kind.event_from(row._mapping)
+                    epoch = max(epoch, event.epoch)
+                    subject, node = kind.subject_of(event), kind.left_by(event)
+                    if node is None:
+                        nodes.pop(subject, None)
+                    else:
+                        nodes[subject] = node
+        return replace(tree, epoch=epoch)
 
 
 def _committed(table: Any) -> Any:
@@ -212,55 +148,5 @@ def _committed(table: Any) -> Any:
     )
 
 
-def _row(txn_id: str, event: BindingEvent | ClusterEvent | LinkEvent) -> dict[str, Any]:
-    """An event as a table row: its fields by name, the binding key in its text form, lists as JSON."""
-    row: dict[str, Any] = {f.name: getattr(event, f.name) for f in fields(event)}
-    if isinstance(event, BindingEvent):
-        row["binding_key"] = str(row.pop("key"))
-    if isinstance(event, LinkEvent):
-        row["include"], row["exclude"] = json.dumps(event.include), json.dumps(event.exclude)
-    return {"txn_id": txn_id, **row}
-
-
-def _binding_event(row: Any) -> BindingEvent:
-    return BindingEvent(
-        key=BindingKey.parse(row["binding_key"], check=False),
-        from_cluster=row["from_cluster"],
-        to_cluster=row["to_cluster"],
-        from_state=BindingState(row["from_state"]) if row["from_state"] else None,
-        to_state=BindingState(row["to_state"]),
-        epoch=row["epoch"],
-        actor=row["actor"],
-        reason=row["reason"],
-        at=utc(row["at"]),
-    )
-
-
-def _cluster_event(row: Any) -> ClusterEvent:
-    return ClusterEvent(
-        cluster_id=row["cluster_id"],
-        bootstrap=row["bootstrap"],
-        from_state=ClusterState(row["from_state"]) if row["from_state"] else None,
-        to_state=ClusterState(row["to_state"]),
-        epoch=row["epoch"],
-        actor=row["actor"],
-        reason=row["reason"],
-        at=utc(row["at"]),
-    )
-
-
-def _link_event(row: Any) -> LinkEvent:
-    return LinkEvent(
-        link_id=row["link_id"],
-        source=row["source"],
-        target=row["target"],
-        include=tuple(json.loads(row["include"])),
-        exclude=tuple(json.loads(row["exclude"])),
-        reverse_of=row["reverse_of"],
-        from_state=LinkState(row["from_state"]) if row["from_state"] else None,
-        to_state=LinkState(row["to_state"]),
-        epoch=row["epoch"],
-        actor=row["actor"],
-        reason=row["reason"],
-        at=utc(row["at"]),
-    )
+def _kind_order(event: RoutingEvent) -> int:
+    return KINDS.index(kind_of(event))

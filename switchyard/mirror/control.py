@@ -30,7 +30,7 @@ from switchyard.mirror.mapstore import end_record, forget_link, read_link, segme
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.status import read_status
 from switchyard.model import Link, LinkState
-from switchyard.routing.store import LinkChange, RoutingStore
+from switchyard.routing import LinkChange, RoutingStore
 
 Key = tuple[str, int]
 
@@ -104,7 +104,7 @@ def delete_link(
         raise BindingRefused(
             f"link {link_id} is running: pause it first (its target then stays as copied), or force it"
         )
-    epoch = store.apply(links=[LinkChange.of(link, LinkState.DELETED)], actor=actor, reason=reason)
+    epoch = store.apply([LinkChange.of(link, LinkState.DELETED)], actor=actor, reason=reason)
     removed = forget_link(config.clusters[link.target].bootstrap, link_id)
     return epoch, removed
 

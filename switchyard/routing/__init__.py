@@ -1,4 +1,4 @@
-"""The routing state: clusters and bindings in ZooKeeper, every change also in the ledger."""
+"""The routing state: clusters, bindings and mirror links in ZooKeeper, every change also in the ledger."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from contextlib import contextmanager
 
 from switchyard.config import Config
 from switchyard.ledger import Ledger
-from switchyard.routing.store import BindingChange, ClusterChange, RoutingStore
+from switchyard.ledger.kinds import BindingChange, ClusterChange, LinkChange
+from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
 
-__all__ = ["BindingChange", "ClusterChange", "RoutingStore", "open_store"]
+__all__ = ["BindingChange", "ClusterChange", "LinkChange", "RoutingStore", "open_store"]
 
 
 @contextmanager

@@ -20,6 +20,7 @@ import contextlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from urllib.parse import quote
 
 from kazoo.client import KazooClient
@@ -27,6 +28,7 @@ from kazoo.exceptions import KazooException, NodeExistsError
 
 from switchyard.errors import RoutingUnavailable
 from switchyard.keys import BindingKey
+from switchyard.ledger.kinds import BINDINGS, CLUSTERS, LINKS, AnyKind
 from switchyard.model import now
 
 FOLDERS = ("clusters", "bindings", "gateways", "links", "migrations", "locks", "txns", "vnodes", "usage")
@@ -43,14 +45,18 @@ class Layout:
     def folder(self, name: str) -> str:
         return f"{self.root}/{name}"
 
+    def node(self, kind: AnyKind, subject: Any) -> str:
+        """Where a routing node of ``kind`` lives."""
+        return f"{self.root}/{kind.name}/{kind.segment(subject)}"
+
     def binding(self, key: BindingKey) -> str:
-        return f"{self.root}/bindings/{key.path}"
+        return self.node(BINDINGS, key)
 
     def cluster(self, cluster_id: str) -> str:
-        return f"{self.root}/clusters/{quote(cluster_id, safe='')}"
+        return self.node(CLUSTERS, cluster_id)
 
     def link(self, link_id: str) -> str:
-        return f"{self.root}/links/{quote(link_id, safe='')}"
+        return self.node(LINKS, link_id)
 
     def usage(self, gateway_id: str) -> str:
         return f"{self.root}/usage/{quote(gateway_id, safe='')}"

@@ -27,9 +27,10 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -43,18 +44,21 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import ZnodeStat
 
 from switchyard.errors import BindingConflict, BindingRefused, LedgerError, RoutingError, RoutingUnavailable
-from switchyard.keys import BindingKey, check_name
-from switchyard.ledger import BindingEvent, ClusterEvent, Ledger, LinkEvent, RoutingTxn
-from switchyard.model import (
-    Binding,
-    BindingState,
-    Cluster,
-    ClusterState,
-    Link,
-    LinkState,
-    now,
-    pattern_problem,
+from switchyard.keys import BindingKey
+from switchyard.ledger import Ledger, RoutingTxn
+from switchyard.ledger.kinds import (
+    BINDINGS,
+    CLUSTERS,
+    KINDS,
+    LINKS,
+    AnyChange,
+    AnyKind,
+    BindingChange,
+    ClusterChange,
+    LinkChange,
+    kind_of,
 )
+from switchyard.model import Binding, BindingState, Cluster, ClusterState, Link, LinkState, now
 from switchyard.routing.layout import Layout, ensure_layout, epoch_data
 from switchyard.routing.snapshot import RoutingSnapshot, read_snapshot
 
@@ -64,50 +68,14 @@ COMMITTED, ABORTED = b"committed", b"aborted"
 _ATTEMPTS = 20
 
 
-@dataclass(frozen=True)
-class BindingChange:
-    key: BindingKey
-    expected_epoch: int
-    """The epoch the caller read for this key; 0 when it must not be bound yet."""
-    cluster: str
-    state: BindingState = BindingState.ACTIVE
-
-
-@dataclass(frozen=True)
-class ClusterChange:
-    cluster_id: str
-    expected_epoch: int
-    """The epoch the caller read for this cluster; 0 when it must not be registered yet."""
-    bootstrap: str
-    state: ClusterState = ClusterState.ACTIVE
-
-
-@dataclass(frozen=True)
-class LinkChange:
-    link_id: str
-    expected_epoch: int
-    """The epoch the caller read for this link; 0 when it must not exist yet."""
-    source: str
-    target: str
-    include: tuple[str, ...]
-    exclude: tuple[str, ...]
-    state: LinkState = LinkState.RUNNING
-    reverse_of: str | None = None
-
-    @classmethod
-    def of(cls, link: Link, state: LinkState) -> LinkChange:
-        """``link`` moved to ``state``, fenced on the epoch it was read at."""
-        return cls(link.id, link.epoch, link.source, link.target, link.include, link.exclude, state,
-                   link.reverse_of)  # fmt: skip
-
-
 @dataclass
 class _Node:
     path: str
     stat: ZnodeStat | None
     """None when the node does not exist."""
     epoch: int = 0
-    current: Binding | Cluster | Link | None = None
+    current: Any = None
+    """The node of its kind that is there, if any."""
     new_data: bytes = b""
     parents: list[str] = field(default_factory=list)
 
@@ -138,36 +106,34 @@ class RoutingStore:
         return int(json.loads(data)["epoch"])
 
     def binding(self, key: BindingKey) -> Binding | None:
-        current = self._read_binding(key).current
-        return current if isinstance(current, Binding) else None
+        current: Binding | None = self._read(BINDINGS, key).current
+        return current
 
     def cluster(self, cluster_id: str) -> Cluster | None:
-        current = self._read_cluster(cluster_id).current
-        return current if isinstance(current, Cluster) else None
+        current: Cluster | None = self._read(CLUSTERS, cluster_id).current
+        return current
 
     # ---- writes
 
     def apply(
         self,
-        bindings: Sequence[BindingChange] = (),
-        clusters: Sequence[ClusterChange] = (),
-        links: Sequence[LinkChange] = (),
+        changes: Sequence[AnyChange],
         *,
         actor: str,
         reason: str,
         request_id: str | None = None,
         force: bool = False,
     ) -> int:
-        """Make the changes atomically under one new epoch and return that epoch.
+        """Make the changes (of any kinds) atomically under one new epoch and return that epoch.
 
         ``request_id`` makes the call idempotent: when a change under that id has already been
         committed, its epoch is returned and nothing is written again (an activity retried after its
         answer was lost). ``force`` allows moving a binding onto a shielded or down cluster.
         """
-        if not bindings and not clusters and not links:
+        if not changes:
             raise BindingRefused("nothing to change")
-        _no_duplicates(bindings, clusters, links)
-        _well_formed(bindings, clusters, links)
+        _no_duplicates(changes)
+        _well_formed(changes)
         self.recover()
         if request_id is not None:
             done = self._committed_epoch(request_id)
@@ -177,14 +143,7 @@ class RoutingStore:
             counter, counter_stat = self._get(self.layout.epoch)
             epoch = int(json.loads(counter)["epoch"]) + 1
             nodes, txn = self._prepare(
-                bindings,
-                clusters,
-                links,
-                epoch=epoch,
-                actor=actor,
-                reason=reason,
-                request_id=request_id,
-                force=force,
+                changes, epoch=epoch, actor=actor, reason=reason, request_id=request_id, force=force
             )
             self.ledger.record_intent(txn)
             outcome = self._commit(txn, nodes, counter_stat.version)
@@ -194,7 +153,7 @@ class RoutingStore:
                 return epoch
             self.ledger.discard(txn.id)
             if outcome == "node moved":
-                self._check_fences(bindings, clusters, links)
+                self._check_fences(changes)
             # another change took the epoch first: read again and retry under the next one
         raise RoutingUnavailable(f"gave up after {_ATTEMPTS} attempts: the epoch counter kept moving")
 
@@ -222,7 +181,7 @@ class RoutingStore:
             raise BindingRefused(
                 f"cluster {cluster_id!r} is already registered ({existing.bootstrap}, {existing.state})"
             )
-        return self.apply(clusters=[ClusterChange(cluster_id, 0, bootstrap)], actor=actor, reason=reason)
+        return self.apply([ClusterChange(cluster_id, 0, bootstrap)], actor=actor, reason=reason)
 
     def set_cluster_state(self, cluster_id: str, state: ClusterState, *, actor: str, reason: str) -> int:
         """Shield, unshield or mark down a cluster (a routing change like any other)."""
@@ -232,11 +191,11 @@ class RoutingStore:
         if existing.state is state:
             raise BindingRefused(f"cluster {cluster_id!r} is already {state}")
         change = ClusterChange(cluster_id, existing.epoch, existing.bootstrap, state)
-        return self.apply(clusters=[change], actor=actor, reason=reason)
+        return self.apply([change], actor=actor, reason=reason)
 
     def link(self, link_id: str) -> Link | None:
-        current = self._read_link(link_id).current
-        return current if isinstance(current, Link) else None
+        current: Link | None = self._read(LINKS, link_id).current
+        return current
 
     def create_link(
         self,
@@ -251,14 +210,14 @@ class RoutingStore:
         reason: str,
     ) -> int:
         change = LinkChange(link_id, 0, source, target, tuple(include), tuple(exclude), reverse_of=reverse_of)
-        return self.apply(links=[change], actor=actor, reason=reason)
+        return self.apply([change], actor=actor, reason=reason)
 
     def set_link_state(self, link_id: str, state: LinkState, *, actor: str, reason: str) -> int:
         """Pause, resume or promote a link (fenced on the epoch read now)."""
         existing = self.link(link_id)
         if existing is None:
             raise BindingRefused(f"link {link_id!r} does not exist")
-        return self.apply(links=[LinkChange.of(existing, state)], actor=actor, reason=reason)
+        return self.apply([LinkChange.of(existing, state)], actor=actor, reason=reason)
 
     def recover(self, *, everything: bool = False) -> list[tuple[str, str]]:
         """Settle pending ledger rows older than ``settle_after`` (all with ``everything``)."""
@@ -281,9 +240,7 @@ class RoutingStore:
 
     def _prepare(
         self,
-        bindings: Sequence[BindingChange],
-        clusters: Sequence[ClusterChange],
-        links: Sequence[LinkChange],
+        changes: Sequence[AnyChange],
         *,
         epoch: int,
         actor: str,
@@ -293,128 +250,18 @@ class RoutingStore:
     ) -> tuple[list[_Node], RoutingTxn]:
         at = now()
         nodes: list[_Node] = []
-        cluster_events = []
-        for c in clusters:
-            node = self._read_cluster(c.cluster_id)
-            _fence(c.cluster_id, c.expected_epoch, node)
-            old = node.current
-            assert old is None or isinstance(old, Cluster)
-            new = Cluster(c.cluster_id, c.bootstrap, c.state, epoch, at, actor)
-            node.new_data = new.to_json()
+        events = []
+        for change in sorted(changes, key=lambda c: KINDS.index(c.kind)):
+            kind = change.kind
+            node = self._read(kind, change.subject)
+            _fence(kind.label(change.subject), change.expected_epoch, node)
+            change.check(node.current, self, changes, force)
+            event = change.event(node.current, epoch, actor, reason, at)
+            written = kind.left_by(event)
+            node.new_data = b"" if written is None else written.to_json()  # empty: none (may hold others)
             nodes.append(node)
-            cluster_events.append(
-                ClusterEvent(
-                    c.cluster_id, c.bootstrap, old.state if old else None, c.state, epoch, actor, reason, at
-                )
-            )
-        binding_events = []
-        for b in bindings:
-            node = self._read_binding(b.key)
-            _fence(str(b.key), b.expected_epoch, node)
-            old = node.current
-            assert old is None or isinstance(old, Binding)
-            if b.state is BindingState.UNBOUND:
-                if old is None:
-                    raise BindingRefused(f"{b.key}: not bound")
-                node.new_data = b""  # empty means unbound; the node may hold finer keys
-            else:
-                if old is None or old.cluster != b.cluster:
-                    self._check_target(b, clusters, force)
-                if old is not None and (old.cluster, old.state) == (b.cluster, b.state):
-                    raise BindingRefused(f"{b.key}: already {b.state} on {b.cluster} (epoch {old.epoch})")
-                node.new_data = Binding(b.cluster, epoch, b.state, at, actor).to_json()
-            nodes.append(node)
-            binding_events.append(
-                BindingEvent(
-                    b.key,
-                    old.cluster if old else None,
-                    b.cluster,
-                    old.state if old else None,
-                    b.state,
-                    epoch,
-                    actor,
-                    reason,
-                    at,
-                )
-            )
-        link_events = []
-        for change in links:
-            node = self._read_link(change.link_id)
-            _fence(f"link {change.link_id}", change.expected_epoch, node)
-            old = node.current
-            assert old is None or isinstance(old, Link)
-            self._check_link(change, old)
-            node.new_data = b"" if change.state is LinkState.DELETED else Link(
-                change.link_id, change.source, change.target, change.include, change.exclude, change.state,
-                epoch, at, actor, change.reverse_of,
-            ).to_json()  # fmt: skip
-            nodes.append(node)
-            link_events.append(
-                LinkEvent(
-                    change.link_id,
-                    change.source,
-                    change.target,
-                    change.include,
-                    change.exclude,
-                    change.reverse_of,
-                    old.state if old else None,
-                    change.state,
-                    epoch,
-                    actor,
-                    reason,
-                    at,
-                )
-            )
-        txn = RoutingTxn(
-            str(uuid.uuid4()),
-            epoch,
-            actor,
-            reason,
-            at,
-            tuple(binding_events),
-            tuple(cluster_events),
-            request_id,
-            tuple(link_events),
-        )
-        return nodes, txn
-
-    def _check_link(self, change: LinkChange, old: Link | None) -> None:
-        """A link's ends never change; a promoted link is final but for its removal; clusters must be
-        registered."""
-        if change.state is LinkState.DELETED:
-            if old is None:
-                raise BindingRefused(f"link {change.link_id!r} does not exist")
-            return
-        if old is None:
-            for end in (change.source, change.target):
-                if self.cluster(end) is None:
-                    raise BindingRefused(f"link {change.link_id}: cluster {end!r} is not registered")
-            if change.source == change.target:
-                raise BindingRefused(f"link {change.link_id}: source and target are the same cluster")
-            return
-        if (old.source, old.target) != (change.source, change.target):
-            raise BindingRefused(f"link {change.link_id}: its source and target cannot change")
-        if old.state is LinkState.PROMOTED:
-            raise BindingRefused(f"link {change.link_id}: promoted links are final (reverse it instead)")
-        if old.state is change.state and (old.include, old.exclude) == (change.include, change.exclude):
-            raise BindingRefused(f"link {change.link_id}: already {change.state}")
-
-    def _check_target(self, change: BindingChange, clusters: Sequence[ClusterChange], force: bool) -> None:
-        planned = {c.cluster_id: c.state for c in clusters}
-        if change.cluster in planned:
-            state = planned[change.cluster]
-        else:
-            cluster = self.cluster(change.cluster)
-            if cluster is None:
-                raise BindingRefused(
-                    f"{change.key}: cluster {change.cluster!r} is not registered (switchyard clusters add)"
-                )
-            state = cluster.state
-        if state is not ClusterState.ACTIVE and not force:
-            raise BindingRefused(
-                f"{change.key}: cluster {change.cluster!r} is {state} and takes no new traffic "
-                "(unshield it, or force the change)"
-            )
+            events.append(event)
+        return nodes, RoutingTxn(str(uuid.uuid4()), epoch, actor, reason, at, tuple(events), request_id)
 
     def _commit(self, txn: RoutingTxn, nodes: list[_Node], epoch_version: int) -> str:
         """Run the ZooKeeper transaction: 'committed', 'node moved' or 'epoch moved'."""
@@ -496,44 +343,24 @@ class RoutingStore:
                 return attempt.epoch
         return None
 
-    def _check_fences(
-        self,
-        bindings: Sequence[BindingChange],
-        clusters: Sequence[ClusterChange],
-        links: Sequence[LinkChange],
-    ) -> None:
-        """Raise BindingConflict for the first key that moved; return when none did (retry then)."""
-        for change in links:
-            _fence(f"link {change.link_id}", change.expected_epoch, self._read_link(change.link_id))
-        for c in clusters:
-            _fence(c.cluster_id, c.expected_epoch, self._read_cluster(c.cluster_id))
-        for b in bindings:
-            _fence(str(b.key), b.expected_epoch, self._read_binding(b.key))
+    def _check_fences(self, changes: Sequence[AnyChange]) -> None:
+        """Raise BindingConflict for the first subject that moved; return when none did (retry then)."""
+        for change in changes:
+            kind = change.kind
+            _fence(kind.label(change.subject), change.expected_epoch, self._read(kind, change.subject))
 
-    def _read_binding(self, key: BindingKey) -> _Node:
-        path = self.layout.binding(key)
-        node = self._read(path, Binding.from_json)
-        parent = path.rsplit("/", 1)[0]
-        if node.stat is None and parent != self.layout.folder("bindings"):
-            node.parents.append(parent)
-        return node
-
-    def _read_cluster(self, cluster_id: str) -> _Node:
-        return self._read(self.layout.cluster(cluster_id), lambda data: Cluster.from_json(cluster_id, data))
-
-    def _read_link(self, link_id: str) -> _Node:
-        return self._read(self.layout.link(link_id), lambda data: Link.from_json(link_id, data))
-
-    def _read(self, path: str, decode: Callable[[bytes], Binding | Cluster | Link]) -> _Node:
+    def _read(self, kind: AnyKind, subject: Any) -> _Node:
+        folder, path = self.layout.folder(kind.name), self.layout.node(kind, subject)
         try:
             data, stat = self.zk.retry(self.zk.get, path)
         except NoNodeError:
-            return _Node(path, None)
+            parent = path.rsplit("/", 1)[0]
+            return _Node(path, None, parents=[] if parent == folder else [parent])
         except KazooException as exc:
             raise RoutingUnavailable(f"ZooKeeper: cannot read {path}: {exc!r}") from exc
         if not data:
             return _Node(path, stat)
-        current = decode(data)
+        current = kind.decode(subject, data)
         return _Node(path, stat, current.epoch, current)
 
     def _get(self, path: str) -> tuple[bytes, ZnodeStat]:
@@ -561,38 +388,22 @@ def _fence(name: str, expected: int, node: _Node) -> None:
         raise BindingConflict(name, expected, node.epoch, detail)
 
 
-def _no_duplicates(
-    bindings: Sequence[BindingChange], clusters: Sequence[ClusterChange], links: Sequence[LinkChange]
-) -> None:
-    names = [str(b.key) for b in bindings] + [f"cluster {c.cluster_id}" for c in clusters]
-    names += [f"link {change.link_id}" for change in links]
+def _no_duplicates(changes: Sequence[AnyChange]) -> None:
+    names = [c.kind.label(c.subject) for c in changes]
     seen = {n for n in names if names.count(n) > 1}
     if seen:
         raise BindingRefused(f"a change names {', '.join(sorted(seen))} more than once")
 
 
-def _well_formed(
-    bindings: Sequence[BindingChange], clusters: Sequence[ClusterChange], links: Sequence[LinkChange]
-) -> None:
+def _well_formed(changes: Sequence[AnyChange]) -> None:
     """Names without invisible characters or edge spaces, patterns that compile: checked where they
     enter, so nothing that reads the tree later meets them."""
     try:
-        for b in bindings:
-            b.key.check()
-            check_name("a cluster id", b.cluster)
-        for c in clusters:
-            check_name("a cluster id", c.cluster_id)
-        for change in links:
-            check_name("a link id", change.link_id)
-            problem = pattern_problem((*change.include, *change.exclude))
-            if problem is not None and change.state is not LinkState.DELETED:
-                raise ValueError(f"link {change.link_id}: {problem}")
+        for change in changes:
+            change.well_formed()
     except ValueError as exc:
         raise BindingRefused(str(exc)) from None
 
 
 def _describe(txn: RoutingTxn) -> str:
-    parts = [f"{e.key} -> {e.to_cluster} {e.to_state}" for e in txn.bindings]
-    parts += [f"cluster {e.cluster_id} {e.to_state}" for e in txn.clusters]
-    parts += [f"link {e.link_id} ({e.source} -> {e.target}) {e.to_state}" for e in txn.links]
-    return ", ".join(parts)
+    return ", ".join(kind_of(e).describe(e) for e in txn.events)

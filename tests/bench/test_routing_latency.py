@@ -18,9 +18,9 @@ from kazoo.client import KazooClient
 from switchyard.config import Config
 from switchyard.keys import BindingKey
 from switchyard.ledger import Ledger
+from switchyard.routing import BindingChange, RoutingStore
 from switchyard.routing.gateways import GatewayRegistration, wait_for_acks
 from switchyard.routing.snapshot import RoutingSnapshot
-from switchyard.routing.store import BindingChange, RoutingStore
 from switchyard.routing.view import BindingView
 from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import Stack

@@ -27,8 +27,8 @@ from switchyard.config import Config
 from switchyard.keys import BindingKey
 from switchyard.mirror.groups import group_state
 from switchyard.model import BindingState
+from switchyard.routing import BindingChange, RoutingStore
 from switchyard.routing.gateways import wait_for_acks
-from switchyard.routing.store import BindingChange, RoutingStore
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS
 from switchyard.traffic import Traffic
 from tests.helpers.otlp import OtlpReceiver

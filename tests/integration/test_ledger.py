@@ -25,16 +25,7 @@ def txn(
     txn_id: str, epoch: int, *events: BindingEvent | ClusterEvent, request_id: str | None = None
 ) -> RoutingTxn:
     at = T0 + timedelta(seconds=epoch)
-    return RoutingTxn(
-        txn_id,
-        epoch,
-        "user:test",
-        f"change {epoch}",
-        at,
-        tuple(e for e in events if isinstance(e, BindingEvent)),
-        tuple(e for e in events if isinstance(e, ClusterEvent)),
-        request_id,
-    )
+    return RoutingTxn(txn_id, epoch, "user:test", f"change {epoch}", at, events, request_id)
 
 
 def moved(

@@ -14,8 +14,8 @@ from switchyard.errors import BindingConflict, BindingRefused, LedgerError, Rout
 from switchyard.keys import BindingKey
 from switchyard.ledger import Ledger
 from switchyard.model import BindingState, ClusterState, LinkState
+from switchyard.routing import BindingChange, LinkChange, RoutingStore
 from switchyard.routing.rebuild import rebuild
-from switchyard.routing.store import BindingChange, LinkChange, RoutingStore
 from switchyard.routing.zk import connect, disconnect
 
 ORDERS = BindingKey.for_app("orders")
@@ -251,7 +251,7 @@ def test_rebuild_from_the_ledger_restores_the_tree_exactly(store: RoutingStore) 
 
     store.zk.delete(store.layout.root, recursive=True)  # ZooKeeper lost everything
     report = rebuild(store)
-    assert (report.bindings, report.clusters, report.epoch) == (4, 2, before.epoch)
+    assert (report.counts["bindings"], report.counts["clusters"], report.epoch) == (4, 2, before.epoch)
     assert store.snapshot() == before
     assert rebuild(store).unchanged
 
@@ -306,13 +306,13 @@ def test_links_are_fenced_recorded_and_final_once_promoted(store: RoutingStore) 
         store.set_link_state("p2s", LinkState.RUNNING, actor=ACTOR, reason="t")
     paused = store.set_link_state("p2s", LinkState.PAUSED, actor=ACTOR, reason="drill")
     with pytest.raises(BindingConflict, match="link p2s: expected epoch"):
-        store.apply(links=[LinkChange.of(link, LinkState.PROMOTED)], actor=ACTOR, reason="stale fence")
+        store.apply([LinkChange.of(link, LinkState.PROMOTED)], actor=ACTOR, reason="stale fence")
 
     # a saga's flip and promote in one change: one epoch for both
     fresh = store.link("p2s")
     assert fresh is not None
     epoch = store.apply(
-        [BindingChange(ORDERS, 0, "standby")], links=[LinkChange.of(fresh, LinkState.PROMOTED)],
+        [BindingChange(ORDERS, 0, "standby"), LinkChange.of(fresh, LinkState.PROMOTED)],
         actor=ACTOR, reason="switchover",
     )  # fmt: skip
     assert store.binding(ORDERS).epoch == epoch  # type: ignore[union-attr]
@@ -338,7 +338,7 @@ def test_rebuild_restores_links(store: RoutingStore) -> None:
     before = store.snapshot()
     store.zk.delete(store.layout.root, recursive=True)
     report = rebuild(store)
-    assert report.links == 1
+    assert report.counts["links"] == 1
     assert store.snapshot() == before
 
 
@@ -365,7 +365,7 @@ def test_a_deleted_link_is_gone_from_the_tree_the_ledger_and_a_rebuild(store: Ro
     assert link is not None
     store.set_link_state("p2s", LinkState.PAUSED, actor=ACTOR, reason="t")
     with pytest.raises(BindingConflict, match="link p2s: expected epoch"):  # fenced like every change
-        store.apply(links=[LinkChange.of(link, LinkState.DELETED)], actor=ACTOR, reason="stale")
+        store.apply([LinkChange.of(link, LinkState.DELETED)], actor=ACTOR, reason="stale")
     deleted = store.set_link_state("p2s", LinkState.DELETED, actor=ACTOR, reason="done with it")
     assert store.link("p2s") is None
     assert "p2s" not in store.snapshot().links
@@ -373,7 +373,7 @@ def test_a_deleted_link_is_gone_from_the_tree_the_ledger_and_a_rebuild(store: Ro
     assert "p2s" not in store.ledger.state().links
     with pytest.raises(BindingRefused, match="link 'p2s' does not exist"):
         store.set_link_state("p2s", LinkState.DELETED, actor=ACTOR, reason="again")
-    assert rebuild(store).links == 0
+    assert rebuild(store).counts["links"] == 0
     recreated = store.create_link("p2s", "standby", "primary", actor=ACTOR, reason="a new link, same id")
     assert recreated > deleted
     again = store.link("p2s")

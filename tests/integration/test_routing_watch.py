@@ -17,10 +17,10 @@ from switchyard.identity import Identity
 from switchyard.keys import BindingKey
 from switchyard.ledger import Ledger
 from switchyard.model import BindingState
+from switchyard.routing import BindingChange, RoutingStore
 from switchyard.routing.gateways import GatewayRegistration, registered, wait_for_acks
 from switchyard.routing.locks import SagaLocks
 from switchyard.routing.snapshot import RoutingSnapshot
-from switchyard.routing.store import BindingChange, RoutingStore
 from switchyard.routing.view import BindingView
 from switchyard.routing.zk import connect, disconnect
 from tests.helpers.services import PrivateService

@@ -22,8 +22,8 @@ from switchyard import temporal
 from switchyard.config import Config, load_config
 from switchyard.keys import BindingKey
 from switchyard.model import Link, LinkState
+from switchyard.routing import BindingChange, LinkChange, RoutingStore
 from switchyard.routing.locks import SagaLocks
-from switchyard.routing.store import BindingChange, LinkChange, RoutingStore
 from switchyard.stack import Stack
 from tests.helpers.processes import WorkerProcess
 
@@ -153,7 +153,7 @@ def switched(store: RoutingStore, link_id: str, *keys: str, to: str) -> int:
         bound = store.binding(key)
         changes.append(BindingChange(key, bound.epoch if bound else 0, to))
     promoted = LinkChange.of(link_of(store, link_id), LinkState.PROMOTED)
-    return store.apply(changes, links=[promoted], actor=ACTOR, reason="flip")
+    return store.apply([*changes, promoted], actor=ACTOR, reason="flip")
 
 
 def test_a_switchback_of_keys_that_never_moved_is_refused_dry_run_or_not(run: Operator) -> None:
@@ -193,7 +193,7 @@ def test_a_switchback_returns_only_what_the_switch_moved_and_only_once(run: Oper
         f"{p2s} (epoch {over}), which did not move it",
     )
     # once the promoted link is removed, the ledger still knows the switch
-    store.apply(links=[LinkChange.of(link_of(store, p2s), LinkState.DELETED)], actor=ACTOR, reason="t")
+    store.apply([LinkChange.of(link_of(store, p2s), LinkState.DELETED)], actor=ACTOR, reason="t")
     back = run("switchback", app, "--link", s2p, "--dry-run")
     assert f"ok: the keys return from the switch along {p2s} (epoch {over})" in back.stdout, back.stdout
 

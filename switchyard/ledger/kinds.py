@@ -1,0 +1,463 @@
+"""The routing kinds — clusters, bindings, mirror links — each described once.
+
+Everything that handles routing as a whole asks the kind rather than knowing it: the fenced write
+(:mod:`switchyard.routing.store`), the ledger's records and replay, the snapshot and the rebuild. A
+kind says where its nodes live in ZooKeeper and how a node reads, which ledger table holds its events
+and how an event is a row, which node an event leaves behind, and what a change of it checks and
+writes. A new kind is one description here, its event table in ``schema.py`` and its field in
+:class:`RoutingSnapshot`.
+
+It lives in the ledger package because the ledger needs it and must not import the routing package
+(which imports the ledger); it imports nothing of ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from urllib.parse import quote, unquote
+
+from sqlalchemy import Table
+
+from switchyard.errors import BindingRefused
+from switchyard.keys import BindingKey, check_name
+from switchyard.ledger.base import utc
+from switchyard.ledger.schema import binding_events, cluster_events, link_events
+from switchyard.model import (
+    Binding,
+    BindingState,
+    Cluster,
+    ClusterState,
+    Link,
+    LinkState,
+    pattern_problem,
+)
+
+
+@dataclass(frozen=True)
+class RoutingEvent:
+    """A change of one subject, as the ledger records it (each kind's events add their fields)."""
+
+
+S = TypeVar("S", BindingKey, str)
+"""What names a node of a kind: a binding key, a cluster id, a link id."""
+N = TypeVar("N", Binding, Cluster, Link)
+E = TypeVar("E", bound=RoutingEvent)
+
+
+@dataclass(frozen=True)
+class RoutingSnapshot:
+    """The routing tree as of one epoch: read from ZooKeeper, or replayed from the ledger's history."""
+
+    epoch: int
+    bindings: dict[BindingKey, Binding] = field(default_factory=dict)
+    clusters: dict[str, Cluster] = field(default_factory=dict)
+    links: dict[str, Link] = field(default_factory=dict)
+
+    def nodes(self, kind: Kind[Any, Any, Any]) -> dict[Any, Any]:
+        nodes: dict[Any, Any] = getattr(self, kind.name)
+        return nodes
+
+
+class Kind(ABC, Generic[S, N, E]):
+    """One kind of routing node; the subclasses below are the whole list (:data:`KINDS`)."""
+
+    name: ClassVar[str]
+    """Its ZooKeeper folder under the root, and its field of :class:`RoutingSnapshot`."""
+    depth: ClassVar[int] = 1
+    """How many levels of nodes its folder holds."""
+    table: ClassVar[Table]
+    """The ledger table of its events."""
+    subject_column: ClassVar[str]
+    """The column of ``table`` that names the subject."""
+
+    @abstractmethod
+    def label(self, subject: S) -> str:
+        """How messages name a subject."""
+
+    def segment(self, subject: S) -> str:
+        """The subject's node, relative to the folder."""
+        return quote(str(subject), safe="")
+
+    @abstractmethod
+    def subject_at(self, relative: str) -> S | None:
+        """The subject of the node at ``relative`` under the folder; None for a node that only holds
+        others."""
+
+    @abstractmethod
+    def decode(self, subject: S, data: bytes) -> N:
+        """A node's data (never empty: an empty node holds no subject)."""
+
+    @abstractmethod
+    def subject_of(self, event: E) -> S: ...
+
+    @abstractmethod
+    def left_by(self, event: E) -> N | None:
+        """The node ``event`` leaves behind; None when it removed the subject."""
+
+    @abstractmethod
+    def event_from(self, row: Mapping[Any, Any]) -> E: ...
+
+    def row(self, txn_id: str, event: E) -> dict[str, Any]:
+        """An event as a table row: its fields by name."""
+        return {"txn_id": txn_id, **{f.name: getattr(event, f.name) for f in fields(event)}}
+
+    @abstractmethod
+    def describe(self, event: E) -> str: ...
+
+
+@dataclass(frozen=True)
+class BindingEvent(RoutingEvent):
+    key: BindingKey
+    from_cluster: str | None
+    to_cluster: str
+    from_state: BindingState | None
+    to_state: BindingState
+    epoch: int
+    actor: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ClusterEvent(RoutingEvent):
+    cluster_id: str
+    bootstrap: str
+    from_state: ClusterState | None
+    to_state: ClusterState
+    epoch: int
+    actor: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class LinkEvent(RoutingEvent):
+    link_id: str
+    source: str
+    target: str
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    reverse_of: str | None
+    from_state: LinkState | None
+    to_state: LinkState
+    epoch: int
+    actor: str
+    reason: str
+    at: datetime
+
+
+def _when(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """The columns every event has besides its subject and its states."""
+    return {"epoch": row["epoch"], "actor": row["actor"], "reason": row["reason"],
+            "at": utc(row["at"])}  # fmt: skip
+
+
+class ClusterKind(Kind[str, Cluster, ClusterEvent]):
+    name = "clusters"
+    table = cluster_events
+    subject_column = "cluster_id"
+
+    def label(self, subject: str) -> str:
+        return f"cluster {subject}"
+
+    def subject_at(self, relative: str) -> str:
+        return unquote(relative)
+
+    def decode(self, subject: str, data: bytes) -> Cluster:
+        return Cluster.from_json(subject, data)
+
+    def subject_of(self, event: ClusterEvent) -> str:
+        return event.cluster_id
+
+    def left_by(self, event: ClusterEvent) -> Cluster:
+        return Cluster(event.cluster_id, event.bootstrap, event.to_state, event.epoch, event.at, event.actor)
+
+    def event_from(self, row: Mapping[Any, Any]) -> ClusterEvent:
+        return ClusterEvent(
+            cluster_id=row["cluster_id"],
+            bootstrap=row["bootstrap"],
+            from_state=ClusterState(row["from_state"]) if row["from_state"] else None,
+            to_state=ClusterState(row["to_state"]),
+            **_when(row),
+        )
+
+    def describe(self, event: ClusterEvent) -> str:
+        return f"cluster {event.cluster_id} {event.to_state}"
+
+
+class BindingKind(Kind[BindingKey, Binding, BindingEvent]):
+    name = "bindings"
+    depth = 3  # <AppID>, then <AppID>/instances|topics|groups/<name>
+    table = binding_events
+    subject_column = "binding_key"
+
+    def label(self, subject: BindingKey) -> str:
+        return str(subject)
+
+    def segment(self, subject: BindingKey) -> str:
+        return subject.path
+
+    def subject_at(self, relative: str) -> BindingKey | None:
+        try:
+            return BindingKey.from_path(relative)
+        except ValueError:  # an application's folder of finer keys, or a node not of Switchyard's
+            return None
+
+    def decode(self, subject: BindingKey, data: bytes) -> Binding:
+        return Binding.from_json(data)
+
+    def subject_of(self, event: BindingEvent) -> BindingKey:
+        return event.key
+
+    def left_by(self, event: BindingEvent) -> Binding | None:
+        if event.to_state is BindingState.UNBOUND:
+            return None
+        return Binding(event.to_cluster, event.epoch, event.to_state, event.at, event.actor)
+
+    def event_from(self, row: Mapping[Any, Any]) -> BindingEvent:
+        return BindingEvent(
+            key=BindingKey.parse(row["binding_key"], check=False),
+            from_cluster=row["from_cluster"],
+            to_cluster=row["to_cluster"],
+            from_state=BindingState(row["from_state"]) if row["from_state"] else None,
+            to_state=BindingState(row["to_state"]),
+            **_when(row),
+        )
+
+    def row(self, txn_id: str, event: BindingEvent) -> dict[str, Any]:
+        row = super().row(txn_id, event)
+        row["binding_key"] = str(row.pop("key"))
+        return row
+
+    def describe(self, event: BindingEvent) -> str:
+        return f"{event.key} -> {event.to_cluster} {event.to_state}"
+
+
+class LinkKind(Kind[str, Link, LinkEvent]):
+    name = "links"
+    table = link_events
+    subject_column = "link_id"
+
+    def label(self, subject: str) -> str:
+        return f"link {subject}"
+
+    def subject_at(self, relative: str) -> str:
+        return unquote(relative)
+
+    def decode(self, subject: str, data: bytes) -> Link:
+        return Link.from_json(subject, data)
+
+    def subject_of(self, event: LinkEvent) -> str:
+        return event.link_id
+
+    def left_by(self, event: LinkEvent) -> Link | None:
+        if event.to_state is LinkState.DELETED:
+            return None
+        return Link(event.link_id, event.source, event.target, event.include, event.exclude, event.to_state,
+                    event.epoch, event.at, event.actor, event.reverse_of)  # fmt: skip
+
+    def event_from(self, row: Mapping[Any, Any]) -> LinkEvent:
+        return LinkEvent(
+            link_id=row["link_id"],
+            source=row["source"],
+            target=row["target"],
+            include=tuple(json.loads(row["include"])),
+            exclude=tuple(json.loads(row["exclude"])),
+            reverse_of=row["reverse_of"],
+            from_state=LinkState(row["from_state"]) if row["from_state"] else None,
+            to_state=LinkState(row["to_state"]),
+            **_when(row),
+        )
+
+    def row(self, txn_id: str, event: LinkEvent) -> dict[str, Any]:
+        row = super().row(txn_id, event)
+        row["include"], row["exclude"] = json.dumps(event.include), json.dumps(event.exclude)
+        return row
+
+    def describe(self, event: LinkEvent) -> str:
+        return f"link {event.link_id} ({event.source} -> {event.target}) {event.to_state}"
+
+
+CLUSTERS, BINDINGS, LINKS = ClusterKind(), BindingKind(), LinkKind()
+KINDS: tuple[Kind[Any, Any, Any], ...] = (CLUSTERS, BINDINGS, LINKS)
+"""Every kind, in the order a change prepares them (a binding may move onto a cluster the same change
+registers)."""
+
+
+class Clusters(Protocol):
+    """What a change may look up while it is checked: the registered clusters."""
+
+    def cluster(self, cluster_id: str) -> Cluster | None: ...
+
+
+class Change(ABC, Generic[S, N, E]):
+    """A requested change of one subject, fenced on the epoch the caller read it at."""
+
+    kind: ClassVar[Kind[Any, Any, Any]]
+    expected_epoch: int
+    """The epoch the caller read for the subject; 0 when it must not exist yet."""
+
+    @property
+    @abstractmethod
+    def subject(self) -> S: ...
+
+    @abstractmethod
+    def event(self, old: N | None, epoch: int, actor: str, reason: str, at: datetime) -> E:
+        """What the change records; the node it writes is the one the event leaves (``Kind.left_by``)."""
+
+    def check(
+        self, old: N | None, clusters: Clusters, changes: Sequence[Change[Any, Any, Any]], force: bool
+    ) -> None:
+        """Refuse (:class:`BindingRefused`) a change that must not be made over ``old``; ``changes`` is
+        the whole change it is part of."""
+
+    def well_formed(self) -> None:
+        """Raise ValueError for names or patterns that must never enter the tree."""
+
+
+@dataclass(frozen=True)
+class ClusterChange(Change[str, Cluster, ClusterEvent]):
+    kind = CLUSTERS
+    cluster_id: str
+    expected_epoch: int
+    bootstrap: str
+    state: ClusterState = ClusterState.ACTIVE
+
+    @property
+    def subject(self) -> str:
+        return self.cluster_id
+
+    def event(self, old: Cluster | None, epoch: int, actor: str, reason: str, at: datetime) -> ClusterEvent:
+        before = old.state if old else None
+        return ClusterEvent(self.cluster_id, self.bootstrap, before, self.state, epoch, actor, reason, at)
+
+    def well_formed(self) -> None:
+        check_name("a cluster id", self.cluster_id)
+
+
+@dataclass(frozen=True)
+class BindingChange(Change[BindingKey, Binding, BindingEvent]):
+    kind = BINDINGS
+    key: BindingKey
+    expected_epoch: int
+    cluster: str
+    state: BindingState = BindingState.ACTIVE
+
+    @property
+    def subject(self) -> BindingKey:
+        return self.key
+
+    def event(self, old: Binding | None, epoch: int, actor: str, reason: str, at: datetime) -> BindingEvent:
+        return BindingEvent(self.key, old.cluster if old else None, self.cluster, old.state if old else None,
+                            self.state, epoch, actor, reason, at)  # fmt: skip
+
+    def check(
+        self, old: Binding | None, clusters: Clusters, changes: Sequence[Change[Any, Any, Any]], force: bool
+    ) -> None:
+        if self.state is BindingState.UNBOUND:
+            if old is None:
+                raise BindingRefused(f"{self.key}: not bound")
+            return
+        if old is None or old.cluster != self.cluster:
+            self._check_target(clusters, changes, force)
+        if old is not None and (old.cluster, old.state) == (self.cluster, self.state):
+            raise BindingRefused(f"{self.key}: already {self.state} on {self.cluster} (epoch {old.epoch})")
+
+    def _check_target(
+        self, clusters: Clusters, changes: Sequence[Change[Any, Any, Any]], force: bool
+    ) -> None:
+        planned = {c.cluster_id: c.state for c in changes if isinstance(c, ClusterChange)}
+        if self.cluster in planned:
+            state = planned[self.cluster]
+        else:
+            cluster = clusters.cluster(self.cluster)
+            if cluster is None:
+                raise BindingRefused(
+                    f"{self.key}: cluster {self.cluster!r} is not registered (switchyard clusters add)"
+                )
+            state = cluster.state
+        if state is not ClusterState.ACTIVE and not force:
+            raise BindingRefused(
+                f"{self.key}: cluster {self.cluster!r} is {state} and takes no new traffic "
+                "(unshield it, or force the change)"
+            )
+
+    def well_formed(self) -> None:
+        self.key.check()
+        check_name("a cluster id", self.cluster)
+
+
+@dataclass(frozen=True)
+class LinkChange(Change[str, Link, LinkEvent]):
+    kind = LINKS
+    link_id: str
+    expected_epoch: int
+    source: str
+    target: str
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    state: LinkState = LinkState.RUNNING
+    reverse_of: str | None = None
+
+    @classmethod
+    def of(cls, link: Link, state: LinkState) -> LinkChange:
+        """``link`` moved to ``state``, fenced on the epoch it was read at."""
+        return cls(link.id, link.epoch, link.source, link.target, link.include, link.exclude, state,
+                   link.reverse_of)  # fmt: skip
+
+    @property
+    def subject(self) -> str:
+        return self.link_id
+
+    def event(self, old: Link | None, epoch: int, actor: str, reason: str, at: datetime) -> LinkEvent:
+        return LinkEvent(self.link_id, self.source, self.target, self.include, self.exclude, self.reverse_of,
+                         old.state if old else None, self.state, epoch, actor, reason, at)  # fmt: skip
+
+    def check(
+        self, old: Link | None, clusters: Clusters, changes: Sequence[Change[Any, Any, Any]], force: bool
+    ) -> None:
+        """A link's ends never change; a promoted link is final but for its removal; clusters must be
+        registered."""
+        if self.state is LinkState.DELETED:
+            if old is None:
+                raise BindingRefused(f"link {self.link_id!r} does not exist")
+            return
+        if old is None:
+            for end in (self.source, self.target):
+                if clusters.cluster(end) is None:
+                    raise BindingRefused(f"link {self.link_id}: cluster {end!r} is not registered")
+            if self.source == self.target:
+                raise BindingRefused(f"link {self.link_id}: source and target are the same cluster")
+            return
+        if (old.source, old.target) != (self.source, self.target):
+            raise BindingRefused(f"link {self.link_id}: its source and target cannot change")
+        if old.state is LinkState.PROMOTED:
+            raise BindingRefused(f"link {self.link_id}: promoted links are final (reverse it instead)")
+        if old.state is self.state and (old.include, old.exclude) == (self.include, self.exclude):
+            raise BindingRefused(f"link {self.link_id}: already {self.state}")
+
+    def well_formed(self) -> None:
+        check_name("a link id", self.link_id)
+        problem = pattern_problem((*self.include, *self.exclude))
+        if problem is not None and self.state is not LinkState.DELETED:
+            raise ValueError(f"link {self.link_id}: {problem}")
+
+
+AnyKind = Kind[Any, Any, Any]
+AnyChange = Change[Any, Any, Any]
+
+
+def kind_of(event: RoutingEvent) -> AnyKind:
+    return _KIND_OF_EVENT[type(event)]
+
+
+_KIND_OF_EVENT: dict[type[RoutingEvent], AnyKind] = {
+    ClusterEvent: CLUSTERS,
+    BindingEvent: BINDINGS,
+    LinkEvent: LINKS,
+}

@@ -1,0 +1,67 @@
+"""Every routing kind round-trips through its own description: a change's event is a ledger row and
+back, the node it leaves is the node its path reads back, and a removal leaves none."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from switchyard.keys import BindingKey
+from switchyard.ledger.kinds import (
+    KINDS,
+    AnyChange,
+    BindingChange,
+    ClusterChange,
+    LinkChange,
+    kind_of,
+)
+from switchyard.model import BindingState, ClusterState, LinkState
+
+AT = datetime(2026, 11, 24, 12, 0, 0, 123000, tzinfo=UTC)
+
+CHANGES: list[AnyChange] = [
+    ClusterChange("dc/1 west", 0, "b:9092", ClusterState.SHIELDED),
+    BindingChange(BindingKey.for_app("orders"), 0, "primary"),
+    BindingChange(BindingKey.group("a#b", "g@1/x"), 4, "standby", BindingState.BLOCKED),
+    LinkChange("p2s/1", 0, "primary", "standby", ("orders.*",), ("tmp",), LinkState.PAUSED, "s2p"),
+]
+REMOVALS: list[AnyChange] = [
+    BindingChange(BindingKey.topic("orders", "t"), 3, "primary", BindingState.UNBOUND),
+    LinkChange("p2s", 3, "primary", "standby", (".*",), (), LinkState.DELETED),
+]
+
+
+def test_every_kind_is_in_the_list_once() -> None:
+    assert len({kind.name for kind in KINDS}) == len(KINDS) == 3
+    assert {type(c.kind) for c in CHANGES} == {type(k) for k in KINDS}
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=lambda c: c.kind.name)
+def test_an_event_is_a_row_and_back_and_its_node_reads_back_from_its_path(change: AnyChange) -> None:
+    kind = change.kind
+    event = change.event(None, 7, "user:test", "why", AT)
+    assert kind_of(event) is kind
+    row: dict[str, Any] = kind.row("txn-1", event)
+    assert row["txn_id"] == "txn-1"
+    assert kind.event_from(row) == event
+    assert kind.subject_of(event) == change.subject
+    node = kind.left_by(event)
+    assert node is not None
+    assert node.epoch == 7
+    assert kind.subject_at(kind.segment(change.subject)) == change.subject  # slashes in names too
+    assert kind.decode(change.subject, node.to_json()) == node
+
+
+@pytest.mark.parametrize("change", REMOVALS, ids=lambda c: c.kind.name)
+def test_a_removal_leaves_no_node(change: AnyChange) -> None:
+    event = change.event(None, 8, "user:test", "gone", AT)
+    assert change.kind.left_by(event) is None
+    assert change.kind.event_from(change.kind.row("txn-2", event)) == event
+
+
+def test_a_bindings_folder_of_finer_keys_is_no_subject() -> None:
+    kind = BindingChange(BindingKey.for_app("orders"), 0, "p").kind
+    assert kind.subject_at("orders/instances") is None
+    assert kind.subject_at("orders/elsewhere/x") is None
