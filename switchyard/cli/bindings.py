@@ -149,7 +149,7 @@ def rebuild_command(ctx: click.Context, dry_run: bool, force: bool) -> None:
         click.echo(f"ZooKeeper already matches the ledger (epoch {report.epoch})")
         return
     click.echo(
-        f"{verb} {', '.join(f'{n} {name}' for name, n in report.counts.items())} "
+        f"{verb} {_counted(report.counts)} "
         f"at epoch {report.epoch}" + (f"; removed {', '.join(report.removed)}" if report.removed else "")
     )
 
@@ -164,3 +164,9 @@ def recover(ctx: click.Context) -> None:
         click.echo(f"{txn_id}: {outcome}")
     if not settled:
         click.echo("nothing pending")
+
+
+def _counted(counts: dict[str, int]) -> str:
+    """``{"links": 0, "bindings": 4}`` as "4 bindings and 0 links" (kinds by name)."""
+    parts = [f"{n} {name}" for name, n in sorted(counts.items())]
+    return ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else "".join(parts)

@@ -50,14 +50,16 @@ def rebuild(store: RoutingStore, *, force: bool = False, dry_run: bool = False) 
     zk, layout = store.zk, store.layout
     try:
         epoch_version = zk.get(layout.epoch)[1].version
+        for kind in KINDS:  # parents first: a node's parent may be another subject's node
+            if kind.depth > 1:
+                for subject in wanted.nodes(kind):
+                    zk.ensure_path(layout.node(kind, subject).rsplit("/", 1)[0])
         t = zk.transaction()
         for kind in KINDS:
             for subject in current.nodes(kind).keys() - wanted.nodes(kind).keys():
                 t.set_data(layout.node(kind, subject), b"")  # empty: none (it may hold others)
             for subject, node in wanted.nodes(kind).items():
                 path = layout.node(kind, subject)
-                if kind.depth > 1:
-                    zk.ensure_path(path.rsplit("/", 1)[0])
                 if zk.exists(path) is None:
                     t.create(path, node.to_json())
                 else:
