@@ -157,22 +157,33 @@ def _when(row: Mapping[Any, Any]) -> dict[str, Any]:
             "at": utc(row["at"])}  # fmt: skip
 
 
-class ClusterKind(Kind[str, Cluster, ClusterEvent]):
-    name = "clusters"
-    table = cluster_events
-    subject_column = "cluster_id"
+class NamedKind(Kind[str, N, E]):
+    """A kind whose subjects are plain names, one node each directly in the folder, named in messages
+    by the kind's noun and in its events by ``subject_column``."""
+
+    node: ClassVar[Any]
+    """The node's type (it reads itself: ``from_json(name, data)``)."""
 
     def label(self, subject: str) -> str:
-        return f"cluster {subject}"
+        return f"{self.name.removesuffix('s')} {subject}"
 
     def subject_at(self, relative: str) -> str:
         return unquote(relative)
 
-    def decode(self, subject: str, data: bytes) -> Cluster:
-        return Cluster.from_json(subject, data)
+    def decode(self, subject: str, data: bytes) -> N:
+        decoded: N = self.node.from_json(subject, data)
+        return decoded
 
-    def subject_of(self, event: ClusterEvent) -> str:
-        return event.cluster_id
+    def subject_of(self, event: E) -> str:
+        subject: str = getattr(event, self.subject_column)
+        return subject
+
+
+class ClusterKind(NamedKind[Cluster, ClusterEvent]):
+    name = "clusters"
+    node = Cluster
+    table = cluster_events
+    subject_column = "cluster_id"
 
     def left_by(self, event: ClusterEvent) -> Cluster:
         return Cluster(event.cluster_id, event.bootstrap, event.to_state, event.epoch, event.at, event.actor)
@@ -238,22 +249,11 @@ class BindingKind(Kind[BindingKey, Binding, BindingEvent]):
         return f"{event.key} -> {event.to_cluster} {event.to_state}"
 
 
-class LinkKind(Kind[str, Link, LinkEvent]):
+class LinkKind(NamedKind[Link, LinkEvent]):
     name = "links"
+    node = Link
     table = link_events
     subject_column = "link_id"
-
-    def label(self, subject: str) -> str:
-        return f"link {subject}"
-
-    def subject_at(self, relative: str) -> str:
-        return unquote(relative)
-
-    def decode(self, subject: str, data: bytes) -> Link:
-        return Link.from_json(subject, data)
-
-    def subject_of(self, event: LinkEvent) -> str:
-        return event.link_id
 
     def left_by(self, event: LinkEvent) -> Link | None:
         if event.to_state is LinkState.DELETED:
