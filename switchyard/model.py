@@ -1,4 +1,5 @@
-"""Bindings, clusters and mirror links as they are stored in ZooKeeper (JSON) and recorded in the ledger.
+"""Bindings, clusters, mirror links and partition migrations as they are stored in ZooKeeper (JSON) and
+recorded in the ledger.
 
 Every routing node carries the epoch of the change that wrote it. Epochs come from one counter for the
 whole tree, so they only grow, a change to several keys shares one epoch, and "this gateway has applied
@@ -166,6 +167,115 @@ class Link:
             by=raw["by"],
             reverse_of=raw.get("reverse_of"),
         )
+
+
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+@dataclass(frozen=True, order=True)
+class PartitionId:
+    """One partition of a topic: what a partition migration moves."""
+
+    topic: str
+    partition: int
+
+    @property
+    def path(self) -> str:
+        return f"{self.topic}/{self.partition}"
+
+    @classmethod
+    def from_path(cls, path: str) -> PartitionId:
+        """The partition at ``topic/partition``; ValueError for anything else."""
+        topic, _, number = path.partition("/")
+        if not number.isdigit() or str(int(number)) != number:
+            raise ValueError(f"{path!r} is not topic/partition")
+        return cls(topic, int(number))
+
+    def check(self) -> None:
+        """ValueError unless Kafka could name the topic and the partition number is one."""
+        if not _TOPIC.fullmatch(self.topic) or self.topic in (".", ".."):
+            raise ValueError(f"{self.topic!r} is not a Kafka topic name")
+        if self.partition < 0:
+            raise ValueError(f"{self} has a negative partition number")
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]"
+
+
+class MigrationState(StrEnum):
+    MIGRATING = "migrating"
+    """Recorded, not in effect: the gateways hold the partition's writes while its end is read."""
+    MIGRATED = "migrated"
+    """Writes go to the target; reads below the end offset to the origin, at or above it to the target."""
+    AGED = "aged"
+    """The origin holds no record below the end offset any more: reads go only to the target (final)."""
+    CALLED_OFF = "called-off"
+    """Only in the ledger: a migration removed before it took effect (its node emptied)."""
+
+
+class MigrationMode(StrEnum):
+    SMOOTH = "smooth"
+    """The origin answers: its exact end is read while writes are held."""
+    FAULT = "fault"
+    """The origin is unreachable: the end offset is chosen beyond anything it acknowledged."""
+
+
+@dataclass(frozen=True)
+class PartitionMigration:
+    """One partition moved from ``origin`` to ``target`` at the gateways (seed 004), data left in place.
+
+    A client offset below ``end_offset`` is the origin's offset; at or above it, it is the target's
+    offset ``client - end_offset + target_base``. Once in effect neither number ever changes.
+    """
+
+    id: PartitionId
+    origin: str
+    target: str
+    mode: MigrationMode
+    state: MigrationState
+    end_offset: int | None
+    """None while ``migrating`` a smooth migration (the end is read when writes are held)."""
+    target_base: int
+    """The target's offset that client offset ``end_offset`` stands for: its end when the migration began."""
+    origin_end: int | None
+    """The origin's true end, once known: ``end_offset`` for a smooth migration; for a fault migration
+    read when the origin is back. Client offsets from it up to ``end_offset`` are a gap: no record."""
+    ignore_origin: bool
+    """Reads never go to the origin: consumers below ``end_offset`` are sent to the target's start."""
+    epoch: int
+    updated_at: datetime
+    by: str
+
+    @property
+    def in_effect(self) -> bool:
+        return self.state in (MigrationState.MIGRATED, MigrationState.AGED)
+
+    def to_json(self) -> bytes:
+        raw = asdict(self)
+        del raw["id"]  # the node's path
+        return _dump({**raw, "updated_at": self.updated_at.isoformat()})
+
+    @classmethod
+    def from_json(cls, partition: PartitionId, data: bytes) -> PartitionMigration:
+        raw = json.loads(data)
+        return cls(
+            id=partition,
+            origin=raw["origin"],
+            target=raw["target"],
+            mode=MigrationMode(raw["mode"]),
+            state=MigrationState(raw["state"]),
+            end_offset=_number(raw.get("end_offset")),
+            target_base=int(raw["target_base"]),
+            origin_end=_number(raw.get("origin_end")),
+            ignore_origin=bool(raw["ignore_origin"]),
+            epoch=int(raw["epoch"]),
+            updated_at=datetime.fromisoformat(raw["updated_at"]),
+            by=raw["by"],
+        )
+
+
+def _number(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def pattern_problem(patterns: Iterable[str]) -> str | None:

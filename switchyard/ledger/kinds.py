@@ -1,4 +1,4 @@
-"""The routing kinds — clusters, bindings, mirror links — each described once.
+"""The routing kinds — clusters, bindings, mirror links, partition migrations — each described once.
 
 Everything that handles routing as a whole asks the kind rather than knowing it: the fenced write
 (:mod:`switchyard.routing.store`), the ledger's records and replay, the snapshot and the rebuild. A
@@ -26,7 +26,7 @@ from sqlalchemy import Table
 from switchyard.errors import BindingRefused
 from switchyard.keys import BindingKey, check_name
 from switchyard.ledger.base import utc
-from switchyard.ledger.schema import binding_events, cluster_events, link_events
+from switchyard.ledger.schema import binding_events, cluster_events, link_events, migration_events
 from switchyard.model import (
     Binding,
     BindingState,
@@ -34,6 +34,10 @@ from switchyard.model import (
     ClusterState,
     Link,
     LinkState,
+    MigrationMode,
+    MigrationState,
+    PartitionId,
+    PartitionMigration,
     pattern_problem,
 )
 
@@ -43,9 +47,9 @@ class RoutingEvent:
     """A change of one subject, as the ledger records it (each kind's events add their fields)."""
 
 
-S = TypeVar("S", BindingKey, str)
-"""What names a node of a kind: a binding key, a cluster id, a link id."""
-N = TypeVar("N", Binding, Cluster, Link)
+S = TypeVar("S", BindingKey, str, PartitionId)
+"""What names a node of a kind: a binding key, a cluster id, a link id, a partition."""
+N = TypeVar("N", Binding, Cluster, Link, PartitionMigration)
 E = TypeVar("E", bound=RoutingEvent)
 
 
@@ -57,6 +61,7 @@ class RoutingSnapshot:
     bindings: dict[BindingKey, Binding] = field(default_factory=dict)
     clusters: dict[str, Cluster] = field(default_factory=dict)
     links: dict[str, Link] = field(default_factory=dict)
+    migrations: dict[PartitionId, PartitionMigration] = field(default_factory=dict)
 
     def nodes(self, kind: Kind[Any, Any, Any]) -> dict[Any, Any]:
         nodes: dict[Any, Any] = getattr(self, kind.name)
@@ -94,6 +99,10 @@ class Kind(ABC, Generic[S, N, E]):
 
     @abstractmethod
     def subject_of(self, event: E) -> S: ...
+
+    def matches(self, subject: S) -> Any:
+        """The SQL condition that picks the subject's rows of ``table``."""
+        return self.table.c[self.subject_column] == str(subject)
 
     @abstractmethod
     def left_by(self, event: E) -> N | None:
@@ -283,8 +292,85 @@ class LinkKind(NamedKind[Link, LinkEvent]):
         return f"link {event.link_id} ({event.source} -> {event.target}) {event.to_state}"
 
 
-CLUSTERS, BINDINGS, LINKS = ClusterKind(), BindingKind(), LinkKind()
-KINDS: tuple[Kind[Any, Any, Any], ...] = (CLUSTERS, BINDINGS, LINKS)
+@dataclass(frozen=True)
+class MigrationEvent(RoutingEvent):
+    topic: str
+    partition: int
+    origin: str
+    target: str
+    mode: MigrationMode
+    end_offset: int | None
+    target_base: int
+    origin_end: int | None
+    ignore_origin: bool
+    from_state: MigrationState | None
+    to_state: MigrationState
+    epoch: int
+    actor: str
+    reason: str
+    at: datetime
+
+
+class MigrationKind(Kind[PartitionId, PartitionMigration, MigrationEvent]):
+    name = "migrations"
+    depth = 2  # <topic>/<partition>
+    table = migration_events
+    subject_column = "topic"
+
+    def label(self, subject: PartitionId) -> str:
+        return f"migration of {subject}"
+
+    def segment(self, subject: PartitionId) -> str:
+        return subject.path
+
+    def subject_at(self, relative: str) -> PartitionId | None:
+        try:
+            return PartitionId.from_path(relative)
+        except ValueError:  # a topic's folder
+            return None
+
+    def decode(self, subject: PartitionId, data: bytes) -> PartitionMigration:
+        return PartitionMigration.from_json(subject, data)
+
+    def subject_of(self, event: MigrationEvent) -> PartitionId:
+        return PartitionId(event.topic, event.partition)
+
+    def matches(self, subject: PartitionId) -> Any:
+        return (self.table.c.topic == subject.topic) & (self.table.c.partition == subject.partition)
+
+    def left_by(self, event: MigrationEvent) -> PartitionMigration | None:
+        if event.to_state is MigrationState.CALLED_OFF:
+            return None
+        return PartitionMigration(
+            PartitionId(event.topic, event.partition), event.origin, event.target, event.mode, event.to_state,
+            event.end_offset, event.target_base, event.origin_end, event.ignore_origin, event.epoch,
+            event.at, event.actor,
+        )  # fmt: skip
+
+    def event_from(self, row: Mapping[Any, Any]) -> MigrationEvent:
+        return MigrationEvent(
+            topic=row["topic"],
+            partition=row["partition"],
+            origin=row["origin"],
+            target=row["target"],
+            mode=MigrationMode(row["mode"]),
+            end_offset=row["end_offset"],
+            target_base=row["target_base"],
+            origin_end=row["origin_end"],
+            ignore_origin=bool(row["ignore_origin"]),
+            from_state=MigrationState(row["from_state"]) if row["from_state"] else None,
+            to_state=MigrationState(row["to_state"]),
+            **_when(row),
+        )
+
+    def describe(self, event: MigrationEvent) -> str:
+        end = "" if event.end_offset is None else f" at {event.end_offset}"
+        subject = f"partition {event.topic}[{event.partition}]"
+        return f"{subject} ({event.origin} -> {event.target}) {event.to_state}{end}"
+
+
+CLUSTERS, BINDINGS, LINKS, MIGRATIONS = ClusterKind(), BindingKind(), LinkKind(), MigrationKind()
+KINDS: tuple[Kind[Any, Any, Any], ...] = (CLUSTERS, BINDINGS, LINKS, MIGRATIONS)
 """Every kind, in the order a change prepares them (a binding may move onto a cluster the same change
 registers)."""
 
@@ -448,6 +534,126 @@ class LinkChange(Change[str, Link, LinkEvent]):
             raise ValueError(f"link {self.link_id}: {problem}")
 
 
+@dataclass(frozen=True)
+class MigrationChange(Change[PartitionId, PartitionMigration, MigrationEvent]):
+    """A partition migration begun, taking effect, aged, its origin's true end recorded, or called off.
+
+    Once in effect its clusters, end offset and target base never change: every client offset keeps the
+    one record it stands for."""
+
+    kind = MIGRATIONS
+    partition: PartitionId
+    expected_epoch: int
+    origin: str
+    target: str
+    mode: MigrationMode
+    state: MigrationState
+    end_offset: int | None = None
+    target_base: int = 0
+    origin_end: int | None = None
+    ignore_origin: bool = False
+
+    @classmethod
+    def of(cls, migration: PartitionMigration, **changed: Any) -> MigrationChange:
+        """``migration`` with ``changed`` fields, fenced on the epoch it was read at."""
+        now = {f.name: getattr(migration, f.name) for f in fields(migration)}
+        now = {k: v for k, v in now.items() if k not in ("id", "epoch", "updated_at", "by")}
+        return cls(migration.id, migration.epoch, **(now | changed))
+
+    @property
+    def subject(self) -> PartitionId:
+        return self.partition
+
+    def event(
+        self, old: PartitionMigration | None, epoch: int, actor: str, reason: str, at: datetime
+    ) -> MigrationEvent:
+        return MigrationEvent(
+            self.partition.topic, self.partition.partition, self.origin, self.target, self.mode,
+            self.end_offset, self.target_base, self.origin_end, self.ignore_origin,
+            old.state if old else None, self.state, epoch, actor, reason, at,
+        )  # fmt: skip
+
+    def check(
+        self,
+        old: PartitionMigration | None,
+        clusters: Clusters,
+        changes: Sequence[Change[Any, Any, Any]],
+        force: bool,
+    ) -> None:
+        name = f"migration of {self.partition}"
+        if self.state is MigrationState.CALLED_OFF:
+            if old is None:
+                raise BindingRefused(f"{self.partition} has no migration")
+            if old.state is not MigrationState.MIGRATING:
+                raise BindingRefused(
+                    f"{name}: in effect since epoch {old.epoch}, it cannot be called off (client offsets "
+                    "at or above its end offset stand for the target's records)"
+                )
+            return
+        if old is None:
+            self._check_new(name, clusters, force)
+            return
+        if (old.origin, old.target, old.mode) != (self.origin, self.target, self.mode):
+            raise BindingRefused(
+                f"{self.partition} is migrating from {old.origin} to {old.target} ({old.mode}) since epoch "
+                f"{old.epoch}: one migration per partition"
+            )
+        if old.state is MigrationState.AGED:
+            raise BindingRefused(f"{name}: aged, final")
+        if old.in_effect and (old.end_offset, old.target_base) != (self.end_offset, self.target_base):
+            raise BindingRefused(
+                f"{name}: its end offset {old.end_offset} is fixed since it took effect (epoch {old.epoch})"
+            )
+        if old.origin_end is not None and self.origin_end != old.origin_end:
+            raise BindingRefused(f"{name}: the origin's end is recorded already ({old.origin_end})")
+        if old == self._as_node(old):
+            raise BindingRefused(f"{name}: already {self.state}")
+
+    def _as_node(self, old: PartitionMigration) -> PartitionMigration:
+        return PartitionMigration(
+            self.partition, self.origin, self.target, self.mode, self.state, self.end_offset,
+            self.target_base, self.origin_end, self.ignore_origin, old.epoch, old.updated_at, old.by,
+        )  # fmt: skip
+
+    def _check_new(self, name: str, clusters: Clusters, force: bool) -> None:
+        for end in (self.origin, self.target):
+            if clusters.cluster(end) is None:
+                raise BindingRefused(f"{name}: cluster {end!r} is not registered")
+        if self.origin == self.target:
+            raise BindingRefused(f"{name}: origin and target are the same cluster")
+        target = clusters.cluster(self.target)
+        if target is not None and target.state is not ClusterState.ACTIVE and not force:
+            raise BindingRefused(
+                f"{name}: cluster {self.target!r} is {target.state} and takes no new traffic"
+            )
+        if self.state is MigrationState.AGED:
+            raise BindingRefused(f"{name}: a migration begins migrating or migrated, not aged")
+        if self.state is MigrationState.MIGRATING and self.mode is MigrationMode.FAULT:
+            raise BindingRefused(
+                f"{name}: a fault migration takes effect at once (its origin is unreachable)"
+            )
+
+    def well_formed(self) -> None:
+        self.partition.check()
+        check_name("a cluster id", self.origin)
+        check_name("a cluster id", self.target)
+        numbers = {"end offset": self.end_offset, "target base": self.target_base,
+                   "origin end": self.origin_end}  # fmt: skip
+        for what, value in numbers.items():
+            if value is not None and value < 0:
+                raise ValueError(f"migration of {self.partition}: a negative {what} ({value})")
+        needs_end = self.state in (MigrationState.MIGRATED, MigrationState.AGED)
+        if needs_end and self.end_offset is None:
+            raise ValueError(f"migration of {self.partition}: {self.state} needs its end offset")
+        if self.state is MigrationState.MIGRATING and self.end_offset is not None:
+            raise ValueError(f"migration of {self.partition}: its end offset is set when it takes effect")
+        if self.origin_end is not None and self.end_offset is not None and self.origin_end > self.end_offset:
+            raise ValueError(
+                f"migration of {self.partition}: the origin's end {self.origin_end} is past the end "
+                f"offset {self.end_offset}"
+            )
+
+
 AnyKind = Kind[Any, Any, Any]
 AnyChange = Change[Any, Any, Any]
 
@@ -460,4 +666,5 @@ _KIND_OF_EVENT: dict[type[RoutingEvent], AnyKind] = {
     ClusterEvent: CLUSTERS,
     BindingEvent: BINDINGS,
     LinkEvent: LINKS,
+    MigrationEvent: MIGRATIONS,
 }

@@ -118,7 +118,7 @@ class RoutingRecords(LedgerBase):
         table = kind.table
         query = _committed(table).order_by(table.c.epoch.desc(), table.c.id.desc())
         if subject is not None:
-            query = query.where(table.c[kind.subject_column] == str(subject))
+            query = query.where(kind.matches(subject))
         with self._connection() as conn:
             return [kind.event_from(r._mapping) for r in conn.execute(query.limit(limit))]
 

@@ -9,6 +9,7 @@ transaction that never reached ZooKeeper.
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     ForeignKey,
@@ -86,6 +87,25 @@ link_events = Table(
     Index("ix_link_events_link_epoch", "link_id", "epoch"),
 )
 """Mirror links: created, paused, resumed, promoted. ``include``/``exclude`` are JSON lists of regexes."""
+
+migration_events = Table(
+    "migration_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("txn_id", String(36), ForeignKey("ledger_txns.id"), nullable=False, index=True),
+    Column("topic", String(255), nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("origin", String(255), nullable=False),
+    Column("target", String(255), nullable=False),
+    Column("mode", String(16), nullable=False),
+    Column("end_offset", BigInteger),
+    Column("target_base", BigInteger, nullable=False),
+    Column("origin_end", BigInteger),
+    Column("ignore_origin", Boolean, nullable=False),
+    *_event_columns(),
+    Index("ix_migration_events_partition_epoch", "topic", "partition", "epoch"),
+)
+"""Partition migrations (seed 004): begun, in effect, aged, their origin's true end recorded."""
 
 verification_runs = Table(
     "verification_runs",

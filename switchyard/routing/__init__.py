@@ -1,4 +1,5 @@
-"""The routing state: clusters, bindings and mirror links in ZooKeeper, every change also in the ledger."""
+"""The routing state: clusters, bindings, mirror links and partition migrations in ZooKeeper, every
+change also in the ledger."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from contextlib import contextmanager
 
 from switchyard.config import Config
 from switchyard.ledger import Ledger
-from switchyard.ledger.kinds import BindingChange, ClusterChange, LinkChange
+from switchyard.ledger.kinds import BindingChange, ClusterChange, LinkChange, MigrationChange
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
 
-__all__ = ["BindingChange", "ClusterChange", "LinkChange", "RoutingStore", "open_store"]
+__all__ = ["BindingChange", "ClusterChange", "LinkChange", "MigrationChange", "RoutingStore", "open_store"]
 
 
 @contextmanager

@@ -51,6 +51,7 @@ from switchyard.ledger.kinds import (
     CLUSTERS,
     KINDS,
     LINKS,
+    MIGRATIONS,
     AnyChange,
     AnyKind,
     BindingChange,
@@ -58,7 +59,17 @@ from switchyard.ledger.kinds import (
     LinkChange,
     kind_of,
 )
-from switchyard.model import Binding, BindingState, Cluster, ClusterState, Link, LinkState, now
+from switchyard.model import (
+    Binding,
+    BindingState,
+    Cluster,
+    ClusterState,
+    Link,
+    LinkState,
+    PartitionId,
+    PartitionMigration,
+    now,
+)
 from switchyard.routing.layout import Layout, ensure_layout, epoch_data
 from switchyard.routing.snapshot import RoutingSnapshot, read_snapshot
 
@@ -195,6 +206,10 @@ class RoutingStore:
 
     def link(self, link_id: str) -> Link | None:
         current: Link | None = self._read(LINKS, link_id).current
+        return current
+
+    def migration(self, partition: PartitionId) -> PartitionMigration | None:
+        current: PartitionMigration | None = self._read(MIGRATIONS, partition).current
         return current
 
     def create_link(

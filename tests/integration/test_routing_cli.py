@@ -127,9 +127,11 @@ def test_rebuild_and_recover(run: Operator) -> None:
     assert run("bindings", "list").output == "KEY  CLUSTER  STATE  EPOCH  UPDATED  BY\n(epoch 0)\n"
     assert (
         run("bindings", "rebuild", "--dry-run").output
-        == "would write 1 bindings, 1 clusters and 0 links at epoch 2\n"
+        == "would write 1 bindings, 1 clusters, 0 links and 0 migrations at epoch 2\n"
     )
-    assert run("bindings", "rebuild").output == "wrote 1 bindings, 1 clusters and 0 links at epoch 2\n"
+    assert run("bindings", "rebuild").output == (
+        "wrote 1 bindings, 1 clusters, 0 links and 0 migrations at epoch 2\n"
+    )
     assert run("bindings", "list").output == before
     assert run("bindings", "recover").output == "nothing pending\n"
 

@@ -13,8 +13,16 @@ from switchyard.config import Config
 from switchyard.errors import BindingConflict, BindingRefused, LedgerError, RoutingError
 from switchyard.keys import BindingKey
 from switchyard.ledger import Ledger
-from switchyard.model import BindingState, ClusterState, LinkState
-from switchyard.routing import BindingChange, LinkChange, RoutingStore
+from switchyard.ledger.kinds import MIGRATIONS
+from switchyard.model import (
+    BindingState,
+    ClusterState,
+    LinkState,
+    MigrationMode,
+    MigrationState,
+    PartitionId,
+)
+from switchyard.routing import BindingChange, LinkChange, MigrationChange, RoutingStore
 from switchyard.routing.rebuild import rebuild
 from switchyard.routing.zk import connect, disconnect
 
@@ -340,6 +348,61 @@ def test_rebuild_restores_links(store: RoutingStore) -> None:
     report = rebuild(store)
     assert report.counts["links"] == 1
     assert store.snapshot() == before
+
+
+def test_partition_migrations_are_fenced_recorded_in_the_snapshot_and_rebuilt(store: RoutingStore) -> None:
+    orders1, orders2 = PartitionId("orders", 1), PartitionId("orders", 2)
+    begun = store.apply(
+        [
+            MigrationChange(orders1, 0, "primary", "standby", MigrationMode.SMOOTH, MigrationState.MIGRATING),
+            MigrationChange(
+                orders2,
+                0,
+                "primary",
+                "standby",
+                MigrationMode.FAULT,
+                MigrationState.MIGRATED,
+                end_offset=9000,
+                ignore_origin=True,
+            ),
+        ],
+        actor=ACTOR,
+        reason="move two partitions",
+    )
+    migrating = store.migration(orders1)
+    assert migrating is not None
+    assert (migrating.state, migrating.end_offset, migrating.epoch) == (MigrationState.MIGRATING, None, begun)
+    with pytest.raises(BindingConflict, match=re.escape("migration of orders[1]: expected epoch 0")):
+        store.apply(
+            [
+                MigrationChange(
+                    orders1, 0, "primary", "standby", MigrationMode.SMOOTH, MigrationState.MIGRATING
+                )
+            ],
+            actor=ACTOR,
+            reason="a second saga",
+        )
+    took = store.apply(
+        [MigrationChange.of(migrating, state=MigrationState.MIGRATED, end_offset=1234, origin_end=1234)],
+        actor=ACTOR,
+        reason="its end read",
+    )
+    snapshot = store.snapshot()
+    assert set(snapshot.migrations) == {orders1, orders2}
+    assert snapshot.migrations[orders1].end_offset == 1234
+    assert snapshot.migrations[orders1].epoch == took
+    assert snapshot.migrations[orders2].ignore_origin
+    history = store.ledger.events(MIGRATIONS, orders1)
+    assert [(e.from_state, e.to_state) for e in history] == [
+        (MigrationState.MIGRATING, MigrationState.MIGRATED),
+        (None, MigrationState.MIGRATING),
+    ]
+    assert store.ledger.events(MIGRATIONS, PartitionId("orders", 3)) == []
+    assert store.ledger.state().migrations == snapshot.migrations
+    store.zk.delete(store.layout.root, recursive=True)
+    report = rebuild(store)
+    assert report.counts["migrations"] == 2
+    assert store.snapshot() == snapshot
 
 
 def test_names_and_patterns_are_checked_where_they_enter(store: RoutingStore) -> None:

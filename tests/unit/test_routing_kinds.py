@@ -15,9 +15,17 @@ from switchyard.ledger.kinds import (
     BindingChange,
     ClusterChange,
     LinkChange,
+    MigrationChange,
     kind_of,
 )
-from switchyard.model import BindingState, ClusterState, LinkState
+from switchyard.model import (
+    BindingState,
+    ClusterState,
+    LinkState,
+    MigrationMode,
+    MigrationState,
+    PartitionId,
+)
 
 AT = datetime(2026, 11, 24, 12, 0, 0, 123000, tzinfo=UTC)
 
@@ -26,15 +34,29 @@ CHANGES: list[AnyChange] = [
     BindingChange(BindingKey.for_app("orders"), 0, "primary"),
     BindingChange(BindingKey.group("a#b", "g@1/x"), 4, "standby", BindingState.BLOCKED),
     LinkChange("p2s/1", 0, "primary", "standby", ("orders.*",), ("tmp",), LinkState.PAUSED, "s2p"),
+    MigrationChange(
+        PartitionId("orders.v2", 11),
+        0,
+        "primary",
+        "standby",
+        MigrationMode.FAULT,
+        MigrationState.MIGRATED,
+        1_500_000,
+        7,
+        1_499_001,
+        ignore_origin=True,
+    ),
+    MigrationChange(PartitionId("t", 0), 3, "a", "b", MigrationMode.SMOOTH, MigrationState.MIGRATING),
 ]
 REMOVALS: list[AnyChange] = [
     BindingChange(BindingKey.topic("orders", "t"), 3, "primary", BindingState.UNBOUND),
     LinkChange("p2s", 3, "primary", "standby", (".*",), (), LinkState.DELETED),
+    MigrationChange(PartitionId("t", 1), 3, "a", "b", MigrationMode.SMOOTH, MigrationState.CALLED_OFF),
 ]
 
 
 def test_every_kind_is_in_the_list_once() -> None:
-    assert len({kind.name for kind in KINDS}) == len(KINDS) == 3
+    assert len({kind.name for kind in KINDS}) == len(KINDS) == 4
     assert {type(c.kind) for c in CHANGES} == {type(k) for k in KINDS}
 
 
@@ -65,3 +87,11 @@ def test_a_bindings_folder_of_finer_keys_is_no_subject() -> None:
     kind = BindingChange(BindingKey.for_app("orders"), 0, "p").kind
     assert kind.subject_at("orders/instances") is None
     assert kind.subject_at("orders/elsewhere/x") is None
+
+
+def test_a_topics_folder_of_partitions_is_no_subject() -> None:
+    kind = CHANGES[-1].kind
+    assert kind.subject_at("orders") is None
+    assert kind.subject_at("orders/01") is None  # one number, one name
+    assert kind.subject_at("orders/-1") is None
+    assert kind.subject_at("orders/2") == PartitionId("orders", 2)
