@@ -8,7 +8,8 @@ import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.gateway.producers import Translation, batches, producer_of, translate
+from workers.gateway.batches import batches
+from workers.gateway.producers import Translation, producer_of, translate
 
 
 def batch(producer_id: int, epoch: int, sequence: int, payload: bytes = b"records") -> bytes:

@@ -22,15 +22,12 @@ clusters); they are forwarded unchanged.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import crc32c
 
-# Offsets in a v2 record batch (magic 2), as the Kafka protocol defines it.
-_LENGTH_AT, _MAGIC_AT, _CRC_AT, _ATTRIBUTES_AT = 8, 16, 17, 21
-_PRODUCER_ID_AT, _EPOCH_AT, _SEQUENCE_AT = 43, 51, 53
-_HEADER_END = 61
+from workers.gateway.batches import ATTRIBUTES_AT, CRC_AT, MAGIC_AT, PRODUCER_ID_AT, batches
+
 _ID_EPOCH_SEQUENCE = struct.Struct(">qhi")
 _CRC = struct.Struct(">I")
 
@@ -54,24 +51,12 @@ class Translation:
     """Per (topic, partition): the client's sequence that the new cluster sees as 0."""
 
 
-def batches(records: bytes) -> Iterator[tuple[int, int]]:
-    """(start, end) of each record batch in a records field."""
-    at = 0
-    while at + _HEADER_END <= len(records):
-        (length,) = struct.unpack_from(">i", records, at + _LENGTH_AT)
-        end = at + 12 + length
-        if length < _HEADER_END - 12 or end > len(records):
-            return
-        yield at, end
-        at = end
-
-
 def producer_of(records: bytes | None) -> tuple[int, int, int] | None:
     """(producer id, epoch, base sequence) of the first batch, or None without an idempotent producer."""
     for start, _ in batches(records or b""):
-        if records is None or records[start + _MAGIC_AT] != 2:
+        if records is None or records[start + MAGIC_AT] != 2:
             return None
-        producer_id, epoch, sequence = _ID_EPOCH_SEQUENCE.unpack_from(records, start + _PRODUCER_ID_AT)
+        producer_id, epoch, sequence = _ID_EPOCH_SEQUENCE.unpack_from(records, start + PRODUCER_ID_AT)
         return (producer_id, epoch, sequence) if producer_id >= 0 else None
     return None
 
@@ -80,11 +65,11 @@ def translate(records: bytes, translation: Translation, topic: str, partition: i
     """The batches with the translated producer id, epoch and sequences, and their CRCs recomputed."""
     out = bytearray(records)
     for start, end in batches(records):
-        _, _, sequence = _ID_EPOCH_SEQUENCE.unpack_from(records, start + _PRODUCER_ID_AT)
+        _, _, sequence = _ID_EPOCH_SEQUENCE.unpack_from(records, start + PRODUCER_ID_AT)
         first = translation.first_sequence.setdefault((topic, partition), sequence)
         shifted = (sequence - first) % 2**31  # sequences wrap at the int32 maximum
         _ID_EPOCH_SEQUENCE.pack_into(
-            out, start + _PRODUCER_ID_AT, translation.producer_id, translation.epoch, shifted
+            out, start + PRODUCER_ID_AT, translation.producer_id, translation.epoch, shifted
         )
-        _CRC.pack_into(out, start + _CRC_AT, crc32c.crc32c(memoryview(out)[start + _ATTRIBUTES_AT : end]))
+        _CRC.pack_into(out, start + CRC_AT, crc32c.crc32c(memoryview(out)[start + ATTRIBUTES_AT : end]))
     return bytes(out)
