@@ -24,6 +24,7 @@ from workers.gateway.inflight import InFlight
 from workers.gateway.intake import ByteBudget
 from workers.gateway.members import Members
 from workers.gateway.metrics import Metrics
+from workers.gateway.moved import Moved
 from workers.gateway.protocol import known_versions
 from workers.gateway.session import ClientSession, Listener
 from workers.gateway.shared import Shared
@@ -62,12 +63,16 @@ class Gateway:
         self.metrics = Metrics.create()
         self.usage = UsageTracker()
         self.members = Members()
+        self.moved = Moved(self._nowhere, self._nowhere)
         self.offered = {key: (offered(key).start, offered(key).stop - 1) for key in READ}
 
     def offers(self, api_key: int, api_version: int) -> bool:
         return api_key in self.offered and api_version in offered(api_key)
 
     def upstream(self, *_: Any) -> Any:
+        raise AssertionError("these requests go to no broker")
+
+    async def _nowhere(self, *_: Any) -> Any:
         raise AssertionError("these requests go to no broker")
 
 

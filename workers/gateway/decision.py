@@ -29,7 +29,10 @@ sockets and shared state, lets every API be checked against every routing state 
   consumer is rejoining its group — a client that reset its membership when the new cluster did not
   know it, and commits what it processed meanwhile; refused while the group rebalances, it is sent
   once the rejoin is done, as the member the connection rejoined as;
-- ``DROP``: a Produce with acks=0 that may not land: it expects no answer, so nothing is sent.
+- ``DROP``: a Produce with acks=0 that may not land: it expects no answer, so nothing is sent;
+- ``SPLIT``: a partition request naming a partition a migration moved: split per cluster and broker,
+  answered in client offsets (see :mod:`workers.gateway.partitions`); a write to a partition whose
+  migration is about to take effect is held like a blocked identity's.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from switchyard.model import BindingState
 from switchyard.resolution import Resolution
 from workers.gateway import apis
 from workers.gateway.apis import Context
+from workers.gateway.partitions import Touch
 from workers.gateway.vnodes import RealBroker
 
 
@@ -56,6 +60,7 @@ class Action(enum.Enum):
     QUIET = "quiet"
     ADOPT = "adopt"
     DROP = "drop"
+    SPLIT = "split"
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ def decide(
     mirrored: Callable[[str], bool] = lambda _topic: False,
     joined_on: str | None = None,
     rejoining: bool = False,
+    partitions: Touch = Touch.NONE,
 ) -> Decision:
     """``broker``: the real broker the connection's listener stands for (None: the bootstrap port);
     ``empty_metadata``: a Metadata request with an empty topic list; ``mirrored(topic)``: whether the
@@ -85,13 +91,14 @@ def decide(
     Heartbeat, the cluster its member joined on, where the gateway saw the join (None: unknown, no
     member, or a commit no link could carry from there); ``rejoining``:
     for an OffsetCommit from outside the group or a Heartbeat, that the connection's consumer is
-    rejoining its group."""
+    rejoining its group; ``partitions``: what the request has to do with partition migrations."""
     cluster = resolution.cluster
     if api_key == apis.METADATA and empty_metadata:
         return Decision(Action.ANSWER, cluster)
     decision = _decide(
-        api_key, context, resolution, broker, mirrored=mirrored, joined_on=joined_on, rejoining=rejoining
-    )
+        api_key, context, resolution, broker, mirrored=mirrored, joined_on=joined_on, rejoining=rejoining,
+        partitions=partitions,
+    )  # fmt: skip
     if not context.expects_response and decision.action in _ANSWERED_HERE:
         return Decision(Action.DROP, cluster)
     return decision
@@ -109,11 +116,17 @@ def _decide(
     mirrored: Callable[[str], bool],
     joined_on: str | None,
     rejoining: bool,
+    partitions: Touch,
 ) -> Decision:
     cluster = resolution.cluster
     if api_key in apis.BLOCKABLE:
-        if resolution.state is BindingState.BLOCKED:
+        if resolution.state is BindingState.BLOCKED or partitions is Touch.HELD:
             return Decision(Action.HOLD, cluster)
+        if partitions is Touch.SPLIT and not (
+            api_key == apis.PRODUCE and any(mirrored(t) for t in context.topics)
+        ):
+            node = broker.node_id if broker is not None and broker.cluster == cluster else None
+            return Decision(Action.SPLIT, cluster, node)
         if api_key == apis.OFFSET_COMMIT and joined_on is not None and joined_on != cluster:
             return Decision(Action.CARRY, cluster, source=joined_on)
         if api_key == apis.HEARTBEAT and joined_on is not None and joined_on != cluster:

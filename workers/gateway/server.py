@@ -41,12 +41,14 @@ from workers.gateway.inflight import InFlight
 from workers.gateway.intake import ByteBudget
 from workers.gateway.members import Members
 from workers.gateway.metrics import Metrics
+from workers.gateway.moved import Moved
 from workers.gateway.producers import ProducerRoute, Translation
 from workers.gateway.protocol import (
     API_VERSIONS,
     Request,
     api_name,
     known_versions,
+    request_schema,
     response_schema,
 )
 from workers.gateway.rewrite import real_nodes, rewrite
@@ -101,6 +103,8 @@ class Gateway:
         self.changes = RoutingChanges(lambda: self.view.snapshot)
         """Wakes the requests held while their identity is blocked (see :mod:`workers.gateway.holds`)."""
         self.members = Members()
+        self.moved = Moved(self._topic_metadata, self._producer_id)
+        """Partitions migrations moved: their leaders, and producers' ids on their targets."""
         self._link_records: dict[tuple[str, int], asyncio.Future[LinkRecords]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -390,6 +394,23 @@ class Gateway:
                 route = ProducerRoute(cluster, await self._producer_id(cluster))
                 _remember(self.producers, key, route)
         return route.translation
+
+    async def _topic_metadata(self, cluster: str, topic: str) -> Any:
+        """One topic's Metadata on ``cluster`` (real node ids), asked over a connection of its own."""
+        version = min(self.offered.get(apis.METADATA, (0, 0))[1], apis.VERSION_CAPS[apis.METADATA])
+        entry = element_type(request_schema(apis.METADATA, version), "topics")
+        upstream = self.upstream(cluster, None)
+        try:
+            answer = await upstream.ask(
+                apis.METADATA, version, topics=(make(entry, name=topic),), allow_auto_topic_creation=False
+            )
+        finally:
+            await upstream.close()
+        self.brokers[cluster] = {b.node_id: (b.host, b.port) for b in answer.brokers} or self.brokers[cluster]
+        return answer
+
+    async def virtual_id(self, cluster: str, node: int) -> int:
+        return (await self._virtual_ids(cluster, {node}))[node]
 
     async def _producer_id(self, cluster: str) -> Translation:
         upstream = self.upstream(cluster, None)

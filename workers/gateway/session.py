@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from switchyard.config import GatewayLimitsConfig
 from switchyard.identity import Identity, identify
-from switchyard.model import BindingState, ClusterState
+from switchyard.model import ClusterState
 from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway import apis, topic_identity
@@ -36,17 +36,20 @@ from workers.gateway.apis import Context, context_of
 from workers.gateway.blocking import TOPIC_AUTHORIZATION_FAILED, blocked_response
 from workers.gateway.carry import carried_commit
 from workers.gateway.decision import Action, Decision, decide
-from workers.gateway.entities import element_type, make
+from workers.gateway.entities import element_type, make, replace_known
 from workers.gateway.holds import hold_limit
 from workers.gateway.inflight import Ticket
 from workers.gateway.intake import Intake, Lease
 from workers.gateway.members import Member
+from workers.gateway.migrated import Listed
+from workers.gateway.partitions import Split, listed_of
 from workers.gateway.producers import translate
 from workers.gateway.protocol import (
     FrameError,
     Request,
     api_name,
     decode_response,
+    encode_request,
     encode_response,
     parse_request,
     replace_body,
@@ -299,11 +302,12 @@ class ClientSession:
             ):
                 joined_on = None
         rejoining = self._rejoining(request, member)
+        partitions = gateway.moved.of(snapshot).touch(request, resolution.cluster, context.topics)
         return decide(
             request.api_key, context, resolution, self.listener.broker,
             empty_metadata=request.api_key == apis.METADATA and request.body.topics == (),
             mirrored=lambda topic: gateway.mirrored(snapshot, resolution.cluster, topic),
-            joined_on=joined_on, rejoining=rejoining,
+            joined_on=joined_on, rejoining=rejoining, partitions=partitions,
         )  # fmt: skip
 
     async def _carry_out(
@@ -331,6 +335,8 @@ class ClientSession:
             return self._later(self._carry(incoming, snapshot, resolution, decision.source))
         if action is Action.ADOPT:
             return self._later(self._adopt(incoming, snapshot, resolution, decision.node))
+        if action is Action.SPLIT:
+            return self._later(self._split(incoming, decision, snapshot, resolution))
         frame = request.frame
         if moved and request.api_key == apis.JOIN_GROUP:  # a new member where it goes, as a broker insists
             frame = replace_body(request, dataclasses.replace(request.body, member_id=""))
@@ -340,6 +346,36 @@ class ClientSession:
             producer = incoming.context.producer
             frame = await self._translate(request, incoming.identity, producer, decision.cluster)
         return await self._forward(incoming, frame, snapshot, resolution, decision.node)
+
+    async def _split(
+        self, incoming: Incoming, decision: Decision, snapshot: RoutingSnapshot, resolution: Resolution
+    ) -> bytes | None:
+        """Carry out a request naming migrated partitions part by part (see
+        :mod:`workers.gateway.partitions`); in flight like a forwarded one, and a Fetch among them
+        answered early when a newer epoch routes it otherwise."""
+        request, context, identity = incoming.request, incoming.context, incoming.identity
+        split = Split(
+            request, self.gateway.moved.of(snapshot), decision.cluster, decision.node,
+            _SplitBrokers(self, snapshot, incoming),
+        )  # fmt: skip
+        long_poll = request.api_key == apis.FETCH
+        ticket = self.gateway.inflight.start(
+            snapshot.epoch,
+            self._still_routed(snapshot, identity, context.topics, context.group, resolution),
+            long_poll=long_poll,
+            what=(request.api_key, identity, decision.cluster, "split"),
+        )
+        try:
+            answering = asyncio.ensure_future(split.answer())
+            if ticket.superseded is not None:
+                await asyncio.wait((answering, ticket.superseded), return_when=asyncio.FIRST_COMPLETED)
+                if not answering.done():
+                    answering.cancel()
+                    return encode_response(request, blocked_response(request, request.body))
+            body = await answering
+        finally:
+            self.gateway.inflight.finish(ticket)
+        return None if body is None else encode_response(request, body)
 
     async def _hold(
         self, incoming: Incoming, snapshot: RoutingSnapshot, let_go: asyncio.Event
@@ -361,7 +397,7 @@ class ClientSession:
             deadline = incoming.received + limit
             resolution = self._resolve(snapshot, identity, context.topics, context.group)
             while (
-                resolution.state is BindingState.BLOCKED
+                self._decide(incoming, snapshot, resolution).action is Action.HOLD
                 and not let_go.is_set()
                 and (remaining := deadline - loop.time()) > 0
             ):
@@ -709,7 +745,7 @@ class ClientSession:
         inflight = self.gateway.inflight
         ticket = inflight.start(
             snapshot.epoch,
-            self._still_routed(identity, context.topics, context.group, resolution),
+            self._still_routed(snapshot, identity, context.topics, context.group, resolution),
             long_poll=key in apis.LONG_POLLS,
             what=(key, identity, resolution.cluster, node),
         )
@@ -786,19 +822,55 @@ class ClientSession:
             if joined.error_code in (ErrorCode.none, ErrorCode.member_id_required) and joined.member_id:
                 member = Member(cluster, float(request.body.session_timeout.total_seconds()))
                 self.gateway.members.joined(request.body.group_id, joined.member_id, member)
-        naming = request.api_key in BROKER_NAMING
-        if naming or topic_identity.presents(request.api_key, request.api_version):
-            body = decode_response(request, frame)
-            if naming:
-                body = await self.gateway.rewrite(request.api_key, body, cluster)
-            reply = encode_response(request, topic_identity.present(request.api_key, body))
-        else:
-            reply = with_size(frame)
+        reply = await self._presented(request, frame, cluster)
         attributes = {"api": api_name(request.api_key)}
         self.gateway.metrics.upstream_latency.record(answered - sent, attributes)
         added = (loop.time() - received) - (answered - sent)
         self.gateway.metrics.added_latency.record(added, attributes)
         return reply
+
+    async def _presented(self, request: Request, frame: bytes, cluster: str) -> bytes:
+        """A broker's answer as the client gets it: naming virtual brokers only, migrated partitions led
+        where they moved, topics named as clients know them."""
+        naming = request.api_key in BROKER_NAMING
+        if not naming and not topic_identity.presents(request.api_key, request.api_version):
+            return with_size(frame)
+        body = decode_response(request, frame)
+        if naming:
+            body = await self.gateway.rewrite(request.api_key, body, cluster)
+            if request.api_key == apis.METADATA:
+                body = await self._moved_leaders(body, cluster)
+        return encode_response(request, topic_identity.present(request.api_key, body))
+
+    async def _moved_leaders(self, body: Any, cluster: str) -> Any:
+        """A Metadata answer (virtual ids already) with each migrated partition led by the virtual broker
+        of its target's leader, where its writes go, its leader epoch unknown (-1: its records come
+        from two clusters with unrelated epochs)."""
+        migrations = self.gateway.moved.of(self.gateway.view.snapshot)
+        topics = []
+        for topic in body.topics:
+            moved = migrations.of(cluster, topic.name) if topic.name else {}
+            partitions = []
+            for given in topic.partitions:
+                migration = moved.get(given.partition_index)
+                if migration is not None and migration.in_effect:
+                    partitions.append(await self._led_by_target(given, topic.name, migration.target))
+                else:
+                    partitions.append(given)
+            topics.append(dataclasses.replace(topic, partitions=tuple(partitions)) if moved else topic)
+        return dataclasses.replace(body, topics=tuple(topics))
+
+    async def _led_by_target(self, partition: Any, topic: str, target: str) -> Any:
+        node = await self.gateway.moved.leaders.leader(target, topic, partition.partition_index)
+        if node is None:
+            return replace_known(
+                partition, error_code=ErrorCode.leader_not_available, leader_id=-1, leader_epoch=-1
+            )
+        vid = await self.gateway.virtual_id(target, node)
+        return replace_known(
+            partition, error_code=ErrorCode.none, leader_id=vid, leader_epoch=-1, replica_nodes=(vid,),
+            isr_nodes=(vid,), offline_replicas=(),
+        )  # fmt: skip
 
     def _settled(self, answer: asyncio.Task[bytes | None]) -> None:
         """An answer is in (or failed). Its failure is seen by the writer, if it still waits for it; when
@@ -808,13 +880,24 @@ class ClientSession:
             answer.exception()
 
     def _still_routed(
-        self, identity: Identity, topics: tuple[str, ...], group: str | None, resolution: Resolution
+        self,
+        sent_in: RoutingSnapshot,
+        identity: Identity,
+        topics: tuple[str, ...],
+        group: str | None,
+        resolution: Resolution,
     ) -> Callable[[RoutingSnapshot], bool]:
-        """Whether a newer snapshot would still send this request where ``resolution`` did."""
+        """Whether a newer snapshot would still send this request where ``resolution`` did (its
+        binding, and the migrations of the partitions of its topics)."""
+
+        moved = self.gateway.moved
+        before = moved.of(sent_in).signature(resolution.cluster, topics)
 
         def still_routed(snapshot: RoutingSnapshot) -> bool:
             now = self._resolve(snapshot, identity, topics, group)
-            return (now.cluster, now.state) == (resolution.cluster, resolution.state)
+            if (now.cluster, now.state) != (resolution.cluster, resolution.state):
+                return False
+            return moved.of(snapshot).signature(resolution.cluster, topics) == before
 
         return still_routed
 
@@ -876,6 +959,62 @@ class ClientSession:
         if upstream is None or upstream.closed or upstream.retired:
             upstream = self._upstreams[key] = self.gateway.upstream(cluster, node, self.credentials)
         return upstream
+
+
+class _SplitBrokers:
+    """How a split request of one session reaches brokers: over the session's connections, as the
+    client (its credentials, its producer's translated id)."""
+
+    def __init__(self, session: ClientSession, snapshot: RoutingSnapshot, incoming: Incoming) -> None:
+        self.session, self.snapshot, self.incoming = session, snapshot, incoming
+        self.gateway = session.gateway
+
+    async def ask(
+        self, cluster: str, node: int | None, request: Request, body: Any, *, long_poll: bool
+    ) -> Any:
+        fields = {f.name: getattr(body, f.name) for f in dataclasses.fields(body)}
+        upstream = self.session._upstream(cluster, node, long_poll=long_poll)
+        if request.api_key == apis.PRODUCE and body.acks == 0:
+            own = encode_request(apis.PRODUCE, request.api_version, fields, client_id="switchyard-gateway")
+            await upstream.send(own.frame, own.correlation_id, expects_response=False)
+            return None
+        return await upstream.ask(request.api_key, request.api_version, **fields)
+
+    async def leader(self, cluster: str, topic: str, partition: int) -> int | None:
+        return await self.gateway.moved.leaders.leader(cluster, topic, partition)
+
+    def forget(self, cluster: str, topic: str) -> None:
+        self.gateway.moved.leaders.forget(cluster, topic)
+
+    def reachable(self, cluster: str) -> bool:
+        known = self.snapshot.clusters.get(cluster)
+        shielded = known is not None and known.state is not ClusterState.ACTIVE
+        return not shielded and self.gateway.metrics.reachable.get(cluster) is not False
+
+    async def written(self, cluster: str, topic: str, partition: int, records: bytes | None) -> bytes | None:
+        producer = self.incoming.context.producer
+        if producer is None or not records:
+            return records
+        translation = await self.gateway.moved.translation(self.incoming.identity, producer[0], cluster)
+        return translate(records, translation, topic, partition)
+
+    async def list_offsets(
+        self, cluster: str, node: int, request: Request | None, key: tuple[str, int], timestamp: int
+    ) -> Listed:
+        version = request.api_version if request is not None else self.gateway.offered[apis.LIST_OFFSETS][1]
+        schema = request_schema(apis.LIST_OFFSETS, version)
+        topic_cls = element_type(schema, "topics")
+        entry = make(
+            element_type(topic_cls, "partitions"), partition_index=key[1], current_leader_epoch=-1,
+            timestamp=timestamp,
+        )  # fmt: skip
+        isolation = getattr(request.body, "isolation_level", 0) if request is not None else 0
+        answer = await self.session._upstream(cluster, node, long_poll=False).ask(
+            apis.LIST_OFFSETS, version, replica_id=-1, isolation_level=isolation,
+            topics=(make(topic_cls, name=key[0], partitions=(entry,)),),
+        )  # fmt: skip
+        (partition,) = answer.topics[0].partitions
+        return listed_of(partition)
 
 
 def _dropped(future: asyncio.Future[bytes]) -> None:

@@ -21,6 +21,7 @@ from workers.gateway.inflight import InFlight
 from workers.gateway.intake import ByteBudget
 from workers.gateway.members import Members
 from workers.gateway.metrics import Metrics
+from workers.gateway.moved import Moved
 from workers.gateway.producers import Translation
 from workers.gateway.protocol import Request
 from workers.gateway.sasl import Credentials
@@ -38,6 +39,7 @@ class Shared(Protocol):
     metrics: Metrics
     usage: UsageTracker
     members: Members
+    moved: Moved
     offered: dict[int, tuple[int, int]]
     """API key -> (lowest, highest) version offered to clients."""
 
@@ -66,6 +68,8 @@ class Shared(Protocol):
     ) -> Link | None: ...
 
     async def link_records(self, link: Link) -> LinkRecords: ...
+
+    async def virtual_id(self, cluster: str, node: int) -> int: ...
 
     def upstream(
         self, cluster: str, node: int | None, credentials: Credentials | None = None

@@ -1,0 +1,44 @@
+"""What the gateway keeps across connections for partitions a migration moved: each snapshot's
+migrations indexed once, which broker leads each partition, and the producer ids idempotent producers
+write to the migrations' targets as."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from switchyard.identity import Identity
+from switchyard.routing.snapshot import RoutingSnapshot
+from workers.gateway.leaders import AskMetadata, Leaders
+from workers.gateway.partitions import Migrations
+from workers.gateway.producers import Translation
+
+_REMEMBERED = 100_000
+
+
+class Moved:
+    def __init__(
+        self, ask_metadata: AskMetadata, producer_id: Callable[[str], Awaitable[Translation]]
+    ) -> None:
+        self.leaders = Leaders(ask_metadata)
+        self._producer_id = producer_id
+        self._index = Migrations(RoutingSnapshot(0))
+        self._translations: dict[tuple[Identity, int, str], asyncio.Future[Translation]] = {}
+
+    def of(self, snapshot: RoutingSnapshot) -> Migrations:
+        """``snapshot``'s migrations, indexed (once per snapshot)."""
+        if self._index.snapshot is not snapshot:
+            self._index = Migrations(snapshot)
+        return self._index
+
+    async def translation(self, identity: Identity, producer_id: int, cluster: str) -> Translation:
+        """As whom a client's idempotent producer writes migrated partitions on ``cluster``: an id of
+        the gateway's own there, taken once; each partition's sequences start at 0 on it from the
+        producer's first batch there (a migrated partition is written only there from then on)."""
+        key = (identity, producer_id, cluster)
+        found = self._translations.get(key)
+        if found is None or (found.done() and found.exception() is not None):
+            found = self._translations[key] = asyncio.ensure_future(self._producer_id(cluster))
+            while len(self._translations) > _REMEMBERED:
+                del self._translations[next(iter(self._translations))]
+        return await asyncio.shield(found)
