@@ -66,9 +66,9 @@ class RoutingActivities:
         ]
         epoch = self.deps.store.apply(
             changes, actor=f"saga:{request.saga_id}", reason="switch: block stale requests",
-            request_id=_request_id("block"),
+            request_id=request_id("block"),
         )  # fmt: skip
-        acked = self._await(epoch, request.acks_timeout_s)
+        acked = self.wait(epoch, request.acks_timeout_s)
         return Blocked(epoch, acked)
 
     @step(steps.UNBLOCK)
@@ -77,7 +77,7 @@ class RoutingActivities:
         they were not bound before. Nothing to do when the block never landed; ``flipped`` when the flip
         landed after all (the saga then goes forward)."""
         store = self.deps.store
-        flip = store.ledger.requested(_request_id("flip"))
+        flip = store.ledger.requested(request_id("flip"))
         if any(t.status == "committed" for t in flip):
             return Unblocked(0, flipped=True)
         changes = []
@@ -97,9 +97,9 @@ class RoutingActivities:
             return Unblocked(0)
         epoch = store.apply(
             changes, actor=f"saga:{request.saga_id}", reason="switch abandoned: unblock",
-            request_id=_request_id("unblock"),
+            request_id=request_id("unblock"),
         )  # fmt: skip
-        self._await(epoch, request.acks_timeout_s)
+        self.wait(epoch, request.acks_timeout_s)
         return Unblocked(epoch)
 
     @step(steps.FLIP)
@@ -108,10 +108,10 @@ class RoutingActivities:
         link promoted (the gateway refuses clients' writes to an unpromoted target, so none sees one
         without the other) and, for a failover, the source shielded."""
         store, deps = self.deps.store, self.deps
-        request_id = _request_id("flip")
+        flip_id = request_id("flip")
         link = deps.link(request.link)
         if link.state is LinkState.PROMOTED:
-            done = [t for t in store.ledger.requested(request_id) if t.status == "committed"]
+            done = [t for t in store.ledger.requested(flip_id) if t.status == "committed"]
             if done:  # this step's own change, retried after its answer was lost
                 return Flipped(done[0].epoch, self._final(request))
             raise BindingRefused(f"link {link.id} was promoted by someone else")
@@ -128,13 +128,13 @@ class RoutingActivities:
                 clusters.append(shielded)
         epoch = store.apply(
             [*clusters, *bindings, LinkChange.of(link, LinkState.PROMOTED)], actor=f"saga:{request.saga_id}",
-            reason=f"switch to {request.target}", request_id=request_id,
+            reason=f"switch to {request.target}", request_id=flip_id,
         )  # fmt: skip
         return Flipped(epoch, final)
 
     @step(steps.AWAIT_ACKS)
     def await_acks(self, request: AcksRequest) -> Acked:
-        return Acked(request.epoch, self._await(request.epoch, request.timeout_s))
+        return Acked(request.epoch, self.wait(request.epoch, request.timeout_s))
 
     def _store_final(self, request: FlipRequest) -> list[PartitionEnd]:
         """Each partition's final position next to the offset map: how far the source was copied, and
@@ -167,7 +167,7 @@ class RoutingActivities:
         ends = self.deps.ends(request.target, [(p.topic, p.partition) for p in final])
         return [ends[(p.topic, p.partition)] for p in final]
 
-    def _await(self, epoch: int, timeout_s: float) -> int:
+    def wait(self, epoch: int, timeout_s: float) -> int:
         """Wait until every registered gateway applied ``epoch``, heartbeating; how many there are."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -180,7 +180,7 @@ class RoutingActivities:
                     raise AcksTimeout(epoch, exc.laggards, timeout_s) from None
 
 
-def _request_id(step_name: str) -> str:
+def request_id(step_name: str) -> str:
     """This run's request id for a step's routing change (the same on every retry of the step)."""
     info = activity.info()
     return step_request_id(info.workflow_run_id or info.workflow_id or info.activity_id, step_name)

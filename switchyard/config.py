@@ -242,7 +242,7 @@ class MirrorConfig(_Section):
     """Extra librdkafka settings for the target producers (e.g. ``linger.ms``)."""
 
 
-SagaKind = Literal["switchover", "switchback", "failover", "topic-migration"]
+SagaKind = Literal["switchover", "switchback", "failover", "topic-migration", "partition-migration"]
 Approval = Literal["none", "before-block", "before-flip"]
 
 

@@ -23,6 +23,7 @@ WORKFLOW_TYPES = {
     Kind.SWITCHBACK: "Switchback",
     Kind.FAILOVER: "Failover",
     Kind.MIGRATION: "TopicMigration",
+    Kind.PARTITION_MIGRATION: "PartitionMigration",
 }
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=4)
 """A worker that dies holding one of the saga's decisions costs this (Temporal's default: 10 s), possibly
@@ -144,11 +145,15 @@ async def follow(
 def describe_saga(result: dict[str, Any]) -> list[str]:
     """A saga's result, as lines for an operator."""
     lines = [f"{result['kind']} {result['outcome']}: {', '.join(result['keys'])}"]
+    partition = result["kind"] == Kind.PARTITION_MIGRATION
     if result.get("source"):
-        lines.append(f"  {result['source']} -> {result['target']} (link {result['link']})")
+        via = "" if partition else f" (link {result['link']})"
+        lines.append(f"  {result['source']} -> {result['target']}{via}")
     if result.get("moved"):
         lines.append(f"  moved with the topic: {', '.join(result['moved'])}")
-    if result["outcome"] in ("switched", "migrated"):
+    if result["outcome"] == "migrated" and partition:
+        lines.append(f"  end offset {result.get('end_offset')}; RTO {result['rto_ms'] / 1000:.2f}s")
+    elif result["outcome"] in ("switched", "migrated"):
         lines.append(
             f"  RTO {result['rto_ms'] / 1000:.2f}s, clients held {result['pause_ms'] / 1000:.2f}s; "
             f"{result['partitions']} partitions, {result['records_copied']} records copied, "

@@ -95,6 +95,7 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
 
     plan.partitions = _partitions(config, link, unplanned=request.unplanned)
     plan.checks.append(f"the link copies {len(plan.partitions)} partitions")
+    _no_migrated_partition(snapshot, link, plan.partitions)
     if not request.unplanned:
         _mirror_follows(store, link, plan.partitions)
         plan.checks.append("a live mirror process reports every partition, none failed")
@@ -115,6 +116,22 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
         if gateways
         else "no gateway registered: nothing to wait for (clients going direct are not moved)"
     )
+
+
+def _no_migrated_partition(snapshot: RoutingSnapshot, link: Link, partitions: list[Partition]) -> None:
+    """Refuse a switch along a link that copies a partition a migration moved away from or onto either of
+    its clusters: the copy on the target stops where the partition's writes left, and the switched
+    clients would read it instead of the partition's records (docs/partition-migration.md)."""
+    copied = {(p.topic, p.partition) for p in partitions}
+    for partition, migration in sorted(snapshot.migrations.items()):
+        ends = {migration.origin, migration.target} & {link.source, link.target}
+        if ends and (partition.topic, partition.partition) in copied:
+            raise Refused(
+                f"{partition} was migrated from {migration.origin} to {migration.target} (epoch "
+                f"{migration.epoch}) and link {link.id} copies it: a switch would mix the partition's "
+                "records with a copy that stopped at its end offset (switch topics without migrated "
+                "partitions, or migrate the rest of the topic instead)"
+            )
 
 
 def _no_writer_left_behind(

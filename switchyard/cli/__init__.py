@@ -3,7 +3,18 @@
 import sys
 
 from switchyard import temporal
-from switchyard.cli import bindings, clusters, drills, links, reports, sagas, stack, status, verification
+from switchyard.cli import (
+    bindings,
+    clusters,
+    drills,
+    links,
+    migrations,
+    reports,
+    sagas,
+    stack,
+    status,
+    verification,
+)
 from switchyard.cli.base import cli
 
 __all__ = [
@@ -13,6 +24,7 @@ __all__ = [
     "drills",
     "links",
     "main",
+    "migrations",
     "reports",
     "sagas",
     "stack",

@@ -33,18 +33,20 @@ from switchyard.launch import WORKFLOW_TYPES, SagaFailed, policy_of, ui_link
 from switchyard.ledger import Ledger
 from switchyard.migration import find_users
 from switchyard.model import BindingState
+from switchyard.partition_migration import plan_partition
 from switchyard.planning import plan_switch
 from switchyard.routing.locks import SagaLocks
-from switchyard.sagas.ids import migration_id, migration_link, saga_id
+from switchyard.sagas.ids import migration_id, migration_link, partition_migration_id, saga_id
 from switchyard.sagas.requests import (
     ApprovalPoint,
     Decision,
     Kind,
     MigrationRequest,
+    PartitionMigrationRequest,
     Progress,
     SwitchRequest,
 )
-from switchyard.sagas.steps import PlanRequest, UsersRequest
+from switchyard.sagas.steps import PartitionPlanRequest, PlanRequest, UsersRequest
 from switchyard.table import render
 
 if TYPE_CHECKING:
@@ -273,6 +275,56 @@ def _dry_run_migration(ctx: click.Context, config: Config, topic: str, target: s
         f"  would: copy {topic} along link {migration_link(topic, target)}, switch the keys, then wait "
         "for an approval to delete it on the source"
     )
+
+
+@cli.command("migrate-partition")
+@click.argument("topic", type=NameType("the topic"))
+@click.argument("partition", type=click.IntRange(min=0))
+@click.option("--to", "target", type=CLUSTER, required=True, help="The cluster the partition moves to.")
+@click.option(
+    "--ignore-origin", is_flag=True,
+    help="Readers never go back to the origin: below the end offset they start at the target's first record.",
+)  # fmt: skip
+@click.option("--wait", is_flag=True, help="Follow the saga's steps until it ends.")
+@click.option(
+    "--dry-run", is_flag=True, help="Print the plan's checks and what would be refused; change nothing."
+)
+@click.option(
+    "--approval", type=click.Choice([a.value for a in ApprovalPoint]),
+    help="Wait for an approval before the partition moves (any point but none).",
+)  # fmt: skip
+@actor_option
+@reason_option
+@click.pass_context
+def migrate_partition(  # noqa: PLR0917 - one per option
+    ctx: click.Context, topic: str, partition: int, target: str, ignore_origin: bool, wait: bool,
+    dry_run: bool, approval: str | None, actor: str, reason: str,
+) -> None:  # fmt: skip
+    """Move one partition of TOPIC to another cluster at the gateways (seed 004), its records left where
+    they are: its writes go to the target from its end offset on, and its readers follow (see
+    docs/partition-migration.md)."""
+    config = config_of(ctx)
+    workflow_id = partition_migration_id(topic, partition)
+    if dry_run:
+        with store_of(ctx) as store:
+            plan = plan_partition(store, config, PartitionPlanRequest(workflow_id, topic, partition, target))
+        click.echo(f"partition migration of {topic}[{partition}] to {target} (dry run: nothing changes)")
+        if plan.origin:
+            click.echo(f"  from {plan.origin}")
+        for check in plan.checks:
+            click.echo(f"  ok: {check}")
+        if plan.refusal:
+            click.echo(f"  refused: {plan.refusal}")
+            ctx.exit(5)
+        click.echo(
+            "  would: hold its writes at every gateway, read the origin's end, record it, release them"
+        )
+        return
+    policy = policy_of(config, Kind.PARTITION_MIGRATION, approval=approval)
+    request = PartitionMigrationRequest(
+        topic, partition, target, ignore_origin=ignore_origin, actor=actor, reason=reason, policy=policy
+    )
+    _launch(config, Kind.PARTITION_MIGRATION, workflow_id, request, wait=wait)
 
 
 # ---- following and deciding

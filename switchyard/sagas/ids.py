@@ -33,6 +33,11 @@ def migration_id(topic: str) -> str:
     return f"{PREFIX}:{Kind.MIGRATION}:{topic}"
 
 
+def partition_migration_id(topic: str, partition: int) -> str:
+    """One migration saga per partition at a time."""
+    return f"{PREFIX}:{Kind.PARTITION_MIGRATION}:{topic}[{partition}]"
+
+
 def migration_link(topic: str, target: str) -> str:
     """A topic migration's link: the same for every run on the topic and target, so a rerun takes up the
     copy an earlier one made."""

@@ -11,6 +11,7 @@ class Kind(StrEnum):
     SWITCHBACK = "switchback"
     FAILOVER = "failover"
     MIGRATION = "topic-migration"
+    PARTITION_MIGRATION = "partition-migration"
 
 
 class ApprovalPoint(StrEnum):
@@ -74,6 +75,23 @@ class MigrationRequest:
     """Applications count as using the topic if a gateway saw them within this many seconds."""
     copy_timeout_s: float = 6 * 3600.0
     """How long the topic's first copy may take to catch up with the source."""
+    policy: Policy = field(default_factory=Policy)
+
+
+@dataclass
+class PartitionMigrationRequest:
+    """Move one partition's writes, and its reads from its end offset on, to another cluster (seed
+    004): its records stay where they are."""
+
+    topic: str
+    partition: int
+    target: str
+    fault: bool = False
+    """The origin is unreachable: the end offset is chosen beyond anything it acknowledged."""
+    ignore_origin: bool = False
+    """Readers never go to the origin: below the end offset they are sent to the target's start."""
+    actor: str = "user:unknown"
+    reason: str = ""
     policy: Policy = field(default_factory=Policy)
 
 
@@ -165,4 +183,6 @@ class SagaResult:
     approvals: list[str] = field(default_factory=list)
     moved: list[str] = field(default_factory=list)
     """Topic migration: the keys moved with the topic."""
+    end_offset: int | None = None
+    """Partition migration: client offsets below it are the origin's, at or above it the target's."""
     steps: list[StepState] = field(default_factory=list)

@@ -34,6 +34,11 @@ RETIRE_TOPIC = "retire_topic"
 DRILL_PREPARE = "drill_prepare"
 DRILL_CANARY = "drill_canary"
 DRILL_TIDY = "drill_tidy"
+PLAN_PARTITION = "plan_partition_migration"
+HOLD_PARTITION = "hold_partition_writes"
+MIGRATE_PARTITION = "migrate_partition"
+CALL_OFF_PARTITION = "call_off_partition_migration"
+CHECK_ORIGIN = "check_partition_origin"
 
 
 @dataclass
@@ -407,3 +412,62 @@ class RetireRequest:
 class Retired:
     links: list[str]
     topic_deleted: bool
+
+
+# ---- partition migration (seed 004)
+
+
+@dataclass
+class PartitionPlanRequest:
+    saga_id: str
+    topic: str
+    partition: int
+    target: str
+    fault: bool = False
+
+
+@dataclass
+class PartitionPlan:
+    origin: str = ""
+    """The cluster the partition's clients are routed to now, which it leaves."""
+    checks: list[str] = field(default_factory=list)
+    refusal: str | None = None
+
+
+@dataclass
+class PartitionStep:
+    """A partition migration's routing step: fenced, idempotent per run, acknowledged by every gateway."""
+
+    saga_id: str
+    topic: str
+    partition: int
+    origin: str
+    target: str
+    acks_timeout_s: float
+    ignore_origin: bool = False
+    fault: bool = False
+
+
+@dataclass
+class PartitionHeld:
+    epoch: int
+    gateways: int
+    target_base: int
+    """The target's end when the migration began: what client offset ``end_offset`` stands for there."""
+
+
+@dataclass
+class PartitionMigrated:
+    epoch: int
+    gateways: int
+    end_offset: int
+    origin_end: int | None
+    """The origin's end, when it could be read (a smooth migration: ``end_offset`` itself)."""
+
+
+@dataclass
+class OriginChecked:
+    end: int
+    """The origin's end read after the migration took effect."""
+    overrun: int
+    """Records written to the origin past the end offset (around the gateway): no client reads them."""

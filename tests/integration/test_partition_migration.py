@@ -21,10 +21,12 @@ import pytest
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.keys import BindingKey
-from switchyard.model import MigrationMode, MigrationState, PartitionId
+from switchyard.model import LinkState, MigrationMode, MigrationState, PartitionId
 from switchyard.routing import MigrationChange, RoutingStore
 from switchyard.routing.gateways import wait_for_acks
+from switchyard.sagas.ids import partition_migration_id
 from switchyard.traffic import Traffic
+from tests.helpers.live import Live, capture, unique
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.traffic import judge_consumer
 from tests.integration.test_gateway import gateway  # noqa: F401 - a shared module fixture
@@ -103,3 +105,71 @@ def test_a_smooth_migration_moves_one_partitions_writes_and_keeps_its_offsets_go
         f"{pause(traffic, MOVED, held_at, released_at):.3f}s (held to released: {released_at - held_at:.3f}s)"
     )
     print(judge_consumer(traffic))  # every record, offsets in order per partition (continuous across E)
+
+
+def test_the_saga_migrates_a_partition_under_traffic_and_a_switch_of_its_topic_is_refused(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """``switchyard migrate-partition`` end to end on the live worker and gateway: the plan finds the
+    origin from the gateway's usage report, the saga holds, records the end, releases; then a
+    switchover along a link that copies the topic is refused by its plan, naming the migration."""
+    assert live.gateway is not None
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    app, topic = unique("pm"), unique("pmt")
+    kafka.create_topics(primary, [topic], partitions=PARTITIONS)  # the saga creates it on the standby
+    traffic = Traffic(live.gateway.bootstrap, app, topic, unique("pmg"), idempotent=True, rate_per_s=300)
+    traffic.start()
+    try:
+        traffic.wait_for(300)
+        dry = live.cli("migrate-partition", topic, str(MOVED), "--to", "standby", "--dry-run")
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        assert f"ok: {topic}'s users are routed to primary" in dry.stdout
+        migrated = live.cli("migrate-partition", topic, str(MOVED), "--to", "standby", "--wait")
+        assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+        traffic.wait_for(300)
+    finally:
+        traffic.stop()
+
+    saga = partition_migration_id(topic, MOVED)
+    assert f"partition-migration migrated: {topic}[{MOVED}]" in migrated.stdout
+    migration = routing.migration(PartitionId(topic, MOVED))
+    assert migration is not None
+    assert migration.end_offset is not None
+    assert (migration.origin, migration.target, migration.state) == ("primary", "standby", "migrated")
+    end = migration.end_offset
+    assert f"end offset {end}" in migrated.stdout
+    assert len(values(primary, topic, MOVED)) == end
+    on_target = values(standby, topic, MOVED)
+    held = Counter(v for p in range(PARTITIONS) for v in values(primary, topic, p)) + Counter(on_target)
+    assert set(held) == set(traffic.acked)
+    assert max(held.values()) == 1
+    assert sorted(traffic.acked) == list(range(traffic.sent))
+    print(f"\npartition migration saga: {judge_consumer(traffic, carried=True)}")  # no commit refused
+
+    listed = live.cli("migrations", "list")
+    assert f"{topic}[{MOVED}]  primary  standby  smooth  migrated  {end}" in listed.stdout
+    shown = live.cli("migrations", "show", topic, str(MOVED))
+    assert f"client offsets from {end} on: the target's" in shown.stdout
+    assert "migrating -> migrated" in shown.stdout
+    assert "- -> migrating" in shown.stdout
+    runs = routing.ledger.saga_runs(saga)
+    assert [(r.kind, r.outcome) for r in runs] == [("partition-migration", "migrated")]
+    capture(live, saga, runs[0].run_id, "partition-migration-live")
+
+    refused_while_a_link_copies_it(live, routing, app, topic)
+
+
+def refused_while_a_link_copies_it(live: Live, routing: RoutingStore, app: str, topic: str) -> None:
+    """A switchover along a link that copies a topic with a migrated partition is refused by its plan;
+    so is a migration of a topic a link copies."""
+    link = unique("pm-link")
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="a later switch")
+    try:
+        switch = live.cli("switchover", app, "--link", link, "--dry-run")
+        assert switch.returncode == 5, switch.stdout + switch.stderr
+        assert f"refused: {topic}[{MOVED}] was migrated from primary to standby" in switch.stdout
+        again = live.cli("migrate-partition", topic, "0", "--to", "standby", "--dry-run")
+        assert again.returncode == 5
+        assert f"refused: link {link} copies {topic} between primary and standby" in again.stdout
+    finally:
+        routing.set_link_state(link, LinkState.DELETED, actor=ACTOR, reason="done")

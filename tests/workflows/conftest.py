@@ -60,8 +60,14 @@ from switchyard.sagas.steps import (
     LostWindowRequest,
     MigrationLink,
     MigrationLinkRequest,
+    OriginChecked,
     Partition,
     PartitionEnd,
+    PartitionHeld,
+    PartitionMigrated,
+    PartitionPlan,
+    PartitionPlanRequest,
+    PartitionStep,
     Plan,
     PlanRequest,
     Probe,
@@ -100,6 +106,8 @@ class Script:
     """Whether the plan finds the keys bound (else at epoch 0)."""
     drained_from: list[PartitionEnd] = field(default_factory=lambda: list(ENDS))
     """The source ends the drain reads when it starts beside the fence."""
+    overrun: int = 0
+    """Records a partition migration's origin check finds past the end offset."""
 
     @property
     def steps(self) -> list[str]:
@@ -139,6 +147,11 @@ class Script:
             steps.DRILL_PREPARE: (PrepareRequest, _drill_setup),
             steps.DRILL_CANARY: (CanaryRequest, lambda _: _canary()),
             steps.DRILL_TIDY: (TidyRequest, lambda r: list(r.links)),
+            steps.PLAN_PARTITION: (PartitionPlanRequest, self._partition_plan),
+            steps.HOLD_PARTITION: (PartitionStep, lambda _: PartitionHeld(20, 2, 0)),
+            steps.MIGRATE_PARTITION: (PartitionStep, lambda _: PartitionMigrated(21, 2, 1200, 1200)),
+            steps.CALL_OFF_PARTITION: (PartitionStep, lambda _: PartitionMigrated(22, 2, -1, None)),
+            steps.CHECK_ORIGIN: (PartitionStep, lambda _: OriginChecked(1200 + self.overrun, self.overrun)),
         }
         return [self._stand_in(name, kind, answer) for name, (kind, answer) in answers.items()]
 
@@ -173,6 +186,11 @@ class Script:
         users = [TopicUser("shop", "produce"), TopicUser("billing", "consume", "billing")]
         keys = ["billing##billing", f"billing#{request.topic}", f"shop#{request.topic}"]
         return TopicUsers(request.topic, users, keys, "primary", 2, ["stand-in users"])
+
+    def _partition_plan(self, request: PartitionPlanRequest) -> PartitionPlan:
+        if self.refusal:
+            return PartitionPlan(refusal=self.refusal)
+        return PartitionPlan("primary", ["stand-in plan"])
 
     def _plan(self, request: Any) -> Plan:
         epochs = {k: 3 if self.bound else 0 for k in request.keys}

@@ -21,7 +21,14 @@ HISTORIES = sorted(Path(__file__).with_name("histories").glob("*.json"))
 
 def test_there_are_histories_of_every_saga() -> None:
     kinds = {path.stem.rsplit("-", 1)[0] for path in HISTORIES}
-    assert {"switchover", "switchback", "failover", "topic-migration", "drill"} <= kinds, kinds
+    assert {
+        "switchover",
+        "switchback",
+        "failover",
+        "topic-migration",
+        "partition-migration",
+        "drill",
+    } <= kinds, kinds
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)

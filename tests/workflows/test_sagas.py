@@ -15,6 +15,7 @@ from switchyard.sagas.requests import (
     ApprovalPoint,
     Decision,
     MigrationRequest,
+    PartitionMigrationRequest,
     Policy,
     Progress,
     SwitchRequest,
@@ -444,3 +445,74 @@ def test_a_topic_migration_abandoned_before_the_flip_leaves_the_copy_running(sag
         "again to finish)"
     )
     assert sagas.script.steps == [*MIGRATION[:7], *BEFORE_THE_FLIP_UNDONE]  # the drain ran beside the fence
+
+
+PARTITION = [steps.PLAN_PARTITION, steps.HOLD_PARTITION, steps.MIGRATE_PARTITION, steps.CHECK_ORIGIN]
+
+
+def test_a_partition_migration_holds_takes_effect_and_checks_the_origin(sagas: Sagas) -> None:
+    sagas.script.overrun = 3
+
+    async def scenario(s: Sagas) -> Any:
+        request = PartitionMigrationRequest("orders", 1, "standby", actor="user:test", reason="rebalance")
+        handle = await s.start("PartitionMigration", request)
+        result = await handle.result()
+        await capture(handle, "partition-migration-migrated")
+        return result
+
+    result = sagas.run(scenario)
+    assert sagas.script.steps == PARTITION
+    assert (result.outcome, result.source, result.target) == ("migrated", "primary", "standby")
+    assert (result.block_epoch, result.flip_epoch, result.end_offset) == (20, 21, 1200)
+    assert result.keys == ["orders[1]"]
+    held = sagas.script.requests[steps.HOLD_PARTITION][0]
+    assert (held.topic, held.partition, held.origin, held.target) == ("orders", 1, "primary", "standby")
+    assert result.detail == (
+        "orders[1] migrated to standby at end offset 1200; 3 records were written to primary past the end "
+        "offset 1200, around the gateway: no client reads them"
+    )
+
+
+def test_a_partition_migration_that_fails_before_it_takes_effect_is_called_off(sagas: Sagas) -> None:
+    sagas.script.fail[steps.MIGRATE_PARTITION] = refused("BindingConflict", "migration of orders[1] moved")
+
+    async def scenario(s: Sagas) -> WorkflowFailureError:
+        handle = await s.start("PartitionMigration", PartitionMigrationRequest("orders", 1, "standby"))
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        await capture(handle, "partition-migration-compensated")
+        return failed.value
+
+    kind, result = failure(sagas.run(scenario))
+    assert kind == "MigrationAbandoned"
+    assert result["outcome"] == "compensated"
+    assert result["detail"] == (
+        "orders[1] stays on primary: BindingConflict: migration of orders[1] moved at take effect"
+    )
+    assert sagas.script.steps == [steps.PLAN_PARTITION, steps.HOLD_PARTITION, steps.MIGRATE_PARTITION,
+                                  steps.CALL_OFF_PARTITION]  # fmt: skip
+
+
+def test_a_partition_migration_refused_or_rejected_changes_nothing(sagas: Sagas) -> None:
+    sagas.script.refusal = "link p2s copies orders between primary and standby"
+    kind, result = fails(sagas, "PartitionMigration", PartitionMigrationRequest("orders", 1, "standby"))
+    assert (kind, result["outcome"]) == ("SwitchRefused", "refused")
+    assert result["detail"] == "link p2s copies orders between primary and standby"
+    assert sagas.script.steps == [steps.PLAN_PARTITION]
+
+    sagas.script.refusal, sagas.script.calls = None, []
+    request = PartitionMigrationRequest("orders", 1, "standby", policy=Policy(ApprovalPoint.BEFORE_BLOCK))
+
+    async def scenario(s: Sagas) -> WorkflowFailureError:
+        handle = await s.start("PartitionMigration", request)
+        waiting = await until(handle, lambda p: p.awaiting_approval is not None)
+        assert waiting.awaiting_approval == "before the partition moves"
+        await handle.execute_update("reject", Decision("user:owner", "not today"), result_type=str)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        return failed.value
+
+    kind, result = failure(sagas.run(scenario))
+    assert (kind, result["outcome"]) == ("Rejected", "compensated")
+    assert "rejected before the partition moves by user:owner: not today" in result["detail"]
+    assert sagas.script.steps == [steps.PLAN_PARTITION]  # nothing to call off: nothing was held

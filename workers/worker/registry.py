@@ -10,6 +10,7 @@ from activities.deps import Deps
 from activities.drills import DrillActivities
 from activities.migration import MigrationActivities
 from activities.mirror import MirrorActivities
+from activities.partitions import PartitionActivities
 from activities.planning import PlanningActivities
 from activities.records import RecordActivities
 from activities.routing import RoutingActivities
@@ -17,15 +18,17 @@ from activities.verification import VerificationActivities
 from workflows.drill import Drill
 from workflows.failover import Failover
 from workflows.migration import TopicMigration
+from workflows.partition_migration import PartitionMigration
 from workflows.switchback import Switchback
 from workflows.switchover import Switchover
 
-WORKFLOWS: list[type] = [Switchover, Switchback, Failover, TopicMigration, Drill]
+WORKFLOWS: list[type] = [Switchover, Switchback, Failover, TopicMigration, PartitionMigration, Drill]
 ACTIVITY_CLASSES = (
     PlanningActivities,
     RoutingActivities,
     MirrorActivities,
     MigrationActivities,
+    PartitionActivities,
     VerificationActivities,
     RecordActivities,
     DrillActivities,

@@ -1,0 +1,125 @@
+"""Partition migration's steps (seed 004): its plan, holding the partition's writes at every gateway,
+recording the origin's exact end as the end offset, calling it off, and checking the origin after.
+
+Every routing write is fenced on the migration's record as read and carries a request id derived from
+the run and the step, so a step retried after its answer was lost writes nothing twice.
+"""
+
+from __future__ import annotations
+
+from activities.deps import Deps
+from activities.recorded import step
+from activities.routing import RoutingActivities, request_id
+from switchyard import kafka
+from switchyard.errors import BindingRefused
+from switchyard.model import MigrationMode, MigrationState, PartitionId, PartitionMigration
+from switchyard.partition_migration import plan_partition
+from switchyard.routing import MigrationChange
+from switchyard.sagas import steps
+from switchyard.sagas.steps import (
+    OriginChecked,
+    PartitionHeld,
+    PartitionMigrated,
+    PartitionPlan,
+    PartitionPlanRequest,
+    PartitionStep,
+)
+
+
+class PartitionActivities:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+        self.routing = RoutingActivities(deps)
+
+    @step(steps.PLAN_PARTITION)
+    def plan_partition_migration(self, request: PartitionPlanRequest) -> PartitionPlan:
+        return plan_partition(self.deps.store, self.deps.config, request)
+
+    @step(steps.HOLD_PARTITION)
+    def hold_partition_writes(self, request: PartitionStep) -> PartitionHeld:
+        """Record the migration as migrating — every gateway then holds the partition's writes — and wait
+        until every gateway has applied it: no write routed to the origin is in flight after that. The
+        target's end now is what the end offset will stand for there."""
+        store, key = self.deps.store, (request.topic, request.partition)
+        kafka.create_topics(
+            self.deps.bootstrap(request.target), [request.topic], partitions=self._partitions(request)
+        )
+        done = self._done(request, "hold")
+        if done is None:
+            base = self.deps.ends(request.target, [key])[key]
+            change = MigrationChange(
+                PartitionId(*key), 0, request.origin, request.target, MigrationMode.SMOOTH,
+                MigrationState.MIGRATING, target_base=base, ignore_origin=request.ignore_origin,
+            )  # fmt: skip
+            done = store.apply(
+                [change], actor=f"saga:{request.saga_id}", reason="partition migration: hold its writes",
+                request_id=request_id("hold"),
+            )  # fmt: skip
+        gateways = self.routing.wait(done, request.acks_timeout_s)
+        return PartitionHeld(done, gateways, self._migration(request).target_base)
+
+    @step(steps.MIGRATE_PARTITION)
+    def migrate_partition(self, request: PartitionStep) -> PartitionMigrated:
+        """Read the origin's exact end (its writes are held, none in flight) and record it as the end
+        offset: from then on the partition's writes go to the target. Waits until every gateway has
+        applied it."""
+        done = self._done(request, "migrate")
+        if done is None:
+            migration = self._migration(request)
+            if migration.state is not MigrationState.MIGRATING:
+                raise BindingRefused(f"migration of {migration.id} is {migration.state}, not migrating")
+            key = (request.topic, request.partition)
+            end = self.deps.ends(request.origin, [key])[key]
+            change = MigrationChange.of(
+                migration, state=MigrationState.MIGRATED, end_offset=end, origin_end=end
+            )
+            done = self.deps.store.apply(
+                [change], actor=f"saga:{request.saga_id}", reason=f"partition migration: its end is {end}",
+                request_id=request_id("migrate"),
+            )  # fmt: skip
+        gateways = self.routing.wait(done, request.acks_timeout_s)
+        migrated = self._migration(request)
+        assert migrated.end_offset is not None
+        return PartitionMigrated(done, gateways, migrated.end_offset, migrated.origin_end)
+
+    @step(steps.CALL_OFF_PARTITION)
+    def call_off_partition_migration(self, request: PartitionStep) -> PartitionMigrated:
+        """Remove a migration that has not taken effect (its held writes go on to the origin); one that
+        took effect after all is left, and said (the saga then goes forward)."""
+        migration = self.deps.store.migration(PartitionId(request.topic, request.partition))
+        if migration is None:
+            return PartitionMigrated(0, 0, -1, None)
+        if migration.in_effect:
+            assert migration.end_offset is not None
+            return PartitionMigrated(migration.epoch, 0, migration.end_offset, migration.origin_end)
+        if migration.by != f"saga:{request.saga_id}":
+            raise BindingRefused(f"migration of {migration.id} was made by {migration.by}, not this saga")
+        epoch = self.deps.store.apply(
+            [MigrationChange.of(migration, state=MigrationState.CALLED_OFF)], actor=f"saga:{request.saga_id}",
+            reason="partition migration abandoned: its writes go on to the origin",
+            request_id=request_id("call-off"),
+        )  # fmt: skip
+        return PartitionMigrated(epoch, self.routing.wait(epoch, request.acks_timeout_s), -1, None)
+
+    @step(steps.CHECK_ORIGIN)
+    def check_partition_origin(self, request: PartitionStep) -> OriginChecked:
+        """The origin's end again: past the end offset, something wrote around the gateways."""
+        migration = self._migration(request)
+        key = (request.topic, request.partition)
+        end = self.deps.ends(request.origin, [key])[key]
+        return OriginChecked(end, max(0, end - (migration.end_offset or 0)))
+
+    def _migration(self, request: PartitionStep) -> PartitionMigration:
+        found = self.deps.store.migration(PartitionId(request.topic, request.partition))
+        if found is None:
+            raise BindingRefused(f"{request.topic}[{request.partition}] has no migration")
+        return found
+
+    def _done(self, request: PartitionStep, name: str) -> int | None:
+        """The epoch of this run's change for step ``name``, if it was committed (a retried step)."""
+        committed = [t for t in self.deps.store.ledger.requested(request_id(name)) if t.status == "committed"]
+        return committed[0].epoch if committed else None
+
+    def _partitions(self, request: PartitionStep) -> int:
+        origin = self.deps.bootstrap(request.origin)
+        return len(kafka.partitions(origin, lambda name: name == request.topic))

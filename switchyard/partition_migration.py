@@ -1,0 +1,101 @@
+"""Whether a partition may migrate (seed 004), and from where: the checks a partition migration's plan
+makes before anything changes, and what ``migrate-partition --dry-run`` prints. Reads only.
+
+The origin is the cluster the topic's users are routed to: the gateways' usage reports name them, and
+their bindings say where they go (an unused topic goes where unbound clients go, the default cluster).
+A topic whose users are on several clusters is refused — a migration applies to everyone routed to its
+origin, and the others would read a partition that no longer grows.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaException
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.identity import Identity
+from switchyard.model import ClusterState, LinkState, PartitionId
+from switchyard.resolution import resolve
+from switchyard.routing.snapshot import RoutingSnapshot
+from switchyard.routing.store import RoutingStore
+from switchyard.sagas.steps import PartitionPlan, PartitionPlanRequest
+from switchyard.usage import read_usage
+
+ACTIVE_WITHIN_S = 600.0
+
+
+def plan_partition(store: RoutingStore, config: Config, request: PartitionPlanRequest) -> PartitionPlan:
+    plan = PartitionPlan()
+    try:
+        _check(store, config, request, plan)
+    except Refusal as refusal:
+        plan.refusal = str(refusal)
+    return plan
+
+
+class Refusal(Exception):
+    """Why the partition must not migrate."""
+
+
+def _check(store: RoutingStore, config: Config, request: PartitionPlanRequest, plan: PartitionPlan) -> None:
+    partition = PartitionId(request.topic, request.partition)
+    try:
+        partition.check()
+    except ValueError as exc:
+        raise Refusal(str(exc)) from None
+    snapshot = store.snapshot()
+    plan.origin = _origin(store, config, snapshot, request.topic)
+    plan.checks.append(f"{request.topic}'s users are routed to {plan.origin}")
+    if plan.origin == request.target:
+        raise Refusal(f"{request.topic} is on {request.target} already")
+    target = snapshot.clusters.get(request.target)
+    if target is None or request.target not in config.clusters:
+        raise Refusal(f"cluster {request.target!r} is not registered and configured")
+    if target.state is not ClusterState.ACTIVE:
+        raise Refusal(f"cluster {request.target!r} is {target.state} and takes no new traffic")
+    existing = snapshot.migrations.get(partition)
+    if existing is not None:
+        raise Refusal(
+            f"{partition} is {existing.state} from {existing.origin} to {existing.target} since epoch "
+            f"{existing.epoch}: one migration per partition"
+        )
+    for link in snapshot.links.values():
+        between = plan.origin in (link.source, link.target)
+        if link.state is not LinkState.PROMOTED and between and link.copies(request.topic):
+            raise Refusal(
+                f"link {link.id} copies {request.topic} between {link.source} and {link.target}: a partition "
+                "whose writes leave the cluster would stop growing there (remove the link first)"
+            )
+    if request.fault:
+        raise Refusal("fault migrations are not available yet: the origin must answer (a smooth migration)")
+    count = _partitions(config.clusters[plan.origin].bootstrap, request.topic)
+    if count is None:
+        raise Refusal(f"{request.topic} does not exist on {plan.origin}")
+    if request.partition >= count:
+        raise Refusal(f"{request.topic} has {count} partitions on {plan.origin}: there is no {partition}")
+    on_target = _partitions(config.clusters[request.target].bootstrap, request.topic)
+    if on_target is not None and on_target != count:
+        raise Refusal(
+            f"{request.topic} has {on_target} partitions on {request.target} and {count} on {plan.origin}: "
+            "a migrated partition must keep its number"
+        )
+    plan.checks.append(
+        f"{request.topic} has {count} partitions on {plan.origin}; "
+        + (f"{on_target} on {request.target}" if on_target else f"it is created on {request.target}")
+    )
+
+
+def _origin(store: RoutingStore, config: Config, snapshot: RoutingSnapshot, topic: str) -> str:
+    uses = [u for u in read_usage(store.zk, store.layout, within_s=ACTIVE_WITHIN_S) if u.topic == topic]
+    bindings, default = snapshot.bindings, config.default_cluster
+    found = {resolve(Identity(u.app, u.instance), bindings, default, topics=(topic,)).cluster for u in uses}
+    if len(found) > 1:
+        raise Refusal(f"{topic}'s users are routed to {', '.join(sorted(found))}: migrate from one cluster")
+    return found.pop() if found else config.default_cluster
+
+
+def _partitions(bootstrap: str, topic: str) -> int | None:
+    try:
+        return len(kafka.partitions(bootstrap, lambda name: name == topic)) or None
+    except KafkaException as exc:
+        raise Refusal(f"cannot read {topic}'s partitions: {exc}") from None
