@@ -11,10 +11,12 @@ from activities.deps import Deps
 from activities.recorded import step
 from activities.routing import RoutingActivities, request_id
 from switchyard import kafka
+from switchyard.acked import acked_end
 from switchyard.errors import BindingRefused
-from switchyard.model import MigrationMode, MigrationState, PartitionId, PartitionMigration
+from switchyard.ledger.kinds import AnyChange
+from switchyard.model import ClusterState, MigrationMode, MigrationState, PartitionId, PartitionMigration
 from switchyard.partition_migration import plan_partition
-from switchyard.routing import MigrationChange
+from switchyard.routing import ClusterChange, MigrationChange
 from switchyard.sagas import steps
 from switchyard.sagas.steps import (
     OriginChecked,
@@ -60,27 +62,47 @@ class PartitionActivities:
 
     @step(steps.MIGRATE_PARTITION)
     def migrate_partition(self, request: PartitionStep) -> PartitionMigrated:
-        """Read the origin's exact end (its writes are held, none in flight) and record it as the end
-        offset: from then on the partition's writes go to the target. Waits until every gateway has
-        applied it."""
+        """Record the end offset — a smooth migration's: the origin's exact end, read while its writes are
+        held and none is in flight; a fault migration's: beyond anything the origin acknowledged, the
+        origin shielded in the same change — from then on the partition's writes go to the target.
+        Waits until every gateway has applied it."""
         done = self._done(request, "migrate")
         if done is None:
-            migration = self._migration(request)
-            if migration.state is not MigrationState.MIGRATING:
-                raise BindingRefused(f"migration of {migration.id} is {migration.state}, not migrating")
-            key = (request.topic, request.partition)
-            end = self.deps.ends(request.origin, [key])[key]
-            change = MigrationChange.of(
-                migration, state=MigrationState.MIGRATED, end_offset=end, origin_end=end
-            )
+            changes = self._faulted(request) if request.fault else self._ended(request)
+            end = changes[0].end_offset if isinstance(changes[0], MigrationChange) else None
             done = self.deps.store.apply(
-                [change], actor=f"saga:{request.saga_id}", reason=f"partition migration: its end is {end}",
-                request_id=request_id("migrate"),
+                changes, actor=f"saga:{request.saga_id}", request_id=request_id("migrate"),
+                reason=f"partition migration: its end offset is {end}",
             )  # fmt: skip
         gateways = self.routing.wait(done, request.acks_timeout_s)
         migrated = self._migration(request)
         assert migrated.end_offset is not None
         return PartitionMigrated(done, gateways, migrated.end_offset, migrated.origin_end)
+
+    def _ended(self, request: PartitionStep) -> list[AnyChange]:
+        migration = self._migration(request)
+        if migration.state is not MigrationState.MIGRATING:
+            raise BindingRefused(f"migration of {migration.id} is {migration.state}, not migrating")
+        key = (request.topic, request.partition)
+        end = self.deps.ends(request.origin, [key])[key]
+        return [MigrationChange.of(migration, state=MigrationState.MIGRATED, end_offset=end, origin_end=end)]
+
+    def _faulted(self, request: PartitionStep) -> list[AnyChange]:
+        """The migration in effect at once, its end offset the highest end the gateways saw acknowledged
+        plus the margin, and the origin shielded: not contacted, its clients answered at once."""
+        store, key = self.deps.store, (request.topic, request.partition)
+        acked = acked_end(store.zk, store.layout, request.origin, *key)
+        end = (acked or 0) + request.fault_margin
+        base = self.deps.ends(request.target, [key])[key]
+        migration = MigrationChange(
+            PartitionId(*key), 0, request.origin, request.target, MigrationMode.FAULT,
+            MigrationState.MIGRATED, end_offset=end, target_base=base, ignore_origin=request.ignore_origin,
+        )  # fmt: skip
+        changes: list[AnyChange] = [migration]
+        origin = store.cluster(request.origin)
+        if origin is not None and origin.state is ClusterState.ACTIVE:
+            changes.append(ClusterChange(origin.id, origin.epoch, origin.bootstrap, ClusterState.SHIELDED))
+        return changes
 
     @step(steps.CALL_OFF_PARTITION)
     def call_off_partition_migration(self, request: PartitionStep) -> PartitionMigrated:

@@ -262,6 +262,9 @@ class SagasConfig(_Section):
     """Verify with the Spark job before the flip (clients stay blocked meanwhile)."""
     recovery_wait_s: Annotated[float, Field(ge=0)] = 0.0
     """Failover: how long to wait for the old primary to come back and measure the lost window."""
+    fault_margin: Annotated[int, Field(ge=0)] = 1_000_000
+    """Fault partition migration: offsets added past the highest end the gateways saw acknowledged, for
+    acknowledgements not yet published (every 2 s) and writers around the gateways."""
 
 
 class ObjectivesConfig(_Section):

@@ -55,6 +55,7 @@ def policy_of(config: Config, kind: Kind, **asked: Any) -> Policy:
         acks_timeout_s=sagas.acks_timeout_s,
         spark_verify=sagas.spark_verify,
         recovery_wait_s=sagas.recovery_wait_s,
+        fault_margin=sagas.fault_margin,
     )
     for name, value in asked.items():
         if value is not None:

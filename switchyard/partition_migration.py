@@ -10,6 +10,7 @@ origin, and the others would read a partition that no longer grows.
 from __future__ import annotations
 
 from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
 from switchyard.config import Config
@@ -22,6 +23,8 @@ from switchyard.sagas.steps import PartitionPlan, PartitionPlanRequest
 from switchyard.usage import read_usage
 
 ACTIVE_WITHIN_S = 600.0
+PROBE_S = 1.5
+"""A fault migration's origin must not answer a metadata request within this."""
 
 
 def plan_partition(store: RoutingStore, config: Config, request: PartitionPlanRequest) -> PartitionPlan:
@@ -67,7 +70,8 @@ def _check(store: RoutingStore, config: Config, request: PartitionPlanRequest, p
                 "whose writes leave the cluster would stop growing there (remove the link first)"
             )
     if request.fault:
-        raise Refusal("fault migrations are not available yet: the origin must answer (a smooth migration)")
+        _check_fault(config, request, plan)
+        return
     count = _partitions(config.clusters[plan.origin].bootstrap, request.topic)
     if count is None:
         raise Refusal(f"{request.topic} does not exist on {plan.origin}")
@@ -83,6 +87,30 @@ def _check(store: RoutingStore, config: Config, request: PartitionPlanRequest, p
         f"{request.topic} has {count} partitions on {plan.origin}; "
         + (f"{on_target} on {request.target}" if on_target else f"it is created on {request.target}")
     )
+
+
+def _check_fault(config: Config, request: PartitionPlanRequest, plan: PartitionPlan) -> None:
+    """A fault migration is for an origin that does not answer (else its end can be read exactly); the
+    topic must already be on the target, as the origin cannot say how many partitions it has."""
+    if answers(config.clusters[plan.origin].bootstrap):
+        raise Refusal(f"{plan.origin} answers: migrate smoothly (its end is read exactly, no gap)")
+    plan.checks.append(f"{plan.origin} does not answer within {PROBE_S:g}s")
+    on_target = _partitions(config.clusters[request.target].bootstrap, request.topic)
+    if on_target is None or request.partition >= on_target:
+        raise Refusal(
+            f"{request.topic} must exist on {request.target} with as many partitions as on {plan.origin} "
+            "(the origin cannot be asked how many): create it there first"
+        )
+    plan.checks.append(f"{request.topic} has {on_target} partitions on {request.target}")
+
+
+def answers(bootstrap: str) -> bool:
+    """Whether a cluster answers a metadata request within ``PROBE_S``."""
+    try:
+        AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=PROBE_S)
+    except KafkaException:
+        return False
+    return True
 
 
 def _origin(store: RoutingStore, config: Config, snapshot: RoutingSnapshot, topic: str) -> str:

@@ -73,7 +73,7 @@ class Reader:
                 "enable.auto.commit": False,
                 **(TESTBED_CONSUMER_SETTINGS if settings is None else settings),
                 **({"session.timeout.ms": int(session_s * 1000)} if session_s else {}),
-                **({"debug": debug, "logger": _debug_log(app)} if debug else {}),
+                **({"debug": debug, "logger": debug_log(app)} if debug else {}),
             }
         )
         self.thread = Worker(self._consume, name=f"consumer-{app}")
@@ -330,7 +330,7 @@ def first_out_of_order(batches: list[Batch]) -> str | None:
     return None
 
 
-def _debug_log(app: str) -> logging.Logger:
+def debug_log(app: str) -> logging.Logger:
     """librdkafka's debug log of one application, to a file of its own (SWITCHYARD_TRAFFIC_DEBUG)."""
     logger = logging.getLogger(f"switchyard.traffic.{app}")
     handler = logging.FileHandler(Path(tempfile.gettempdir()) / f"traffic-{app}.log")

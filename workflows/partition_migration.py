@@ -53,7 +53,7 @@ class PartitionMigration(SagaWorkflow):
         policy = request.policy
         at = PartitionStep(
             saga, request.topic, request.partition, plan.origin, request.target, policy.acks_timeout_s,
-            request.ignore_origin, request.fault,
+            request.ignore_origin, request.fault, policy.fault_margin,
         )  # fmt: skip
         started = workflow.now()
         undo = Compensations()

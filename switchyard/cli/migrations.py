@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import click
 
-from switchyard.cli.base import Group, NameType, cli, store_of
+from switchyard.cli.base import Group, NameType, actor_option, cli, config_of, store_of
 from switchyard.ledger.kinds import MIGRATIONS
+from switchyard.migration_checks import record_origin_ends
 from switchyard.model import PartitionId, PartitionMigration
 from switchyard.table import render
 
@@ -53,6 +54,20 @@ def show(ctx: click.Context, topic: str, partition: int) -> None:
         was = event.from_state or "-"
         click.echo(f"  epoch {event.epoch} {event.at:%Y-%m-%d %H:%M:%S} {was} -> {event.to_state}{end} "
                    f"by {event.actor}: {event.reason}")  # fmt: skip
+
+
+@migrations.command("check")
+@actor_option
+@click.pass_context
+def check(ctx: click.Context, actor: str) -> None:
+    """Record the true end of each fault migration's origin that answers again."""
+    config = config_of(ctx)
+    with store_of(ctx) as store:
+        found = record_origin_ends(store, config, actor=actor)
+    for origin in found:
+        click.echo(origin.describe())
+    if not found:
+        click.echo("no fault migration waits for its origin's end")
 
 
 def _meaning(migration: PartitionMigration) -> list[str]:

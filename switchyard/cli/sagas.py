@@ -282,6 +282,10 @@ def _dry_run_migration(ctx: click.Context, config: Config, topic: str, target: s
 @click.argument("partition", type=click.IntRange(min=0))
 @click.option("--to", "target", type=CLUSTER, required=True, help="The cluster the partition moves to.")
 @click.option(
+    "--fault", is_flag=True,
+    help="The origin does not answer: take effect at once, the end offset beyond anything it acknowledged.",
+)  # fmt: skip
+@click.option(
     "--ignore-origin", is_flag=True,
     help="Readers never go back to the origin: below the end offset they start at the target's first record.",
 )  # fmt: skip
@@ -297,8 +301,8 @@ def _dry_run_migration(ctx: click.Context, config: Config, topic: str, target: s
 @reason_option
 @click.pass_context
 def migrate_partition(  # noqa: PLR0917 - one per option
-    ctx: click.Context, topic: str, partition: int, target: str, ignore_origin: bool, wait: bool,
-    dry_run: bool, approval: str | None, actor: str, reason: str,
+    ctx: click.Context, topic: str, partition: int, target: str, fault: bool, ignore_origin: bool,
+    wait: bool, dry_run: bool, approval: str | None, actor: str, reason: str,
 ) -> None:  # fmt: skip
     """Move one partition of TOPIC to another cluster at the gateways (seed 004), its records left where
     they are: its writes go to the target from its end offset on, and its readers follow (see
@@ -307,7 +311,8 @@ def migrate_partition(  # noqa: PLR0917 - one per option
     workflow_id = partition_migration_id(topic, partition)
     if dry_run:
         with store_of(ctx) as store:
-            plan = plan_partition(store, config, PartitionPlanRequest(workflow_id, topic, partition, target))
+            ask = PartitionPlanRequest(workflow_id, topic, partition, target, fault)
+            plan = plan_partition(store, config, ask)
         click.echo(f"partition migration of {topic}[{partition}] to {target} (dry run: nothing changes)")
         if plan.origin:
             click.echo(f"  from {plan.origin}")
@@ -322,7 +327,7 @@ def migrate_partition(  # noqa: PLR0917 - one per option
         return
     policy = policy_of(config, Kind.PARTITION_MIGRATION, approval=approval)
     request = PartitionMigrationRequest(
-        topic, partition, target, ignore_origin=ignore_origin, actor=actor, reason=reason, policy=policy
+        topic, partition, target, fault, ignore_origin, actor=actor, reason=reason, policy=policy
     )
     _launch(config, Kind.PARTITION_MIGRATION, workflow_id, request, wait=wait)
 

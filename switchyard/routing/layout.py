@@ -6,6 +6,7 @@ bindings/<AppID>            {cluster, epoch, state, updated_at, by}; empty when 
 bindings/<AppID>/instances|topics|groups/<name>
 gateways/<id>               ephemeral: {applied_epoch, stale, host, pid, started_at}
 usage/<gateway id>          ephemeral: which identities used which topics and groups, when (usage.py)
+acked/<gateway id>          how far each partition's writes were acknowledged through it (acked.py)
 links/<id>                  mirror link: {source, target, include, exclude, state, reverse_of, epoch, ...}
 links/<id>/members/<member> ephemeral: one mirror process's partitions and their status
 migrations/<topic>/<partition>
@@ -31,7 +32,18 @@ from switchyard.keys import BindingKey
 from switchyard.ledger.kinds import BINDINGS, CLUSTERS, LINKS, AnyKind
 from switchyard.model import now
 
-FOLDERS = ("clusters", "bindings", "gateways", "links", "migrations", "locks", "txns", "vnodes", "usage")
+FOLDERS = (
+    "clusters",
+    "bindings",
+    "gateways",
+    "links",
+    "migrations",
+    "locks",
+    "txns",
+    "vnodes",
+    "usage",
+    "acked",
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,9 @@ class Layout:
 
     def usage(self, gateway_id: str) -> str:
         return f"{self.root}/usage/{quote(gateway_id, safe='')}"
+
+    def acked(self, gateway_id: str) -> str:
+        return f"{self.root}/acked/{quote(gateway_id, safe='')}"
 
     def gateway(self, gateway_id: str) -> str:
         return f"{self.root}/gateways/{quote(gateway_id, safe='')}"

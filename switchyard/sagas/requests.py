@@ -40,6 +40,8 @@ class Policy:
     """Run the Spark verification job before the flip (slower; clients stay blocked meanwhile)."""
     recovery_wait_s: float = 0.0
     """Failover: how long to wait for the old primary to come back, to measure the lost window."""
+    fault_margin: int = 1_000_000
+    """Fault partition migration: offsets past the highest acknowledged end seen (``sagas.fault_margin``)."""
     retire_source: bool = True
     """Topic migration: delete the topic on the source after the retirement approval."""
 

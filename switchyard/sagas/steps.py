@@ -446,6 +446,7 @@ class PartitionStep:
     acks_timeout_s: float
     ignore_origin: bool = False
     fault: bool = False
+    fault_margin: int = 1_000_000
 
 
 @dataclass

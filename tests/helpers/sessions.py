@@ -19,6 +19,7 @@ from switchyard.model import Binding
 from switchyard.routing.snapshot import RoutingSnapshot
 from tests.helpers.frames import Encoded, example
 from workers.gateway import apis
+from workers.gateway.acked import AckedEnds
 from workers.gateway.holds import RoutingChanges
 from workers.gateway.inflight import InFlight
 from workers.gateway.intake import ByteBudget
@@ -62,6 +63,7 @@ class Gateway:
         self.budget = ByteBudget(self.config.gateway.limits.buffer_bytes)
         self.metrics = Metrics.create()
         self.usage = UsageTracker()
+        self.acked = AckedEnds()
         self.members = Members()
         self.moved = Moved(self._nowhere, self._nowhere)
         self.offered = {key: (offered(key).start, offered(key).stop - 1) for key in READ}

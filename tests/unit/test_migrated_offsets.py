@@ -62,6 +62,9 @@ class Log:
     """Batches as (base, last), ascending, gaps between them (a compacted log) allowed."""
     start: int
     end: int
+    hiccups: bool = False
+    """Every other fetch answers no records though some wait (Tansu, asked to wait 1 ms, may)."""
+    fetches: int = 0
 
     @property
     def newer(self) -> int:
@@ -71,6 +74,9 @@ class Log:
     def fetch(self, offset: int, most: int) -> Fetched:
         if offset < self.start or offset > self.end:
             return Fetched(OUT_OF_RANGE, -1, -1, -1, b"")
+        self.fetches += 1
+        if self.hiccups and self.fetches % 2:
+            return Fetched(NONE, self.end, self.end, self.start, b"")
         after = [s for s in self.spans if s[1] >= offset]
         data = b"".join(batch(self.name, b, last) for b, last in after[:most])
         tail = b"\x00" * 5 if len(after) > most else b""  # the next batch, cut short by the size limit
@@ -96,7 +102,9 @@ def logs(draw: st.DrawFn, name: str, start: int) -> Log:
         size = draw(st.integers(1, 5))
         spans.append((at, at + size - 1))
         at += size
-    return Log(name, spans, start, at)
+    if not spans:  # everything removed (retention): the log starts at its end
+        return Log(name, [], at, at)
+    return Log(name, spans, start, at)  # compaction keeps a log's last batch
 
 
 @dataclass
@@ -111,6 +119,7 @@ class Case:
 @st.composite
 def cases(draw: st.DrawFn) -> Case:
     origin = draw(logs("origin", draw(st.integers(0, 5))))
+    origin.hiccups = draw(st.booleans())
     target = draw(logs("target", 0))  # records before the migration's base are not the partition's
     base = target.end
     after = draw(logs("target", base))
@@ -148,14 +157,17 @@ def fetch(arithmetic: Arithmetic, case: Case, client: int, most: int) -> Fetched
 def consume(arithmetic: Arithmetic, case: Case, start: int, most: int) -> list[tuple[int, Record]]:
     """What a consumer at ``start`` processes until it catches up: (client offset, record)."""
     got: list[tuple[int, Record]] = []
-    at = start
-    for _ in range(200):
+    at, idle = start, 0
+    for _ in range(400):
         answer = fetch(arithmetic, case, at, most)
         if answer is None or answer.error != NONE:
             break
         new = [(o, r) for o, r in records_of(answer.records) if o >= at]  # as clients skip within a batch
-        if not new:
+        idle = 0 if new else idle + 1
+        if idle == 3:  # caught up
             break
+        if not new:
+            continue
         assert [o for o, _ in new] == sorted({o for o, _ in new}), "offsets go back or repeat"
         got += new
         at = new[-1][0] + 1

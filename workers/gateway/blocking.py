@@ -1,4 +1,5 @@
-"""Error answers for blocked requests: correct for the request's API version, retriable, never silence.
+"""Error answers for blocked requests (and those of a shielded cluster): correct for the request's API
+version, retriable, never silence.
 
 Partition requests get NOT_LEADER_OR_FOLLOWER on every partition they name, which makes a stock client
 refresh its metadata and retry; group requests get NOT_COORDINATOR, which makes it look up the
@@ -20,6 +21,7 @@ from workers.gateway.protocol import Request, response_schema
 
 NOT_LEADER = ErrorCode.not_leader_or_follower
 NOT_COORDINATOR = ErrorCode.not_coordinator
+COORDINATOR_NOT_AVAILABLE = ErrorCode.coordinator_not_available
 TOPIC_AUTHORIZATION_FAILED = ErrorCode.topic_authorization_failed
 
 
@@ -28,6 +30,9 @@ def blocked_response(request: Request, body: Any, error: ErrorCode | None = None
     ``error`` in the same places."""
     cls = response_schema(request.api_key, request.api_version)
     key = request.api_key
+    if key in (apis.FIND_COORDINATOR, apis.INIT_PRODUCER_ID):  # answered by a coordinator
+        code = COORDINATOR_NOT_AVAILABLE if error is None else error
+        return make(cls, error_code=code, node_id=-1, producer_id=-1, producer_epoch=-1)
     if key in apis.GROUP_APIS:
         return _group(cls, key, body, NOT_COORDINATOR if error is None else error)
     code = NOT_LEADER if error is None else error

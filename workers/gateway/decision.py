@@ -30,6 +30,10 @@ sockets and shared state, lets every API be checked against every routing state 
   know it, and commits what it processed meanwhile; refused while the group rebalances, it is sent
   once the rejoin is done, as the member the connection rejoined as;
 - ``DROP``: a Produce with acks=0 that may not land: it expects no answer, so nothing is sent;
+- ``SHIELD``: the identity is routed to a shielded (or down) cluster, which is not contacted at all: a
+  partition or group request, a FindCoordinator or an InitProducerId gets a retriable error at once
+  (a Metadata request is answered here, ``ANSWER``), so clients of a dead cluster fail fast and retry
+  instead of waiting out connection time-outs, and the gateway stays healthy for everyone else;
 - ``SPLIT``: a partition request naming a partition a migration moved: split per cluster and broker,
   answered in client offsets (see :mod:`workers.gateway.partitions`); a write to a partition whose
   migration is about to take effect is held like a blocked identity's.
@@ -60,6 +64,7 @@ class Action(enum.Enum):
     QUIET = "quiet"
     ADOPT = "adopt"
     DROP = "drop"
+    SHIELD = "shield"
     SPLIT = "split"
 
 
@@ -84,6 +89,7 @@ def decide(
     joined_on: str | None = None,
     rejoining: bool = False,
     partitions: Touch = Touch.NONE,
+    shielded: bool = False,
 ) -> Decision:
     """``broker``: the real broker the connection's listener stands for (None: the bootstrap port);
     ``empty_metadata``: a Metadata request with an empty topic list; ``mirrored(topic)``: whether the
@@ -91,20 +97,28 @@ def decide(
     Heartbeat, the cluster its member joined on, where the gateway saw the join (None: unknown, no
     member, or a commit no link could carry from there); ``rejoining``:
     for an OffsetCommit from outside the group or a Heartbeat, that the connection's consumer is
-    rejoining its group; ``partitions``: what the request has to do with partition migrations."""
+    rejoining its group; ``partitions``: what the request has to do with partition migrations;
+    ``shielded``: the resolved cluster is shielded or down."""
     cluster = resolution.cluster
-    if api_key == apis.METADATA and empty_metadata:
+    if api_key == apis.METADATA and (empty_metadata or shielded):
         return Decision(Action.ANSWER, cluster)
     decision = _decide(
         api_key, context, resolution, broker, mirrored=mirrored, joined_on=joined_on, rejoining=rejoining,
         partitions=partitions,
     )  # fmt: skip
+    if shielded and decision.action in _CONTACTING and api_key in _SHIELDED:
+        decision = Decision(Action.SHIELD, cluster)
     if not context.expects_response and decision.action in _ANSWERED_HERE:
         return Decision(Action.DROP, cluster)
     return decision
 
 
-_ANSWERED_HERE = frozenset({Action.HOLD, Action.REDIRECT, Action.REFUSE, Action.REJOIN, Action.QUIET})
+_ANSWERED_HERE = frozenset(
+    {Action.HOLD, Action.REDIRECT, Action.REFUSE, Action.REJOIN, Action.QUIET, Action.SHIELD}
+)
+_CONTACTING = frozenset({Action.FORWARD, Action.CARRY, Action.ADOPT})
+_SHIELDED = apis.BLOCKABLE | {apis.FIND_COORDINATOR, apis.INIT_PRODUCER_ID}
+"""What a shielded cluster's identities get a retriable error for, rather than a forward."""
 
 
 def _decide(

@@ -122,14 +122,11 @@ class Arithmetic:
 
     @staticmethod
     def _exhausted(client: int, answer: Fetched) -> bool:
-        """Whether an origin answer without records says the origin holds nothing more from ``client``:
-        at or past its end, or the rest compacted away; not while records wait for a transaction's end
-        (below the high watermark, at or past the last stable offset) or were cut short."""
-        if answer.records:
-            return False
-        if answer.high_watermark <= client:
-            return True
-        return not 0 <= answer.last_stable_offset <= client
+        """Whether an origin answer without records says the origin holds nothing at or past ``client``:
+        its high watermark is there. An empty answer below it is no proof — records may wait for a
+        transaction's end, be cut short, or (Tansu) not be gathered within the wait — so it is answered
+        empty, and the reader asks again."""
+        return not answer.records and answer.high_watermark <= client
 
     def from_target(self, answer: Fetched) -> Fetched:
         """The target's answer in client offsets (records it held before the migration left out)."""

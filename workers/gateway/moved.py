@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from switchyard.identity import Identity
 from switchyard.routing.snapshot import RoutingSnapshot
@@ -24,6 +27,22 @@ class Moved:
         self._producer_id = producer_id
         self._index = Migrations(RoutingSnapshot(0))
         self._translations: dict[tuple[Identity, int, str], asyncio.Future[Translation]] = {}
+        self._topics: dict[str, dict[str, tuple[int, ...]]] = {}
+        """Per cluster, each topic's partitions' leaders (virtual ids), as its last Metadata answer through
+        here said."""
+
+    def learn(self, cluster: str, metadata: Any) -> None:
+        """What a Metadata answer from ``cluster`` (virtual ids) says of its topics' partitions."""
+        known = self._topics.setdefault(cluster, {})
+        for topic in metadata.topics:
+            if topic.name and topic.error_code == ErrorCode.none and topic.partitions:
+                leaders = {p.partition_index: p.leader_id for p in topic.partitions}
+                known[topic.name] = tuple(leaders.get(i, -1) for i in range(max(leaders) + 1))
+
+    def topics(self, cluster: str) -> dict[str, tuple[int, ...]]:
+        """The topics of ``cluster`` known here, each partition's last known leader (for when the cluster
+        is shielded)."""
+        return dict(self._topics.get(cluster, {}))
 
     def of(self, snapshot: RoutingSnapshot) -> Migrations:
         """``snapshot``'s migrations, indexed (once per snapshot)."""

@@ -31,6 +31,7 @@ from workers.gateway import apis
 from workers.gateway.entities import element_type, make, replace_known
 from workers.gateway.migrated import LATEST, Arithmetic, Fetched, Listed, Read, Side
 from workers.gateway.protocol import Request, response_schema
+from workers.gateway.upstream import Shielded
 
 log = logging.getLogger(__name__)
 NOT_LEADER = ErrorCode.not_leader_or_follower
@@ -86,10 +87,10 @@ class Migrations:
             for partition in partitions
             if (migration := moved.get(partition)) is not None
         ]
+        if request.api_key == apis.PRODUCE and any(not m.in_effect for m in found):
+            return Touch.HELD  # a write to a partition whose end is being read waits, whatever else it names
         if any(m.in_effect for m in found):
             return Touch.SPLIT
-        if request.api_key == apis.PRODUCE and found:
-            return Touch.HELD
         return Touch.NONE
 
     def signature(self, cluster: str, topics: tuple[str, ...]) -> tuple[Any, ...]:
@@ -182,7 +183,9 @@ class Split:
 
     async def _node(self, cluster: str, topic: str, partition: int, *, migrated: bool) -> int | None:
         """The broker to ask for a partition on ``cluster``: the one the client's connection stands for,
-        for a partition not migrated; else the one that leads it."""
+        for a partition not migrated; else the one that leads it; None for a cluster not to contact."""
+        if not self.brokers.reachable(cluster):  # shielded, or known unreachable: not contacted
+            return None
         if not migrated and cluster == self.cluster and self.node is not None:
             return self.node
         return await self.brokers.leader(cluster, topic, partition)
@@ -238,13 +241,14 @@ class Split:
 
         answers = await self._ask_parts(parts, build)
         for answer in answers.values():
-            if isinstance(answer, Exception):  # its outcome is unknown: as when a forward fails
-                raise answer
+            if isinstance(answer, Exception) and not isinstance(answer, Shielded):
+                raise answer  # its outcome is unknown: as when a forward fails
         if body.acks == 0:
             return None
         got = {
             (t.name, p.index): p
             for answer in answers.values()
+            if not isinstance(answer, Shielded)  # never sent: its partitions are answered NOT_LEADER
             for t in answer.responses
             for p in t.partition_responses
         }

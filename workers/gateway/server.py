@@ -24,6 +24,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
 
+from switchyard.acked import encode as encode_acked
 from switchyard.config import Config, split_hostport
 from switchyard.errors import ConfigError, GatewayError
 from switchyard.identity import Identity
@@ -35,6 +36,7 @@ from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.view import BindingView
 from switchyard.usage import encode
 from workers.gateway import apis
+from workers.gateway.acked import AckedEnds
 from workers.gateway.entities import element_type, make
 from workers.gateway.holds import RoutingChanges
 from workers.gateway.inflight import InFlight
@@ -88,6 +90,7 @@ class Gateway:
         self.brokers: dict[str, dict[int, tuple[str, int]]] = {c: {} for c in config.clusters}
         self.offered: dict[int, tuple[int, int]] = {}
         self.usage = UsageTracker()
+        self.acked = AckedEnds()
         self.producers: dict[tuple[Identity, int], ProducerRoute] = {}
         """Where each client's idempotent producer writes now, and as whom (from InitProducerId on)."""
         self._new_routes = asyncio.Lock()
@@ -487,21 +490,27 @@ class Gateway:
                 session.check(now)
 
     async def _publish_usage(self) -> None:
-        """Every few seconds, what the clients used, where sagas read it (an ephemeral node)."""
-        path = self.layout.usage(self.id)
+        """Every few seconds, what the clients used (an ephemeral node) and how far their writes were
+        acknowledged (a persistent one: it outlives the gateway), where sagas read them."""
+        usage, acked = self.layout.usage(self.id), self.layout.acked(self.id)
         while True:
             await asyncio.sleep(_USAGE_EVERY_S)
             data = encode(self.usage.uses())
             try:
-                await asyncio.to_thread(self._write_usage, path, data)
+                await asyncio.to_thread(self._write, usage, data, ephemeral=True)
+                if self.acked.changed:
+                    self.acked.changed = False
+                    await asyncio.to_thread(
+                        self._write, acked, encode_acked(self.acked.ends), ephemeral=False
+                    )
             except Exception:
                 log.warning("gateway %s: usage not published", self.id, exc_info=True)
 
-    def _write_usage(self, path: str, data: bytes) -> None:
+    def _write(self, path: str, data: bytes, *, ephemeral: bool) -> None:
         try:
             self.zk.set(path, data)
         except NoNodeError:
-            self.zk.create(path, data, ephemeral=True, makepath=True)
+            self.zk.create(path, data, ephemeral=ephemeral, makepath=True)
 
     async def _probe_clusters(self) -> None:
         """Ask every cluster for its brokers every few seconds, side by side: a cluster not reached yet

@@ -59,7 +59,7 @@ from workers.gateway.protocol import (
 from workers.gateway.rewrite import BROKER_NAMING
 from workers.gateway.sasl import Credentials, SaslError
 from workers.gateway.shared import Shared
-from workers.gateway.upstream import Upstream, UpstreamError
+from workers.gateway.upstream import Shielded, Upstream, UpstreamError
 from workers.gateway.vnodes import RealBroker
 
 log = logging.getLogger(__name__)
@@ -211,7 +211,7 @@ class ClientSession:
         for key, upstream in list(self._upstreams.items()):
             if upstream.cluster in clusters:
                 del self._upstreams[key]
-                await upstream.close()
+                await upstream.close(Shielded(f"cluster {upstream.cluster} is shielded"))
 
     def check(self, now: float) -> None:
         """End the connection if it has run past a time-out (called by the gateway's watchdog)."""
@@ -303,11 +303,13 @@ class ClientSession:
                 joined_on = None
         rejoining = self._rejoining(request, member)
         partitions = gateway.moved.of(snapshot).touch(request, resolution.cluster, context.topics)
+        cluster = snapshot.clusters.get(resolution.cluster)
         return decide(
             request.api_key, context, resolution, self.listener.broker,
             empty_metadata=request.api_key == apis.METADATA and request.body.topics == (),
             mirrored=lambda topic: gateway.mirrored(snapshot, resolution.cluster, topic),
             joined_on=joined_on, rejoining=rejoining, partitions=partitions,
+            shielded=cluster is not None and cluster.state is not ClusterState.ACTIVE,
         )  # fmt: skip
 
     async def _carry_out(
@@ -319,13 +321,15 @@ class ClientSession:
         action = decision.action
         if action is Action.ANSWER:
             metadata = await self.gateway.local_metadata(request, decision.cluster)
+            if request.body.topics != ():  # a shielded cluster's: its topics as last known
+                metadata = await self._shielded_topics(request, metadata, decision.cluster)
             return _ready(encode_response(request, metadata))
         if action is Action.DROP:
             return _ready(None)
         if action in (Action.REJOIN, Action.QUIET):
             answer = REBALANCING if action is Action.REJOIN else ErrorCode.none
             return _ready(encode_response(request, blocked_response(request, request.body, answer)))
-        if action in (Action.REDIRECT, Action.REFUSE, Action.HOLD):
+        if action in (Action.REDIRECT, Action.REFUSE, Action.HOLD, Action.SHIELD):
             if action is not Action.HOLD:  # a held request was counted when it was held
                 self.gateway.metrics.blocked.add(api_name(request.api_key), incoming.identity.app or "-")
             error = TOPIC_AUTHORIZATION_FAILED if action is Action.REFUSE else None
@@ -741,7 +745,15 @@ class ClientSession:
             if group not in self._rejoins or self._rejoins[group][0].done():
                 session_s = float(request.body.session_timeout.total_seconds())
                 self._rejoins[group] = (asyncio.get_running_loop().create_future(), session_s)
-        upstream = self._upstream(resolution.cluster, node, long_poll=key in apis.LONG_POLLS)
+        try:
+            upstream = self._upstream(resolution.cluster, node, long_poll=key in apis.LONG_POLLS)
+        except Shielded:  # shielded since this request was decided
+            if not context.expects_response:
+                return _ready(None)
+            refused = self._unanswerable(request)
+            if refused is None:
+                raise
+            return _ready(refused)
         inflight = self.gateway.inflight
         ticket = inflight.start(
             snapshot.epoch,
@@ -802,12 +814,20 @@ class ClientSession:
                 if not future.done():  # a newer epoch routes it elsewhere: answer as that epoch would
                     self._abandon(request, future, upstream)
                     return encode_response(request, blocked_response(request, request.body))
-            frame = await future
+            try:
+                frame = await future
+            except Shielded:
+                unanswered = self._unanswerable(request)
+                if unanswered is None:
+                    raise
+                return unanswered
         finally:
             self.gateway.inflight.finish(ticket)
         answered = loop.time()
         cluster = upstream.cluster
-        if request.api_key == apis.INIT_PRODUCER_ID:
+        if request.api_key == apis.PRODUCE:
+            self.gateway.acked.note(cluster, request.body, decode_response(request, frame))
+        elif request.api_key == apis.INIT_PRODUCER_ID:
             issued = decode_response(request, frame)
             if issued.producer_id >= 0:
                 self.gateway.issued(identity, issued.producer_id, cluster)
@@ -839,8 +859,27 @@ class ClientSession:
         if naming:
             body = await self.gateway.rewrite(request.api_key, body, cluster)
             if request.api_key == apis.METADATA:
+                self.gateway.moved.learn(cluster, body)
                 body = await self._moved_leaders(body, cluster)
         return encode_response(request, topic_identity.present(request.api_key, body))
+
+    async def _shielded_topics(self, request: Request, metadata: Any, cluster: str) -> Any:
+        """A shielded cluster's topics in a Metadata answer made here, as the gateway last saw them: each
+        partition led by the virtual broker that led it, whose requests are answered at once with the
+        retriable error (so clients keep asking, and find a partition a migration moves the moment it
+        does), those a migration moved led where they moved; a topic never seen, without a leader."""
+        known = self.gateway.moved.topics(cluster)
+        names = [t.name for t in request.body.topics] if request.body.topics is not None else sorted(known)
+        topic_cls = element_type(type(metadata), "topics")
+        partition_cls = element_type(topic_cls, "partitions")
+        topics = []
+        for name in names:
+            if name not in known:
+                topics.append(make(topic_cls, name=name, error_code=ErrorCode.leader_not_available))
+                continue
+            partitions = tuple(_led(partition_cls, p, leader) for p, leader in enumerate(known[name]))
+            topics.append(make(topic_cls, name=name, partitions=partitions))
+        return await self._moved_leaders(dataclasses.replace(metadata, topics=tuple(topics)), cluster)
 
     async def _moved_leaders(self, body: Any, cluster: str) -> Any:
         """A Metadata answer (virtual ids already) with each migrated partition led by the virtual broker
@@ -953,7 +992,19 @@ class ClientSession:
             )
         return identity
 
+    def _unanswerable(self, request: Request) -> bytes | None:
+        """A request whose cluster was shielded under it, answered with the retriable error where its
+        API has one (None: there is none, and the connection closes as on a broker's failure)."""
+        if request.api_key not in apis.BLOCKABLE | {apis.FIND_COORDINATOR, apis.INIT_PRODUCER_ID}:
+            return None
+        return encode_response(request, blocked_response(request, request.body))
+
     def _upstream(self, cluster: str, node: int | None, *, long_poll: bool) -> Upstream:
+        """This session's connection to a broker; :class:`Shielded` for a cluster shielded now (it is not
+        contacted at all: a request decided just before the shield must not reach it)."""
+        known = self.gateway.view.snapshot.clusters.get(cluster)
+        if known is not None and known.state is not ClusterState.ACTIVE:
+            raise Shielded(f"cluster {cluster} is {known.state}")
         key = (cluster, node, long_poll)
         upstream = self._upstreams.get(key)
         if upstream is None or upstream.closed or upstream.retired:
@@ -978,7 +1029,10 @@ class _SplitBrokers:
             own = encode_request(apis.PRODUCE, request.api_version, fields, client_id="switchyard-gateway")
             await upstream.send(own.frame, own.correlation_id, expects_response=False)
             return None
-        return await upstream.ask(request.api_key, request.api_version, **fields)
+        answer = await upstream.ask(request.api_key, request.api_version, **fields)
+        if request.api_key == apis.PRODUCE:
+            self.gateway.acked.note(cluster, body, answer)
+        return answer
 
     async def leader(self, cluster: str, topic: str, partition: int) -> int | None:
         return await self.gateway.moved.leaders.leader(cluster, topic, partition)
@@ -1015,6 +1069,14 @@ class _SplitBrokers:
         )  # fmt: skip
         (partition,) = answer.topics[0].partitions
         return listed_of(partition)
+
+
+def _led(partition_cls: Any, index: int, leader: int) -> Any:
+    """A Metadata partition led by virtual broker ``leader`` (-1: none), its epoch unknown."""
+    error = ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available
+    nodes = (leader,)
+    return make(partition_cls, partition_index=index, leader_id=leader, leader_epoch=-1, replica_nodes=nodes,
+                isr_nodes=nodes, error_code=error)  # fmt: skip
 
 
 def _dropped(future: asyncio.Future[bytes]) -> None:

@@ -16,6 +16,7 @@ from switchyard.mirror.mapstore import LinkRecords
 from switchyard.model import Link
 from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.view import BindingView
+from workers.gateway.acked import AckedEnds
 from workers.gateway.holds import RoutingChanges
 from workers.gateway.inflight import InFlight
 from workers.gateway.intake import ByteBudget
@@ -38,6 +39,7 @@ class Shared(Protocol):
     budget: ByteBudget
     metrics: Metrics
     usage: UsageTracker
+    acked: AckedEnds
     members: Members
     moved: Moved
     offered: dict[int, tuple[int, int]]

@@ -33,6 +33,11 @@ class UpstreamError(Exception):
     """The broker connection failed; every request waiting on it fails with this."""
 
 
+class Shielded(UpstreamError):
+    """The broker's cluster is shielded: the connection was closed, or never made, on purpose. What
+    waited on it gets the retriable error, its client connection kept."""
+
+
 Ask = Callable[..., Awaitable[Any]]
 """``ask(api_key, version, **fields)``: send one request of the gateway's own, return the decoded answer."""
 Login = Callable[[Ask], Awaitable[None]]
@@ -163,8 +168,8 @@ class Upstream:
         if not self._waiting:
             self._fail(UpstreamError(f"{self.host}:{self.port}: retired"))
 
-    async def close(self) -> None:
-        self._fail(UpstreamError(f"connection to {self.host}:{self.port} closed by the gateway"))
+    async def close(self, error: UpstreamError | None = None) -> None:
+        self._fail(error or UpstreamError(f"connection to {self.host}:{self.port} closed by the gateway"))
         if self._reader_task is not None:
             self._reader_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
