@@ -32,7 +32,8 @@ _DURATION = _meter.create_histogram(
 
 
 OUTCOMES = {kind: ("switched", "compensated", "refused") for kind in Kind} | {
-    Kind.MIGRATION: ("migrated", "compensated", "refused")
+    Kind.MIGRATION: ("migrated", "compensated", "refused"),
+    Kind.PARTITION_MIGRATION: ("migrated", "compensated", "refused"),
 }
 """How each kind of saga can end (``SagaResult.outcome``)."""
 

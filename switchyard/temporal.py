@@ -43,7 +43,7 @@ async def connect(config: Config) -> Client:
         raise StackError(f"Temporal at {config.temporal.address} cannot be reached: {exc}") from exc
 
 
-SAGA_OUTCOMES = ("SwitchRefused", "SwitchAbandoned")
+SAGA_OUTCOMES = ("SwitchRefused", "SwitchAbandoned", "MigrationAbandoned")
 """The failure types a saga ends with by its own decision (``workflows/base.py``): an outcome, not a crash."""
 
 

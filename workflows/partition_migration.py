@@ -75,12 +75,18 @@ class PartitionMigration(SagaWorkflow):
             )  # fmt: skip
         except BaseException as exc:
             undone = await undo.run()
-            failed = [f"{n}: {reason(e)}" for n, e in undone if isinstance(e, BaseException)]
-            result.outcome = "compensated"
-            result.detail = f"{name} stays on {plan.origin}: {reason(exc)}{self._at(exc)}" + (
-                f"; compensation failed ({'; '.join(failed)})" if failed else ""
-            )
-            await self._fail(result, "Rejected" if isinstance(exc, SagaAbandoned) else "MigrationAbandoned")
+            took = [r for _, r in undone if isinstance(r, PartitionMigrated) and r.end_offset >= 0]
+            if not took:  # called off: its writes go on to the origin
+                failed = [f"{n}: {reason(e)}" for n, e in undone if isinstance(e, BaseException)]
+                result.outcome = "compensated"
+                result.detail = f"{name} stays on {plan.origin}: {reason(exc)}{self._at(exc)}" + (
+                    f"; compensation failed ({'; '.join(failed)})" if failed else ""
+                )
+                await self._fail(
+                    result, "SwitchAbandoned" if isinstance(exc, SagaAbandoned) else "MigrationAbandoned"
+                )
+            migrated = took[0]  # it took effect after all (its acknowledgement was what failed): forward
+            self._mark("take effect", "done", f"in effect at epoch {migrated.epoch} ({reason(exc)})")
         result.outcome = "migrated"
         result.flip_epoch, result.end_offset = migrated.epoch, migrated.end_offset
         result.rto_ms = millis(workflow.now() - started)
@@ -91,8 +97,9 @@ class PartitionMigration(SagaWorkflow):
             await self._check_origin(at, migrated, result)
         return await self._finish(result)
 
-    async def _call_off(self, at: PartitionStep) -> None:
-        await self._step(
+    async def _call_off(self, at: PartitionStep) -> PartitionMigrated:
+        """Remove the migration if it has not taken effect; one that has is said (end offset >= 0)."""
+        return await self._step(
             "call off", steps.CALL_OFF_PARTITION, at, PartitionMigrated,
             timeout_s=at.acks_timeout_s + 30, give_up_s=FOREVER_S,
         )  # fmt: skip

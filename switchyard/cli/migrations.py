@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import click
 
-from switchyard.cli.base import Group, NameType, actor_option, cli, config_of, store_of
+from switchyard.cli.base import Group, NameType, actor_option, cli, config_of, reason_option, store_of
 from switchyard.ledger.kinds import MIGRATIONS
 from switchyard.migration_checks import record_origin_ends
-from switchyard.model import PartitionId, PartitionMigration
+from switchyard.model import MigrationState, PartitionId, PartitionMigration
+from switchyard.routing import MigrationChange
 from switchyard.table import render
 
 
@@ -54,6 +55,26 @@ def show(ctx: click.Context, topic: str, partition: int) -> None:
         was = event.from_state or "-"
         click.echo(f"  epoch {event.epoch} {event.at:%Y-%m-%d %H:%M:%S} {was} -> {event.to_state}{end} "
                    f"by {event.actor}: {event.reason}")  # fmt: skip
+
+
+@migrations.command("call-off")
+@click.argument("topic", type=NameType("the topic"))
+@click.argument("partition", type=click.IntRange(min=0))
+@actor_option
+@reason_option
+@click.pass_context
+def call_off(ctx: click.Context, topic: str, partition: int, actor: str, reason: str) -> None:
+    """Remove a migration that never took effect (left migrating by a saga that is gone): the
+    partition's held writes go on to its origin. One in effect cannot be (its offsets are fixed)."""
+    key = PartitionId(topic, partition)
+    with store_of(ctx) as store:
+        migration = store.migration(key)
+        if migration is None:
+            raise click.ClickException(f"{key} has no migration")
+        epoch = store.apply(
+            [MigrationChange.of(migration, state=MigrationState.CALLED_OFF)], actor=actor, reason=reason
+        )
+    click.echo(f"migration of {key} called off, epoch {epoch}")
 
 
 @migrations.command("check")

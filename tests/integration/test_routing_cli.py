@@ -13,6 +13,9 @@ from click.testing import CliRunner, Result
 
 from switchyard.cli import cli
 from switchyard.config import Config
+from switchyard.ledger import Ledger
+from switchyard.model import MigrationMode, MigrationState, PartitionId
+from switchyard.routing import MigrationChange, RoutingStore
 from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import Stack
 
@@ -156,3 +159,30 @@ def test_links_refuse_what_would_break_routing_and_can_be_deleted(run: Operator)
     assert deleted.output.startswith("link p2s deleted, epoch 4")
     assert run.table("links", "list")[1:] == []
     assert run("links", "delete", "p2s", "--force").exit_code == 5
+
+
+def test_a_migration_left_migrating_is_called_off_and_one_in_effect_is_not(run: Operator) -> None:
+    run("clusters", "add", "primary")
+    run("clusters", "add", "standby")
+    zk, ledger = connect(run.config), Ledger.open(run.env["SWITCHYARD__LEDGER__URL"])
+    try:
+        RoutingStore(zk, run.root, ledger).apply(
+            [MigrationChange(PartitionId("orders", 1), 0, "primary", "standby", MigrationMode.SMOOTH,
+                             MigrationState.MIGRATING),
+             MigrationChange(PartitionId("orders", 2), 0, "primary", "standby", MigrationMode.FAULT,
+                             MigrationState.MIGRATED, end_offset=5000)],
+            actor="saga:gone", reason="a saga that died holding it",
+        )  # fmt: skip
+    finally:
+        disconnect(zk)
+        ledger.close()
+    called = run("migrations", "call-off", "orders", "1", "--reason", "its saga is gone")
+    assert called.exit_code == 0, called.output
+    assert called.output.startswith("migration of orders[1] called off, epoch ")
+    refused = run("migrations", "call-off", "orders", "2")
+    assert refused.exit_code != 0
+    assert "in effect since epoch 3, it cannot be called off" in refused.output
+    assert run("migrations", "call-off", "orders", "3").output.endswith("orders[3] has no migration\n")
+    shown = run("migrations", "show", "orders", "1").output
+    assert "orders[1]: no migration now (called off)" in shown
+    assert "migrating -> called-off by user:" in shown

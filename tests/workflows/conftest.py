@@ -108,6 +108,8 @@ class Script:
     """The source ends the drain reads when it starts beside the fence."""
     overrun: int = 0
     """Records a partition migration's origin check finds past the end offset."""
+    call_off: PartitionMigrated = field(default_factory=lambda: PartitionMigrated(22, 2, -1, None))
+    """What calling a partition migration off finds (an end offset: it had taken effect after all)."""
 
     @property
     def steps(self) -> list[str]:
@@ -150,7 +152,7 @@ class Script:
             steps.PLAN_PARTITION: (PartitionPlanRequest, self._partition_plan),
             steps.HOLD_PARTITION: (PartitionStep, lambda _: PartitionHeld(20, 2, 0)),
             steps.MIGRATE_PARTITION: (PartitionStep, lambda _: PartitionMigrated(21, 2, 1200, 1200)),
-            steps.CALL_OFF_PARTITION: (PartitionStep, lambda _: PartitionMigrated(22, 2, -1, None)),
+            steps.CALL_OFF_PARTITION: (PartitionStep, lambda _: self.call_off),
             steps.CHECK_ORIGIN: (PartitionStep, lambda _: OriginChecked(1200 + self.overrun, self.overrun)),
         }
         return [self._stand_in(name, kind, answer) for name, (kind, answer) in answers.items()]

@@ -20,7 +20,7 @@ from switchyard.sagas.requests import (
     Progress,
     SwitchRequest,
 )
-from switchyard.sagas.steps import PartitionEnd
+from switchyard.sagas.steps import PartitionEnd, PartitionMigrated
 from tests.workflows.conftest import Sagas, capture, refused
 
 PLANNED = [
@@ -513,6 +513,19 @@ def test_a_partition_migration_refused_or_rejected_changes_nothing(sagas: Sagas)
         return failed.value
 
     kind, result = failure(sagas.run(scenario))
-    assert (kind, result["outcome"]) == ("Rejected", "compensated")
+    assert (kind, result["outcome"]) == ("SwitchAbandoned", "compensated")
     assert "rejected before the partition moves by user:owner: not today" in result["detail"]
     assert sagas.script.steps == [steps.PLAN_PARTITION]  # nothing to call off: nothing was held
+
+
+def test_a_partition_migration_whose_step_failed_after_it_took_effect_goes_forward(sagas: Sagas) -> None:
+    sagas.script.fail[steps.MIGRATE_PARTITION] = refused("AcksTimeout", "gw-b had not applied epoch 21")
+    sagas.script.call_off = PartitionMigrated(21, 0, 1200, 1200)
+
+    async def scenario(s: Sagas) -> Any:
+        handle = await s.start("PartitionMigration", PartitionMigrationRequest("orders", 1, "standby"))
+        return await handle.result()
+
+    result = sagas.run(scenario)
+    assert (result.outcome, result.end_offset, result.flip_epoch) == ("migrated", 1200, 21)
+    assert sagas.script.steps == [*PARTITION[:3], steps.CALL_OFF_PARTITION, steps.CHECK_ORIGIN]
