@@ -30,7 +30,8 @@ class BindingState(StrEnum):
 class ClusterState(StrEnum):
     ACTIVE = "active"
     SHIELDED = "shielded"
-    """Takes no new traffic: no binding may be moved onto it."""
+    """Not contacted at all: the gateways answer requests routed to it with retriable errors at once (and
+    Metadata themselves), and no binding may be moved onto it."""
     DOWN = "down"
 
 

@@ -13,6 +13,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
+from switchyard.acked import acked_end
 from switchyard.config import Config
 from switchyard.identity import Identity
 from switchyard.model import ClusterState, LinkState, PartitionId
@@ -70,7 +71,7 @@ def _check(store: RoutingStore, config: Config, request: PartitionPlanRequest, p
                 "whose writes leave the cluster would stop growing there (remove the link first)"
             )
     if request.fault:
-        _check_fault(config, request, plan)
+        _check_fault(store, config, request, plan)
         return
     count = _partitions(config.clusters[plan.origin].bootstrap, request.topic)
     if count is None:
@@ -89,12 +90,21 @@ def _check(store: RoutingStore, config: Config, request: PartitionPlanRequest, p
     )
 
 
-def _check_fault(config: Config, request: PartitionPlanRequest, plan: PartitionPlan) -> None:
+def _check_fault(
+    store: RoutingStore, config: Config, request: PartitionPlanRequest, plan: PartitionPlan
+) -> None:
     """A fault migration is for an origin that does not answer (else its end can be read exactly); the
     topic must already be on the target, as the origin cannot say how many partitions it has."""
     if answers(config.clusters[plan.origin].bootstrap):
         raise Refusal(f"{plan.origin} answers: migrate smoothly (its end is read exactly, no gap)")
     plan.checks.append(f"{plan.origin} does not answer within {PROBE_S:g}s")
+    acked = acked_end(store.zk, store.layout, plan.origin, request.topic, request.partition)
+    if acked is None:
+        raise Refusal(
+            f"no gateway saw a write to {request.topic}[{request.partition}] acknowledged on {plan.origin}: "
+            "its end offset cannot be chosen beyond what it holds (wait for it to answer; migrate smoothly)"
+        )
+    plan.checks.append(f"the gateways saw its writes acknowledged up to offset {acked}")
     on_target = _partitions(config.clusters[request.target].bootstrap, request.topic)
     if on_target is None or request.partition >= on_target:
         raise Refusal(

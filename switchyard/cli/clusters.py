@@ -11,7 +11,7 @@ from switchyard.table import render
 
 @cli.group(cls=Group)
 def clusters() -> None:
-    """Register clusters; shield them from new traffic."""
+    """Register clusters; shield them (the gateways stop contacting them at all)."""
 
 
 @clusters.command("add")
@@ -57,5 +57,9 @@ def _state_command(name: str, state: ClusterState, doc: str) -> None:
         click.echo(f"cluster {cluster_id} is {state}, epoch {epoch}")
 
 
-_state_command("shield", ClusterState.SHIELDED, "Stop moving bindings onto CLUSTER_ID (no new traffic).")
+_state_command(
+    "shield", ClusterState.SHIELDED,
+    "Stop contacting CLUSTER_ID: the gateways answer its clients with retriable errors at once, and no "
+    "binding moves onto it.",
+)  # fmt: skip
 _state_command("unshield", ClusterState.ACTIVE, "Let bindings move onto CLUSTER_ID again.")

@@ -15,7 +15,7 @@ from switchyard.table import render
 
 @cli.group(cls=Group)
 def migrations() -> None:
-    """Partition migrations: list them, show one."""
+    """Partition migrations: list them, show one, record a returned origin's end, call one off."""
 
 
 @migrations.command("list")

@@ -13,7 +13,13 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from switchyard.config import Config
+from switchyard.routing.store import RoutingStore
+from switchyard.stack import Stack
 from tests.helpers import ports
+from tests.helpers.live import Live
 
 
 class PostgresServer:
@@ -116,3 +122,39 @@ def _thaw_and_stop(broker: PrivateService) -> None:
     if pid is not None:
         os.kill(pid, signal.SIGCONT)
     broker.stop()
+
+
+@pytest.fixture(scope="module", name="brokers")
+def private_brokers(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[PrivateService, PrivateService]]:
+    """A primary and a standby broker of the module's own (``kafka_pair``): a module that freezes one
+    imports this and ``live_on_brokers`` (fixtures ``brokers`` and ``live``)."""
+    with kafka_pair(tmp_path_factory.mktemp("brokers")) as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module", name="live")
+def live_on_brokers(
+    stack: Stack,
+    routing: RoutingStore,
+    stack_config: Config,
+    ledger_path: Path,
+    brokers: tuple[PrivateService, PrivateService],
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Iterator[Live]:
+    """A gateway, a mirror and a worker whose primary and standby are ``brokers``, with the module's
+    ``LIVE_SETTINGS`` (environment overrides) if it has them."""
+    primary, standby = brokers
+    overrides = {
+        "SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP": primary.connect,
+        "SWITCHYARD__CLUSTERS__STANDBY__BOOTSTRAP": standby.connect,
+        **getattr(request.module, "LIVE_SETTINGS", {}),
+    }
+    deployment = Live(
+        stack_config, routing.layout.root, ledger_path, tmp_path_factory.mktemp("live"), overrides
+    )
+    deployment.start()
+    yield deployment
+    deployment.stop()

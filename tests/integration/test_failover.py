@@ -9,53 +9,20 @@ import re
 import signal
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from confluent_kafka import Producer
 
 from switchyard import kafka
-from switchyard.config import Config
 from switchyard.keys import BindingKey
 from switchyard.mirror.status import read_status
 from switchyard.model import ClusterState, LinkState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
-from switchyard.stack import Stack
 from tests.helpers.live import Live, capture
-from tests.helpers.services import PrivateService, kafka_pair
+from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
 
 ACTOR = "user:test"
-
-
-@pytest.fixture(scope="module")
-def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrivateService, PrivateService]]:
-    with kafka_pair(tmp_path_factory.mktemp("failover-brokers")) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def live(
-    stack: Stack,
-    routing: RoutingStore,
-    stack_config: Config,
-    ledger_path: Path,
-    brokers: tuple[PrivateService, PrivateService],
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Live]:
-    primary, standby = brokers
-    overrides = {
-        "SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP": primary.connect,
-        "SWITCHYARD__CLUSTERS__STANDBY__BOOTSTRAP": standby.connect,
-    }
-    deployment = Live(
-        stack_config, routing.layout.root, ledger_path, tmp_path_factory.mktemp("live"), overrides
-    )
-    deployment.start()
-    yield deployment
-    deployment.stop()
 
 
 def test_a_failover_moves_clients_at_once_and_accounts_for_every_record_left_behind(

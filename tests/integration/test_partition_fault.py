@@ -17,20 +17,16 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from switchyard import kafka
-from switchyard.config import Config
 from switchyard.model import ClusterState, MigrationMode, PartitionId
 from switchyard.routing.store import RoutingStore
-from switchyard.stack import Stack
 from switchyard.traffic import debug_log
 from tests.helpers.live import Live
-from tests.helpers.services import PrivateService, kafka_pair
+from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
 
 MARGIN = 1000
 BEFORE = 100
@@ -39,33 +35,7 @@ IGNORING, WAITING = 0, 1
 """The partition migrated with ignore-origin, and the one whose readers wait for the origin."""
 
 
-@pytest.fixture(scope="module")
-def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrivateService, PrivateService]]:
-    with kafka_pair(tmp_path_factory.mktemp("fault-brokers")) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def live(
-    stack: Stack,
-    routing: RoutingStore,
-    stack_config: Config,
-    ledger_path: Path,
-    brokers: tuple[PrivateService, PrivateService],
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Live]:
-    primary, standby = brokers
-    overrides = {
-        "SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP": primary.connect,
-        "SWITCHYARD__CLUSTERS__STANDBY__BOOTSTRAP": standby.connect,
-        "SWITCHYARD__SAGAS__FAULT_MARGIN": str(MARGIN),
-    }
-    deployment = Live(
-        stack_config, routing.layout.root, ledger_path, tmp_path_factory.mktemp("live"), overrides
-    )
-    deployment.start()
-    yield deployment
-    deployment.stop()
+LIVE_SETTINGS = {"SWITCHYARD__SAGAS__FAULT_MARGIN": str(MARGIN)}
 
 
 class Reader:

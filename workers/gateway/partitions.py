@@ -49,9 +49,11 @@ _SHARED_WAIT = timedelta(milliseconds=100)
 """The longest a part of a split Fetch waits for records when another part waits too: the answer waits
 for every part."""
 _MOST_WAIT = timedelta(seconds=5)
-_NO_WAIT = timedelta(milliseconds=1)
-"""An origin read waits for nothing (the origin takes no more writes); not 0, which Tansu answers with
-no partitions at all."""
+_ORIGIN_WAIT = timedelta(milliseconds=100)
+"""The longest an origin read waits: the origin takes no more writes, so a broker holding it longer waits
+for nothing — but a broker that gathers records only while it waits (Tansu, asked to wait 0 or 1 ms,
+may answer no partition or no record) needs a moment; an empty answer below the origin's high watermark
+is asked again."""
 
 
 class Touch(enum.Enum):
@@ -376,7 +378,7 @@ class Split:
         def build(entries: list[tuple[str, Any]], part: Part) -> Any:
             wait = min(body.max_wait, _MOST_WAIT)
             if part[1]:
-                wait = _NO_WAIT  # an origin read: the origin takes no more writes, nothing to wait for
+                wait = min(wait, _ORIGIN_WAIT)  # an origin read: the origin takes no more writes
             elif waiting > 1:
                 wait = min(wait, _SHARED_WAIT)
             topics = _grouped(type(body.topics[0]), "partitions", entries, name_field="topic")

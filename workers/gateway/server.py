@@ -24,6 +24,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
 
+from switchyard.acked import decode as decode_acked
 from switchyard.acked import encode as encode_acked
 from switchyard.config import Config, split_hostport
 from switchyard.errors import ConfigError, GatewayError
@@ -122,6 +123,7 @@ class Gateway:
             except SaslError as exc:
                 raise ConfigError(f"gateway.sasl.users_file: {exc}") from exc
         await asyncio.to_thread(ensure_layout, self.zk, self.layout)
+        await asyncio.to_thread(self._recall_acked)
         self.view.on_change(self._on_snapshot)
         await asyncio.to_thread(self.view.start)
         known = await asyncio.to_thread(self.vnodes.load)
@@ -240,9 +242,9 @@ class Gateway:
 
     async def _leave_closed_clusters(self, snapshot: RoutingSnapshot) -> None:
         """Drop every broker connection to a cluster that is shielded or down: a request waiting on a
-        failed cluster may never be answered, and must not hold the failover's acknowledgement. The
-        clients those requests came from are disconnected, reconnect, and retry where they are routed
-        now (what the failed cluster still does with them is its lost window)."""
+        failed cluster may never be answered, and must not hold the acknowledgement of the change that
+        shielded it. What waited is answered with the retriable error, the client's connection kept, and
+        retried where it is routed now (what the failed cluster still does with it is its lost window)."""
         closed = {c for c, cluster in snapshot.clusters.items() if cluster.state is not ClusterState.ACTIVE}
         newly, self._closed_clusters = closed - self._closed_clusters, closed
         if newly:
@@ -505,6 +507,19 @@ class Gateway:
                     )
             except Exception:
                 log.warning("gateway %s: usage not published", self.id, exc_info=True)
+
+    def _recall_acked(self) -> None:
+        """What this gateway published before a restart: the next publication starts from it, so a
+        restart never lowers the ends a fault migration chooses its end offset from."""
+        try:
+            data, _ = self.zk.get(self.layout.acked(self.id))
+            self.acked.ends.update(decode_acked(data))
+        except NoNodeError:
+            pass
+        except (ValueError, TypeError, AttributeError):
+            log.warning(
+                "gateway %s: its published acknowledged ends are unreadable; starting afresh", self.id
+            )
 
     def _write(self, path: str, data: bytes, *, ephemeral: bool) -> None:
         try:

@@ -897,7 +897,14 @@ class ClientSession:
                 else:
                     partitions.append(given)
             topics.append(dataclasses.replace(topic, partitions=tuple(partitions)) if moved else topic)
-        return dataclasses.replace(body, topics=tuple(topics))
+        listed = {b.node_id for b in body.brokers}
+        leaders = {p.leader_id for t in topics for p in t.partitions if p.leader_id >= 0} - listed
+        broker_cls = element_type(type(body), "brokers")
+        more = tuple(
+            make(broker_cls, node_id=v, host=self.gateway.address(v)[0], port=self.gateway.address(v)[1])
+            for v in sorted(leaders)
+        )  # a leader never named in an answer before: clients must find it among the brokers
+        return dataclasses.replace(body, topics=tuple(topics), brokers=body.brokers + more)
 
     async def _led_by_target(self, partition: Any, topic: str, target: str) -> Any:
         node = await self.gateway.moved.leaders.leader(target, topic, partition.partition_index)
