@@ -193,6 +193,8 @@ class GatewayConfig(_Section):
     host: str = "127.0.0.1"
     advertised_host: str | None = None
     bootstrap_port: Port = 9192
+    health_port: Port | None = None
+    """Where ``GET /health`` and ``GET /ready`` answer, for a load balancer (none: not served)."""
     max_frame_bytes: Bytes = 100 * MiB
     block_hold_s: PositiveSeconds = 10.0
     """How long a request of a blocked identity waits for the block to end before it is answered with

@@ -11,10 +11,13 @@ own, so that freezing one disturbs nothing else.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -25,6 +28,7 @@ from switchyard import kafka
 from switchyard.model import ClusterState, MigrationMode, PartitionId
 from switchyard.routing.store import RoutingStore
 from switchyard.traffic import debug_log
+from tests.helpers import ports
 from tests.helpers.live import Live
 from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
 
@@ -35,7 +39,11 @@ IGNORING, WAITING = 0, 1
 """The partition migrated with ignore-origin, and the one whose readers wait for the origin."""
 
 
-LIVE_SETTINGS = {"SWITCHYARD__SAGAS__FAULT_MARGIN": str(MARGIN)}
+HEALTH_PORT = ports.reserve(1)[0]
+LIVE_SETTINGS = {
+    "SWITCHYARD__SAGAS__FAULT_MARGIN": str(MARGIN),
+    "SWITCHYARD__GATEWAY__HEALTH_PORT": str(HEALTH_PORT),
+}
 
 
 class Reader:
@@ -110,6 +118,7 @@ def test_a_fault_migration_writes_on_at_once_and_no_offset_changes_meaning_when_
 
         ignoring = readers[IGNORING]
         ignoring.until(lambda got: len(got) >= BEFORE + 50)  # it went on, from the target
+        assert readiness() == (200, "shielded")  # a frozen, shielded cluster keeps the gateway ready
         late = Reader(live.gateway.bootstrap, app, topic, WAITING, waiting_at)
         time.sleep(3)
         assert late.got == [], "a reader of the origin's records got some while the origin was frozen"
@@ -192,6 +201,15 @@ def migrate_both(live: Live, topic: str, send: Callable[[int, int], None]) -> fl
     for i in range(50):
         send(WAITING, i)
     return began
+
+
+def readiness() -> tuple[int, str]:
+    """The live gateway's readiness, as a load balancer probes it: the status, and the primary's word."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{HEALTH_PORT}/ready", timeout=5) as answer:
+            return answer.status, json.loads(answer.read())["clusters"]["primary"]
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())["clusters"]["primary"]
 
 
 def meanings(acked: list[tuple[int, int, bytes, float]]) -> dict[tuple[int, int], bytes]:

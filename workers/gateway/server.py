@@ -36,7 +36,7 @@ from switchyard.routing.layout import Layout, ensure_layout
 from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.view import BindingView
 from switchyard.usage import encode
-from workers.gateway import apis
+from workers.gateway import apis, readiness
 from workers.gateway.acked import AckedEnds
 from workers.gateway.entities import element_type, make
 from workers.gateway.holds import RoutingChanges
@@ -98,6 +98,8 @@ class Gateway:
         self._mirrored: dict[tuple[str, str], bool] = {}
         self._mirrored_in: RoutingSnapshot | None = None
         self._servers: dict[int | None, asyncio.Server] = {}
+        self._health: asyncio.Server | None = None
+        self._registered = False
         self._binding: dict[int | None, asyncio.Future[None]] = {}
         self._sessions: set[ClientSession] = set()
         self._reported: set[tuple[str, int]] = set()
@@ -132,7 +134,11 @@ class Gateway:
         for virtual_id in known:
             await self._listen(virtual_id)
         await self._listen(None)
+        health = self.config.gateway.health_port
+        if health is not None:
+            self._health = await readiness.serve(self.config.gateway.host, health, self.readiness)
         await asyncio.to_thread(self.registration.register)
+        self._registered = True
         self._tasks.append(asyncio.create_task(self._acknowledge()))
         self._tasks.append(asyncio.create_task(self._probe_clusters()))
         self._tasks.append(asyncio.create_task(self._watch()))
@@ -150,8 +156,9 @@ class Gateway:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for server in self._servers.values():
+        for server in [*self._servers.values(), *([self._health] if self._health else [])]:
             server.close()
+        self._registered = False
         sessions = [asyncio.create_task(self._end(session, grace_s)) for session in list(self._sessions)]
         await asyncio.gather(*sessions, return_exceptions=True)
         await asyncio.to_thread(self.registration.close)
@@ -251,6 +258,22 @@ class Gateway:
             log.info("gateway %s: %s shielded or down: its broker connections are closed", self.id, newly)
             for session in list(self._sessions):
                 await session.drop_upstreams(newly)
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Ready once it listens, is registered and has its routing: never on the clusters' account (a
+        shielded or unreachable one is said, not a reason to leave the load balancer)."""
+        snapshot = self.view.snapshot
+        listening = None in self._servers
+        registered = self._registered
+        clusters = {c: self._cluster_word(snapshot, c) for c in self.config.clusters}
+        said = {"gateway": self.id, "epoch": snapshot.epoch, "stale": self.view.stale, "clusters": clusters}
+        return listening and registered, said
+
+    def _cluster_word(self, snapshot: RoutingSnapshot, cluster: str) -> str:
+        known = snapshot.clusters.get(cluster)
+        if known is not None and known.state is not ClusterState.ACTIVE:
+            return str(known.state)
+        return "unreachable" if self.metrics.reachable.get(cluster) is False else "reachable"
 
     # ---- answers the gateway gives itself
 
