@@ -195,7 +195,6 @@ def migrate_both(live: Live, topic: str, send: Callable[[int, int], None]) -> fl
     out, err = ignoring.communicate(timeout=180)
     assert ignoring.returncode == 0, out + err
     assert f"partition-migration migrated: {topic}[{IGNORING}]" in out
-    print(out)
     waiting = live.cli("migrate-partition", topic, str(WAITING), "--to", "standby", "--fault", "--wait")
     assert waiting.returncode == 0, waiting.stdout + waiting.stderr
     for i in range(50):

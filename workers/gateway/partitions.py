@@ -604,11 +604,8 @@ def _fetched(partition: Any) -> Fetched:
 
 
 def listed_of(partition: Any) -> Listed:
-    offset = getattr(partition, "offset", None)
-    if offset is None:  # v0: a list of offsets
-        offsets = getattr(partition, "old_style_offsets", ())
-        offset = offsets[0] if offsets else -1
-    return Listed(int(partition.error_code), offset, getattr(partition, "timestamp", -1))
+    """A ListOffsets answer's partition (v1 on: kio knows no v0, so the gateway never offers it)."""
+    return Listed(int(partition.error_code), partition.offset, partition.timestamp)
 
 
 def _shifted(target_offset: int, arithmetic: Arithmetic) -> int:
