@@ -7,12 +7,17 @@ the run and the step, so a step retried after its answer was lost writes nothing
 
 from __future__ import annotations
 
+import time
+
+from confluent_kafka.admin import AdminClient
+
 from activities.deps import Deps
+from activities.pulse import beat
 from activities.recorded import step
 from activities.routing import RoutingActivities, request_id
 from switchyard import kafka
 from switchyard.acked import acked_end
-from switchyard.errors import BindingRefused
+from switchyard.errors import BindingConflict, BindingRefused, CopyFailed
 from switchyard.ledger.kinds import AnyChange
 from switchyard.model import ClusterState, MigrationMode, MigrationState, PartitionId, PartitionMigration
 from switchyard.partition_migration import plan_partition
@@ -26,6 +31,13 @@ from switchyard.sagas.steps import (
     PartitionPlanRequest,
     PartitionStep,
 )
+from switchyard.topic_copies import create_copies
+
+_POLL_S = 0.05
+_FAULT_TRIES = 3
+"""A fault migration's change also shields its origin, fenced on the origin's record: another fault
+migration from the same origin may have changed it first. Read again and retried (then not shielded
+twice)."""
 
 
 class PartitionActivities:
@@ -43,9 +55,9 @@ class PartitionActivities:
         until every gateway has applied it: no write routed to the origin is in flight after that. The
         target's end now is what the end offset will stand for there."""
         store, key = self.deps.store, (request.topic, request.partition)
-        kafka.create_topics(
-            self.deps.bootstrap(request.target), [request.topic], partitions=self._partitions(request)
-        )
+        origin = AdminClient({"bootstrap.servers": self.deps.bootstrap(request.origin)})
+        target = AdminClient({"bootstrap.servers": self.deps.bootstrap(request.target)})
+        create_copies(origin, target, {request.topic: self._partitions(request)})
         done = self._done(request, "hold")
         if done is None:
             base = self.deps.ends(request.target, [key])[key]
@@ -67,13 +79,20 @@ class PartitionActivities:
         origin shielded in the same change — from then on the partition's writes go to the target.
         Waits until every gateway has applied it."""
         done = self._done(request, "migrate")
-        if done is None:
+        for attempt in range(_FAULT_TRIES):
+            if done is not None:
+                break
             changes = self._faulted(request) if request.fault else self._ended(request)
             end = changes[0].end_offset if isinstance(changes[0], MigrationChange) else None
-            done = self.deps.store.apply(
-                changes, actor=f"saga:{request.saga_id}", request_id=request_id("migrate"),
-                reason=f"partition migration: its end offset is {end}",
-            )  # fmt: skip
+            try:
+                done = self.deps.store.apply(
+                    changes, actor=f"saga:{request.saga_id}", request_id=request_id("migrate"),
+                    reason=f"partition migration: its end offset is {end}",
+                )  # fmt: skip
+            except BindingConflict:  # another fault migration from the origin shielded it meanwhile
+                if not request.fault or attempt == _FAULT_TRIES - 1:
+                    raise
+        assert done is not None
         gateways = self.routing.wait(done, request.acks_timeout_s)
         migrated = self._migration(request)
         assert migrated.end_offset is not None
@@ -84,8 +103,27 @@ class PartitionActivities:
         if migration.state is not MigrationState.MIGRATING:
             raise BindingRefused(f"migration of {migration.id} is {migration.state}, not migrating")
         key = (request.topic, request.partition)
-        end = self.deps.ends(request.origin, [key])[key]
+        end = self._end_reaching(request, acked_end(self.deps.store.zk, self.deps.store.layout,
+                                                    request.origin, *key) or 0)  # fmt: skip
         return [MigrationChange.of(migration, state=MigrationState.MIGRATED, end_offset=end, origin_end=end)]
+
+    def _end_reaching(self, request: PartitionStep, acked: int) -> int:
+        """The origin's end once it reaches ``acked``, the highest end the gateways saw acknowledged
+        (published before they acknowledged the hold): a write acknowledged with acks=1 may run ahead of
+        the high watermark until the followers have it, and an end read short of it would leave that
+        record past the end offset, never read."""
+        key = (request.topic, request.partition)
+        deadline = time.monotonic() + request.acks_timeout_s
+        while (end := self.deps.ends(request.origin, [key])[key]) < acked:
+            if time.monotonic() > deadline:
+                raise CopyFailed(
+                    f"{request.origin}'s end of {request.topic}[{request.partition}] stays at {end}, "
+                    f"short of {acked} the gateways saw acknowledged: acknowledged writes not replicated, "
+                    "or lost to a leader change"
+                )
+            beat(f"the origin's end {end} is short of {acked} acknowledged")
+            time.sleep(_POLL_S)
+        return end
 
     def _faulted(self, request: PartitionStep) -> list[AnyChange]:
         """The migration in effect at once, its end offset the highest end the gateways saw acknowledged

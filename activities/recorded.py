@@ -27,8 +27,11 @@ class HasDeps(Protocol):
     deps: Deps
 
 
-def step(name: str) -> Callable[[Callable[[Any, Request], Result]], Callable[[Any, Request], Result]]:
-    """Make a method of an activities class the saga step ``name``."""
+def step(
+    name: str, *, recorded: bool = True
+) -> Callable[[Callable[[Any, Request], Result]], Callable[[Any, Request], Result]]:
+    """Make a method of an activities class the saga step ``name`` (``recorded``: its attempts written
+    to the ledger, which only a saga's steps are: a scheduled check has no saga run to belong to)."""
 
     def decorate(work: Callable[[Any, Request], Result]) -> Callable[[Any, Request], Result]:
         @functools.wraps(work)
@@ -38,16 +41,12 @@ def step(name: str) -> Callable[[Callable[[Any, Request], Result]], Callable[[An
                 with mapped(), pulsing():
                     result = work(self, request)
             except BaseException as exc:
-                record_attempt(
-                    self.deps,
-                    name,
-                    started,
-                    outcome="failed",
-                    detail=f"{type(exc).__name__}: {exc}",
-                    found={},
-                )
+                if recorded:
+                    detail = f"{type(exc).__name__}: {exc}"
+                    record_attempt(self.deps, name, started, outcome="failed", detail=detail, found={})
                 raise
-            record_attempt(self.deps, name, started, outcome="ok", detail="", found=figures(result))
+            if recorded:
+                record_attempt(self.deps, name, started, outcome="ok", detail="", found=figures(result))
             return result
 
         return activity.defn(name=name)(run)

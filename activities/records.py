@@ -34,6 +34,7 @@ _DURATION = _meter.create_histogram(
 OUTCOMES = {kind: ("switched", "compensated", "refused") for kind in Kind} | {
     Kind.MIGRATION: ("migrated", "compensated", "refused"),
     Kind.PARTITION_MIGRATION: ("migrated", "compensated", "refused"),
+    Kind.ORIGIN_RETIREMENT: ("retired", "kept", "refused"),
 }
 """How each kind of saga can end (``SagaResult.outcome``)."""
 

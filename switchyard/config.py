@@ -86,6 +86,16 @@ HostPortList = Annotated[str, AfterValidator(_hostport_list)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 Regex = Annotated[str, AfterValidator(_regex)]
 PositiveSeconds = Annotated[float, Field(gt=0)]
+MIN_AGING_EVERY_S = 60.0
+
+
+def _aging_interval(value: float) -> float:
+    if 0 < value < MIN_AGING_EVERY_S:
+        raise ValueError(
+            f"0 (no schedule) or at least {MIN_AGING_EVERY_S:g}s: each check reads every origin and lists "
+            f"its groups, got {value:g}"
+        )
+    return value
 
 
 class _Section(BaseModel):
@@ -267,6 +277,9 @@ class SagasConfig(_Section):
     fault_margin: Annotated[int, Field(ge=0)] = 1_000_000
     """Fault partition migration: offsets added past the highest end the gateways saw acknowledged, for
     acknowledgements not yet published (every 2 s) and writers around the gateways."""
+    aging_every_s: Annotated[float, Field(ge=0), AfterValidator(_aging_interval)] = 3600.0
+    """How often the workers' Temporal Schedule runs the partition migrations' aging check (0: no
+    schedule; ``switchyard migrations check`` runs it by hand)."""
 
 
 class ObjectivesConfig(_Section):

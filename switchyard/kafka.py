@@ -232,6 +232,15 @@ def ends_of(bootstrap: str, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, 
         return log_ends(consumer, keys)
 
 
+def starts_of(bootstrap: str, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """Each partition's log start; those the cluster has not (its topic deleted) are left out."""
+    wanted = set(keys)
+    topics = {topic for topic, _ in wanted}
+    there = wanted & set(partitions(bootstrap, lambda name: name in topics))
+    with _probe(bootstrap) as consumer:
+        return {k: consumer.get_watermark_offsets(TopicPartition(*k), timeout=10)[0] for k in sorted(there)}
+
+
 def bounds_of(
     bootstrap: str, keys: Iterable[tuple[str, int]]
 ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:

@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from switchyard import temporal
-from switchyard.config import Config
+from switchyard.config import Config, SagaKind
 from switchyard.errors import SwitchyardError
 from switchyard.sagas.requests import ApprovalPoint, Kind, Policy, Progress
 
@@ -24,6 +24,7 @@ WORKFLOW_TYPES = {
     Kind.FAILOVER: "Failover",
     Kind.MIGRATION: "TopicMigration",
     Kind.PARTITION_MIGRATION: "PartitionMigration",
+    Kind.ORIGIN_RETIREMENT: "RetireOriginTopic",
 }
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=4)
 """A worker that dies holding one of the saga's decisions costs this (Temporal's default: 10 s), possibly
@@ -47,7 +48,7 @@ def policy_of(config: Config, kind: Kind, **asked: Any) -> Policy:
     """The configured policy for ``kind``, with what the caller asked for on top."""
     sagas = config.sagas
     policy = Policy(
-        approval=ApprovalPoint(sagas.approval.get(kind.value, "none")),
+        approval=ApprovalPoint(sagas.approval.get(cast(SagaKind, kind.value), "none")),
         approval_timeout_s=sagas.approval_timeout_s,
         fence_window_s=sagas.fence_window_s,
         drain_timeout_s=sagas.drain_timeout_s,
@@ -147,7 +148,7 @@ def describe_saga(result: dict[str, Any]) -> list[str]:
     """A saga's result, as lines for an operator."""
     lines = [f"{result['kind']} {result['outcome']}: {', '.join(result['keys'])}"]
     partition = result["kind"] == Kind.PARTITION_MIGRATION
-    if result.get("source"):
+    if result.get("source") and result.get("target"):
         via = "" if partition else f" (link {result['link']})"
         lines.append(f"  {result['source']} -> {result['target']}{via}")
     if result.get("moved"):

@@ -124,12 +124,23 @@ def answers(bootstrap: str) -> bool:
 
 
 def _origin(store: RoutingStore, config: Config, snapshot: RoutingSnapshot, topic: str) -> str:
-    uses = [u for u in read_usage(store.zk, store.layout, within_s=ACTIVE_WITHIN_S) if u.topic == topic]
-    bindings, default = snapshot.bindings, config.default_cluster
-    found = {resolve(Identity(u.app, u.instance), bindings, default, topics=(topic,)).cluster for u in uses}
+    found = routed_users(store, config, snapshot, topic)
     if len(found) > 1:
         raise Refusal(f"{topic}'s users are routed to {', '.join(sorted(found))}: migrate from one cluster")
-    return found.pop() if found else config.default_cluster
+    return found.popitem()[0] if found else config.default_cluster
+
+
+def routed_users(
+    store: RoutingStore, config: Config, snapshot: RoutingSnapshot, topic: str
+) -> dict[str, list[str]]:
+    """The clients the gateways saw use ``topic`` lately, by the cluster they are routed to."""
+    uses = [u for u in read_usage(store.zk, store.layout, within_s=ACTIVE_WITHIN_S) if u.topic == topic]
+    found: dict[str, list[str]] = {}
+    for use in uses:
+        identity = Identity(use.app, use.instance)
+        cluster = resolve(identity, snapshot.bindings, config.default_cluster, topics=(topic,)).cluster
+        found.setdefault(cluster, []).append(str(identity))
+    return found
 
 
 def _partitions(bootstrap: str, topic: str) -> int | None:

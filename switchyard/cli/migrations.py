@@ -6,16 +6,20 @@ from __future__ import annotations
 import click
 
 from switchyard.cli.base import Group, NameType, actor_option, cli, config_of, reason_option, store_of
+from switchyard.cli.sagas import launch_saga
 from switchyard.ledger.kinds import MIGRATIONS
-from switchyard.migration_checks import record_origin_ends
+from switchyard.migration_checks import age_migrations, record_origin_ends, retirable
 from switchyard.model import MigrationState, PartitionId, PartitionMigration
 from switchyard.routing import MigrationChange
+from switchyard.sagas.ids import origin_retirement_id
+from switchyard.sagas.requests import Kind, OriginRetirementRequest
 from switchyard.table import render
 
 
 @cli.group(cls=Group)
 def migrations() -> None:
-    """Partition migrations: list them, show one, record a returned origin's end, call one off."""
+    """Partition migrations: list them, show one, check them (origin ends, aging), retire an origin
+    topic, call one off."""
 
 
 @migrations.command("list")
@@ -81,14 +85,40 @@ def call_off(ctx: click.Context, topic: str, partition: int, actor: str, reason:
 @actor_option
 @click.pass_context
 def check(ctx: click.Context, actor: str) -> None:
-    """Record the true end of each fault migration's origin that answers again."""
+    """What the scheduled aging check does, now: record the true end of each fault migration's origin
+    that answers again, age each migration whose origin holds nothing below its end any more, and name
+    the origin topics nothing reads (retire them with `switchyard migrations retire`)."""
     config = config_of(ctx)
     with store_of(ctx) as store:
-        found = record_origin_ends(store, config, actor=actor)
-    for origin in found:
-        click.echo(origin.describe())
-    if not found:
-        click.echo("no fault migration waits for its origin's end")
+        ends = record_origin_ends(store, config, actor=actor)
+        aging = age_migrations(store, config, actor=actor)
+        ripe, held = retirable(store, config)
+    for line in [e.describe() for e in ends] + [a.describe() for a in aging] + [t.describe() for t in ripe]:
+        click.echo(line)
+    for line in held:
+        click.echo(line)
+    if not (ends or aging):
+        click.echo("no migration in effect waits for its origin's end or for aging")
+
+
+@migrations.command("retire")
+@click.argument("origin", type=NameType("the cluster"))
+@click.argument("topic", type=NameType("the topic"))
+@click.option("--wait", is_flag=True, help="Follow the saga until it ends.")
+@actor_option
+@reason_option
+@click.pass_context
+def retire(  # noqa: PLR0917 - one per option
+    ctx: click.Context, origin: str, topic: str, wait: bool, actor: str, reason: str
+) -> None:
+    """Delete TOPIC from ORIGIN once every partition of it was migrated away and aged (nothing reads it
+    there): a saga that checks, waits for an approval, checks again and deletes."""
+    config = config_of(ctx)
+    if origin not in config.clusters:
+        raise click.BadParameter(f"{origin!r} is not a configured cluster", param_hint="ORIGIN")
+    timeout = config.sagas.approval_timeout_s
+    request = OriginRetirementRequest(origin, topic, timeout, actor=actor, reason=reason)
+    launch_saga(config, Kind.ORIGIN_RETIREMENT, origin_retirement_id(origin, topic), request, wait=wait)
 
 
 def _meaning(migration: PartitionMigration) -> list[str]:

@@ -172,10 +172,10 @@ def _start(
         keys, target=target, link=link, source=extra.get("source"), force=bool(extra.get("force")),
         actor=actor, reason=reason, policy=policy,
     )  # fmt: skip
-    _launch(config, kind, saga_id(keys), request, wait=wait)
+    launch_saga(config, kind, saga_id(keys), request, wait=wait)
 
 
-def _launch(config: Config, kind: Kind, workflow_id: str, request: object, *, wait: bool) -> None:
+def launch_saga(config: Config, kind: Kind, workflow_id: str, request: object, *, wait: bool) -> None:
     _run(launch.start(config, kind, workflow_id, request))
     click.echo(f"{kind} {workflow_id} started: {ui_link(config, workflow_id)}")
     if wait:
@@ -253,7 +253,7 @@ def migrate_topic(  # noqa: PLR0917 - one per option
     policy = policy_of(config, Kind.MIGRATION, approval=approval)
     policy.retire_source = not keep_source
     request = MigrationRequest(topic, target, actor, reason, active_within_s=within_s, policy=policy)
-    _launch(config, Kind.MIGRATION, migration_id(topic), request, wait=wait)
+    launch_saga(config, Kind.MIGRATION, migration_id(topic), request, wait=wait)
 
 
 def _dry_run_migration(ctx: click.Context, config: Config, topic: str, target: str, within_s: float) -> None:
@@ -329,7 +329,7 @@ def migrate_partition(  # noqa: PLR0917 - one per option
     request = PartitionMigrationRequest(
         topic, partition, target, fault, ignore_origin, actor=actor, reason=reason, policy=policy
     )
-    _launch(config, Kind.PARTITION_MIGRATION, workflow_id, request, wait=wait)
+    launch_saga(config, Kind.PARTITION_MIGRATION, workflow_id, request, wait=wait)
 
 
 # ---- following and deciding

@@ -600,6 +600,8 @@ class MigrationChange(Change[PartitionId, PartitionMigration, MigrationEvent]):
             )
         if old.state is MigrationState.AGED:
             raise BindingRefused(f"{name}: aged, final")
+        if self.state is MigrationState.AGED and old.state is not MigrationState.MIGRATED:
+            raise BindingRefused(f"{name}: it ages once in effect, not while {old.state}")
         if old.in_effect and (old.end_offset, old.target_base) != (self.end_offset, self.target_base):
             raise BindingRefused(
                 f"{name}: its end offset {old.end_offset} is fixed since it took effect (epoch {old.epoch})"
@@ -645,6 +647,10 @@ class MigrationChange(Change[PartitionId, PartitionMigration, MigrationEvent]):
         needs_end = self.state in (MigrationState.MIGRATED, MigrationState.AGED)
         if needs_end and self.end_offset is None:
             raise ValueError(f"migration of {self.partition}: {self.state} needs its end offset")
+        if self.state is MigrationState.AGED and self.origin_end is None:
+            raise ValueError(
+                f"migration of {self.partition}: aged needs the origin's end (what it no longer holds)"
+            )
         if self.state is MigrationState.MIGRATING and self.end_offset is not None:
             raise ValueError(f"migration of {self.partition}: its end offset is set when it takes effect")
         if self.origin_end is not None and self.end_offset is not None and self.origin_end > self.end_offset:

@@ -38,6 +38,17 @@ def partition_migration_id(topic: str, partition: int) -> str:
     return f"{PREFIX}:{Kind.PARTITION_MIGRATION}:{topic}[{partition}]"
 
 
+def origin_retirement_id(origin: str, topic: str) -> str:
+    """One retirement of a topic from a cluster at a time: the aging check starts it at most once."""
+    return f"{PREFIX}:{Kind.ORIGIN_RETIREMENT}:{origin}/{topic}"
+
+
+def aging_schedule_id(task_queue: str) -> str:
+    """The Temporal Schedule of the aging check (``MigrationAging``), kept by the workers of one task
+    queue: one per deployment (its routing tree), however many share the namespace."""
+    return f"{PREFIX}:partition-aging:{task_queue}"
+
+
 def migration_link(topic: str, target: str) -> str:
     """A topic migration's link: the same for every run on the topic and target, so a rerun takes up the
     copy an earlier one made."""

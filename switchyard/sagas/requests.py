@@ -12,6 +12,7 @@ class Kind(StrEnum):
     FAILOVER = "failover"
     MIGRATION = "topic-migration"
     PARTITION_MIGRATION = "partition-migration"
+    ORIGIN_RETIREMENT = "origin-retirement"
 
 
 class ApprovalPoint(StrEnum):
@@ -95,6 +96,36 @@ class PartitionMigrationRequest:
     actor: str = "user:unknown"
     reason: str = ""
     policy: Policy = field(default_factory=Policy)
+
+
+@dataclass
+class OriginRetirementRequest:
+    """Delete a topic from a cluster every partition of it was migrated away from and aged, after an
+    approval (always asked: a deletion is not undone)."""
+
+    origin: str
+    topic: str
+    approval_timeout_s: float = 3600.0
+    actor: str = "user:unknown"
+    reason: str = ""
+
+
+@dataclass
+class AgingRequest:
+    """One run of the partition migrations' aging check (``MigrationAging``), as its schedule fires it."""
+
+    approval_timeout_s: float = 3600.0
+    """How long a retirement it starts waits for its approval."""
+    actor: str = "schedule:partition-aging"
+
+
+@dataclass
+class AgingReport:
+    origin_ends: list[str] = field(default_factory=list)
+    aged: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    retirements: list[str] = field(default_factory=list)
+    """The retirement sagas started now, or left waiting for their approval."""
 
 
 @dataclass

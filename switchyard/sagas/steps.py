@@ -39,6 +39,10 @@ HOLD_PARTITION = "hold_partition_writes"
 MIGRATE_PARTITION = "migrate_partition"
 CALL_OFF_PARTITION = "call_off_partition_migration"
 CHECK_ORIGIN = "check_partition_origin"
+RECORD_ORIGIN_ENDS = "record_origin_ends"
+AGE_MIGRATIONS = "age_partition_migrations"
+CHECK_ORIGIN_TOPIC = "check_origin_topic"
+RETIRE_ORIGIN_TOPIC = "retire_origin_topic"
 
 
 @dataclass
@@ -472,3 +476,49 @@ class OriginChecked:
     """The origin's end read after the migration took effect."""
     overrun: int
     """Records written to the origin past the end offset (around the gateway): no client reads them."""
+
+
+@dataclass
+class AgingCheck:
+    """One run of the aging check; ``actor`` is what its routing changes are recorded as."""
+
+    actor: str
+
+
+@dataclass
+class OriginEnds:
+    recorded: list[str]
+    """Each fault migration's origin read now, in words (its end recorded, or that it does not answer)."""
+
+
+@dataclass
+class RetirableTopic:
+    origin: str
+    topic: str
+    partitions: int
+
+
+@dataclass
+class Aged:
+    aged: list[str]
+    """The partitions aged now, each with why."""
+    waiting: list[str]
+    """The migrations in effect that did not age, and the origin topics all aged that stay, each with why."""
+    retirable: list[RetirableTopic]
+    """The origin topics every partition of which aged away from them: nothing reads them."""
+
+
+@dataclass
+class OriginTopicStep:
+    saga_id: str
+    origin: str
+    topic: str
+
+
+@dataclass
+class OriginTopicChecked:
+    partitions: int
+    """The topic's partitions on the origin, all aged away from it; 0: the topic is gone already."""
+    refusal: str | None = None
+    """Why it may not be deleted (a partition not aged, a link that copies it, the origin away)."""
+    deleted: bool = False

@@ -4,11 +4,14 @@ routing root, a ledger and a task queue of the test's own — and the CLI, as an
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +27,11 @@ FAST_MIRROR = {
     "SWITCHYARD__MIRROR__GROUP_SYNC_INTERVAL_S": "1",
     "SWITCHYARD__MIRROR__CONSUMER": "{session.timeout.ms: 6000}",
 }
+
+
+AGING_EVERY_S = str(10 * 365 * 24 * 3600)
+"""The live workers' aging schedule never fires by itself during a test run (an interval is aligned to
+the epoch: a firing on the hour would race a test's own trigger); tests fire it."""
 
 
 @dataclass
@@ -56,6 +64,7 @@ class Live:
             "SWITCHYARD__ZOOKEEPER__ROOT": self.root,
             "SWITCHYARD__LEDGER__URL": f"sqlite:///{self.ledger}",
             "SWITCHYARD__TEMPORAL__TASK_QUEUE": self.queue,
+            "SWITCHYARD__SAGAS__AGING_EVERY_S": AGING_EVERY_S,
             **self.overrides,
         }
 
@@ -112,6 +121,16 @@ class Live:
             check=False,
         )
 
+    def cli_together(self, *commands: tuple[str, ...], timeout_s: float = 240) -> list[tuple[int, str]]:
+        """Several CLI commands at once (sagas of their own, each waited for): each one's exit code and
+        output (stdout, then stderr)."""
+        running = [self.cli_in_background(*command) for command in commands]
+        done = []
+        for process in running:
+            out, err = process.communicate(timeout=timeout_s)
+            done.append((process.returncode, out + err))
+        return done
+
     def cli_in_background(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [sys.executable, "-m", "switchyard", "--config", str(self.path), *args],
@@ -147,3 +166,13 @@ def capture(live: Live, workflow_id: str, run_id: str, name: str) -> None:
 
     Path(directory).mkdir(parents=True, exist_ok=True)
     (Path(directory) / f"{name}.json").write_text(asyncio.run(fetch()))
+
+
+def readiness(port: int, cluster: str) -> tuple[int, str]:
+    """A gateway's readiness as a load balancer probes it (``gateway.health_port``): the status, and
+    what it says of ``cluster``."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5) as answer:
+            return answer.status, json.loads(answer.read())["clusters"][cluster]
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())["clusters"][cluster]

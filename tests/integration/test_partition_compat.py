@@ -44,9 +44,11 @@ def test_four_client_libraries_at_their_defaults_see_nothing_of_a_partition_migr
         for a in apps:
             a.start(live.gateway.bootstrap, rate=RATE, codecs=CODECS[a.library])
         wait_until("first records", apps, lambda a, s: len(s.acked) >= 100 and s.batches["manual"], 120)
-        for a in apps:
-            run = live.cli("migrate-partition", a.topic, str(MOVED), "--to", "standby", "--wait")
-            assert run.returncode == 0, run.stdout + run.stderr
+        runs = live.cli_together(
+            *(("migrate-partition", a.topic, str(MOVED), "--to", "standby", "--wait") for a in apps)
+        )
+        for a, (code, said) in zip(apps, runs, strict=True):
+            assert code == 0, said
             moved_at[a.library] = max(a.seen().acked.values())
         wait_until(
             "traffic after the migrations", apps,

@@ -11,13 +11,10 @@ own, so that freezing one disturbs nothing else.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -29,7 +26,7 @@ from switchyard.model import ClusterState, MigrationMode, PartitionId
 from switchyard.routing.store import RoutingStore
 from switchyard.traffic import debug_log
 from tests.helpers import ports
-from tests.helpers.live import Live
+from tests.helpers.live import Live, readiness
 from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
 
 MARGIN = 1000
@@ -118,13 +115,17 @@ def test_a_fault_migration_writes_on_at_once_and_no_offset_changes_meaning_when_
 
         ignoring = readers[IGNORING]
         ignoring.until(lambda got: len(got) >= BEFORE + 50)  # it went on, from the target
-        assert readiness() == (200, "shielded")  # a frozen, shielded cluster keeps the gateway ready
+        # a frozen, shielded cluster keeps the gateway ready
+        assert readiness(HEALTH_PORT, "primary") == (200, "shielded")
         late = Reader(live.gateway.bootstrap, app, topic, WAITING, waiting_at)
         time.sleep(3)
         assert late.got == [], "a reader of the origin's records got some while the origin was frozen"
         before_return = {(IGNORING, o): v for o, v in ignoring.got} | meanings(acked)
 
         os.kill(primary.process.pid() or 0, signal.SIGCONT)  # the origin is back
+        early = live.cli("clusters", "unshield", "primary")  # before its end is recorded: refused
+        assert early.returncode == 1, early.stdout + early.stderr
+        assert "fault migrations whose end is not recorded" in early.stderr
         checked = live.cli("migrations", "check")
         assert f"{topic}[{WAITING}]: the origin's end {BEFORE} recorded" in checked.stdout, checked.stdout
         assert routing.cluster("primary").state is ClusterState.SHIELDED  # type: ignore[union-attr]
@@ -200,15 +201,6 @@ def migrate_both(live: Live, topic: str, send: Callable[[int, int], None]) -> fl
     for i in range(50):
         send(WAITING, i)
     return began
-
-
-def readiness() -> tuple[int, str]:
-    """The live gateway's readiness, as a load balancer probes it: the status, and the primary's word."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{HEALTH_PORT}/ready", timeout=5) as answer:
-            return answer.status, json.loads(answer.read())["clusters"]["primary"]
-    except urllib.error.HTTPError as refused:
-        return refused.code, json.loads(refused.read())["clusters"]["primary"]
 
 
 def meanings(acked: list[tuple[int, int, bytes, float]]) -> dict[tuple[int, int], bytes]:

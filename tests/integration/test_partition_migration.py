@@ -11,26 +11,37 @@ without a gap or a repeat.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import re
 import time
 import uuid
 from collections import Counter
+from datetime import timedelta
+from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
+from kio.schema.describe_topic_partitions.v0.request import TopicRequest
+from kio.schema.metadata.v12.request import MetadataRequestTopic
+from temporalio.client import Schedule, ScheduleActionExecutionStartWorkflow
 
-from switchyard import kafka
+from switchyard import kafka, temporal
+from switchyard.acked import acked_end
 from switchyard.config import Config
 from switchyard.keys import BindingKey
 from switchyard.model import LinkState, MigrationMode, MigrationState, PartitionId
 from switchyard.routing import MigrationChange, RoutingStore
 from switchyard.routing.gateways import wait_for_acks
-from switchyard.sagas.ids import partition_migration_id
+from switchyard.sagas.ids import aging_schedule_id, origin_retirement_id, partition_migration_id
+from switchyard.sagas.requests import AgingReport, Decision, Progress
 from switchyard.traffic import Traffic
 from tests.helpers.live import Live, capture, unique
 from tests.helpers.processes import GatewayProcess
+from tests.helpers.raw import RawClient
 from tests.helpers.traffic import judge_consumer
 from tests.integration.test_gateway import gateway  # noqa: F401 - a shared module fixture
+from workers.gateway import apis
 
 PARTITIONS = 3
 MOVED = 1
@@ -101,11 +112,35 @@ def test_a_smooth_migration_moves_one_partitions_writes_and_keeps_its_offsets_go
     moved_acks = sorted(o for p, o in traffic.acked_where if p == MOVED)
     assert moved_acks == list(range(end + len(on_target)))  # acknowledged at client offsets, no gap
     assert on_target, "nothing was written to the target"
+    if idempotent:
+        leaders_agree(gateway, app, topic)
     print(
         f"\nend offset {end}; {len(on_target)} records on the target; the partition's writes paused "
         f"{pause(traffic, MOVED, held_at, released_at):.3f}s (held to released: {released_at - held_at:.3f}s)"
     )
     print(judge_consumer(traffic))  # every record, offsets in order per partition (continuous across E)
+
+
+def leaders_agree(gateway: GatewayProcess, app: str, topic: str) -> None:  # noqa: F811
+    """DescribeTopicPartitions (how newer admin clients describe topics) names the leaders Metadata
+    names: the migrated partition's on the target, its epoch unknown."""
+    client = RawClient(gateway.port, client_id=app)
+    try:
+        metadata = client.answer(client.send(
+            apis.METADATA, 12, topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+            allow_auto_topic_creation=False,
+        ))  # fmt: skip
+        described = client.answer(client.send(
+            apis.DESCRIBE_TOPIC_PARTITIONS, 0, topics=(TopicRequest(name=topic),),
+            response_partition_limit=100,
+        ))  # fmt: skip
+    finally:
+        client.close()
+    led = {p.partition_index: (p.leader_id, p.leader_epoch) for p in metadata.topics[0].partitions}
+    said = {p.partition_index: (p.leader_id, p.leader_epoch) for p in described.topics[0].partitions}
+    assert said == led
+    assert said[MOVED][1] == -1
+    assert said[MOVED][0] not in {said[p][0] for p in said if p != MOVED}  # the target's broker
 
 
 def test_the_saga_migrates_a_partition_under_traffic_and_a_switch_of_its_topic_is_refused(
@@ -175,3 +210,110 @@ def refused_while_a_link_copies_it(live: Live, routing: RoutingStore, app: str, 
         assert f"refused: link {link} copies {topic} between primary and standby" in again.stdout
     finally:
         routing.set_link_state(link, LinkState.DELETED, actor=ACTOR, reason="done")
+
+
+def test_the_scheduled_check_ages_emptied_origins_and_a_retirement_deletes_after_approval(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """The workers keep the aging schedule; fired, it ages a migration whose origin holds nothing below
+    its end and not one whose origin holds records, and starts the retirement of each origin topic every
+    partition of which aged: approved, it deletes the topic there; rejected, the topic stays and the
+    check stops asking. A topic a group on the origin holds offsets for is refused. (Tansu removes no
+    records — no retention, no DeleteRecords — so an origin that holds nothing below its end is one
+    migrated while empty: docs/testbed.md.)"""
+    primary = stack_config.clusters["primary"].bootstrap
+    empty, rejected, grouped, held = unique("aged"), unique("agedr"), unique("agedg"), unique("aging")
+    kafka.create_topics(primary, [empty, rejected, grouped, held], partitions=1)
+    kafka.produce(primary, held, [kafka.Record(None, b"%d" % i, partition=0) for i in range(5)])
+    group = unique("holder")
+    holder = Consumer({"bootstrap.servers": primary, "group.id": group})
+    holder.commit(offsets=[TopicPartition(grouped, 0, 0)], asynchronous=False)
+    holder.close()
+    mine = {empty, rejected, grouped, held}
+    migrations = [("migrate-partition", t, "0", "--to", "standby", "--wait") for t in sorted(mine)]
+    runs = live.cli_together(*migrations)
+    assert [code for code, _ in runs] == [0, 0, 0, 0], runs
+
+    schedule, report = asyncio.run(run_aging(live))
+    every = float(live.env["SWITCHYARD__SAGAS__AGING_EVERY_S"])  # the live deployment's, not the file's
+    assert schedule.spec.intervals[0].every == timedelta(seconds=every)
+    aged = sorted(line.split(":")[0] for line in report.aged if line.split("[")[0] in mine)
+    assert aged == sorted(f"{t}[0]" for t in (empty, rejected, grouped)), report
+    assert f"{held}[0]: not aged, its origin holds records from offset 0 below its end 5" in report.waiting
+    assert f"{grouped} on primary stays: groups {group} on primary hold offsets for {grouped}" in "".join(
+        report.waiting
+    )
+    for topic in (empty, rejected, grouped):
+        migration = routing.migration(PartitionId(topic, 0))
+        assert migration is not None
+        assert migration.state is MigrationState.AGED
+    sagas = {t: origin_retirement_id("primary", t) for t in (empty, rejected)}
+    started = sorted(f"{saga}: started, waits for an approval" for saga in sagas.values())
+    assert sorted(r for r in report.retirements if r.split(":")[2].split("/")[1] in mine) == started
+
+    for topic, decision in ((empty, "approve"), (rejected, "reject")):
+        outcome = "retired" if decision == "approve" else "kept"
+        assert asyncio.run(decide(live, sagas[topic], decision))["outcome"] == outcome
+        assert [(r.kind, r.outcome) for r in routing.ledger.saga_runs(sagas[topic])] == [
+            ("origin-retirement", outcome)
+        ]
+    left = kafka.partitions(primary, lambda name: name in mine)
+    assert left == sorted((t, 0) for t in (rejected, grouped, held))
+
+    refused = live.cli("migrations", "retire", "primary", grouped, "--wait")
+    assert refused.returncode == 8, refused.stdout + refused.stderr
+    assert f"groups {group} on primary hold offsets for {grouped}" in refused.stdout + refused.stderr
+    checked = live.cli("migrations", "check")
+    assert f"{held}[0]: not aged, its origin holds records from offset 0 below its end 5" in checked.stdout
+    assert f"{rejected} on primary stays: its last retirement was not approved" in checked.stdout
+
+
+async def run_aging(live: Live) -> tuple[Schedule, AgingReport]:
+    """Fire the aging schedule the live worker keeps, and wait for the check it starts."""
+    client = await temporal.connect(live.config)
+    handle = client.get_schedule_handle(aging_schedule_id(live.queue))
+    before = await handle.describe()
+    await handle.trigger()
+    deadline = time.monotonic() + 30
+    while (now := await handle.describe()).info.num_actions == before.info.num_actions:
+        assert time.monotonic() < deadline, "the aging schedule started nothing"
+        await asyncio.sleep(0.2)
+    started = now.info.recent_actions[-1].action
+    assert isinstance(started, ScheduleActionExecutionStartWorkflow)
+    run = client.get_workflow_handle(
+        started.workflow_id, run_id=started.first_execution_run_id, result_type=AgingReport
+    )
+    report = await run.result()
+    capture(live, started.workflow_id, started.first_execution_run_id, "migration-aging-live")
+    return now.schedule, report
+
+
+async def decide(live: Live, saga: str, decision: str) -> dict[str, Any]:
+    """Once the saga waits for its approval, ``decision`` (the Web UI's update); its result."""
+    client = await temporal.connect(live.config)
+    handle = client.get_workflow_handle(saga)
+    deadline = time.monotonic() + 60
+    while (await handle.query("progress", result_type=Progress)).awaiting_approval is None:
+        assert time.monotonic() < deadline, f"{saga} never waited for an approval"
+        await asyncio.sleep(0.2)
+    await handle.execute_update(decision, Decision("user:test", "nothing reads it"), result_type=str)
+    result: dict[str, Any] = await handle.result()
+    return result
+
+
+def test_a_gateway_publishes_what_was_acknowledged_before_it_acknowledges_an_epoch(
+    gateway: GatewayProcess,  # noqa: F811
+    routing: RoutingStore,
+    stack_config: Config,
+) -> None:
+    """A saga that waited for every gateway's acknowledgement reads how far each partition's writes were
+    acknowledged whole — a smooth migration's end must reach it (acks=1 writes may run ahead of the
+    high watermark) — not as published up to 2 s before."""
+    topic = unique("acked")
+    kafka.create_topics(stack_config.clusters["primary"].bootstrap, [topic], partitions=1)
+    records = [kafka.Record(None, b"%d" % i, partition=0) for i in range(7)]
+    assert kafka.produce(gateway.bootstrap, topic, records, settings={"client.id": unique("acker")}) == 7
+    later = BindingKey.for_app(unique("later"))
+    epoch = routing.set_binding(later, "primary", actor=ACTOR, reason="a change")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    assert acked_end(routing.zk, routing.layout, "primary", topic, 0) == 7

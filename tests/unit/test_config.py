@@ -97,6 +97,7 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
             "mirror.links.l1.include.0: not a valid regular expression",
         ),
         (merged(ledger={"url": "not a url"}), "ledger.url: not a SQLAlchemy database URL"),
+        (merged(sagas={"aging_every_s": 5}), "sagas.aging_every_s: 0 (no schedule) or at least 60s"),
         (merged(logging={"level": "LOUD"}), "logging.level: Input should be"),
         (
             merged(gateway={"bootstrap_port": "many"}),

@@ -1,6 +1,6 @@
-"""What a partition migration's change may and may not do: it begins, takes effect, ages, records its
-origin's true end; its clusters and end offset never change once in effect (client offsets would change
-meaning), and it is called off only before it took effect."""
+"""What a partition migration's change may and may not do: it begins, takes effect, ages (once its origin
+holds nothing below its end), records its origin's true end; its clusters and end offset never change
+once in effect (client offsets would change meaning), and it is called off only before it took effect."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from switchyard.errors import BindingRefused
 from switchyard.ledger.kinds import MigrationChange
+from switchyard.migration_checks import ages
 from switchyard.model import (
     Cluster,
     ClusterState,
@@ -116,3 +117,31 @@ def test_a_new_migration_needs_two_registered_clusters_and_an_active_target() ->
 def test_malformed_migrations_never_enter_the_tree(change: MigrationChange, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         change.well_formed()
+
+
+def test_a_migration_ages_only_in_effect_with_its_origins_end_known() -> None:
+    migrating = node(new())
+    refused(MigrationChange.of(migrating, state=AGED, end_offset=10, origin_end=10), migrating,
+            "it ages once in effect, not while migrating")  # fmt: skip
+    away = node(new(FAULT, MIGRATED, end_offset=5000))
+    with pytest.raises(ValueError, match="aged needs the origin's end"):
+        MigrationChange.of(away, state=AGED).well_formed()
+
+
+@pytest.mark.parametrize(
+    ("state", "origin_end", "log_start", "why"),
+    [
+        (MIGRATED, 1200, 1200, "its origin's log starts at 1200, at or past the origin's end 1200"),
+        (MIGRATED, 1200, 5000, "its origin's log starts at 5000, at or past the origin's end 1200"),
+        (MIGRATED, 1200, None, None),  # not found there: no proof (a restarted broker), aging is final
+        (MIGRATED, 1200, 1199, None),  # one record left below the end: readers may still want it
+        (MIGRATED, 0, 0, "its origin's log starts at 0, at or past the origin's end 0"),  # it held none
+        (MIGRATED, None, 10**9, None),  # a fault migration's origin not seen since: its end is unknown
+        (AGED, 1200, 1200, None),
+    ],
+)
+def test_a_migration_ages_when_its_origin_holds_nothing_below_its_end(
+    state: MigrationState, origin_end: int | None, log_start: int | None, why: str | None
+) -> None:
+    migration = node(new(FAULT, MIGRATED, end_offset=1_001_200, origin_end=origin_end))
+    assert ages(dataclasses.replace(migration, state=state), log_start) == why

@@ -41,6 +41,8 @@ from switchyard.sagas.requests import PartitionLoss, SagaResult
 from switchyard.sagas.steps import (
     Acked,
     AcksRequest,
+    Aged,
+    AgingCheck,
     Blocked,
     BlockRequest,
     CopyChecked,
@@ -61,6 +63,9 @@ from switchyard.sagas.steps import (
     MigrationLink,
     MigrationLinkRequest,
     OriginChecked,
+    OriginEnds,
+    OriginTopicChecked,
+    OriginTopicStep,
     Partition,
     PartitionEnd,
     PartitionHeld,
@@ -72,6 +77,7 @@ from switchyard.sagas.steps import (
     PlanRequest,
     Probe,
     ProbeRequest,
+    RetirableTopic,
     Retired,
     RetireRequest,
     Reversed,
@@ -154,6 +160,10 @@ class Script:
             steps.MIGRATE_PARTITION: (PartitionStep, lambda _: PartitionMigrated(21, 2, 1200, 1200)),
             steps.CALL_OFF_PARTITION: (PartitionStep, lambda _: self.call_off),
             steps.CHECK_ORIGIN: (PartitionStep, lambda _: OriginChecked(1200 + self.overrun, self.overrun)),
+            steps.RECORD_ORIGIN_ENDS: (AgingCheck, lambda _: OriginEnds([_AWAY])),
+            steps.AGE_MIGRATIONS: (AgingCheck, lambda _: _aged()),
+            steps.CHECK_ORIGIN_TOPIC: (OriginTopicStep, lambda _: OriginTopicChecked(2, self.refusal)),
+            steps.RETIRE_ORIGIN_TOPIC: (OriginTopicStep, lambda _: OriginTopicChecked(2, deleted=True)),
         }
         return [self._stand_in(name, kind, answer) for name, (kind, answer) in answers.items()]
 
@@ -202,6 +212,17 @@ class Script:
             request.keys, epochs, "primary", "standby", "primary-to-standby",
             [Partition("orders", 0), Partition("orders", 1)], ["stand-in plan"],
         )  # fmt: skip
+
+
+_AWAY = "orders[2]: its origin does not answer yet"
+
+
+def _aged() -> Aged:
+    return Aged(
+        ["orders[0]: aged, its origin's log starts at 1200, at or past the origin's end 1200"],
+        ["orders[2]: not aged, its origin's end is not recorded yet (the origin is away)"],
+        [RetirableTopic("primary", "orders", 2)],
+    )
 
 
 def _drill_setup(request: PrepareRequest) -> DrillSetup:

@@ -28,6 +28,8 @@ def test_there_are_histories_of_every_saga() -> None:
         "topic-migration",
         "partition-migration",
         "drill",
+        "migration-aging",
+        "origin-retirement",
     } <= kinds, kinds
 
 

@@ -92,6 +92,7 @@ class Gateway:
         self.offered: dict[int, tuple[int, int]] = {}
         self.usage = UsageTracker()
         self.acked = AckedEnds()
+        self._acked_lock = asyncio.Lock()
         self.producers: dict[tuple[Identity, int], ProducerRoute] = {}
         """Where each client's idempotent producer writes now, and as whom (from InitProducerId on)."""
         self._new_routes = asyncio.Lock()
@@ -243,6 +244,7 @@ class Gateway:
             if self.view.stale:
                 continue  # acknowledged when fresh again: the reconnect publishes a new snapshot
             try:
+                await self._publish_acked()  # what was acknowledged under older epochs, known with this one
                 await asyncio.to_thread(self.registration.acknowledge, epoch)
             except Exception:
                 log.exception("gateway %s: cannot acknowledge epoch %d", self.id, epoch)
@@ -517,19 +519,31 @@ class Gateway:
     async def _publish_usage(self) -> None:
         """Every few seconds, what the clients used (an ephemeral node) and how far their writes were
         acknowledged (a persistent one: it outlives the gateway), where sagas read them."""
-        usage, acked = self.layout.usage(self.id), self.layout.acked(self.id)
+        usage = self.layout.usage(self.id)
         while True:
             await asyncio.sleep(_USAGE_EVERY_S)
             data = encode(self.usage.uses())
             try:
                 await asyncio.to_thread(self._write, usage, data, ephemeral=True)
-                if self.acked.changed:
-                    self.acked.changed = False
-                    await asyncio.to_thread(
-                        self._write, acked, encode_acked(self.acked.ends), ephemeral=False
-                    )
+                await self._publish_acked()
             except Exception:
                 log.warning("gateway %s: usage not published", self.id, exc_info=True)
+
+    async def _publish_acked(self) -> None:
+        """How far each partition's writes were acknowledged, if it changed: every few seconds, and before
+        each epoch is acknowledged, so a saga that waited for the acknowledgements reads it whole (a
+        smooth migration's end must reach it: acks=1 writes may run ahead of the high watermark)."""
+        async with self._acked_lock:  # one write at a time: a later one never carries older ends
+            if not self.acked.changed:
+                return
+            self.acked.changed = False
+            try:
+                await asyncio.to_thread(
+                    self._write, self.layout.acked(self.id), encode_acked(self.acked.ends), ephemeral=False
+                )
+            except BaseException:
+                self.acked.changed = True
+                raise
 
     def _recall_acked(self) -> None:
         """What this gateway published before a restart: the next publication starts from it, so a

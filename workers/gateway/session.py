@@ -860,6 +860,7 @@ class ClientSession:
             body = await self.gateway.rewrite(request.api_key, body, cluster)
             if request.api_key == apis.METADATA:
                 self.gateway.moved.learn(cluster, body)
+            if request.api_key in (apis.METADATA, apis.DESCRIBE_TOPIC_PARTITIONS):
                 body = await self._moved_leaders(body, cluster)
         return encode_response(request, topic_identity.present(request.api_key, body))
 
@@ -882,9 +883,9 @@ class ClientSession:
         return await self._moved_leaders(dataclasses.replace(metadata, topics=tuple(topics)), cluster)
 
     async def _moved_leaders(self, body: Any, cluster: str) -> Any:
-        """A Metadata answer (virtual ids already) with each migrated partition led by the virtual broker
-        of its target's leader, where its writes go, its leader epoch unknown (-1: its records come
-        from two clusters with unrelated epochs)."""
+        """A Metadata or DescribeTopicPartitions answer (virtual ids already) with each migrated partition
+        led by the virtual broker of its target's leader, where its writes go, its leader epoch unknown
+        (-1: its records come from two clusters with unrelated epochs)."""
         migrations = self.gateway.moved.of(self.gateway.view.snapshot)
         topics = []
         for topic in body.topics:
@@ -897,6 +898,8 @@ class ClientSession:
                 else:
                     partitions.append(given)
             topics.append(dataclasses.replace(topic, partitions=tuple(partitions)) if moved else topic)
+        if not hasattr(body, "brokers"):  # DescribeTopicPartitions: its brokers come from Metadata
+            return dataclasses.replace(body, topics=tuple(topics))
         listed = {b.node_id for b in body.brokers}
         leaders = {p.leader_id for t in topics for p in t.partitions if p.leader_id >= 0} - listed
         broker_cls = element_type(type(body), "brokers")

@@ -1,7 +1,8 @@
 """`switchyard worker`: run the sagas and their activities until SIGINT or SIGTERM.
 
-At start it builds what activities share once (:class:`~activities.deps.Deps`), connects to Temporal
-and registers the search attributes sagas set. On SIGTERM it stops taking new tasks, lets running
+At start it builds what activities share once (:class:`~activities.deps.Deps`), connects to Temporal,
+registers the search attributes sagas set and keeps the partition migrations' aging schedule
+(:mod:`switchyard.aging_schedule`). On SIGTERM it stops taking new tasks, lets running
 activities finish (up to the grace period; a saga's steps are idempotent, so one cut short is retried
 by the next worker), and closes its connections.
 
@@ -25,7 +26,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.deps import Deps
-from switchyard import temporal
+from switchyard import aging_schedule, temporal
 from switchyard.cli.base import config_of
 from switchyard.config import Config
 from switchyard.sagas.ids import KIND_ATTRIBUTE, PHASE_ATTRIBUTE
@@ -108,6 +109,10 @@ async def run(config: Config) -> None:
     try:
         client = await temporal.connect(config)
         await temporal.register_search_attributes(client)
+        try:
+            log.info("%s", await aging_schedule.keep(client, config))
+        except Exception:  # the sagas run without it; aging waits for the next start (or the CLI)
+            log.exception("the partition migrations' aging schedule could not be kept")
         approvals = asyncio.create_task(ApprovalWatch(client, config.temporal.task_queue).run())
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from activities.aging import AgingActivities
 from activities.deps import Deps
 from activities.drills import DrillActivities
 from activities.migration import MigrationActivities
@@ -15,6 +16,7 @@ from activities.planning import PlanningActivities
 from activities.records import RecordActivities
 from activities.routing import RoutingActivities
 from activities.verification import VerificationActivities
+from workflows.aging import MigrationAging, RetireOriginTopic
 from workflows.drill import Drill
 from workflows.failover import Failover
 from workflows.migration import TopicMigration
@@ -22,13 +24,17 @@ from workflows.partition_migration import PartitionMigration
 from workflows.switchback import Switchback
 from workflows.switchover import Switchover
 
-WORKFLOWS: list[type] = [Switchover, Switchback, Failover, TopicMigration, PartitionMigration, Drill]
+WORKFLOWS: list[type] = [
+    Switchover, Switchback, Failover, TopicMigration, PartitionMigration, Drill, MigrationAging,
+    RetireOriginTopic,
+]  # fmt: skip
 ACTIVITY_CLASSES = (
     PlanningActivities,
     RoutingActivities,
     MirrorActivities,
     MigrationActivities,
     PartitionActivities,
+    AgingActivities,
     VerificationActivities,
     RecordActivities,
     DrillActivities,
