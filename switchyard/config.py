@@ -195,6 +195,12 @@ class GatewayLimitsConfig(_Section):
     buffer_bytes: Bytes = 512 * MiB
     """Request bytes all connections together may hold; a reader waits for room (the broker's
     ``queued.max.request.bytes``)."""
+    stale_request_grace_s: PositiveSeconds = 5.0
+    """A request a newer routing epoch sends elsewhere (not a long poll) is waited for — it may still land
+    on the old cluster — for its own wait (a Produce's time-out) plus this; then the broker is taken to
+    have stalled: the gateway closes that connection, answers the retriable error and acknowledges the
+    epoch. Keep it well under ``sagas.acks_timeout_s``. (A broker's own bound on an OffsetCommit,
+    ``offsets.commit.timeout.ms``, is 5 s.)"""
 
 
 class GatewayConfig(_Section):

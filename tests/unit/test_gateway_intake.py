@@ -4,14 +4,16 @@ answered early when a newer epoch routes them elsewhere."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import struct
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 
 from switchyard.config import GatewayLimitsConfig
 from switchyard.routing.snapshot import RoutingSnapshot
-from workers.gateway.inflight import InFlight
+from workers.gateway.inflight import InFlight, StillRouted, Ticket, own_wait_s
 from workers.gateway.intake import ByteBudget, Intake
 from workers.gateway.protocol import FrameError
 
@@ -158,7 +160,7 @@ def test_a_login_must_come_in_time_and_frames_before_it_are_small() -> None:
 
 def test_a_new_epoch_waits_only_for_the_requests_it_moves_and_answers_moved_long_polls() -> None:
     async def scenario() -> None:
-        inflight = InFlight()
+        inflight = InFlight(grace_s=5)
         moved_at_5 = lambda snapshot: snapshot.epoch < 5  # noqa: E731
         unrelated = inflight.start(3, lambda snapshot: True, long_poll=True)  # another app's long poll
         poll = inflight.start(3, moved_at_5, long_poll=True)  # a Fetch of the identity being moved
@@ -179,3 +181,52 @@ def test_a_new_epoch_waits_only_for_the_requests_it_moves_and_answers_moved_long
         inflight.finish(unrelated)
 
     asyncio.run(scenario())
+
+
+def test_a_moved_request_its_broker_does_not_answer_is_given_up_after_its_own_wait_and_the_grace() -> None:
+    async def scenario() -> None:
+        inflight = InFlight(grace_s=0.05)
+        given_up: list[str] = []
+        moved_at_5 = lambda snapshot: snapshot.epoch < 5  # noqa: E731
+
+        def start(name: str, still_routed: StillRouted, own_wait_s: float = 0.0) -> Ticket:
+            return inflight.start(
+                3, still_routed, own_wait_s=own_wait_s, give_up=lambda: given_up.append(name), what=name
+            )
+
+        stalled = start("stalled commit", moved_at_5)
+        produce = start("produce waiting for replicas", moved_at_5, own_wait_s=0.3)
+        answered = start("answered commit", moved_at_5)
+        unrelated = start("another app's commit", lambda snapshot: True)
+        await asyncio.sleep(0.1)
+        assert given_up == []  # overdue already, but no epoch has moved anything yet
+        inflight.supersede(RoutingSnapshot(epoch=5))
+        inflight.finish(answered)
+        await asyncio.sleep(0.01)
+        assert given_up == ["stalled commit"]  # sent 0.1 s ago: past its grace at once
+        inflight.finish(stalled)
+        waiting = asyncio.create_task(inflight.drained_before(5))
+        await asyncio.sleep(0.1)
+        assert given_up == ["stalled commit"]  # the Produce may wait for its replicas 0.3 s
+        await asyncio.sleep(0.3)
+        assert given_up == ["stalled commit", "produce waiting for replicas"]
+        inflight.finish(produce)
+        await asyncio.wait_for(waiting, 1)
+        assert unrelated.timer is None
+        inflight.finish(unrelated)
+
+        blocked_at_5 = lambda snapshot: snapshot.epoch != 5  # noqa: E731
+        abandoned = start("produce of a switch abandoned", blocked_at_5, own_wait_s=0.1)
+        inflight.supersede(RoutingSnapshot(epoch=5))  # the block moves it...
+        inflight.supersede(RoutingSnapshot(epoch=6))  # ...and the unblock routes it back: waited for
+        await asyncio.sleep(0.2)
+        assert given_up == ["stalled commit", "produce waiting for replicas"]
+        inflight.finish(abandoned)
+
+    asyncio.run(scenario())
+
+
+def test_a_request_s_own_wait_is_its_timeout_field() -> None:
+    assert own_wait_s(SimpleNamespace(timeout=datetime.timedelta(seconds=30))) == 30
+    assert own_wait_s(SimpleNamespace(timeout=datetime.timedelta(seconds=-1))) == 0
+    assert own_wait_s(SimpleNamespace(group_id="g")) == 0

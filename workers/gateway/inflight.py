@@ -10,29 +10,55 @@ epoch routed it. So when E arrives, each request in flight is looked at again un
   as E would answer it (the retriable error of a blocked request), and what the broker answers later
   is dropped. Long polls change nothing the switch relies on: a Fetch only reads, and a join or sync
   on the cluster being left touches a group that is about to be abandoned there;
-- routed differently, anything else (a Produce, an OffsetCommit): waited for, since it may still land.
+- routed differently, anything else (a Produce, an OffsetCommit): waited for, since it may still land
+  — but not for ever. A healthy broker answers within the request's own wait (a Produce's time-out;
+  most requests have none) and a little more; one that does not has stalled, and its client gives up
+  on it too. Past that wait plus ``grace_s`` the gateway gives up (``Ticket.give_up``: the broker
+  connection is closed, the request answered with the retriable error, which its client retries where
+  it is routed now).
 
 How long E takes to be acknowledged thus depends on the requests E moves, never on any client's
-settings.
+settings, and one stalled broker request holds it up for a bounded time only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
 
 from switchyard.routing.snapshot import RoutingSnapshot
+from workers.gateway.protocol import api_name
+
+log = logging.getLogger(__name__)
 
 StillRouted = Callable[[RoutingSnapshot], bool]
 """Whether a newer snapshot still routes a request the way it was routed."""
 
 
+def own_wait_s(body: Any) -> float:
+    """How long a broker may take over a request by the request's own word (a Produce's ``timeout``)."""
+    timeout = getattr(body, "timeout", None)
+    return max(timeout.total_seconds(), 0.0) if isinstance(timeout, timedelta) else 0.0
+
+
 class Ticket:
     """One request in flight."""
 
-    __slots__ = ("epoch", "still_routed", "superseded", "what")
+    __slots__ = ("epoch", "give_up", "overdue_at", "still_routed", "superseded", "timer", "what")
 
-    def __init__(self, epoch: int, still_routed: StillRouted, *, long_poll: bool, what: object) -> None:
+    def __init__(
+        self,
+        epoch: int,
+        still_routed: StillRouted,
+        *,
+        long_poll: bool,
+        what: object,
+        overdue_at: float,
+        give_up: Callable[[], None] | None,
+    ) -> None:
         self.epoch = epoch
         self.still_routed = still_routed
         self.what = what
@@ -41,38 +67,73 @@ class Ticket:
             asyncio.get_running_loop().create_future() if long_poll else None
         )
         """Set when a newer epoch routes this long poll elsewhere: answer it now."""
+        self.overdue_at = overdue_at
+        """Loop time past which a broker that has not answered has stalled."""
+        self.give_up = give_up
+        """Stop waiting for the broker's answer (None: the request is bounded otherwise)."""
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class InFlight:
-    def __init__(self) -> None:
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
         self._tickets: set[Ticket] = set()
         self._changed = asyncio.Event()
 
     def start(
-        self, epoch: int, still_routed: StillRouted, *, long_poll: bool = False, what: object = None
+        self,
+        epoch: int,
+        still_routed: StillRouted,
+        *,
+        long_poll: bool = False,
+        what: object = None,
+        own_wait_s: float = 0.0,
+        give_up: Callable[[], None] | None = None,
     ) -> Ticket:
-        ticket = Ticket(epoch, still_routed, long_poll=long_poll, what=what)
+        overdue_at = asyncio.get_running_loop().time() + own_wait_s + self.grace_s
+        ticket = Ticket(
+            epoch, still_routed, long_poll=long_poll, what=what, overdue_at=overdue_at, give_up=give_up
+        )
         self._tickets.add(ticket)
         return ticket
 
     def finish(self, ticket: Ticket) -> None:
+        if ticket.timer is not None:
+            ticket.timer.cancel()
         self._tickets.discard(ticket)
         self._changed.set()
 
     def supersede(self, snapshot: RoutingSnapshot) -> int:
         """Date every request ``snapshot`` routes as before with its epoch; wake the long polls it
-        routes elsewhere. Return how many were woken."""
+        routes elsewhere, and give the others until they are overdue. Return how many were woken."""
         woken = 0
         for ticket in list(self._tickets):
             if ticket.epoch >= snapshot.epoch:
                 continue
             if ticket.still_routed(snapshot):
                 ticket.epoch = snapshot.epoch
-            elif ticket.superseded is not None and not ticket.superseded.done():
-                ticket.superseded.set_result(None)
-                woken += 1
+                if ticket.timer is not None:  # routed back (a switch abandoned): nothing to give up on
+                    ticket.timer.cancel()
+                    ticket.timer = None
+            elif ticket.superseded is not None:
+                if not ticket.superseded.done():
+                    ticket.superseded.set_result(None)
+                    woken += 1
+            elif ticket.give_up is not None and ticket.timer is None:
+                loop = asyncio.get_running_loop()
+                ticket.timer = loop.call_at(max(ticket.overdue_at, loop.time()), self._overdue, ticket)
         self._changed.set()
         return woken
+
+    def _overdue(self, ticket: Ticket) -> None:
+        ticket.timer = None
+        if ticket in self._tickets and ticket.give_up is not None:
+            log.warning(
+                "gave up on %s: a newer epoch routes it elsewhere and the broker has not answered within "
+                "the request's own wait + %.1fs; that broker connection is closed, the client answered the "
+                "retriable error", describe(ticket.what), self.grace_s,
+            )  # fmt: skip
+            ticket.give_up()
 
     async def drained_before(self, epoch: int) -> None:
         """Until no request dated before ``epoch`` is still in flight."""
@@ -83,3 +144,11 @@ class InFlight:
     def holding(self, epoch: int) -> list[object]:
         """What the requests dated before ``epoch`` are."""
         return [ticket.what for ticket in self._tickets if ticket.epoch < epoch]
+
+
+def describe(what: object) -> str:
+    """A request in flight, as the log shows it."""
+    if isinstance(what, tuple) and len(what) == 4:
+        key, identity, cluster, node = what
+        return f"{api_name(key)} of {identity} to {cluster}" + (f" broker {node}" if node is not None else "")
+    return str(what)

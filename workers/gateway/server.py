@@ -40,7 +40,7 @@ from workers.gateway import apis, readiness
 from workers.gateway.acked import AckedEnds
 from workers.gateway.entities import element_type, make
 from workers.gateway.holds import RoutingChanges
-from workers.gateway.inflight import InFlight
+from workers.gateway.inflight import InFlight, describe
 from workers.gateway.intake import ByteBudget
 from workers.gateway.members import Members
 from workers.gateway.metrics import Metrics
@@ -49,7 +49,6 @@ from workers.gateway.producers import ProducerRoute, Translation
 from workers.gateway.protocol import (
     API_VERSIONS,
     Request,
-    api_name,
     known_versions,
     request_schema,
     response_schema,
@@ -79,7 +78,7 @@ class Gateway:
         self.registration = GatewayRegistration(
             zk, self.layout, self.id, takeover_wait_s=config.zookeeper.session_timeout_s + 2
         )
-        self.inflight = InFlight()
+        self.inflight = InFlight(config.gateway.limits.stale_request_grace_s)
         self.budget = ByteBudget(config.gateway.limits.buffer_bytes)
         """Request bytes every connection together may hold (``gateway.limits.buffer_bytes``)."""
         users_file = config.gateway.sasl.users_file
@@ -236,7 +235,7 @@ class Gateway:
                     held = self.inflight.holding(epoch)
                     log.warning(
                         "gateway %s: epoch %d waits for %d requests routed the old way: %s",
-                        self.id, epoch, len(held), ", ".join(_describe(what) for what in held[:10]),
+                        self.id, epoch, len(held), ", ".join(describe(what) for what in held[:10]),
                     )  # fmt: skip
                 await drained
             finally:
@@ -626,14 +625,6 @@ _PROBE_TIMEOUT_S = 10.0
 _SLOW_ACK_S = 5.0
 _USAGE_EVERY_S = 2.0
 """An acknowledgement held up longer than this is logged with the requests holding it."""
-
-
-def _describe(what: object) -> str:
-    """A request holding an acknowledgement up, as the log shows it."""
-    if isinstance(what, tuple) and len(what) == 4:
-        key, identity, cluster, node = what
-        return f"{api_name(key)} of {identity} to {cluster}" + (f" broker {node}" if node is not None else "")
-    return str(what)
 
 
 def _remember(table: dict[Any, Any], key: Any, value: Any) -> None:

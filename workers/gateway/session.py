@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from workers.gateway.carry import carried_commit
 from workers.gateway.decision import Action, Decision, decide
 from workers.gateway.entities import element_type, make, replace_known
 from workers.gateway.holds import hold_limit
-from workers.gateway.inflight import Ticket
+from workers.gateway.inflight import Ticket, own_wait_s
 from workers.gateway.intake import Intake, Lease
 from workers.gateway.members import Member
 from workers.gateway.migrated import Listed
@@ -59,7 +60,7 @@ from workers.gateway.protocol import (
 from workers.gateway.rewrite import BROKER_NAMING
 from workers.gateway.sasl import Credentials, SaslError
 from workers.gateway.shared import Shared
-from workers.gateway.upstream import Shielded, Upstream, UpstreamError
+from workers.gateway.upstream import Overdue, Shielded, Upstream, UpstreamError
 from workers.gateway.vnodes import RealBroker
 
 log = logging.getLogger(__name__)
@@ -760,6 +761,8 @@ class ClientSession:
             self._still_routed(snapshot, identity, context.topics, context.group, resolution),
             long_poll=key in apis.LONG_POLLS,
             what=(key, identity, resolution.cluster, node),
+            own_wait_s=own_wait_s(request.body),
+            give_up=functools.partial(_give_up, upstream, key),
         )
         try:
             future = await upstream.send(
@@ -816,7 +819,7 @@ class ClientSession:
                     return encode_response(request, blocked_response(request, request.body))
             try:
                 frame = await future
-            except Shielded:
+            except (Shielded, Overdue):
                 unanswered = self._unanswerable(request)
                 if unanswered is None:
                     raise
@@ -1020,6 +1023,10 @@ class ClientSession:
         if upstream is None or upstream.closed or upstream.retired:
             upstream = self._upstreams[key] = self.gateway.upstream(cluster, node, self.credentials)
         return upstream
+
+
+def _give_up(upstream: Upstream, api_key: int) -> None:
+    upstream.abort(Overdue(f"{upstream.host}:{upstream.port} did not answer {api_name(api_key)} in time"))
 
 
 class _SplitBrokers:

@@ -38,6 +38,12 @@ class Shielded(UpstreamError):
     waited on it gets the retriable error, its client connection kept."""
 
 
+class Overdue(UpstreamError):
+    """The broker did not answer a request a newer epoch routes elsewhere within the request's own wait
+    and the gateway's grace (see :mod:`workers.gateway.inflight`): the connection was closed, and what
+    waited on it gets the retriable error, its client connection kept."""
+
+
 Ask = Callable[..., Awaitable[Any]]
 """``ask(api_key, version, **fields)``: send one request of the gateway's own, return the decoded answer."""
 Login = Callable[[Ask], Awaitable[None]]
@@ -119,6 +125,9 @@ class Upstream:
                 )
             except (OSError, TimeoutError) as exc:
                 raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
+            if self.closed:  # given up on while it connected
+                writer.close()
+                raise UpstreamError(f"connection to {self.host}:{self.port} is closed")
             self._writer = writer
             self._reader_task = asyncio.create_task(self._read(reader))
             if self.login is not None:
@@ -162,6 +171,10 @@ class Upstream:
                 future.set_exception(error)
         if self._writer is not None:
             self._writer.close()
+
+    def abort(self, error: UpstreamError) -> None:
+        """Close now, failing what waits with ``error``; the reader ends on its own."""
+        self._fail(error)
 
     def retire(self) -> None:
         self.retired = True
