@@ -34,7 +34,7 @@ demo: setup
 # each with a stack of its own; the few that judge clients' pauses against a bound then run alone.
 test: setup
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(PYTEST_ARGS)
-	$(BIN)/pytest -m alone $(PYTEST_ARGS)
+	$(BIN)/pytest -m alone tests/integration $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)

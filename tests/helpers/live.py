@@ -79,26 +79,33 @@ class Live:
         return self.config.source
 
     def start(self) -> Live:
+        """The gateway, the mirror and a worker, started side by side (each waited for after)."""
         self.gateway = GatewayProcess(
             self.path, root=self.root, gateway_id="gw-live", log=self.logs / "gateway.log",
             overrides={**self.env, **self.scrape("gateway")},
         )  # fmt: skip
-        self.gateway.start()
         self.mirror = MirrorProcess(
             self.path, root=self.root, name="m-live", log=self.logs / "mirror.log",
             overrides={**FAST_MIRROR, **self.env, **self.scrape("mirror")},
         )  # fmt: skip
-        self.mirror.start()
-        self.start_worker()
+        processes = [self.gateway, self.mirror, self._worker()]
+        for process in processes:
+            process.launch()
+        for process in processes:
+            process.wait_ready()
         return self
 
     def start_worker(self) -> WorkerProcess:
+        worker = self._worker()
+        worker.start()
+        return worker
+
+    def _worker(self) -> WorkerProcess:
         name = f"worker-{len(self.workers) + 1}"
         worker = WorkerProcess(
             self.path, root=self.root, name=name, log=self.logs / f"{name}.log",
             overrides={**self.env, **self.scrape(name)},
         )  # fmt: skip
-        worker.start()
         self.workers.append(worker)
         return worker
 
@@ -146,11 +153,29 @@ def unique(prefix: str) -> str:
 
 
 def wait_for_approval(live: Live, saga: str, timeout_s: float = 60) -> None:
-    """Until ``sagas show`` says the saga waits for an approval."""
-    deadline = time.monotonic() + timeout_s
-    while "waiting for an approval" not in (shown := live.cli("sagas", "show", saga)).stdout:
-        assert time.monotonic() < deadline, shown.stdout + shown.stderr
-        time.sleep(0.5)
+    """Until the saga's progress (what ``sagas show`` prints) says it waits for an approval; asked
+    in-process every 0.2 s, as a CLI process a time would cost a second each."""
+    from temporalio.service import RPCError
+
+    from switchyard.errors import StackError
+    from switchyard.sagas.requests import Progress
+
+    async def waiting() -> None:
+        deadline = time.monotonic() + timeout_s
+        last: object = None
+        while True:
+            try:
+                client = await temporal.connect(live.config)
+                progress = await client.get_workflow_handle(saga).query("progress", result_type=Progress)
+                if progress.awaiting_approval:
+                    return
+                last = progress
+            except (RPCError, StackError) as exc:  # not started yet, or Temporal restarting
+                last = exc
+            assert time.monotonic() < deadline, f"{saga} never waited for an approval: {last}"
+            await asyncio.sleep(0.2)
+
+    asyncio.run(waiting())
 
 
 def capture(live: Live, workflow_id: str, run_id: str, name: str) -> None:

@@ -45,8 +45,16 @@ class SwitchyardProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (several start side by side, then are waited for)."""
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+
+    def wait_ready(self) -> None:
+        assert self.process is not None
         deadline = time.monotonic() + 30
         while not self.ready():
             if self.process.poll() is not None or time.monotonic() > deadline:

@@ -65,7 +65,14 @@ class Gateway:
         self.usage = UsageTracker()
         self.acked = AckedEnds()
         self.members = Members()
-        self.moved = Moved(self._nowhere, self._nowhere)
+        self.moved = Moved(_nowhere, _nowhere)
+        self.brokers = Brokers()
+
+
+class Brokers:
+    """A broker directory that offers what the gateway reads, and knows no broker."""
+
+    def __init__(self) -> None:
         self.offered = {key: (offered(key).start, offered(key).stop - 1) for key in READ}
 
     def offers(self, api_key: int, api_version: int) -> bool:
@@ -74,8 +81,9 @@ class Gateway:
     def upstream(self, *_: Any) -> Any:
         raise AssertionError("these requests go to no broker")
 
-    async def _nowhere(self, *_: Any) -> Any:
-        raise AssertionError("these requests go to no broker")
+
+async def _nowhere(*_: Any) -> Any:
+    raise AssertionError("these requests go to no broker")
 
 
 async def exchange(gateway: Gateway, *frames: bytes) -> list[bytes]:

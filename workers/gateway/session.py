@@ -255,12 +255,12 @@ class ClientSession:
         received = asyncio.get_running_loop().time()
         key = request.api_key
         if key == apis.API_VERSIONS:
-            return _ready(encode_response(request, self.gateway.api_versions_response(request)))
+            return _ready(encode_response(request, self.gateway.answers.api_versions_response(request)))
         if key in (apis.SASL_HANDSHAKE, apis.SASL_AUTHENTICATE):
             return _ready(encode_response(request, await self._sasl(request)))
         if self.credentials is None and self.gateway.config.gateway.sasl.mode == "required":
             raise SaslError(f"{api_name(key)} before SASL authentication, which this gateway requires")
-        if not self.gateway.offers(key, request.api_version):
+        if not self.gateway.brokers.offers(key, request.api_version):
             raise FrameError(
                 f"{api_name(key)} v{request.api_version} is not offered by this gateway "
                 "(ApiVersions says what is)"
@@ -299,7 +299,8 @@ class ClientSession:
             if joined_on == resolution.cluster or (
                 joined_on is not None
                 and request.api_key == apis.OFFSET_COMMIT
-                and gateway.carrying_link(snapshot, joined_on, resolution.cluster, context.topics) is None
+                and gateway.links.carrying_link(snapshot, joined_on, resolution.cluster, context.topics)
+                is None
             ):
                 joined_on = None
         rejoining = self._rejoining(request, member)
@@ -308,7 +309,7 @@ class ClientSession:
         return decide(
             request.api_key, context, resolution, self.listener.broker,
             empty_metadata=request.api_key == apis.METADATA and request.body.topics == (),
-            mirrored=lambda topic: gateway.mirrored(snapshot, resolution.cluster, topic),
+            mirrored=lambda topic: gateway.links.mirrored(snapshot, resolution.cluster, topic),
             joined_on=joined_on, rejoining=rejoining, partitions=partitions,
             shielded=cluster is not None and cluster.state is not ClusterState.ACTIVE,
         )  # fmt: skip
@@ -321,7 +322,7 @@ class ClientSession:
         moved = request.api_key in _MEMBER_APIS and self._moved(request, snapshot, decision.cluster)
         action = decision.action
         if action is Action.ANSWER:
-            metadata = await self.gateway.local_metadata(request, decision.cluster)
+            metadata = await self.gateway.brokers.local_metadata(request, decision.cluster)
             if request.body.topics != ():  # a shielded cluster's: its topics as last known
                 metadata = await self._shielded_topics(request, metadata, decision.cluster)
             return _ready(encode_response(request, metadata))
@@ -453,12 +454,12 @@ class ClientSession:
         :mod:`workers.gateway.carry`); if that cannot be done now, the retriable error."""
         request, cluster = incoming.request, resolution.cluster
         async with self._carrying:  # one at a time, in the order they came: a later commit lands later
-            link = self.gateway.carrying_link(snapshot, source, cluster, incoming.context.topics)
+            link = self.gateway.links.carrying_link(snapshot, source, cluster, incoming.context.topics)
             try:
                 if link is None:
                     topics = incoming.context.topics
                     raise UpstreamError(f"no link from {source} to {cluster} copies {topics}")
-                records = await self.gateway.link_records(link)
+                records = await self.gateway.links.link_records(link)
                 node = await self._coordinator(cluster, request.body.group_id)
             except Exception as exc:
                 log.warning(
@@ -504,7 +505,7 @@ class ClientSession:
         """``request`` naming by name the topics it named by the ids clients see (see
         :mod:`workers.gateway.topic_identity`): routing, and the cluster asked, need names."""
         cluster = self._resolve(self.gateway.view.snapshot, identity, (), None).cluster
-        version = self.gateway.offered.get(apis.METADATA, (0, 0))[1]
+        version = self.gateway.brokers.version(apis.METADATA)
         answer = await self._upstream(cluster, None, long_poll=False).ask(
             apis.METADATA, version, topics=None, allow_auto_topic_creation=False
         )
@@ -527,13 +528,13 @@ class ClientSession:
         topics = incoming.context.topics
         sources = [
             c for c in snapshot.clusters
-            if c != cluster and gateway.carrying_link(snapshot, c, cluster, topics) is not None
+            if c != cluster and gateway.links.carrying_link(snapshot, c, cluster, topics) is not None
         ]  # fmt: skip
         if len(sources) != 1:
             return
         try:
             node = await self._coordinator(cluster, group)
-            version = min(gateway.offered.get(apis.DESCRIBE_GROUPS, (0, 0))[1], 5)
+            version = gateway.brokers.version(apis.DESCRIBE_GROUPS, 5)
             answer = await self._upstream(cluster, node, long_poll=False).ask(
                 apis.DESCRIBE_GROUPS, version, groups=(group,), include_authorized_operations=False
             )
@@ -652,7 +653,7 @@ class ClientSession:
 
     async def _leave(self, cluster: str, group: str, member_id: str) -> None:
         """LeaveGroup on ``member_id``'s behalf, as an admin client's removal of a member does."""
-        version = min(self.gateway.offered.get(apis.LEAVE_GROUP, (0, 0))[1], 5)
+        version = self.gateway.brokers.version(apis.LEAVE_GROUP, 5)
         fields: dict[str, Any] = {"member_id": member_id}
         if version >= 3:  # members named in a list (KIP-345); a dynamic member by its id alone
             entry = element_type(request_schema(apis.LEAVE_GROUP, version), "members")
@@ -674,7 +675,7 @@ class ClientSession:
         behalf, assigning nothing: the group's other members wait in SyncGroup for their leader's
         assignment, and a leader whose join was cut never sends it. Its members then join again (the
         leader's removal follows), and get their partitions from the next round."""
-        version = min(self.gateway.offered.get(apis.SYNC_GROUP, (0, 0))[1], 5)
+        version = self.gateway.brokers.version(apis.SYNC_GROUP, 5)
         entry = element_type(request_schema(apis.SYNC_GROUP, version), "assignments")
         nothing = tuple(make(entry, member_id=m.member_id, assignment=NO_PARTITIONS) for m in joined.members)
         fields: dict[str, Any] = {  # an assignment for every member, of no partitions: Tansu insists
@@ -705,10 +706,10 @@ class ClientSession:
         """Ask ``group``'s coordinator on ``cluster``, over connections of its own (the asking may outlive
         this session; the flip closes the session's connections, and what was sent just then fails)."""
         for attempt in range(_LEAVE_ATTEMPTS):
-            opened = [self.gateway.upstream(cluster, None, self.credentials)]
+            opened = [self.gateway.brokers.upstream(cluster, None, self.credentials)]
             try:
                 node = await self._coordinator(cluster, group, opened[0])
-                opened.append(self.gateway.upstream(cluster, node, self.credentials))
+                opened.append(self.gateway.brokers.upstream(cluster, node, self.credentials))
                 return await opened[1].ask(api_key, version, group_id=group, **fields)
             except (UpstreamError, TimeoutError, FrameError):
                 if attempt + 1 == _LEAVE_ATTEMPTS:
@@ -722,7 +723,7 @@ class ClientSession:
     async def _coordinator(self, cluster: str, group: str, upstream: Upstream | None = None) -> int:
         """The broker of ``cluster`` that coordinates ``group`` (asked over ``upstream``, else this
         session's connection to the cluster)."""
-        version = min(self.gateway.offered.get(apis.FIND_COORDINATOR, (0, 0))[1], 3)
+        version = self.gateway.brokers.version(apis.FIND_COORDINATOR, 3)
         fields: dict[str, Any] = {"key": group} | ({"key_type": 0} if version >= 1 else {})
         upstream = upstream or self._upstream(cluster, None, long_poll=False)
         answer = await upstream.ask(apis.FIND_COORDINATOR, version, **fields)
@@ -786,10 +787,12 @@ class ClientSession:
 
     async def _sasl(self, request: Request) -> Any:
         if request.api_key == apis.SASL_HANDSHAKE:
-            reply = self.gateway.sasl_handshake(request, authenticated=self.credentials is not None)
+            reply = self.gateway.answers.sasl_handshake(request, authenticated=self.credentials is not None)
             self._handshaken = reply.error_code == ErrorCode.none
             return reply
-        reply, credentials = await self.gateway.sasl_authenticate(request, handshaken=self._handshaken)
+        reply, credentials = await self.gateway.answers.sasl_authenticate(
+            request, handshaken=self._handshaken
+        )
         self._handshaken = False
         if credentials is None:
             self._closing = True  # as a broker does: the refusal is sent, then the connection closed
@@ -833,7 +836,7 @@ class ClientSession:
         elif request.api_key == apis.INIT_PRODUCER_ID:
             issued = decode_response(request, frame)
             if issued.producer_id >= 0:
-                self.gateway.issued(identity, issued.producer_id, cluster)
+                self.gateway.producers.issued(identity, issued.producer_id, cluster)
         elif request.api_key == apis.SYNC_GROUP:
             synced = decode_response(request, frame)
             rejoin = self._rejoins.get(request.body.group_id)
@@ -860,7 +863,7 @@ class ClientSession:
             return with_size(frame)
         body = decode_response(request, frame)
         if naming:
-            body = await self.gateway.rewrite(request.api_key, body, cluster)
+            body = await self.gateway.brokers.rewrite(request.api_key, body, cluster)
             if request.api_key == apis.METADATA:
                 self.gateway.moved.learn(cluster, body)
             if request.api_key in (apis.METADATA, apis.DESCRIBE_TOPIC_PARTITIONS):
@@ -907,7 +910,12 @@ class ClientSession:
         leaders = {p.leader_id for t in topics for p in t.partitions if p.leader_id >= 0} - listed
         broker_cls = element_type(type(body), "brokers")
         more = tuple(
-            make(broker_cls, node_id=v, host=self.gateway.address(v)[0], port=self.gateway.address(v)[1])
+            make(
+                broker_cls,
+                node_id=v,
+                host=self.gateway.brokers.address(v)[0],
+                port=self.gateway.brokers.address(v)[1],
+            )
             for v in sorted(leaders)
         )  # a leader never named in an answer before: clients must find it among the brokers
         return dataclasses.replace(body, topics=tuple(topics), brokers=body.brokers + more)
@@ -918,7 +926,7 @@ class ClientSession:
             return replace_known(
                 partition, error_code=ErrorCode.leader_not_available, leader_id=-1, leader_epoch=-1
             )
-        vid = await self.gateway.virtual_id(target, node)
+        vid = await self.gateway.brokers.virtual_id(target, node)
         return replace_known(
             partition, error_code=ErrorCode.none, leader_id=vid, leader_epoch=-1, replica_nodes=(vid,),
             isr_nodes=(vid,), offline_replicas=(),
@@ -965,7 +973,7 @@ class ClientSession:
         self, request: Request, identity: Identity, producer: tuple[int, int], cluster: str
     ) -> bytes:
         """The Produce frame to send: as received, or with its producer translated for ``cluster``."""
-        translation = await self.gateway.translation(identity, producer[0], cluster)
+        translation = await self.gateway.producers.translation(identity, producer[0], cluster)
         if translation is None:
             return request.frame
         body = request.body
@@ -1021,7 +1029,7 @@ class ClientSession:
         key = (cluster, node, long_poll)
         upstream = self._upstreams.get(key)
         if upstream is None or upstream.closed or upstream.retired:
-            upstream = self._upstreams[key] = self.gateway.upstream(cluster, node, self.credentials)
+            upstream = self._upstreams[key] = self.gateway.brokers.upstream(cluster, node, self.credentials)
         return upstream
 
 
@@ -1072,7 +1080,9 @@ class _SplitBrokers:
     async def list_offsets(
         self, cluster: str, node: int, request: Request | None, key: tuple[str, int], timestamp: int
     ) -> Listed:
-        version = request.api_version if request is not None else self.gateway.offered[apis.LIST_OFFSETS][1]
+        version = (
+            request.api_version if request is not None else self.gateway.brokers.offered[apis.LIST_OFFSETS][1]
+        )
         schema = request_schema(apis.LIST_OFFSETS, version)
         topic_cls = element_type(schema, "topics")
         entry = make(
