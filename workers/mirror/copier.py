@@ -26,14 +26,9 @@ acknowledged.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import os
 import threading
 import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
 
 from confluent_kafka import (
@@ -42,29 +37,26 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     Message,
-    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
 from switchyard import kafka
 from switchyard.config import Config
-from switchyard.mirror.groups import sync_groups
 from switchyard.mirror.mapstore import MAP_TOPIC, ensure_map_topic, read_maps, segment_record
 from switchyard.mirror.offsets import OffsetMap
-from switchyard.mirror.status import MemberStatus, PartitionStatus, member_path
-from switchyard.mirror.writers import GroupWriters
+from switchyard.mirror.status import PartitionStatus
 from switchyard.model import Link, LinkState
 from switchyard.routing.layout import Layout
+from workers.mirror.carry import GroupCarry
+from workers.mirror.clients import LEAVE_WAIT_S, CopyClients
+from workers.mirror.progress import Key, PartitionCopy, gone
+from workers.mirror.reporting import SourceEnds, StatusNode
 from workers.mirror.topics import sync_topics
 
 log = logging.getLogger(__name__)
-Key = tuple[str, int]
 _BACKOFF_MAX_S = 30.0
-_LEAVE_WAIT_S = 2.0
-_STATS_MIN_S = 1.0
 _IDLE_WAIT_S = 0.1
 """A link with no topic to copy looks again this often (pause, promotion, stop; topics every refresh)."""
 
@@ -73,69 +65,11 @@ class MirrorError(Exception):
     """The copy of a link cannot go on in this session; the session restarts from the target's truth."""
 
 
-def group_id(link_id: str) -> str:
-    return f"switchyard-mirror.{link_id}"
-
-
-@dataclass
-class PartitionCopy:
-    topic: str
-    partition: int
-    offset_map: OffsetMap
-    next_target: int
-    """The target offset the next record written will get."""
-    acked_target: int
-    """The target offset the next delivery report must confirm."""
-    start: int
-    """The source position this session started copying from."""
-    read_to: int
-    """The consumer's position: past every record and marker read so far."""
-    begun: bool = False
-    """Whether the target holds any record of this partition (else copying starts at the source's start)."""
-    source_end: int = -1
-    fetched_at: float | None = None
-    caught_up_at: float = field(default_factory=time.time)
-    error: str | None = None
-
-    last_source: int = -1
-    """The source offset of the last record written in this session (-1: none yet)."""
-
-    def acked_source(self) -> int:
-        """Every source offset below this is on the target, acknowledged (worked out when asked:
-        translating on every delivery report would cost the copy loop a map lookup per record)."""
-        return self.offset_map.source_of(self.acked_target - 1) + 1 if self.acked_target > 0 else self.start
-
-    def mirrored(self) -> int:
-        """Every source offset below this is on the target (markers after the last record included)."""
-        idle = self.acked_target == self.next_target
-        return max(self.acked_source(), self.read_to) if idle else self.acked_source()
-
-    def status(self, state: str, now: float) -> PartitionStatus:
-        mirrored = self.mirrored()
-        lag = max(0, self.source_end - mirrored) if self.source_end >= 0 else 0
-        if lag == 0 and self.source_end >= 0:
-            self.caught_up_at = now
-        return PartitionStatus(
-            topic=self.topic,
-            partition=self.partition,
-            state="failed" if self.error else state,
-            source_end=self.source_end,
-            mirrored=mirrored,
-            target_end=self.acked_target,
-            lag=lag,
-            lag_s=round(now - self.caught_up_at, 3),
-            fetched_at=datetime.fromtimestamp(self.fetched_at, UTC) if self.fetched_at else None,
-            error=self.error,
-            identical=self.offset_map.identical,
-        )
-
-
 class LinkCopier:
     """One link on this process: a thread that copies until stopped, or until the link is promoted."""
 
     def __init__(self, config: Config, link: Link, zk: KazooClient, layout: Layout, member: str) -> None:
         self.config = config
-        self.zk, self.layout, self.member = zk, layout, member
         self._wanted = link
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"mirror-{link.id}", daemon=True)
@@ -145,23 +79,17 @@ class LinkCopier:
         self._failure: str | None = None
         self._link_error: str | None = None
         self._paused = False
-        self._consumer: Consumer | None = None
-        self._producer: Producer | None = None
-        self._probe: Consumer | None = None
-        self._source_probe: Consumer | None = None
-        """Consumers that only read log ends, of the target and of the source."""
+        self._clients: CopyClients | None = None
         self._maps: dict[Key, OffsetMap] = {}
         self._final: dict[Key, PartitionCopy] = {}
         self._publish_due = threading.Event()
         """Set when the status is due; each session has its own (see _session)."""
-        self._status_lock = threading.Lock()
-        self._retired = False
-        """The status was taken down for good (the copier ended, or the link was removed)."""
         self.finished = threading.Event()
         """Set when the link was promoted and this copier's last writes are acknowledged."""
-        self.source_answered_at: float | None = None
-        """When the source last answered this link (a fetch, a topic listing, a read of its ends):
-        the mirror's view of whether the source cluster is reachable."""
+        self.source = SourceEnds(self._partitions)
+        self.status = StatusNode(zk, layout, member, lambda: self.link.id, self._current)
+        self.carry = GroupCarry(zk, layout, member, lambda: self.link, lambda: dict(self._partitions))
+        self.member = member
 
     @property
     def link(self) -> Link:
@@ -180,13 +108,16 @@ class LinkCopier:
         shown = self._final if self.finished.is_set() else self._partitions
         return [st.status(state, now) for _, st in sorted(dict(shown).items())]
 
+    def _current(self) -> tuple[list[PartitionStatus], str | None]:
+        return self.statuses(), self._link_error
+
     def stop(self, timeout_s: float = 30.0, *, forget: bool = False) -> None:
         """End the copy; ``forget`` (the link was removed) also takes a promoted link's final status
         down, which otherwise stays up to show where the copy ended."""
         self.request_stop()
         self._thread.join(timeout_s)
         if forget:
-            self._unpublish()
+            self.status.retire()
 
     def request_stop(self) -> None:
         """Ask the copy to end (``stop`` waits for it); several copiers can then end side by side."""
@@ -203,12 +134,12 @@ class LinkCopier:
             except Exception as exc:  # a broken session must not end the process: retry from the truth
                 self._link_error = f"{exc} (retrying in {backoff:.0f} s)"
                 log.warning("link %s: %s", self.link.id, self._link_error)
-                self._publish()
+                self.status.publish()
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _BACKOFF_MAX_S)
-        self._publish()
+        self.status.publish()
         if not self.finished.is_set():
-            self._unpublish()
+            self.status.retire()
 
     def _session(self) -> None:
         link, settings = self.link, self.config.mirror
@@ -220,7 +151,10 @@ class LinkCopier:
         admin_target = AdminClient({"bootstrap.servers": target})
         ensure_map_topic(admin_target)
         self._maps = read_maps(target, link.id)
-        consumer, producer = self._open_clients(source, target)
+        self._clients = clients = CopyClients.connect(
+            settings, link.id, self.member, source=source, target=target, stats=self.source.from_stats
+        )
+        consumer, producer = clients.consumer, clients.producer
         admin_source = AdminClient({"bootstrap.servers": source})
         topics: list[str] = []
         next_refresh = next_status = 0.0
@@ -230,8 +164,12 @@ class LinkCopier:
             threading.Thread(target=target, args=args, name=f"mirror-{name}-{link.id}", daemon=True)
             for name, target, args in (
                 # off the copy loop: listing a source's groups can take long; a ZooKeeper write waits
-                ("groups", self._sync_groups_every, (admin_source, admin_target, session_over)),
-                ("status", self._publish_when_due, (due, session_over)),
+                (
+                    "groups",
+                    self.carry.every,
+                    (settings.group_sync_interval_s, admin_source, admin_target, session_over),
+                ),
+                ("status", self.status.when_due, (due, session_over)),
             )
         ]
         for helper in helpers:
@@ -244,7 +182,7 @@ class LinkCopier:
                     return
                 if now >= next_refresh:
                     found = sync_topics(self.link, admin_source, admin_target)
-                    self.source_answered_at = time.time()
+                    self.source.answered()
                     if found != topics:
                         topics = found
                         if topics:
@@ -264,62 +202,15 @@ class LinkCopier:
                     raise MirrorError(self._failure)
                 if now >= next_status:
                     if self._paused:
-                        self._refresh_source_ends()
+                        self.source.read(clients.source_probe, link.id)
                     self._publish_due.set()
                     next_status = now + settings.status_interval_s
         finally:
             session_over.set()
             due.set()
             for helper in helpers:  # before the session's last status, which _run publishes
-                helper.join(_LEAVE_WAIT_S if self._stop.is_set() else 30)  # a stopping process waits little
+                helper.join(LEAVE_WAIT_S if self._stop.is_set() else 30)  # a stopping process waits little
             self._close()
-
-    def _open_clients(self, source: str, target: str) -> tuple[Consumer, Producer]:
-        """The copy's consumer and producer, and the probes that read log ends."""
-        link, settings = self.link, self.config.mirror
-        self._producer = Producer(
-            {
-                "bootstrap.servers": target,
-                "enable.idempotence": True,
-                "enable.gapless.guarantee": True,  # a failed batch stops the producer before later ones land
-                "message.timeout.ms": 0,  # never give up on a record locally (gapless does not cover that)
-                "linger.ms": 5,
-                **settings.producer,
-            }
-        )
-        self._probe, self._source_probe = (
-            Consumer(
-                {
-                    "bootstrap.servers": bootstrap,
-                    "group.id": f"{group_id(link.id)}.probe",
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                }
-            )
-            for bootstrap in (target, source)
-        )
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": source,
-                "group.id": group_id(link.id),
-                "client.id": f"switchyard-mirror@{self.member}",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "error",
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-                # the source's ends for the status's lag; no more often than once a second: librdkafka
-                # builds the statistics of every broker and partition, and the copy waits meanwhile
-                # (every 50 ms cost the copy a sixth of its rate in the benchmark)
-                "statistics.interval.ms": int(max(settings.status_interval_s, _STATS_MIN_S) * 1000),
-                "fetch.wait.max.ms": 100,  # bounds the copy's latency on brokers that hold fetches long
-                # with the fetch queue full (queued.min.messages), fetching resumes this long after it
-                # was last checked: at the default 1 s the copy emptied the queue and then waited
-                "fetch.queue.backoff.ms": 10,
-                "stats_cb": self._stats,
-                **settings.consumer,
-            }
-        )
-        return self._consumer, self._producer
 
     def _copy_arrived(self, subscribed: bool) -> None:
         """Copy what has arrived; with nothing subscribed nothing else waits, so wait here: an idle link
@@ -331,13 +222,14 @@ class LinkCopier:
 
     def _next_records(self) -> list[Message]:
         """What has arrived, at once; when nothing has, wait up to 0.1 s for the first record only."""
-        assert self._consumer is not None
-        return self._consumer.consume(1000, 0) or self._consumer.consume(1, 0.1)
+        assert self._clients is not None
+        consumer = self._clients.consumer
+        return consumer.consume(1000, 0) or consumer.consume(1, 0.1)
 
     def _finish(self) -> None:
         """Promoted: the last writes are acknowledged, the group is left, the status says so for good."""
-        assert self._producer is not None
-        remaining = self._producer.flush(30)
+        assert self._clients is not None
+        remaining = self._clients.producer.flush(30)
         if remaining or self._failure:
             raise MirrorError(f"promoted, but {remaining} records were not acknowledged: {self._failure}")
         self._final = dict(self._partitions)  # the last status stays: what was copied, for good
@@ -345,28 +237,20 @@ class LinkCopier:
         log.info("link %s promoted: copying stopped", self.link.id)
 
     def _close(self) -> None:
-        if self._producer is not None:
-            self._producer.flush(10)
-        for consumer in (self._probe, self._source_probe):
-            if consumer is not None:
-                consumer.close()
-        if self._consumer is not None:
-            if self._stop.is_set():
-                _close_within(self._consumer, _LEAVE_WAIT_S, self.link.id)
-            else:  # a new session follows: the old member must be gone from the group first
-                self._consumer.close()
-        self._consumer = self._probe = self._source_probe = self._producer = None
+        if self._clients is not None:
+            self._clients.close(self.link.id, stopping=self._stop.is_set())
+        self._clients = None
         self._partitions.clear()
 
     # ---- partitions come and go
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        assert self._probe is not None
-        assert self._source_probe is not None
+        assert self._clients is not None
+        probe, source_probe = self._clients.probe, self._clients.source_probe
         keys = [(tp.topic, tp.partition) for tp in partitions]
-        ends = kafka.log_ends(self._probe, keys)
-        source_ends = kafka.log_ends(self._source_probe, keys)
-        gone: list[tuple[Key, str]] = []
+        ends = kafka.log_ends(probe, keys)
+        source_ends = kafka.log_ends(source_probe, keys)
+        vanished: list[tuple[Key, str]] = []
         for tp, key in zip(partitions, keys, strict=True):
             offset_map = self._maps.setdefault(key, OffsetMap())
             end = ends[key]
@@ -377,11 +261,11 @@ class LinkCopier:
                 key[0], key[1], offset_map, next_target=end, acked_target=end, start=start,
                 read_to=start, begun=begun, source_end=source_ends[key], error=self._failed.get(key),
             )  # fmt: skip
-            low, _ = self._source_probe.get_watermark_offsets(tp, timeout=10)
+            low, _ = source_probe.get_watermark_offsets(tp, timeout=10)
             if key not in self._failed and begun and not low <= start <= source_ends[key]:
-                gone.append((key, _gone(start, low, source_ends[key])))
+                vanished.append((key, gone(start, low, source_ends[key])))
         consumer.assign(partitions)
-        for key, reason in gone:
+        for key, reason in vanished:
             self._fail_partition(key, reason)
         held = [tp for tp in partitions if (tp.topic, tp.partition) in self._failed]
         if self._paused:
@@ -391,29 +275,29 @@ class LinkCopier:
         log.info("link %s: copying %s", self.link.id, ", ".join(f"{t}[{p}]@{ends[(t, p)]}" for t, p in keys))
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if self._producer is not None:
-            self._producer.flush(30)  # our writes land before another process resumes from the target
+        if self._clients is not None:
+            self._clients.producer.flush(30)  # our writes land before another process resumes from the target
         for tp in partitions:
             self._partitions.pop((tp.topic, tp.partition), None)
 
     def _follow_pause(self) -> None:
-        assert self._consumer is not None
+        assert self._clients is not None
+        consumer = self._clients.consumer
         wanted = self.link.state is not LinkState.RUNNING  # a promoted link is never resumed
         if wanted == self._paused:
             return
-        assignment = self._consumer.assignment()
+        assignment = consumer.assignment()
         if wanted:
-            self._consumer.pause(assignment)
-            assert self._producer is not None
-            self._producer.flush(30)  # what is on its way lands before the target is read as final
+            consumer.pause(assignment)
+            self._clients.producer.flush(30)  # what is on its way lands before the target is read as final
         else:
             running = [tp for tp in assignment if (tp.topic, tp.partition) not in self._failed]
-            self._consumer.resume(running)
+            consumer.resume(running)
             for tp in running:  # read on exactly where the copy stands, whatever was prefetched
                 st = self._partitions.get((tp.topic, tp.partition))
                 if st is not None:
                     position = st.read_to if st.begun else OFFSET_BEGINNING
-                    self._consumer.seek(TopicPartition(tp.topic, tp.partition, position))
+                    consumer.seek(TopicPartition(tp.topic, tp.partition, position))
         self._paused = wanted
         self._publish_due.set()  # at once: a promotion waits for this, with clients held
         log.info("link %s %s", self.link.id, "paused" if wanted else "resumed")
@@ -430,8 +314,8 @@ class LinkCopier:
         report, and the partition's state is brought up to date, once per run rather than per record."""
         if not batch or self.link.state is not LinkState.RUNNING:
             return  # paused or promoted since it was read: never written (a resume reads it again)
-        assert self._producer is not None
-        produce = self._producer.produce
+        assert self._clients is not None
+        produce = self._clients.producer.produce
         st: PartitionCopy | None = None
         topic, part = "", -1
         pending: Message | None = None
@@ -487,14 +371,15 @@ class LinkCopier:
 
     def _write(self, key: Key, msg: Message, target: int, *, report: bool) -> None:
         """Write ``msg`` to the target, where it will be at ``target`` (checked if ``report``)."""
-        assert self._producer is not None
+        assert self._clients is not None
+        producer = self._clients.producer
         kind, timestamp = msg.timestamp()
         if kind == TIMESTAMP_NOT_AVAILABLE:
             timestamp = 0  # the target stamps it
         delivered = partial(self._delivered, key, target) if report else None
         while True:
             try:
-                self._producer.produce(
+                producer.produce(
                     key[0], msg.value(), msg.key(), partition=key[1], headers=msg.headers(),
                     timestamp=timestamp, on_delivery=delivered,
                 )  # fmt: skip
@@ -502,7 +387,7 @@ class LinkCopier:
             except BufferError:  # the target is slow or away: wait, but stay stoppable
                 if self._stop.is_set():
                     raise MirrorError("stopped while the target was not taking records") from None
-                self._producer.poll(0.05)
+                producer.poll(0.05)
 
     def _copy_error(self, key: Key, st: PartitionCopy | None, error: KafkaError, msg: Message) -> None:
         code = error.code()
@@ -513,18 +398,19 @@ class LinkCopier:
                 st.fetched_at = time.time()
             return
         if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE) and st is not None:
-            self._fail_partition(key, _gone(st.read_to, None, None))
+            self._fail_partition(key, gone(st.read_to, None, None))
             return
         raise MirrorError(f"source: {error}")
 
     def _add_segment(self, st: PartitionCopy, source: int) -> None:
         """The source skipped offsets: store the new segment once everything before it is acknowledged."""
-        assert self._producer is not None
-        if self._producer.flush(30) or self._failure:
+        assert self._clients is not None
+        producer = self._clients.producer
+        if producer.flush(30) or self._failure:
             raise MirrorError(f"the target did not acknowledge {st.topic}[{st.partition}]: {self._failure}")
         record_key, value = segment_record(self.link.id, st.topic, st.partition, source, st.next_target)
-        self._producer.produce(MAP_TOPIC, value, record_key, on_delivery=self._map_delivered)
-        if self._producer.flush(30) or self._failure:
+        producer.produce(MAP_TOPIC, value, record_key, on_delivery=self._map_delivered)
+        if producer.flush(30) or self._failure:
             raise MirrorError(f"the offset map could not be stored: {self._failure}")
         st.offset_map.add(source, st.next_target)
 
@@ -562,145 +448,5 @@ class LinkCopier:
         st = self._partitions.get(key)
         if st is not None:
             st.error = reason
-        if self._consumer is not None:
-            self._consumer.pause([TopicPartition(key[0], key[1])])
-
-    # ---- group offsets
-
-    def _sync_groups_every(
-        self, source: AdminClient, target: AdminClient, session_over: threading.Event
-    ) -> None:
-        while not session_over.wait(self.config.mirror.group_sync_interval_s):
-            if self._partitions and self.link.state is LinkState.RUNNING:
-                self._sync_groups(source, target)
-
-    def _sync_groups(self, source: AdminClient, target: AdminClient) -> None:
-        """Carry the groups' offsets for the partitions this process copies (each process its own)."""
-        copying = {k: st for k, st in dict(self._partitions).items() if not st.error}
-        writers = GroupWriters(self.zk, self.layout, self.link.id, f"mirror:{self.member}")
-        try:
-            report = sync_groups(
-                source,
-                target,
-                self.link.copies,
-                {k: st.offset_map for k, st in copying.items()},
-                {k: st.mirrored() for k, st in copying.items()},
-                turn=writers.carry,
-            )
-        except Exception as exc:  # groups are synced again at the next interval; copying goes on
-            log.warning("link %s: group offsets not synced: %s", self.link.id, exc)
-            return
-        if report.written:
-            groups = sorted({w.group for w in report.written})
-            log.info(
-                "link %s: %d group offsets carried (%s)", self.link.id, len(report.written), ", ".join(groups)
-            )
-        for written in report.written:
-            log.debug("link %s: %s", self.link.id, written)
-        for reason in report.skipped:
-            log.debug("link %s: group offsets: %s", self.link.id, reason)
-
-    # ---- status
-
-    def _stats(self, raw: str) -> None:
-        """librdkafka statistics: each partition's high watermark and when its leader last answered."""
-        stats = json.loads(raw)
-        now = time.time()
-        answered: dict[int, float] = {}
-        for broker in stats.get("brokers", {}).values():
-            if broker.get("state") == "UP" and broker.get("rxidle", -1) >= 0:
-                answered[broker["nodeid"]] = now - broker["rxidle"] / 1e6
-        if answered:
-            self.source_answered_at = max(self.source_answered_at or 0.0, *answered.values())
-        for topic, entry in stats.get("topics", {}).items():
-            for number, partition in entry.get("partitions", {}).items():
-                st = self._partitions.get((topic, int(number)))
-                if st is None or partition.get("hi_offset", -1) < 0:
-                    continue
-                # ends only grow: librdkafka's figure for a paused partition is older than the one read
-                st.source_end = max(st.source_end, partition["hi_offset"])  # directly while paused
-                leader = answered.get(partition.get("leader", -1))
-                if leader is not None and partition.get("fetch_state") == "active":
-                    st.fetched_at = leader
-
-    def _refresh_source_ends(self) -> None:
-        """While paused nothing is fetched, so the source's ends are read directly: the status keeps
-        saying how much the target lacks (what an unplanned failover would lose)."""
-        assert self._source_probe is not None
-        keys = [k for k, st in self._partitions.items() if not st.error]
-        try:
-            ends = kafka.log_ends(self._source_probe, keys, timeout_s=5)
-        except Exception as exc:  # the source away: the last ends seen stay, with their time
-            log.debug("link %s: source ends not read while paused: %s", self.link.id, exc)
-            return
-        now = time.time()
-        if ends:
-            self.source_answered_at = now
-        for key, end in ends.items():
-            st = self._partitions.get(key)
-            if st is not None:
-                st.source_end, st.fetched_at = end, now
-
-    def _publish_when_due(self, due: threading.Event, session_over: threading.Event) -> None:
-        """Publish the status whenever the copy loop says it is due. A ZooKeeper write waits for the
-        ensemble's disk (tens of milliseconds on a busy host): on the copy loop it stalled the copy."""
-        while True:
-            due.wait()
-            due.clear()
-            if session_over.is_set():
-                return
-            try:
-                self._publish()
-            except Exception:  # the status says it is stale by its time; the copy goes on
-                log.exception("link %s: status not published", self.link.id)
-
-    def _publish(self) -> None:
-        now = time.time()
-        status = MemberStatus(
-            member=self.member,
-            host=f"{os.uname().nodename}:{os.getpid()}",
-            updated_at=datetime.fromtimestamp(now, UTC),
-            partitions=tuple(self.statuses()),
-            link_error=self._link_error,
-        )
-        path = member_path(self.layout, self.link.id, self.member)
-        with self._status_lock:
-            if self._retired:
-                return  # taken down for good: a late publisher must not put it back
-            try:
-                try:
-                    self.zk.set(path, status.to_json())
-                except NoNodeError:
-                    self.zk.create(path, status.to_json(), ephemeral=True, makepath=True)
-            except (KazooException, NodeExistsError) as exc:
-                log.warning("link %s: status not published: %r", self.link.id, exc)
-
-    def _unpublish(self) -> None:
-        with self._status_lock:
-            self._retired = True
-            with contextlib.suppress(KazooException):
-                self.zk.delete(member_path(self.layout, self.link.id, self.member))
-
-
-def _close_within(consumer: Consumer, wait_s: float, link_id: str) -> None:
-    """Close ``consumer``, waiting at most ``wait_s``: leaving a group in the middle of a join waits for
-    the join to end (up to the session timeout), and a stopping process should not. Its partitions are
-    then handed on when the group's session times out, as after a crash; nothing is lost either way,
-    since copying resumes from the target."""
-    closed = threading.Event()
-
-    def close() -> None:
-        consumer.close()
-        closed.set()
-
-    threading.Thread(target=close, name=f"mirror-leave-{link_id}", daemon=True).start()
-    if not closed.wait(wait_s):
-        log.warning("link %s: left without waiting for the group (a join was in progress)", link_id)
-
-
-def _gone(position: int, low: int | None, end: int | None) -> str:
-    where = f" (it holds {low} to {end})" if end is not None else ""
-    return (
-        f"source offset {position} is not on the source{where}: deleted by retention, or the topic was "
-        "recreated; copying on from elsewhere would skip or repeat records, so this partition stops"
-    )
+        if self._clients is not None:
+            self._clients.consumer.pause([TopicPartition(key[0], key[1])])

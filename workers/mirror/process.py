@@ -135,7 +135,7 @@ class MirrorProcess:
         since = time.time() - self._answer_within_s
         reached: dict[str, bool] = {}
         for copier in copiers:
-            answered = copier.source_answered_at
+            answered = copier.source.answered_at
             source = copier.link.source
             reached[source] = reached.get(source, False) or (answered is not None and answered >= since)
         return [Observation(int(up), {"cluster": cluster}) for cluster, up in reached.items()]
