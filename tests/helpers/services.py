@@ -86,10 +86,15 @@ class PrivateService:
         return cls(directory, zookeeper, "zookeeper")
 
     @classmethod
-    def kafka(cls, directory: Path) -> PrivateService:
+    def kafka(cls, directory: Path, *, advertised: int | None = None) -> PrivateService:
+        """A broker; ``advertised``: the port of a proxy in front of it, where clients are sent."""
         from switchyard.stack.services import kafka_broker
 
-        return cls(directory, lambda _home, host, port: kafka_broker("private", host, port), "kafka")
+        return cls(
+            directory,
+            lambda _home, host, port: kafka_broker("private", host, port, advertised=advertised),
+            "kafka",
+        )
 
     def start(self) -> None:
         assert self.service.argv is not None
