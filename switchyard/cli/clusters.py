@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import click
 
 from switchyard.cli.base import Group, actor_option, cli, config_of, reason_option, store_of
-from switchyard.model import ClusterState, PartitionMigration
+from switchyard.model import ClusterState
 from switchyard.table import render
 
 
@@ -50,9 +48,7 @@ def list_clusters(ctx: click.Context) -> None:
 def _state_command(name: str, state: ClusterState, doc: str) -> None:
     def command(ctx: click.Context, cluster_id: str, actor: str, reason: str, force: bool = False) -> None:
         with store_of(ctx) as store:
-            if state is ClusterState.ACTIVE and not force:
-                _refuse_unknown_ends(store.snapshot().migrations.values(), cluster_id)
-            epoch = store.set_cluster_state(cluster_id, state, actor=actor, reason=reason)
+            epoch = store.set_cluster_state(cluster_id, state, actor=actor, reason=reason, force=force)
         click.echo(f"cluster {cluster_id} is {state}, epoch {epoch}")
 
     if state is ClusterState.ACTIVE:
@@ -62,20 +58,6 @@ def _state_command(name: str, state: ClusterState, doc: str) -> None:
         command = force(command)
     decorated = click.pass_context(reason_option(actor_option(click.argument("cluster_id")(command))))
     clusters.command(name, help=doc)(decorated)
-
-
-def _refuse_unknown_ends(migrations: Iterable[PartitionMigration], cluster_id: str) -> None:
-    """A fault migration's origin unshielded before its true end is recorded: the gateways would read it
-    up to the end offset, and a write around them could add records some readers read and others passed."""
-    unknown = sorted(
-        str(m.id) for m in migrations if m.origin == cluster_id and m.in_effect and m.origin_end is None
-    )
-    if unknown:
-        raise click.ClickException(
-            f"{cluster_id} is the origin of fault migrations whose end is not recorded: "
-            f"{', '.join(unknown)}. Run `switchyard migrations check` (it records them once the cluster "
-            "answers), or --force"
-        )
 
 
 _state_command(

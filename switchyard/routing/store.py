@@ -194,13 +194,31 @@ class RoutingStore:
             )
         return self.apply([ClusterChange(cluster_id, 0, bootstrap)], actor=actor, reason=reason)
 
-    def set_cluster_state(self, cluster_id: str, state: ClusterState, *, actor: str, reason: str) -> int:
-        """Shield, unshield or mark down a cluster (a routing change like any other)."""
+    def set_cluster_state(
+        self, cluster_id: str, state: ClusterState, *, actor: str, reason: str, force: bool = False
+    ) -> int:
+        """Shield, unshield or mark down a cluster (a routing change like any other).
+
+        A fault migration's origin is not unshielded (unless ``force``) before its true end is recorded:
+        the gateways would read it up to the chosen end offset, and a write around them could add records
+        some readers read and others passed."""
         existing = self.cluster(cluster_id)
         if existing is None:
             raise BindingRefused(f"cluster {cluster_id!r} is not registered (switchyard clusters add)")
         if existing.state is state:
             raise BindingRefused(f"cluster {cluster_id!r} is already {state}")
+        if state is ClusterState.ACTIVE and not force:
+            unknown = sorted(
+                str(m.id)
+                for m in self.snapshot().migrations.values()
+                if m.origin == cluster_id and m.in_effect and m.origin_end is None
+            )
+            if unknown:
+                raise BindingRefused(
+                    f"{cluster_id} is the origin of fault migrations whose end is not recorded: "
+                    f"{', '.join(unknown)}. Run `switchyard migrations check` (it records them once the "
+                    "cluster answers), or --force"
+                )
         change = ClusterChange(cluster_id, existing.epoch, existing.bootstrap, state)
         return self.apply([change], actor=actor, reason=reason)
 

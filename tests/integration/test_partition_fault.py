@@ -124,7 +124,7 @@ def test_a_fault_migration_writes_on_at_once_and_no_offset_changes_meaning_when_
 
         os.kill(primary.process.pid() or 0, signal.SIGCONT)  # the origin is back
         early = live.cli("clusters", "unshield", "primary")  # before its end is recorded: refused
-        assert early.returncode == 1, early.stdout + early.stderr
+        assert early.returncode == 5, early.stdout + early.stderr  # BindingRefused
         assert "fault migrations whose end is not recorded" in early.stderr
         checked = live.cli("migrations", "check")
         assert f"{topic}[{WAITING}]: the origin's end {BEFORE} recorded" in checked.stdout, checked.stdout
