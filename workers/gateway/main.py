@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import click
+import uvloop
 
 from switchyard.cli.base import config_of
 from switchyard.routing.zk import connect, disconnect
@@ -39,7 +40,9 @@ def gateway_command(ctx: click.Context, gateway_id: str | None) -> None:
     config = config_of(ctx, "gateway")
     zk = connect(config)
     try:
-        asyncio.run(serve(Gateway(config, zk, gateway_id=gateway_id)))
+        # uvloop: libuv's transports cost the gateway half the CPU per GiB that asyncio's own do
+        # (docs/performance.md); the code runs on either loop, and the unit tests use asyncio's
+        uvloop.run(serve(Gateway(config, zk, gateway_id=gateway_id)))
     finally:
         disconnect(zk)
 
