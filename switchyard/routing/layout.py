@@ -92,8 +92,34 @@ class Layout:
         return f"{self.root}/txns/{txn_id}"
 
 
-def epoch_data(epoch: int, txn_id: str, at: datetime) -> bytes:
-    return json.dumps({"epoch": epoch, "txn": txn_id, "at": at.isoformat()}).encode()
+RECENT_SUBJECTS = 2_000
+"""How many changed subjects the epoch counter remembers, over its latest epochs (see ``epoch_data``)."""
+
+
+def epoch_data(epoch: int, txn_id: str, at: datetime, recent: list[list[Any]] | None = None) -> bytes:
+    """The epoch counter's data. ``recent``: ``[epoch, [[kind, segment], ...]]`` for the latest epochs,
+    what each changed, so that a reader holding the tree of an epoch among them reads only those nodes
+    (``read_snapshot``). A writer that leaves it out (a rebuild) makes readers read the whole tree."""
+    data: dict[str, Any] = {"epoch": epoch, "txn": txn_id, "at": at.isoformat()}
+    if recent:
+        data["recent"] = recent
+    return json.dumps(data).encode()
+
+
+def remember_changes(old_data: bytes, epoch: int, changed: list[list[str]]) -> list[list[Any]]:
+    """The ``recent`` list after ``epoch`` changed ``changed``: the counter's earlier one with this epoch
+    added, the oldest epochs dropped past RECENT_SUBJECTS (none kept when this epoch alone passes it)."""
+    if len(changed) > RECENT_SUBJECTS:
+        return []
+    try:
+        earlier = list(json.loads(old_data).get("recent", []))
+    except (ValueError, AttributeError):
+        earlier = []
+    recent = [*earlier, [epoch, changed]]
+    total = sum(len(subjects) for _, subjects in recent)
+    while total > RECENT_SUBJECTS:
+        total -= len(recent.pop(0)[1])
+    return recent
 
 
 def ensure_layout(zk: KazooClient, layout: Layout) -> None:

@@ -1,8 +1,13 @@
-"""Reading the whole routing tree as of one epoch.
+"""Reading the routing tree as of one epoch.
 
 Every routing change advances the epoch counter in the same ZooKeeper transaction as its nodes, so a
 read that finds the same counter version before and after it saw no change land in between: what it
 read is exactly the tree at that epoch. Reads are issued in parallel, one tree level at a time.
+
+A reader that holds the tree of an earlier epoch (a gateway's view) reads only what changed since: the
+counter names what each of its latest epochs changed (``layout.epoch_data``). When it does not cover
+every epoch since — too many changed, or a writer that names nothing (a rebuild) — the whole tree is
+read. A gateway thus pays for a change of one binding among 10,000 with one read, not 10,000.
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ _ATTEMPTS = 50
 __all__ = ["RoutingSnapshot", "read_snapshot"]
 
 
-def read_snapshot(zk: KazooClient, layout: Layout) -> RoutingSnapshot:
+def read_snapshot(zk: KazooClient, layout: Layout, since: RoutingSnapshot | None = None) -> RoutingSnapshot:
+    """The tree at the current epoch; ``since``: the tree at an earlier one, to read only what changed."""
     try:
         for _ in range(_ATTEMPTS):
-            _, before = zk.get(layout.epoch)
-            tree = _read_tree(zk, layout)
+            data, before = zk.get(layout.epoch)
+            tree = _changed_since(zk, layout, since, json.loads(data)) if since is not None else None
+            if tree is None:
+                tree = _read_tree(zk, layout)
             data, after = zk.get(layout.epoch)
             if after.version == before.version:
                 return RoutingSnapshot(int(json.loads(data)["epoch"]), **tree)
@@ -62,6 +70,39 @@ def _read_tree(zk: KazooClient, layout: Layout) -> dict[str, dict[Any, Any]]:
         listed = _collect(below)
         depth += 1
     return found
+
+
+def _changed_since(
+    zk: KazooClient, layout: Layout, since: RoutingSnapshot, counter: dict[str, Any]
+) -> dict[str, dict[Any, Any]] | None:
+    """``since``'s tree with the nodes changed after it read again; None when the counter does not say
+    what every epoch since changed."""
+    epoch = int(counter["epoch"])
+    recent = {int(e): subjects for e, subjects in counter.get("recent", ())}
+    if epoch <= since.epoch or any(e not in recent for e in range(since.epoch + 1, epoch + 1)):
+        return None
+    kinds = {kind.name: kind for kind in KINDS}
+    wanted: dict[tuple[str, str], AnyKind] = {}
+    for e in range(since.epoch + 1, epoch + 1):
+        for name, segment in recent[e]:
+            if name not in kinds:
+                return None
+            wanted[(name, segment)] = kinds[name]
+    tree = {kind.name: dict(since.nodes(kind)) for kind in KINDS}
+    reads = [
+        (kind, kind.subject_at(segment), f"{layout.folder(name)}/{segment}")
+        for (name, segment), kind in wanted.items()
+    ]
+    for (kind, subject, _), got in zip(
+        reads, _parallel(zk.get_async, [path for *_, path in reads]), strict=True
+    ):
+        if subject is None:
+            return None
+        if got is None or not got[0]:
+            tree[kind.name].pop(subject, None)
+        else:
+            tree[kind.name][subject] = kind.decode(subject, got[0])
+    return tree
 
 
 def _parallel(call: Callable[[str], Any], paths: Iterable[str]) -> list[Any]:

@@ -70,7 +70,7 @@ from switchyard.model import (
     PartitionMigration,
     now,
 )
-from switchyard.routing.layout import Layout, ensure_layout, epoch_data
+from switchyard.routing.layout import Layout, ensure_layout, epoch_data, remember_changes
 from switchyard.routing.snapshot import RoutingSnapshot, read_snapshot
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,9 @@ class RoutingStore:
                 changes, epoch=epoch, actor=actor, reason=reason, request_id=request_id, force=force
             )
             self.ledger.record_intent(txn)
-            outcome = self._commit(txn, nodes, counter_stat.version)
+            changed = [[c.kind.name, c.kind.segment(c.subject)] for c in changes]
+            recent = remember_changes(counter, epoch, changed)
+            outcome = self._commit(txn, nodes, counter_stat.version, recent)
             if outcome == "committed":
                 self._finish(txn)
                 log.info("epoch %d: %s by %s (%s)", epoch, _describe(txn), actor, reason)
@@ -296,14 +298,16 @@ class RoutingStore:
             events.append(event)
         return nodes, RoutingTxn(str(uuid.uuid4()), epoch, actor, reason, at, tuple(events), request_id)
 
-    def _commit(self, txn: RoutingTxn, nodes: list[_Node], epoch_version: int) -> str:
+    def _commit(
+        self, txn: RoutingTxn, nodes: list[_Node], epoch_version: int, recent: list[list[Any]]
+    ) -> str:
         """Run the ZooKeeper transaction: 'committed', 'node moved' or 'epoch moved'."""
         try:
             for node in nodes:
                 for parent in node.parents:
                     self.zk.ensure_path(parent)
             t = self.zk.transaction()
-            t.set_data(self.layout.epoch, epoch_data(txn.epoch, txn.id, txn.at), epoch_version)
+            t.set_data(self.layout.epoch, epoch_data(txn.epoch, txn.id, txn.at, recent), epoch_version)
             for node in nodes:
                 if node.stat is None:
                     t.create(node.path, node.new_data)

@@ -96,7 +96,7 @@ class BindingView:
             self._dirty.clear()
             try:
                 self.zk.exists(self.layout.epoch, watch=self._on_epoch)
-                snapshot = read_snapshot(self.zk, self.layout)
+                snapshot = read_snapshot(self.zk, self.layout, since=self._snapshot)
             except Exception:  # keep serving the last snapshot; the next reconnect or watch retries
                 log.warning(
                     "routing view: reload failed; serving epoch %d", self._snapshot.epoch, exc_info=True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -16,11 +17,12 @@ from switchyard.errors import AcksTimeout, GatewayIdInUse, LockHeld
 from switchyard.identity import Identity
 from switchyard.keys import BindingKey
 from switchyard.ledger import Ledger
-from switchyard.model import BindingState
+from switchyard.model import BindingState, now
 from switchyard.routing import BindingChange, RoutingStore
 from switchyard.routing.gateways import GatewayRegistration, registered, wait_for_acks
+from switchyard.routing.layout import epoch_data
 from switchyard.routing.locks import SagaLocks
-from switchyard.routing.snapshot import RoutingSnapshot
+from switchyard.routing.snapshot import RoutingSnapshot, read_snapshot
 from switchyard.routing.view import BindingView
 from switchyard.routing.zk import connect, disconnect
 from tests.helpers.services import PrivateService
@@ -87,6 +89,56 @@ def test_view_never_shows_half_a_change(sqlite_store: RoutingStore, second_zk: K
     assert split == []
     assert snapshots == sorted(snapshots)
     assert snapshots[-1] == epoch
+
+
+def test_a_reader_of_an_earlier_epoch_reads_only_what_changed_and_gets_the_whole_tree(
+    sqlite_store: RoutingStore, second_zk: KazooClient
+) -> None:
+    """Following the counter's list of what each epoch changed gives exactly the tree a full read gives,
+    with one read per changed node; a gap in the list (a rebuild names nothing) means a full read."""
+    keys = [BindingKey.for_app(f"estate-{i}") for i in range(300)]
+    sqlite_store.apply([BindingChange(k, 0, "primary") for k in keys], actor=ACTOR, reason="estate")
+    since = read_snapshot(second_zk, sqlite_store.layout)
+    epochs = {k: since.epoch for k in keys}
+    moved = [keys[0], keys[7]]
+    for target in ("standby", "primary", "standby"):
+        epoch = sqlite_store.apply(
+            [BindingChange(k, epochs[k], target) for k in moved], actor=ACTOR, reason="t"
+        )
+        epochs.update(dict.fromkeys(moved, epoch))
+    sqlite_store.register_cluster("dr", "dr:9092", actor=ACTOR, reason="t")
+    sqlite_store.set_binding(keys[9], "dr", actor=ACTOR, reason="t")
+
+    gets = []
+    original = second_zk.get_async
+    second_zk.get_async = lambda path, *a, **kw: (gets.append(path), original(path, *a, **kw))[1]  # type: ignore[method-assign]
+    try:
+        followed = read_snapshot(second_zk, sqlite_store.layout, since=since)
+    finally:
+        second_zk.get_async = original  # type: ignore[method-assign]
+    assert followed == read_snapshot(second_zk, sqlite_store.layout)
+    assert followed.bindings[keys[0]].cluster == "standby"
+    assert followed.bindings[keys[9]].cluster == "dr"
+    read = sorted(
+        path.rsplit("/", 2)[-2] + "/" + path.rsplit("/", 1)[-1] for path in gets if "/epoch" not in path
+    )
+    assert read == ["bindings/estate-0", "bindings/estate-7", "bindings/estate-9", "clusters/dr"]  # not 300
+
+    data, stat = second_zk.get(sqlite_store.layout.epoch)  # a writer that names nothing (as a rebuild)
+    counter = json.loads(data)
+    second_zk.set(sqlite_store.layout.epoch, epoch_data(counter["epoch"] + 1, "rebuild", now()), stat.version)
+    second_zk.set(
+        sqlite_store.layout.binding(keys[1]), second_zk.get(sqlite_store.layout.binding(keys[9]))[0]
+    )
+    gets.clear()
+    second_zk.get_async = lambda path, *a, **kw: (gets.append(path), original(path, *a, **kw))[1]  # type: ignore[method-assign]
+    try:
+        after_gap = read_snapshot(second_zk, sqlite_store.layout, since=followed)
+    finally:
+        second_zk.get_async = original  # type: ignore[method-assign]
+    assert len(gets) > 300  # the whole tree, and with it the change the counter did not name
+    assert after_gap == read_snapshot(second_zk, sqlite_store.layout)
+    assert after_gap.bindings[keys[1]].cluster == "dr" != followed.bindings[keys[1]].cluster
 
 
 def test_registration_and_the_ack_barrier(sqlite_store: RoutingStore, second_zk: KazooClient) -> None:
