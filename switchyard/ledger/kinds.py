@@ -62,6 +62,9 @@ class RoutingSnapshot:
     clusters: dict[str, Cluster] = field(default_factory=dict)
     links: dict[str, Link] = field(default_factory=dict)
     migrations: dict[PartitionId, PartitionMigration] = field(default_factory=dict)
+    txn: str = field(default="", compare=False)
+    """The change that wrote the epoch counter as read ("": not read from ZooKeeper): a reader of a
+    later epoch reads only what changed since when the counter's history names this change first."""
 
     def nodes(self, kind: Kind[Any, Any, Any]) -> dict[Any, Any]:
         nodes: dict[Any, Any] = getattr(self, kind.name)

@@ -92,33 +92,39 @@ class Layout:
         return f"{self.root}/txns/{txn_id}"
 
 
-RECENT_SUBJECTS = 2_000
-"""How many changed subjects the epoch counter remembers, over its latest epochs (see ``epoch_data``)."""
+RECENT_BYTES = 256 * 1024
+"""How much of the epoch counter the history of changes may take (ZooKeeper's requests are at most 1 MB,
+and every routing change carries the counter)."""
 
 
 def epoch_data(epoch: int, txn_id: str, at: datetime, recent: list[list[Any]] | None = None) -> bytes:
-    """The epoch counter's data. ``recent``: ``[epoch, [[kind, segment], ...]]`` for the latest epochs,
-    what each changed, so that a reader holding the tree of an epoch among them reads only those nodes
-    (``read_snapshot``). A writer that leaves it out (a rebuild) makes readers read the whole tree."""
+    """The epoch counter's data. ``recent``: ``[epoch, txn, [[kind, segment], ...]]`` for the latest
+    epochs, what each change wrote, so that a reader holding the tree of an epoch among them reads only
+    the nodes changed since (``read_snapshot``). A writer that leaves it out (a rebuild, a new layout)
+    makes readers read the whole tree."""
     data: dict[str, Any] = {"epoch": epoch, "txn": txn_id, "at": at.isoformat()}
     if recent:
         data["recent"] = recent
     return json.dumps(data).encode()
 
 
-def remember_changes(old_data: bytes, epoch: int, changed: list[list[str]]) -> list[list[Any]]:
-    """The ``recent`` list after ``epoch`` changed ``changed``: the counter's earlier one with this epoch
-    added, the oldest epochs dropped past RECENT_SUBJECTS (none kept when this epoch alone passes it)."""
-    if len(changed) > RECENT_SUBJECTS:
+def remember_changes(old_data: bytes, epoch: int, txn_id: str, changed: list[list[str]]) -> list[list[Any]]:
+    """The ``recent`` list after change ``txn_id`` wrote ``changed`` at ``epoch``: the counter's earlier
+    list with it added, the oldest epochs dropped past RECENT_BYTES (none kept when this one alone
+    passes it)."""
+    entry = [epoch, txn_id, changed]
+    size = len(json.dumps(entry))
+    if size > RECENT_BYTES:
         return []
     try:
-        earlier = list(json.loads(old_data).get("recent", []))
-    except (ValueError, AttributeError):
+        earlier = [e for e in json.loads(old_data).get("recent", []) if len(e) == 3]
+    except (ValueError, AttributeError, TypeError):
         earlier = []
-    recent = [*earlier, [epoch, changed]]
-    total = sum(len(subjects) for _, subjects in recent)
-    while total > RECENT_SUBJECTS:
-        total -= len(recent.pop(0)[1])
+    recent = [*earlier, entry]
+    sizes = [len(json.dumps(e)) for e in earlier] + [size]
+    while sum(sizes) > RECENT_BYTES:
+        recent.pop(0)
+        sizes.pop(0)
     return recent
 
 

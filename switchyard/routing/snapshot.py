@@ -38,7 +38,8 @@ def read_snapshot(zk: KazooClient, layout: Layout, since: RoutingSnapshot | None
                 tree = _read_tree(zk, layout)
             data, after = zk.get(layout.epoch)
             if after.version == before.version:
-                return RoutingSnapshot(int(json.loads(data)["epoch"]), **tree)
+                counter = json.loads(data)
+                return RoutingSnapshot(int(counter["epoch"]), **tree, txn=str(counter.get("txn", "")))
     except NoNodeError as exc:
         raise RoutingError(f"ZooKeeper: {layout.root} has no routing layout yet") from exc
     except KazooException as exc:
@@ -75,16 +76,20 @@ def _read_tree(zk: KazooClient, layout: Layout) -> dict[str, dict[Any, Any]]:
 def _changed_since(
     zk: KazooClient, layout: Layout, since: RoutingSnapshot, counter: dict[str, Any]
 ) -> dict[str, dict[Any, Any]] | None:
-    """``since``'s tree with the nodes changed after it read again; None when the counter does not say
-    what every epoch since changed."""
+    """``since``'s tree with the nodes changed after it read again; None when the counter's history does
+    not reach back to the very change ``since`` was read at (another history — a rebuild, a new
+    ZooKeeper — may reuse its epoch numbers) and name every epoch after it."""
     epoch = int(counter["epoch"])
-    recent = {int(e): subjects for e, subjects in counter.get("recent", ())}
-    if epoch <= since.epoch or any(e not in recent for e in range(since.epoch + 1, epoch + 1)):
+    recent = {int(e[0]): (e[1], e[2]) for e in counter.get("recent", ()) if len(e) == 3}
+    known = recent.get(since.epoch)
+    if epoch <= since.epoch or not since.txn or known is None or known[0] != since.txn:
+        return None
+    if any(e not in recent for e in range(since.epoch + 1, epoch + 1)):
         return None
     kinds = {kind.name: kind for kind in KINDS}
     wanted: dict[tuple[str, str], AnyKind] = {}
     for e in range(since.epoch + 1, epoch + 1):
-        for name, segment in recent[e]:
+        for name, segment in recent[e][1]:
             if name not in kinds:
                 return None
             wanted[(name, segment)] = kinds[name]

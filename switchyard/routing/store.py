@@ -158,7 +158,7 @@ class RoutingStore:
             )
             self.ledger.record_intent(txn)
             changed = [[c.kind.name, c.kind.segment(c.subject)] for c in changes]
-            recent = remember_changes(counter, epoch, changed)
+            recent = remember_changes(counter, epoch, txn.id, changed)
             outcome = self._commit(txn, nodes, counter_stat.version, recent)
             if outcome == "committed":
                 self._finish(txn)

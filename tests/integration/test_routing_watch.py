@@ -140,6 +140,20 @@ def test_a_reader_of_an_earlier_epoch_reads_only_what_changed_and_gets_the_whole
     assert after_gap == read_snapshot(second_zk, sqlite_store.layout)
     assert after_gap.bindings[keys[1]].cluster == "dr" != followed.bindings[keys[1]].cluster
 
+    # another history reusing the epoch numbers (a rebuild at the same epoch), then a change that names
+    # what it wrote: the reader's epoch is not the one the counter's history starts from
+    data, stat = second_zk.get(sqlite_store.layout.epoch)
+    second_zk.set(
+        sqlite_store.layout.epoch, epoch_data(json.loads(data)["epoch"], "rebuild", now()), stat.version
+    )
+    second_zk.set(
+        sqlite_store.layout.binding(keys[2]), second_zk.get(sqlite_store.layout.binding(keys[9]))[0]
+    )
+    sqlite_store.set_binding(keys[3], "standby", actor=ACTOR, reason="t")
+    after_rebuild = read_snapshot(second_zk, sqlite_store.layout, since=after_gap)
+    assert after_rebuild.bindings[keys[2]].cluster == "dr"  # seen: the whole tree was read
+    assert after_rebuild == read_snapshot(second_zk, sqlite_store.layout)
+
 
 def test_registration_and_the_ack_barrier(sqlite_store: RoutingStore, second_zk: KazooClient) -> None:
     layout = sqlite_store.layout

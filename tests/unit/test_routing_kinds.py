@@ -95,3 +95,19 @@ def test_a_topics_folder_of_partitions_is_no_subject() -> None:
     assert kind.subject_at("orders/01") is None  # one number, one name
     assert kind.subject_at("orders/-1") is None
     assert kind.subject_at("orders/2") == PartitionId("orders", 2)
+
+
+def test_the_counter_s_history_of_changes_stays_within_its_bytes() -> None:
+    from switchyard.routing.layout import RECENT_BYTES, epoch_data, remember_changes
+
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+
+    long_name = [["bindings", "a" * 120 + "/groups/" + "g" * 120]]
+    data = epoch_data(0, "", at)
+    for epoch in range(1, 3000):
+        recent = remember_changes(data, epoch, f"txn-{epoch}", long_name * 3)
+        data = epoch_data(epoch, f"txn-{epoch}", at, recent)
+    assert len(data) < RECENT_BYTES + 1024
+    assert recent[-1][:2] == [2999, "txn-2999"]
+    assert [e[0] for e in recent] == list(range(2999 - len(recent) + 1, 3000))  # the latest, gapless
+    assert remember_changes(data, 3000, "txn-3000", long_name * 2000) == []  # alone past the bound

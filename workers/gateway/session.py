@@ -770,6 +770,12 @@ class ClientSession:
             future = await upstream.send(
                 frame, request.correlation_id, expects_response=context.expects_response
             )
+        except (Shielded, Overdue):  # closed on purpose while it connected: as for one closed after
+            inflight.finish(ticket)
+            refused = self._unanswerable(request) if context.expects_response else None
+            if refused is None and context.expects_response:
+                raise
+            return _ready(refused)
         except BaseException:
             inflight.finish(ticket)
             raise

@@ -74,6 +74,7 @@ class Upstream:
         self._connecting = asyncio.Lock()
         self._outgoing: list[bytes] = []
         self.closed = False
+        self._error: Exception | None = None
         self.retired = False
         """Takes no new requests; closes once the waiting ones are answered."""
 
@@ -113,10 +114,12 @@ class Upstream:
 
     async def _connect(self) -> None:
         if self.closed:
-            raise UpstreamError(f"connection to {self.host}:{self.port} is closed")
+            raise self._closed_by()
         if self._ready:
             return
         async with self._connecting:
+            if self.closed:
+                raise self._closed_by()
             if self._ready:
                 return
             try:
@@ -127,13 +130,15 @@ class Upstream:
                 raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
             if self.closed:  # given up on while it connected
                 writer.close()
-                raise UpstreamError(f"connection to {self.host}:{self.port} is closed")
+                raise self._closed_by()
             self._writer = writer
             self._reader_task = asyncio.create_task(self._read(reader))
             if self.login is not None:
                 try:
                     await self.login(self._ask)
                 except Exception as exc:
+                    if self.closed:  # given up on while it logged in
+                        raise self._closed_by() from exc
                     error = UpstreamError(f"{self.host}:{self.port}: SASL login failed: {exc}")
                     self._fail(error)
                     raise error from exc
@@ -163,7 +168,15 @@ class Upstream:
             error = UpstreamError(f"{self.host}:{self.port}: {exc!r}")
         self._fail(error)
 
+    def _closed_by(self) -> UpstreamError:
+        """Why the connection is closed: the error it was closed with (Shielded, Overdue, ...)."""
+        if isinstance(self._error, UpstreamError):
+            return self._error
+        return UpstreamError(f"connection to {self.host}:{self.port} is closed")
+
     def _fail(self, error: Exception) -> None:
+        if not self.closed:
+            self._error = error
         self.closed = True
         while self._waiting:
             _, future = self._waiting.popleft()
