@@ -14,8 +14,9 @@ from confluent_kafka.admin import AdminClient
 from switchyard import kafka
 from switchyard.config import Config, split_hostport
 from switchyard.keys import BindingKey
-from switchyard.model import LinkState
+from switchyard.model import LinkState, now
 from switchyard.routing.gateways import wait_for_acks
+from switchyard.routing.layout import epoch_data
 from switchyard.routing.store import RoutingStore
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS, health
 from tests.helpers.otlp import OtlpReceiver
@@ -177,14 +178,18 @@ def test_a_malformed_frame_closes_that_connection_only(gateway: GatewayProcess, 
 def test_a_broken_link_planted_in_zookeeper_is_ignored_and_traffic_goes_on(
     gateway: GatewayProcess, routing: RoutingStore, stack_config: Config
 ) -> None:
-    """A link whose pattern does not compile (written around the store, as an older version could):
-    the gateway reports it and routes as before, instead of failing every Produce to its target."""
+    """A link whose pattern does not compile (written around the store, as an older version could, with
+    an epoch of its own that names nothing it changed): the gateway reports it and routes as before,
+    instead of failing every Produce to its target."""
     app, topic, link = unique("planted"), unique("planted"), unique("link")
     routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
     node = routing.layout.link(link)
     raw = json.loads(routing.zk.get(node)[0])
     routing.zk.set(node, json.dumps({**raw, "include": ["mir[("]}).encode())
-    bind(routing, BindingKey.for_app(app), "standby")  # a new epoch: the gateway reads the tree again
+    counter, stat = routing.zk.get(routing.layout.epoch)
+    planted = epoch_data(json.loads(counter)["epoch"] + 1, "an older version", now())
+    routing.zk.set(routing.layout.epoch, planted, stat.version)
+    bind(routing, BindingKey.for_app(app), "standby")  # the gateway reads the whole tree: a gap in history
     kafka.create_topics(stack_config.clusters["standby"].bootstrap, [topic], partitions=1)
     assert kafka.produce(gateway.bootstrap, topic, records(20), settings={"client.id": app}) == 20
     only_on(stack_config, "standby", topic, 20)
