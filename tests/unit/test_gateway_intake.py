@@ -230,3 +230,4 @@ def test_a_request_s_own_wait_is_its_timeout_field() -> None:
     assert own_wait_s(SimpleNamespace(timeout=datetime.timedelta(seconds=30))) == 30
     assert own_wait_s(SimpleNamespace(timeout=datetime.timedelta(seconds=-1))) == 0
     assert own_wait_s(SimpleNamespace(group_id="g")) == 0
+    assert own_wait_s(SimpleNamespace(timeout=datetime.timedelta(days=24))) == 30  # a client's word, bounded

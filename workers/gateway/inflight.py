@@ -38,10 +38,17 @@ StillRouted = Callable[[RoutingSnapshot], bool]
 """Whether a newer snapshot still routes a request the way it was routed."""
 
 
+MOST_OWN_WAIT_S = 30.0
+"""The most of a request's own wait that is honoured: clients' request time-outs default to 30 s, and a
+client asking a broker to wait ~24 days (the protocol allows it) must not hold a switch up that long."""
+
+
 def own_wait_s(body: Any) -> float:
     """How long a broker may take over a request by the request's own word (a Produce's ``timeout``)."""
     timeout = getattr(body, "timeout", None)
-    return max(timeout.total_seconds(), 0.0) if isinstance(timeout, timedelta) else 0.0
+    if not isinstance(timeout, timedelta):
+        return 0.0
+    return min(max(timeout.total_seconds(), 0.0), MOST_OWN_WAIT_S)
 
 
 class Ticket:

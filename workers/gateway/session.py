@@ -750,13 +750,8 @@ class ClientSession:
                 self._rejoins[group] = (asyncio.get_running_loop().create_future(), session_s)
         try:
             upstream = self._upstream(resolution.cluster, node, long_poll=key in apis.LONG_POLLS)
-        except Shielded:  # shielded since this request was decided
-            if not context.expects_response:
-                return _ready(None)
-            refused = self._unanswerable(request)
-            if refused is None:
-                raise
-            return _ready(refused)
+        except Shielded as closed:  # shielded since this request was decided
+            return self._refused(request, context.expects_response, closed)
         inflight = self.gateway.inflight
         ticket = inflight.start(
             snapshot.epoch,
@@ -770,12 +765,9 @@ class ClientSession:
             future = await upstream.send(
                 frame, request.correlation_id, expects_response=context.expects_response
             )
-        except (Shielded, Overdue):  # closed on purpose while it connected: as for one closed after
+        except (Shielded, Overdue) as closed:  # closed on purpose while it connected
             inflight.finish(ticket)
-            refused = self._unanswerable(request) if context.expects_response else None
-            if refused is None and context.expects_response:
-                raise
-            return _ready(refused)
+            return self._refused(request, context.expects_response, closed)
         except BaseException:
             inflight.finish(ticket)
             raise
@@ -1018,6 +1010,18 @@ class ClientSession:
                 sasl_user=self.credentials.user if self.credentials else None, client_id=client_id
             )
         return identity
+
+    def _refused(
+        self, request: Request, expects_response: bool, closed: UpstreamError
+    ) -> Awaitable[bytes | None]:
+        """The answer to a request whose broker connection was closed on purpose before it was sent: the
+        retriable error where its API has one, else ``closed`` raised (the client connection closes)."""
+        if not expects_response:
+            return _ready(None)
+        refused = self._unanswerable(request)
+        if refused is None:
+            raise closed
+        return _ready(refused)
 
     def _unanswerable(self, request: Request) -> bytes | None:
         """A request whose cluster was shielded under it, answered with the retriable error where its
