@@ -14,7 +14,7 @@ from switchyard.ledger import Ledger
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import Stack
-from tests.helpers.live import Live
+from tests.helpers.live import Live, process_warnings
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.services import PostgresServer
 from tests.helpers.stacks import routing_root, write_stack_config
@@ -31,6 +31,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         folder = Path(str(item.fspath)).parent.name
         if folder in _MARKERS:
             item.add_marker(_MARKERS[folder])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report carries what Switchyard's processes warned of meanwhile: CI keeps only
+    the test's output, and the cause of a failed saga is usually in a gateway's or worker's log."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed and "integration" in item.keywords:
+        warned = process_warnings(item.config, since=call.start)
+        if warned:
+            report.sections.append(("Switchyard's processes warned", warned))
 
 
 @pytest.fixture(scope="session")

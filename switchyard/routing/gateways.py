@@ -86,11 +86,13 @@ class GatewayRegistration:
         with self._lock:
             if epoch <= self._applied:
                 return
+            try:
+                self.zk.set(self.path, self._data(epoch))
+            except KazooException as exc:  # not applied yet: the next call writes it again
+                raise RoutingUnavailable(
+                    f"gateway {self.id}: cannot acknowledge epoch {epoch}: {exc!r}"
+                ) from exc
             self._applied = epoch
-        try:
-            self.zk.set(self.path, self._data())
-        except KazooException as exc:
-            raise RoutingUnavailable(f"gateway {self.id}: cannot acknowledge epoch {epoch}: {exc!r}") from exc
 
     @property
     def applied_epoch(self) -> int:
@@ -102,10 +104,10 @@ class GatewayRegistration:
         with contextlib.suppress(KazooException):  # gone already, or goes with the session
             self.zk.delete(self.path)
 
-    def _data(self) -> bytes:
+    def _data(self, applied: int | None = None) -> bytes:
         return json.dumps(
             {
-                "applied_epoch": self._applied,
+                "applied_epoch": self._applied if applied is None else applied,
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "started_at": self._started_at,

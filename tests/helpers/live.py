@@ -201,3 +201,29 @@ def readiness(port: int, cluster: str) -> tuple[int, str]:
             return answer.status, json.loads(answer.read())["clusters"][cluster]
     except urllib.error.HTTPError as refused:
         return refused.code, json.loads(refused.read())["clusters"][cluster]
+
+
+_PROCESS_LOGS = ("gateway*.log", "gw-*.log", "worker*.log", "mirror*.log", "webhook*.log")
+_WARNED_LINES = 40
+
+
+def process_warnings(config: object, *, since: float) -> str:
+    """The WARNING and ERROR lines Switchyard's processes of this test session logged since ``since``
+    (wall clock), the last few of each log."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is None:
+        return ""
+    base = factory.getbasetemp()
+    found = []
+    for pattern in _PROCESS_LOGS:
+        for log in sorted(base.rglob(pattern)):
+            if log.stat().st_mtime < since:
+                continue
+            lines = [
+                line[:600]
+                for line in log.read_text(errors="replace").splitlines()
+                if " WARNING " in line or " ERROR " in line
+            ]
+            if lines:
+                found.append(f"--- {log.relative_to(base)}\n" + "\n".join(lines[-_WARNED_LINES:]))
+    return "\n".join(found)

@@ -13,7 +13,7 @@ import pytest
 
 from switchyard.config import GatewayLimitsConfig
 from switchyard.routing.snapshot import RoutingSnapshot
-from workers.gateway.inflight import InFlight, StillRouted, Ticket, own_wait_s
+from workers.gateway.inflight import InFlight, StillRouted, Superseded, Ticket, own_wait_s
 from workers.gateway.intake import ByteBudget, Intake
 from workers.gateway.protocol import FrameError
 
@@ -183,6 +183,31 @@ def test_a_new_epoch_waits_only_for_the_requests_it_moves_and_answers_moved_long
     asyncio.run(scenario())
 
 
+def test_a_request_decided_before_an_epoch_already_looked_at_is_dated_by_it_or_not_sent() -> None:
+    """A request that waited between its decision and its sending (behind a held one, for a coordinator)
+    while epoch 5 was looked at, perhaps acknowledged: sent the old way it would land behind the saga's
+    back, and as a long poll it would hold every later acknowledgement until its broker answered."""
+
+    async def scenario() -> None:
+        inflight = InFlight(grace_s=5)
+        moved_at_5 = lambda snapshot: snapshot.epoch < 5  # noqa: E731
+        assert inflight.supersede(RoutingSnapshot(epoch=5)) == 0  # nothing in flight: 5 drains at once
+        await asyncio.wait_for(inflight.drained_before(5), 1)
+        with pytest.raises(Superseded, match="decided under epoch 4, routed otherwise by epoch 5"):
+            inflight.start(4, moved_at_5, long_poll=True)  # a JoinGroup held behind another request
+        with pytest.raises(Superseded):
+            inflight.start(3, moved_at_5)  # a commit that asked where its member joined meanwhile
+        unrelated = inflight.start(4, lambda snapshot: True, long_poll=True)
+        assert unrelated.epoch == 5  # routed the same way: it agrees with 5
+        await asyncio.wait_for(inflight.drained_before(5), 1)
+        current = inflight.start(5, moved_at_5)
+        assert current.epoch == 5
+        inflight.finish(unrelated)
+        inflight.finish(current)
+
+    asyncio.run(scenario())
+
+
 def test_a_moved_request_its_broker_does_not_answer_is_given_up_after_its_own_wait_and_the_grace() -> None:
     async def scenario() -> None:
         inflight = InFlight(grace_s=0.05)
@@ -215,10 +240,12 @@ def test_a_moved_request_its_broker_does_not_answer_is_given_up_after_its_own_wa
         assert unrelated.timer is None
         inflight.finish(unrelated)
 
-        blocked_at_5 = lambda snapshot: snapshot.epoch != 5  # noqa: E731
-        abandoned = start("produce of a switch abandoned", blocked_at_5, own_wait_s=0.1)
-        inflight.supersede(RoutingSnapshot(epoch=5))  # the block moves it...
-        inflight.supersede(RoutingSnapshot(epoch=6))  # ...and the unblock routes it back: waited for
+        blocked_at_6 = lambda snapshot: snapshot.epoch != 6  # noqa: E731
+        abandoned = inflight.start(
+            5, blocked_at_6, own_wait_s=0.1, give_up=lambda: given_up.append("abandoned"), what="abandoned"
+        )
+        inflight.supersede(RoutingSnapshot(epoch=6))  # the block moves it...
+        inflight.supersede(RoutingSnapshot(epoch=7))  # ...and the unblock routes it back: waited for
         await asyncio.sleep(0.2)
         assert given_up == ["stalled commit", "produce waiting for replicas"]
         inflight.finish(abandoned)

@@ -19,6 +19,12 @@ epoch routed it. So when E arrives, each request in flight is looked at again un
 
 How long E takes to be acknowledged thus depends on the requests E moves, never on any client's
 settings, and one stalled broker request holds it up for a bounded time only.
+
+A request is dated when it is sent, but decided earlier, by the snapshot it arrived under; between the
+two it may have waited (behind a held request of its connection, for a coordinator's answer). If E has
+been looked at meanwhile, the request is looked at under E when it starts: dated E if E routes it the
+same way, else not sent at all (:class:`Superseded`) — E may be acknowledged already, and a request sent
+the old way after that would land behind the saga's back.
 """
 
 from __future__ import annotations
@@ -49,6 +55,11 @@ def own_wait_s(body: Any) -> float:
     if not isinstance(timeout, timedelta):
         return 0.0
     return min(max(timeout.total_seconds(), 0.0), MOST_OWN_WAIT_S)
+
+
+class Superseded(Exception):
+    """A request decided under an older epoch than one already looked at, which routes it otherwise: it
+    is not sent, and gets the answer that epoch gives (the retriable error), so its client asks again."""
 
 
 class Ticket:
@@ -86,6 +97,8 @@ class InFlight:
         self.grace_s = grace_s
         self._tickets: set[Ticket] = set()
         self._changed = asyncio.Event()
+        self._latest: RoutingSnapshot | None = None
+        """The newest snapshot the requests in flight were looked at under."""
 
     def start(
         self,
@@ -97,6 +110,13 @@ class InFlight:
         own_wait_s: float = 0.0,
         give_up: Callable[[], None] | None = None,
     ) -> Ticket:
+        """A request about to be sent, decided under ``epoch``; :class:`Superseded` when a newer epoch
+        looked at already routes it otherwise."""
+        latest = self._latest
+        if latest is not None and epoch < latest.epoch:
+            if not still_routed(latest):
+                raise Superseded(f"decided under epoch {epoch}, routed otherwise by epoch {latest.epoch}")
+            epoch = latest.epoch
         overdue_at = asyncio.get_running_loop().time() + own_wait_s + self.grace_s
         ticket = Ticket(
             epoch, still_routed, long_poll=long_poll, what=what, overdue_at=overdue_at, give_up=give_up
@@ -113,6 +133,8 @@ class InFlight:
     def supersede(self, snapshot: RoutingSnapshot) -> int:
         """Date every request ``snapshot`` routes as before with its epoch; wake the long polls it
         routes elsewhere, and give the others until they are overdue. Return how many were woken."""
+        if self._latest is None or snapshot.epoch > self._latest.epoch:
+            self._latest = snapshot
         woken = 0
         for ticket in list(self._tickets):
             if ticket.epoch >= snapshot.epoch:

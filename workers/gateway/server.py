@@ -223,7 +223,9 @@ class Gateway:
                 await self.publisher.publish_acked()
                 await asyncio.to_thread(self.registration.acknowledge, epoch)
             except Exception:
-                log.exception("gateway %s: cannot acknowledge epoch %d", self.id, epoch)
+                log.exception("gateway %s: cannot acknowledge epoch %d; trying again", self.id, epoch)
+                await asyncio.sleep(_ACK_AGAIN_S)
+                self._epoch_changed.set()
 
     async def _leave_closed_clusters(self, snapshot: RoutingSnapshot) -> None:
         """Drop every broker connection to a cluster that is shielded or down: a request waiting on a
@@ -266,5 +268,7 @@ class Gateway:
                 session.check(now)
 
 
+_ACK_AGAIN_S = 0.5
+"""How soon a failed acknowledgement is written again."""
 _SLOW_ACK_S = 5.0
 """An acknowledgement held up longer than this is logged with the requests holding it."""

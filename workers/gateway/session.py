@@ -40,7 +40,7 @@ from workers.gateway.carry import carried_commit
 from workers.gateway.decision import Action, Decision, decide
 from workers.gateway.entities import element_type, make, replace_known
 from workers.gateway.holds import hold_limit
-from workers.gateway.inflight import Ticket, own_wait_s
+from workers.gateway.inflight import Superseded, Ticket, own_wait_s
 from workers.gateway.intake import Intake, Lease
 from workers.gateway.members import Member
 from workers.gateway.migrated import Listed
@@ -366,12 +366,15 @@ class ClientSession:
             _SplitBrokers(self, snapshot, incoming),
         )  # fmt: skip
         long_poll = request.api_key == apis.FETCH
-        ticket = self.gateway.inflight.start(
-            snapshot.epoch,
-            self._still_routed(snapshot, identity, context.topics, context.group, resolution),
-            long_poll=long_poll,
-            what=(request.api_key, identity, decision.cluster, "split"),
-        )
+        try:
+            ticket = self.gateway.inflight.start(
+                snapshot.epoch,
+                self._still_routed(snapshot, identity, context.topics, context.group, resolution),
+                long_poll=long_poll,
+                what=(request.api_key, identity, decision.cluster, "split"),
+            )
+        except Superseded:
+            return encode_response(request, blocked_response(request, request.body))
         try:
             answering = asyncio.ensure_future(split.answer())
             if ticket.superseded is not None:
@@ -753,14 +756,17 @@ class ClientSession:
         except Shielded as closed:  # shielded since this request was decided
             return self._refused(request, context.expects_response, closed)
         inflight = self.gateway.inflight
-        ticket = inflight.start(
-            snapshot.epoch,
-            self._still_routed(snapshot, identity, context.topics, context.group, resolution),
-            long_poll=key in apis.LONG_POLLS,
-            what=(key, identity, resolution.cluster, node),
-            own_wait_s=own_wait_s(request.body),
-            give_up=functools.partial(_give_up, upstream, key),
-        )
+        try:
+            ticket = inflight.start(
+                snapshot.epoch,
+                self._still_routed(snapshot, identity, context.topics, context.group, resolution),
+                long_poll=key in apis.LONG_POLLS,
+                what=(key, identity, resolution.cluster, node),
+                own_wait_s=own_wait_s(request.body),
+                give_up=functools.partial(_give_up, upstream, key),
+            )
+        except Superseded as moved:  # decided before a newer epoch that routes it otherwise: not sent
+            return self._refused(request, context.expects_response, UpstreamError(str(moved)))
         try:
             future = await upstream.send(
                 frame, request.correlation_id, expects_response=context.expects_response
@@ -1014,8 +1020,9 @@ class ClientSession:
     def _refused(
         self, request: Request, expects_response: bool, closed: UpstreamError
     ) -> Awaitable[bytes | None]:
-        """The answer to a request whose broker connection was closed on purpose before it was sent: the
-        retriable error where its API has one, else ``closed`` raised (the client connection closes)."""
+        """The answer to a request not sent on purpose (its broker connection closed, or a newer epoch
+        routes it otherwise): the retriable error where its API has one, else ``closed`` raised (the
+        client connection closes)."""
         if not expects_response:
             return _ready(None)
         refused = self._unanswerable(request)
