@@ -20,11 +20,12 @@ epoch routed it. So when E arrives, each request in flight is looked at again un
 How long E takes to be acknowledged thus depends on the requests E moves, never on any client's
 settings, and one stalled broker request holds it up for a bounded time only.
 
-A request is dated when it is sent, but decided earlier, by the snapshot it arrived under; between the
-two it may have waited (behind a held request of its connection, for a coordinator's answer). If E has
-been looked at meanwhile, the request is looked at under E when it starts: dated E if E routes it the
-same way, else not sent at all (:class:`Superseded`) — E may be acknowledged already, and a request sent
-the old way after that would land behind the saga's back.
+A request is in flight from the moment it is decided: the session starts its ticket with the snapshot
+that decided it, in the same turn of the event loop, and a request that waits before it is sent (its
+turn behind a held request, a coordinator's answer) is decided again if the snapshot moved on meanwhile.
+A ticket that still starts under an epoch older than one already looked at (a split request, begun a
+turn later) is looked at under that epoch at once, as if it had been in flight then: left dated with the
+old one, a JoinGroup among them would hold every later acknowledgement until its rebalance ended.
 """
 
 from __future__ import annotations
@@ -55,11 +56,6 @@ def own_wait_s(body: Any) -> float:
     if not isinstance(timeout, timedelta):
         return 0.0
     return min(max(timeout.total_seconds(), 0.0), MOST_OWN_WAIT_S)
-
-
-class Superseded(Exception):
-    """A request decided under an older epoch than one already looked at, which routes it otherwise: it
-    is not sent, and gets the answer that epoch gives (the retriable error), so its client asks again."""
 
 
 class Ticket:
@@ -110,18 +106,14 @@ class InFlight:
         own_wait_s: float = 0.0,
         give_up: Callable[[], None] | None = None,
     ) -> Ticket:
-        """A request about to be sent, decided under ``epoch``; :class:`Superseded` when a newer epoch
-        looked at already routes it otherwise."""
-        latest = self._latest
-        if latest is not None and epoch < latest.epoch:
-            if not still_routed(latest):
-                raise Superseded(f"decided under epoch {epoch}, routed otherwise by epoch {latest.epoch}")
-            epoch = latest.epoch
+        """A request decided under ``epoch``, about to be sent."""
         overdue_at = asyncio.get_running_loop().time() + own_wait_s + self.grace_s
         ticket = Ticket(
             epoch, still_routed, long_poll=long_poll, what=what, overdue_at=overdue_at, give_up=give_up
         )
         self._tickets.add(ticket)
+        if self._latest is not None and epoch < self._latest.epoch:
+            self._judge(ticket, self._latest)
         return ticket
 
     def finish(self, ticket: Ticket) -> None:
@@ -135,24 +127,25 @@ class InFlight:
         routes elsewhere, and give the others until they are overdue. Return how many were woken."""
         if self._latest is None or snapshot.epoch > self._latest.epoch:
             self._latest = snapshot
-        woken = 0
-        for ticket in list(self._tickets):
-            if ticket.epoch >= snapshot.epoch:
-                continue
-            if ticket.still_routed(snapshot):
-                ticket.epoch = snapshot.epoch
-                if ticket.timer is not None:  # routed back (a switch abandoned): nothing to give up on
-                    ticket.timer.cancel()
-                    ticket.timer = None
-            elif ticket.superseded is not None:
-                if not ticket.superseded.done():
-                    ticket.superseded.set_result(None)
-                    woken += 1
-            elif ticket.give_up is not None and ticket.timer is None:
-                loop = asyncio.get_running_loop()
-                ticket.timer = loop.call_at(max(ticket.overdue_at, loop.time()), self._overdue, ticket)
+        woken = sum(self._judge(t, snapshot) for t in list(self._tickets) if t.epoch < snapshot.epoch)
         self._changed.set()
         return woken
+
+    def _judge(self, ticket: Ticket, snapshot: RoutingSnapshot) -> bool:
+        """Look at ``ticket`` under ``snapshot``; whether that woke a long poll."""
+        if ticket.still_routed(snapshot):
+            ticket.epoch = snapshot.epoch
+            if ticket.timer is not None:  # routed back (a switch abandoned): nothing to give up on
+                ticket.timer.cancel()
+                ticket.timer = None
+        elif ticket.superseded is not None:
+            if not ticket.superseded.done():
+                ticket.superseded.set_result(None)
+                return True
+        elif ticket.give_up is not None and ticket.timer is None:
+            loop = asyncio.get_running_loop()
+            ticket.timer = loop.call_at(max(ticket.overdue_at, loop.time()), self._overdue, ticket)
+        return False
 
     def _overdue(self, ticket: Ticket) -> None:
         ticket.timer = None

@@ -40,7 +40,7 @@ from workers.gateway.carry import carried_commit
 from workers.gateway.decision import Action, Decision, decide
 from workers.gateway.entities import element_type, make, replace_known
 from workers.gateway.holds import hold_limit
-from workers.gateway.inflight import Superseded, Ticket, own_wait_s
+from workers.gateway.inflight import Ticket, own_wait_s
 from workers.gateway.intake import Intake, Lease
 from workers.gateway.members import Member
 from workers.gateway.migrated import Listed
@@ -280,6 +280,9 @@ class ClientSession:
         self.gateway.usage.note(incoming.identity, key, incoming.context)
         if key in (apis.OFFSET_COMMIT, apis.HEARTBEAT) and request.api_version >= 1:
             await self._find_member(incoming, snapshot, resolution)
+            if self.gateway.view.snapshot is not snapshot:  # moved on while the coordinator answered
+                snapshot = self.gateway.view.snapshot
+                resolution = self._resolve(snapshot, incoming.identity, context.topics, context.group)
         decision = self._decide(incoming, snapshot, resolution)
         holding = self._released is not None and not self._released.done()
         if decision.action is Action.HOLD or (holding and key in apis.BLOCKABLE):
@@ -349,9 +352,6 @@ class ClientSession:
             frame = replace_body(request, dataclasses.replace(request.body, member_id=""))
         elif request.api_key == apis.JOIN_GROUP:
             self._joining(request, decision.cluster)
-        if incoming.context.producer is not None:
-            producer = incoming.context.producer
-            frame = await self._translate(request, incoming.identity, producer, decision.cluster)
         return await self._forward(incoming, frame, snapshot, resolution, decision.node)
 
     async def _split(
@@ -366,15 +366,12 @@ class ClientSession:
             _SplitBrokers(self, snapshot, incoming),
         )  # fmt: skip
         long_poll = request.api_key == apis.FETCH
-        try:
-            ticket = self.gateway.inflight.start(
-                snapshot.epoch,
-                self._still_routed(snapshot, identity, context.topics, context.group, resolution),
-                long_poll=long_poll,
-                what=(request.api_key, identity, decision.cluster, "split"),
-            )
-        except Superseded:
-            return encode_response(request, blocked_response(request, request.body))
+        ticket = self.gateway.inflight.start(
+            snapshot.epoch,
+            self._still_routed(snapshot, identity, context.topics, context.group, resolution),
+            long_poll=long_poll,
+            what=(request.api_key, identity, decision.cluster, "split"),
+        )
         try:
             answering = asyncio.ensure_future(split.answer())
             if ticket.superseded is not None:
@@ -406,15 +403,22 @@ class ClientSession:
             limit = hold_limit(incoming.request, most, self._session_s(incoming.request))
             deadline = incoming.received + limit
             resolution = self._resolve(snapshot, identity, context.topics, context.group)
-            while (
-                self._decide(incoming, snapshot, resolution).action is Action.HOLD
-                and not let_go.is_set()
-                and (remaining := deadline - time.perf_counter()) > 0
-            ):
-                snapshot = await self.gateway.changes.after(snapshot, remaining, let_go)
+            while True:
+                while (
+                    self._decide(incoming, snapshot, resolution).action is Action.HOLD
+                    and not let_go.is_set()
+                    and (remaining := deadline - time.perf_counter()) > 0
+                ):
+                    snapshot = await self.gateway.changes.after(snapshot, remaining, let_go)
+                    resolution = self._resolve(snapshot, identity, context.topics, context.group)
+                if before is not None:
+                    await before
+                    before = None
+                latest = self.gateway.view.snapshot
+                if latest is snapshot or let_go.is_set() or time.perf_counter() >= deadline:
+                    break
+                snapshot = latest  # it moved on while this request waited its turn: decided again
                 resolution = self._resolve(snapshot, identity, context.topics, context.group)
-            if before is not None:
-                await before
             if let_go.is_set() or time.perf_counter() >= deadline:
                 decision = Decision(Action.HOLD, resolution.cluster)  # its time is over: the retriable error
             else:
@@ -756,18 +760,17 @@ class ClientSession:
         except Shielded as closed:  # shielded since this request was decided
             return self._refused(request, context.expects_response, closed)
         inflight = self.gateway.inflight
+        ticket = inflight.start(
+            snapshot.epoch,
+            self._still_routed(snapshot, identity, context.topics, context.group, resolution),
+            long_poll=key in apis.LONG_POLLS,
+            what=(key, identity, resolution.cluster, node),
+            own_wait_s=own_wait_s(request.body),
+            give_up=functools.partial(_give_up, upstream, key),
+        )
         try:
-            ticket = inflight.start(
-                snapshot.epoch,
-                self._still_routed(snapshot, identity, context.topics, context.group, resolution),
-                long_poll=key in apis.LONG_POLLS,
-                what=(key, identity, resolution.cluster, node),
-                own_wait_s=own_wait_s(request.body),
-                give_up=functools.partial(_give_up, upstream, key),
-            )
-        except Superseded as moved:  # decided before a newer epoch that routes it otherwise: not sent
-            return self._refused(request, context.expects_response, UpstreamError(str(moved)))
-        try:
+            if context.producer is not None:  # in flight already while its producer id is looked up
+                frame = await self._translate(request, identity, context.producer, resolution.cluster)
             future = await upstream.send(
                 frame, request.correlation_id, expects_response=context.expects_response
             )
@@ -1020,9 +1023,8 @@ class ClientSession:
     def _refused(
         self, request: Request, expects_response: bool, closed: UpstreamError
     ) -> Awaitable[bytes | None]:
-        """The answer to a request not sent on purpose (its broker connection closed, or a newer epoch
-        routes it otherwise): the retriable error where its API has one, else ``closed`` raised (the
-        client connection closes)."""
+        """The answer to a request whose broker connection was closed on purpose before it was sent: the
+        retriable error where its API has one, else ``closed`` raised (the client connection closes)."""
         if not expects_response:
             return _ready(None)
         refused = self._unanswerable(request)

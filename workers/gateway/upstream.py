@@ -137,8 +137,8 @@ class Upstream:
                 try:
                     await self.login(self._ask)
                 except Exception as exc:
-                    if self.closed:  # given up on while it logged in
-                        raise self._closed_by() from exc
+                    if isinstance(self._error, Shielded | Overdue):  # given up on while it logged in
+                        raise self._error from exc
                     error = UpstreamError(f"{self.host}:{self.port}: SASL login failed: {exc}")
                     self._fail(error)
                     raise error from exc
