@@ -57,12 +57,18 @@ def _plugins() -> list[EntryPoint]:
 
 
 def config_of(ctx: click.Context, service: str = "cli") -> Config:
-    """Load the configuration once per invocation, then set up logging and telemetry from it."""
+    """Load the configuration once per invocation, then set up logging and telemetry from it (the first
+    call's ``service`` names the process)."""
+    config = loaded_config(ctx)
+    telemetry.setup(config, service)
+    return config
+
+
+def loaded_config(ctx: click.Context) -> Config:
+    """The configuration, loaded once per invocation; no logging or telemetry set up."""
     root = ctx.find_root()
     if "config" not in root.meta:
-        config = load_config(root.params.get("config_path"))
-        telemetry.setup(config, service)
-        root.meta["config"] = config
+        root.meta["config"] = load_config(root.params.get("config_path"))
     loaded: Config = root.meta["config"]
     return loaded
 

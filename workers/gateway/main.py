@@ -1,10 +1,12 @@
-"""`switchyard gateway`: run one gateway instance until SIGINT or SIGTERM; `add-user` for SASL/PLAIN."""
+"""`switchyard gateway`: run one gateway instance until SIGINT or SIGTERM (as several processes with
+``gateway.processes``); `add-user` for SASL/PLAIN."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -12,8 +14,9 @@ from pathlib import Path
 import click
 import uvloop
 
-from switchyard.cli.base import config_of
+from switchyard.cli.base import config_of, loaded_config
 from switchyard.routing.zk import connect, disconnect
+from workers.gateway.processes import Supervisor, gateway_command_line, member_id
 from workers.gateway.sasl import user_line
 from workers.gateway.server import Gateway
 
@@ -32,17 +35,33 @@ async def serve(gateway: Gateway) -> None:
 
 @click.group("gateway", invoke_without_command=True)
 @click.option("--id", "gateway_id", help="This instance's id (default: gateway.id, then the host name).")
+@click.option(
+    "--processes",
+    type=click.IntRange(1, 64),
+    help="How many processes serve its ports together (default: gateway.processes).",
+)
+@click.option("--member", type=click.IntRange(0, 63), hidden=True, help="Serve as process N of several.")
 @click.pass_context
-def gateway_command(ctx: click.Context, gateway_id: str | None) -> None:
+def gateway_command(
+    ctx: click.Context, gateway_id: str | None, processes: int | None, member: int | None
+) -> None:
     """Run the gateway: clients bootstrap to it and are routed by their bindings."""
     if ctx.invoked_subcommand is not None:
         return
+    count = processes or loaded_config(ctx).gateway.processes
+    if count > 1 and member is None:
+        config = config_of(ctx, "gateway-supervisor")  # its processes serve the metrics
+        base = gateway_id or config.gateway.id or socket.gethostname()
+        command = gateway_command_line(ctx.find_root().params.get("config_path"), base)
+        sys.exit(Supervisor(config, command, count).run())
     config = config_of(ctx, "gateway")
+    if member is not None:
+        gateway_id = member_id(gateway_id or config.gateway.id or socket.gethostname(), member)
     zk = connect(config)
     try:
         # uvloop: libuv's transports cost the gateway half the CPU per GiB that asyncio's own do
         # (docs/performance.md); the code runs on either loop, and the unit tests use asyncio's
-        uvloop.run(serve(Gateway(config, zk, gateway_id=gateway_id)))
+        uvloop.run(serve(Gateway(config, zk, gateway_id=gateway_id, reuse_port=member is not None)))
     finally:
         disconnect(zk)
 

@@ -21,7 +21,7 @@ _READ_S = 5.0
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}
 
 
-async def serve(host: str, port: int, status: Status) -> asyncio.Server:
+async def serve(host: str, port: int, status: Status, *, reuse_port: bool = False) -> asyncio.Server:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             code, body = await _respond(reader, status)
@@ -37,7 +37,7 @@ async def serve(host: str, port: int, status: Status) -> asyncio.Server:
         finally:
             writer.close()
 
-    return await asyncio.start_server(answer, host, port)
+    return await asyncio.start_server(answer, host, port, reuse_port=reuse_port)
 
 
 async def _respond(reader: asyncio.StreamReader, status: Status) -> tuple[int, dict[str, Any]]:

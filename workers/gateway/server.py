@@ -48,10 +48,14 @@ log = logging.getLogger(__name__)
 
 
 class Gateway:
-    def __init__(self, config: Config, zk: KazooClient, *, gateway_id: str | None = None) -> None:
+    def __init__(
+        self, config: Config, zk: KazooClient, *, gateway_id: str | None = None, reuse_port: bool = False
+    ) -> None:
         self.config = config
         self.zk = zk
         self.id = gateway_id or config.gateway.id or socket.gethostname()
+        self.reuse_port = reuse_port
+        """Whether its ports are shared with the other processes of the same gateway (SO_REUSEPORT)."""
         self.layout = Layout(config.zookeeper.root)
         self.view = BindingView(zk, self.layout, config.default_cluster)
         self.vnodes = VirtualNodes(zk, self.layout)
@@ -112,7 +116,9 @@ class Gateway:
         await self._listen(None)
         health = self.config.gateway.health_port
         if health is not None:
-            self._health = await readiness.serve(self.config.gateway.host, health, self.readiness)
+            self._health = await readiness.serve(
+                self.config.gateway.host, health, self.readiness, reuse_port=self.reuse_port
+            )
         await asyncio.to_thread(self.registration.register)
         self._registered = True
         self._tasks.append(asyncio.create_task(self._acknowledge()))
@@ -174,7 +180,9 @@ class Gateway:
 
         host = self.config.gateway.host
         try:
-            self._servers[virtual_id] = await asyncio.start_server(serve, host, port)
+            self._servers[virtual_id] = await asyncio.start_server(
+                serve, host, port, reuse_port=self.reuse_port
+            )
         except OSError as exc:
             what = "gateway.bootstrap_port" if virtual_id is None else f"virtual broker {virtual_id}'s port"
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
