@@ -16,7 +16,17 @@ from typing import Any
 
 import pytest
 
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.keys import BindingKey
+from switchyard.mirror.status import read_status
+from switchyard.routing.gateways import wait_for_acks
+from switchyard.routing.store import RoutingStore
+from tests.helpers.live import unique
+from tests.helpers.traffic import topic_ids
+
 ROOT = Path(__file__).resolve().parents[2]
+ACTOR = "user:test"
 LIBRARIES = {
     "confluent-kafka": [sys.executable, "-m", "tests.compat.confluent_app"],
     "kafka-python": [sys.executable, "-m", "tests.compat.kafka_python_app"],
@@ -193,3 +203,72 @@ def unaccounted_sends(s: Seen) -> list[str]:
         never, again = sorted(attempted - s.reports), sorted(s.reports - attempted)
         found.append(f"sends never reported: {never[:5]}; reported more than once or never sent: {again[:5]}")
     return found
+
+
+def prepare(routing: RoutingStore, stack_config: Config, apps: list[App], *, partitions: int) -> str:
+    """Each application's topic on the primary, one link copying them all, each bound to the primary."""
+    kafka.create_topics(
+        stack_config.clusters["primary"].bootstrap, [a.topic for a in apps], partitions=partitions
+    )
+    link = unique("link")
+    routing.create_link(link, "primary", "standby", include=[a.topic for a in apps], actor=ACTOR, reason="t")
+    for a in apps:
+        epoch = routing.set_binding(BindingKey.for_app(a.app), "primary", actor=ACTOR, reason="test")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    deadline = time.monotonic() + 60
+    while (
+        len([p for m in read_status(routing.zk, routing.layout, link) for p in m.partitions])
+        < len(apps) * partitions
+    ):
+        assert time.monotonic() < deadline, "the mirror never took up the link"
+        time.sleep(0.2)
+    return link
+
+
+def judge(a: App, final: str, other: str) -> tuple[dict[str, Any], list[str]]:
+    """The application's row of figures over its switches, and what it saw that it should not have; the
+    switches end on the cluster at ``final``, ``other`` being the one it left."""
+    s = a.seen()
+    manual, auto = s.received("manual"), s.received("auto")
+    refused = Counter(b["commit"] for b in s.batches["manual"] if b["commit"])
+    on_final = Counter(v for v in topic_ids(final, a.topic))
+    leaked = set(topic_ids(other, a.topic)) - set(on_final)
+    row = {
+        "library": a.library,
+        "through": a.setup,
+        "gateways used": a.gateways,
+        "codecs": ",".join(CODECS[a.library]) or "none",
+        "sent": s.produced,
+        "acked": len(s.acked),
+        "failed sends": len(s.failed),
+        "lost": len(set(s.acked) - set(manual)),
+        "twice": sum(n > 1 for n in manual.values()),
+        "commits refused": sum(refused.values()),
+        "first join s": round(a.joined, 1),
+        "auto-commit twice": sum(n > 1 for n in auto.values()),
+        "exit": a.exit_code,
+    }
+    problems = [
+        *unaccounted_sends(s),
+        *(["sends failed: " + "; ".join(s.failed[:3])] if s.failed else []),
+        *([f"{row['lost']} acknowledged records never processed"] if row["lost"] else []),
+        *([f"{row['twice']} records processed twice"] if row["twice"] else []),
+        *([f"commits refused: {dict(refused)}"] if refused else []),
+        *([f"not on the final cluster exactly once: {sorted(set(s.acked) ^ set(on_final))[:5]}"]
+          if set(on_final) != set(s.acked) or max(on_final.values()) > 1 else []),
+        *([f"on the cluster left only: {sorted(leaked)[:5]}"] if leaked else []),
+        *([f"lost to the auto-commit group: {sorted(set(s.acked) - set(auto))[:5]}"]
+          if set(s.acked) - set(auto) else []),
+        *s.errors[:3],
+        *([f"exit code {a.exit_code}" if a.exit_code is not None else "still running 30 s after its stop"]
+          if a.exit_code != 0 else []),
+    ]  # fmt: skip
+    return row, problems
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    columns = list(rows[0])
+    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in columns]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(str(r[c]).ljust(w) for c, w in zip(columns, widths, strict=True)) for r in rows]
+    return "\n".join(lines)

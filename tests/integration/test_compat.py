@@ -24,7 +24,6 @@ import os
 import statistics
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,19 +31,15 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient
 
-from switchyard import kafka
 from switchyard.config import Config
 from switchyard.keys import BindingKey
-from switchyard.mirror.status import read_status
-from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS
 from switchyard.usage import Use
-from tests.helpers.compat import CODECS, LIBRARIES, App, longest_gap, unaccounted_sends, wait_until
+from tests.helpers.compat import CODECS, LIBRARIES, App, judge, longest_gap, prepare, table, wait_until
 from tests.helpers.live import Live, unique
 from tests.helpers.processes import GatewayProcess
-from tests.helpers.traffic import topic_ids
 
 pytestmark = pytest.mark.alone  # its bound on how long clients are held wants the machine to itself
 
@@ -75,9 +70,6 @@ TESTBED_SESSION_MS = TESTBED_CONSUMER_SETTINGS["session.timeout.ms"]
 
 def at_defaults(a: App) -> bool:
     return (a.library, a.setup) == AT_DEFAULTS or os.environ.get("SWITCHYARD_COMPAT_DEFAULTS") == "all"
-
-
-ACTOR = "user:test"
 
 
 @dataclass
@@ -141,7 +133,7 @@ def test_four_client_libraries_see_nothing_of_a_switchover_through_one_gateway_o
             for setup in SETUPS
             for lib in LIBRARIES
         ]
-        link = prepare(routing, stack_config, apps)
+        link = prepare(routing, stack_config, apps, partitions=PARTITIONS)
         switches, before, after = round_trip(live, routing, apps, bootstraps, link)
         seen_by = {g: apps_through(routing, g) for g in ("gw-live", "gw-pair")}
     finally:
@@ -152,7 +144,7 @@ def test_four_client_libraries_see_nothing_of_a_switchover_through_one_gateway_o
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
     rows, switch_rows, problems = [], [], []
     for a in apps:
-        row, found = judge(a, primary, standby)
+        row, found = judge(a, standby, primary)
         rows.append(row)
         problems += [f"{a.name}: {p}" for p in found]
         for number, switch in enumerate(switches):
@@ -172,26 +164,6 @@ def apps_through(routing: RoutingStore, gateway_id: str) -> set[str]:
     """The applications whose requests ``gateway_id`` reports having seen."""
     data, _ = routing.zk.get(routing.layout.usage(gateway_id))
     return {Use.of(row).app for row in json.loads(data)["uses"]}
-
-
-def prepare(routing: RoutingStore, stack_config: Config, apps: list[App]) -> str:
-    """Each application's topic on the primary, one link copying them all, each bound to the primary."""
-    kafka.create_topics(
-        stack_config.clusters["primary"].bootstrap, [a.topic for a in apps], partitions=PARTITIONS
-    )
-    link = unique("link")
-    routing.create_link(link, "primary", "standby", include=[a.topic for a in apps], actor=ACTOR, reason="t")
-    for a in apps:
-        epoch = routing.set_binding(BindingKey.for_app(a.app), "primary", actor=ACTOR, reason="test")
-    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
-    deadline = time.monotonic() + 60
-    while (
-        len([p for m in read_status(routing.zk, routing.layout, link) for p in m.partitions])
-        < len(apps) * PARTITIONS
-    ):
-        assert time.monotonic() < deadline, "the mirror never took up the link"
-        time.sleep(0.2)
-    return link
 
 
 def round_trip(
@@ -242,47 +214,6 @@ def round_trip(
         for a in apps:
             a.stop()
     return switches, before, after
-
-
-def judge(a: App, primary: str, standby: str) -> tuple[dict[str, Any], list[str]]:
-    """The application's row of figures over the round trip, and what it saw that it should not have.
-    The round trip ends on the standby."""
-    s = a.seen()
-    manual, auto = s.received("manual"), s.received("auto")
-    refused = Counter(b["commit"] for b in s.batches["manual"] if b["commit"])
-    on_standby = Counter(v for v in topic_ids(standby, a.topic))
-    leaked = set(topic_ids(primary, a.topic)) - set(on_standby)
-    row = {
-        "library": a.library,
-        "through": a.setup,
-        "gateways used": a.gateways,
-        "codecs": ",".join(CODECS[a.library]) or "none",
-        "sent": s.produced,
-        "acked": len(s.acked),
-        "failed sends": len(s.failed),
-        "lost": len(set(s.acked) - set(manual)),
-        "twice": sum(n > 1 for n in manual.values()),
-        "commits refused": sum(refused.values()),
-        "first join s": round(a.joined, 1),
-        "auto-commit twice": sum(n > 1 for n in auto.values()),
-        "exit": a.exit_code,
-    }
-    problems = [
-        *unaccounted_sends(s),
-        *(["sends failed: " + "; ".join(s.failed[:3])] if s.failed else []),
-        *([f"{row['lost']} acknowledged records never processed"] if row["lost"] else []),
-        *([f"{row['twice']} records processed twice"] if row["twice"] else []),
-        *([f"commits refused: {dict(refused)}"] if refused else []),
-        *([f"not on the standby exactly once: {sorted(set(s.acked) ^ set(on_standby))[:5]}"]
-          if set(on_standby) != set(s.acked) or max(on_standby.values()) > 1 else []),
-        *([f"on the primary only: {sorted(leaked)[:5]}"] if leaked else []),
-        *([f"lost to the auto-commit group: {sorted(set(s.acked) - set(auto))[:5]}"]
-          if set(s.acked) - set(auto) else []),
-        *s.errors[:3],
-        *([f"exit code {a.exit_code}" if a.exit_code is not None else "still running 30 s after its stop"]
-          if a.exit_code != 0 else []),
-    ]  # fmt: skip
-    return row, problems
 
 
 def judge_switch(a: App, switches: list[Switch], number: int) -> tuple[dict[str, Any], list[str]]:
@@ -337,11 +268,3 @@ def same_topic_throughout(
     assert before == after
     assert before[1] == {-1}
     assert "topic_id changed" not in kafka_python_log
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    columns = list(rows[0])
-    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in columns]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(str(r[c]).ljust(w) for c, w in zip(columns, widths, strict=True)) for r in rows]
-    return "\n".join(lines)
