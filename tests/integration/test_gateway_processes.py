@@ -41,6 +41,14 @@ def until(what: str, check: object, timeout_s: float = 30) -> None:
         time.sleep(0.1)
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended and waiting for init to reap it, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def connections(metrics_port: int) -> float:
     """Open client connections, as one process's /metrics says."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
@@ -170,3 +178,23 @@ def read(bootstrap: str, topic: str, count: int) -> list[int]:
     finally:
         consumer.close()
     return got
+
+
+def test_processes_die_with_their_supervisor(
+    routing: RoutingStore, stack_config: Config, tmp_path: Path
+) -> None:
+    """A supervisor killed outright (-9) leaves no process serving behind it: each gets SIGTERM from the
+    kernel, ends its connections and deregisters, as on a stop."""
+    assert stack_config.source is not None
+    gateway = GatewayProcess(
+        stack_config.source, root=routing.layout.root, gateway_id="gw-orphans", log=tmp_path / "gw.log",
+        overrides={"SWITCHYARD__GATEWAY__PROCESSES": str(PROCESSES)},
+    )  # fmt: skip
+    gateway.start()
+    until("every process registered", lambda: len(members(routing, "gw-orphans")) == PROCESSES)
+    children = [r.pid for r in members(routing, "gw-orphans").values()]
+    assert gateway.process is not None
+    gateway.process.kill()
+    gateway.process.wait(10)
+    until("the processes to end", lambda: not any(alive(pid) for pid in children))
+    until("their registrations to go", lambda: members(routing, "gw-orphans") == {}, timeout_s=10)

@@ -16,7 +16,7 @@ import uvloop
 
 from switchyard.cli.base import config_of, loaded_config
 from switchyard.routing.zk import connect, disconnect
-from workers.gateway.processes import Supervisor, gateway_command_line, member_id
+from workers.gateway.processes import Supervisor, die_with_supervisor, gateway_command_line, member_id
 from workers.gateway.sasl import user_line
 from workers.gateway.server import Gateway
 
@@ -54,6 +54,8 @@ def gateway_command(
         base = gateway_id or config.gateway.id or socket.gethostname()
         command = gateway_command_line(ctx.find_root().params.get("config_path"), base)
         sys.exit(Supervisor(config, command, count).run())
+    if member is not None:
+        die_with_supervisor()
     config = config_of(ctx, "gateway")
     if member is not None:
         gateway_id = member_id(gateway_id or config.gateway.id or socket.gethostname(), member)

@@ -8,21 +8,23 @@ of gateways. Process ``i`` serves ``/metrics`` on ``telemetry.prometheus_listen`
 scrape must reach one process, not whichever the kernel picks); ``/health`` and ``/ready`` share the
 gateway's health port like its Kafka ports.
 
-The supervisor starts the processes, starts again one that exits (after ``RESTART_AFTER_S``), and
-stops all of them on SIGTERM or SIGINT. A process that exits with an error within ``STARTING_S`` of its
-start failed to start — a port taken, ZooKeeper unreachable, a bad key — and every other would fail
-alike: the supervisor then stops the rest and exits with its code, as a single gateway would. One ended
-by a signal (killed, out of memory) is started again however young.
+The supervisor starts the processes, starts again one that exits (after ``RESTART_AFTER_S``, more for
+one that keeps failing), and stops all of them on SIGTERM or SIGINT. A process whose first start ends
+with an error within ``STARTING_S`` failed to start — a port taken, ZooKeeper unreachable, a bad key —
+and every other would fail alike: the supervisor then stops the rest and exits with its code, as a single
+gateway would. The processes die with the supervisor (a parent-death signal), so a supervisor killed
+outright leaves none serving behind it.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 
@@ -31,7 +33,7 @@ from switchyard.config import Config, split_hostport
 log = logging.getLogger(__name__)
 
 STARTING_S = 10.0
-RESTART_AFTER_S = 1.0
+RESTART_AFTER_S, RESTART_AFTER_MOST_S = 1.0, 30.0
 STOP_WAIT_S = 30.0
 """How long a process is given to end its connections and deregister before it is killed."""
 _POLL_S = 0.2
@@ -56,19 +58,24 @@ class Supervisor:
 
     def __init__(self, config: Config, command: Sequence[str], count: int) -> None:
         self.config, self.command, self.count = config, list(command), count
-        self._stopping = threading.Event()
+        self._stopping = False
         self._children: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
+        self._failures: dict[int, int] = {}
+        """Per process, how many times in a row it ended within STARTING_S of a start."""
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda _sig, _frame: self._stopping.set())
-        for index in range(self.count):
-            self._start(index)
-        log.info("gateway: %d processes share its ports", self.count)
+            signal.signal(sig, self._stop)
         try:
+            for index in range(self.count):
+                self._start(index)
+            log.info("gateway: %d processes share its ports", self.count)
             return self._watch()
         finally:
             self._stop_all()
+
+    def _stop(self, _signal: int, _frame: object) -> None:
+        self._stopping = True  # only a flag: the main thread notices it within _POLL_S
 
     def _start(self, index: int) -> None:
         argv = [*self.command, "--member", str(index)]
@@ -76,18 +83,24 @@ class Supervisor:
         self._children[index] = (subprocess.Popen(argv, env=env), time.monotonic())
 
     def _watch(self) -> int:
-        while not self._stopping.wait(_POLL_S):
+        while not self._stopping:
+            time.sleep(_POLL_S)
             for index, (child, started) in list(self._children.items()):
                 code = child.poll()
-                if code is None:
+                if code is None or self._stopping:
                     continue
-                if code > 0 and time.monotonic() - started < STARTING_S:
+                young = time.monotonic() - started < STARTING_S
+                if code > 0 and young and index not in self._failures:
                     log.error("gateway process %d exited (%d) starting: the others are stopped", index, code)
-                    return code or 1
-                log.warning("gateway process %d exited (%d): starting it again", index, code)
-                if self._stopping.wait(RESTART_AFTER_S):
-                    break
-                self._start(index)
+                    return code
+                self._failures[index] = self._failures.get(index, 0) + 1 if young else 1
+                wait_s = min(RESTART_AFTER_S * 2 ** (self._failures[index] - 1), RESTART_AFTER_MOST_S)
+                log.warning("gateway process %d exited (%d): starting it again in %gs", index, code, wait_s)
+                deadline = time.monotonic() + wait_s
+                while not self._stopping and time.monotonic() < deadline:
+                    time.sleep(_POLL_S)
+                if not self._stopping:
+                    self._start(index)
         return 0
 
     def _stop_all(self) -> None:
@@ -102,6 +115,19 @@ class Supervisor:
                 log.warning("gateway process %d did not stop in time: killed", child.pid)
                 child.kill()
                 child.wait()
+
+
+def die_with_supervisor() -> None:
+    """In a process of several, first thing: SIGTERM when the supervisor dies (Linux's
+    PR_SET_PDEATHSIG), so none serves on without one to stop it; gone already, none starts."""
+    supervisor = os.getppid()
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != supervisor or supervisor == 1:
+        raise SystemExit("the gateway's supervisor is gone")
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def gateway_command_line(config_path: str | None, gateway_id: str) -> list[str]:

@@ -23,7 +23,9 @@ class ProducerIds:
         self.brokers = brokers
         self.routes: dict[tuple[Identity, int], ProducerRoute] = {}
         """Where each client's idempotent producer writes now, and as whom (from InitProducerId on)."""
-        self._new_routes = asyncio.Lock()
+        self._new_routes: dict[str, asyncio.Lock] = {}
+        """One per cluster: a producer's first batches there take one id, and a slow cluster holds up
+        only the producers moving to it."""
 
     def issued(self, identity: Identity, producer_id: int, cluster: str) -> None:
         remember(self.routes, (identity, producer_id), ProducerRoute(cluster, None))
@@ -36,7 +38,7 @@ class ProducerIds:
         route = self.routes.get(key)
         if route is None or route.cluster == cluster:
             return route.translation if route else None
-        async with self._new_routes:
+        async with self._new_routes.setdefault(cluster, asyncio.Lock()):
             route = self.routes[key]
             if route.cluster != cluster:
                 route = ProducerRoute(cluster, await self.take(cluster))

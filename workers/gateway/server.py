@@ -108,20 +108,22 @@ class Gateway:
         await asyncio.to_thread(self.publisher.recall_acked)
         self.view.on_change(self._on_snapshot)
         await asyncio.to_thread(self.view.start)
+        health = self.config.gateway.health_port
+        if health is not None:
+            self._health = await readiness.serve(
+                self.config.gateway.host, health, self.readiness, reuse_port=self.reuse_port
+            )
+        # Registered, and acknowledging, before it serves a client: a saga's barrier counts it from its
+        # first request on (after a crash, the takeover of the dead one's registration is waited out first)
+        await asyncio.to_thread(self.registration.register)
+        self._registered = True
+        self._tasks.append(asyncio.create_task(self._acknowledge()))
         known = await asyncio.to_thread(self.vnodes.load)
         for cluster in self.config.clusters:
             await self.brokers.discover(cluster)
         for virtual_id in known:
             await self._listen(virtual_id)
         await self._listen(None)
-        health = self.config.gateway.health_port
-        if health is not None:
-            self._health = await readiness.serve(
-                self.config.gateway.host, health, self.readiness, reuse_port=self.reuse_port
-            )
-        await asyncio.to_thread(self.registration.register)
-        self._registered = True
-        self._tasks.append(asyncio.create_task(self._acknowledge()))
         self._tasks.append(asyncio.create_task(self.brokers.probe()))
         self._tasks.append(asyncio.create_task(self._watch()))
         self._tasks.append(asyncio.create_task(self.publisher.run()))
@@ -203,37 +205,47 @@ class Gateway:
         self.changes.publish()
 
     async def _acknowledge(self) -> None:
-        """Acknowledge each new epoch once nothing sent under an older one is still in flight."""
+        """Acknowledge each new epoch once nothing sent under an older one is still in flight; a failure
+        is tried again, sooner at first (the loop must outlive anything one epoch does)."""
+        failures = 0
         while True:
             await self._epoch_changed.wait()
             self._epoch_changed.clear()
-            snapshot = self.view.snapshot
-            epoch = snapshot.epoch
-            woken = self.inflight.supersede(snapshot)
-            if woken:
-                log.info("gateway %s: epoch %d answered %d long polls early", self.id, epoch, woken)
-            await self._leave_closed_clusters(snapshot)
-            drained = asyncio.ensure_future(self.inflight.drained_before(epoch))
+            epoch = self.view.snapshot.epoch
             try:
-                if not (await asyncio.wait({drained}, timeout=_SLOW_ACK_S))[0]:
-                    held = self.inflight.holding(epoch)
-                    log.warning(
-                        "gateway %s: epoch %d waits for %d requests routed the old way: %s",
-                        self.id, epoch, len(held), ", ".join(describe(what) for what in held[:10]),
-                    )  # fmt: skip
-                await drained
-            finally:
-                drained.cancel()
-            if self.view.stale:
-                continue  # acknowledged when fresh again: the reconnect publishes a new snapshot
-            try:
-                # what was acknowledged under older epochs, known with this one
-                await self.publisher.publish_acked()
-                await asyncio.to_thread(self.registration.acknowledge, epoch)
+                await self._apply(self.view.snapshot)
+                failures = 0
             except Exception:
-                log.exception("gateway %s: cannot acknowledge epoch %d; trying again", self.id, epoch)
-                await asyncio.sleep(_ACK_AGAIN_S)
+                failures += 1
+                if failures == 1 or failures % 20 == 0:
+                    log.exception(
+                        "gateway %s: cannot acknowledge epoch %d (%d tries)", self.id, epoch, failures
+                    )
+                await asyncio.sleep(min(_ACK_AGAIN_S * failures, _ACK_AGAIN_MOST_S))
                 self._epoch_changed.set()
+
+    async def _apply(self, snapshot: RoutingSnapshot) -> None:
+        """Write ``snapshot``'s epoch into the registration once it is in effect here."""
+        epoch = snapshot.epoch
+        woken = self.inflight.supersede(snapshot)
+        if woken:
+            log.info("gateway %s: epoch %d answered %d long polls early", self.id, epoch, woken)
+        await self._leave_closed_clusters(snapshot)
+        drained = asyncio.ensure_future(self.inflight.drained_before(epoch))
+        try:
+            if not (await asyncio.wait({drained}, timeout=_SLOW_ACK_S))[0]:
+                held = self.inflight.holding(epoch)
+                log.warning(
+                    "gateway %s: epoch %d waits for %d requests routed the old way: %s",
+                    self.id, epoch, len(held), ", ".join(describe(what) for what in held[:10]),
+                )  # fmt: skip
+            await drained
+        finally:
+            drained.cancel()
+        if self.view.stale:
+            return  # acknowledged when fresh again: the reconnect publishes a new snapshot
+        await self.publisher.publish_acked()  # what was acknowledged under older epochs, known with this one
+        await asyncio.to_thread(self.registration.acknowledge, epoch)
 
     async def _leave_closed_clusters(self, snapshot: RoutingSnapshot) -> None:
         """Drop every broker connection to a cluster that is shielded or down: a request waiting on a
@@ -276,7 +288,7 @@ class Gateway:
                 session.check(now)
 
 
-_ACK_AGAIN_S = 0.5
-"""How soon a failed acknowledgement is written again."""
+_ACK_AGAIN_S, _ACK_AGAIN_MOST_S = 0.5, 5.0
+"""How soon a failed acknowledgement is tried again: 0.5 s more each time, at most 5 s."""
 _SLOW_ACK_S = 5.0
 """An acknowledgement held up longer than this is logged with the requests holding it."""

@@ -132,8 +132,9 @@ class ClientSession:
         self._rejoins: dict[str, tuple[asyncio.Future[tuple[str, int]], float]] = {}
         """Per group this connection's consumer is (re)joining: set to (member id, generation) by the
         successful SyncGroup that ends the join; with the session time-out the join asked for."""
-        self._released: asyncio.Future[None] | None = None
-        """Set when the latest held request has been let go (the next held one waits for it)."""
+        self._released: asyncio.Future[bool] | None = None
+        """Set when the latest held request has been let go (the next held one waits for it): whether a
+        Produce among those held before was answered with the retriable error."""
         self._held: collections.deque[asyncio.Event] = collections.deque()
         """One event per request held now, oldest first: set, it lets that request go with the
         retriable error at once (see ``_make_room``)."""
@@ -346,7 +347,14 @@ class ClientSession:
         if action is Action.ADOPT:
             return self._later(self._adopt(incoming, snapshot, resolution, decision.node))
         if action is Action.SPLIT:
-            return self._later(self._split(incoming, decision, snapshot, resolution))
+            ticket = self.gateway.inflight.start(  # in flight from its decision, not from the task's start
+                snapshot.epoch,
+                self._still_routed(snapshot, incoming.identity, incoming.context.topics,
+                                   incoming.context.group, resolution),
+                long_poll=request.api_key == apis.FETCH,
+                what=(request.api_key, incoming.identity, decision.cluster, "split"),
+            )  # fmt: skip
+            return self._later(self._split(incoming, decision, snapshot, ticket))
         frame = request.frame
         if moved and request.api_key == apis.JOIN_GROUP:  # a new member where it goes, as a broker insists
             frame = replace_body(request, dataclasses.replace(request.body, member_id=""))
@@ -355,23 +363,16 @@ class ClientSession:
         return await self._forward(incoming, frame, snapshot, resolution, decision.node)
 
     async def _split(
-        self, incoming: Incoming, decision: Decision, snapshot: RoutingSnapshot, resolution: Resolution
+        self, incoming: Incoming, decision: Decision, snapshot: RoutingSnapshot, ticket: Ticket
     ) -> bytes | None:
         """Carry out a request naming migrated partitions part by part (see
-        :mod:`workers.gateway.partitions`); in flight like a forwarded one, and a Fetch among them
-        answered early when a newer epoch routes it otherwise."""
-        request, context, identity = incoming.request, incoming.context, incoming.identity
+        :mod:`workers.gateway.partitions`); in flight like a forwarded one (``ticket``), and a Fetch among
+        them answered early when a newer epoch routes it otherwise."""
+        request = incoming.request
         split = Split(
             request, self.gateway.moved.of(snapshot), decision.cluster, decision.node,
             _SplitBrokers(self, snapshot, incoming),
         )  # fmt: skip
-        long_poll = request.api_key == apis.FETCH
-        ticket = self.gateway.inflight.start(
-            snapshot.epoch,
-            self._still_routed(snapshot, identity, context.topics, context.group, resolution),
-            long_poll=long_poll,
-            what=(request.api_key, identity, decision.cluster, "split"),
-        )
         try:
             answering = asyncio.ensure_future(split.answer())
             if ticket.superseded is not None:
@@ -393,10 +394,14 @@ class ClientSession:
         A held request is never sent on once its hold time is over, whatever the routing says by then:
         its client may have given up on it and sent it again, and both would be written. It gets the
         retriable error instead (and sooner when the connection holds too many, ``_make_room``); ``let_go``
-        set does that at once."""
+        set does that at once. A Produce held behind one answered so is answered so too: sent on, it
+        would reach the broker ahead of the earlier batch's retry, a gap in an idempotent producer's
+        sequence."""
         loop = asyncio.get_running_loop()
         before, self._released = self._released, loop.create_future()
         released = self._released
+        produce = incoming.request.api_key == apis.PRODUCE
+        refused = after_refused = False
         try:
             context, identity = incoming.context, incoming.identity
             most = self.gateway.config.gateway.block_hold_s
@@ -412,14 +417,16 @@ class ClientSession:
                     snapshot = await self.gateway.changes.after(snapshot, remaining, let_go)
                     resolution = self._resolve(snapshot, identity, context.topics, context.group)
                 if before is not None:
-                    await before
+                    after_refused = await before
+                    refused = after_refused and produce
                     before = None
                 latest = self.gateway.view.snapshot
-                if latest is snapshot or let_go.is_set() or time.perf_counter() >= deadline:
+                if latest is snapshot or refused or let_go.is_set() or time.perf_counter() >= deadline:
                     break
                 snapshot = latest  # it moved on while this request waited its turn: decided again
                 resolution = self._resolve(snapshot, identity, context.topics, context.group)
-            if let_go.is_set() or time.perf_counter() >= deadline:
+            refused = refused or let_go.is_set() or time.perf_counter() >= deadline
+            if refused:
                 decision = Decision(Action.HOLD, resolution.cluster)  # its time is over: the retriable error
             else:
                 decision = self._decide(incoming, snapshot, resolution)
@@ -428,7 +435,7 @@ class ClientSession:
             self._held.remove(let_go)
             self._progress.set()
             if not released.done():
-                released.set_result(None)
+                released.set_result(after_refused or (refused and produce))
         return await answer
 
     async def _room(self, replies: Replies, limits: GatewayLimitsConfig, writer: asyncio.Task[None]) -> None:
@@ -481,6 +488,8 @@ class ClientSession:
             rejoin = self._rejoins.get(request.body.group_id)
             if rejoin is not None and not rejoin[0].done():  # refused while the group rebalances
                 body = await self._as_rejoined(rejoin, request, body)
+            if self._routed_otherwise_since(incoming, snapshot, resolution):
+                return encode_response(request, blocked_response(request, request.body))
             frame = replace_body(request, body)
             answer = await self._forward(incoming, frame, snapshot, resolution, node)
         return await answer
@@ -493,8 +502,23 @@ class ClientSession:
         longer than a held request may wait."""
         request = incoming.request
         body = await self._as_rejoined(self._rejoins[request.body.group_id], request, request.body)
+        if self._routed_otherwise_since(incoming, snapshot, resolution):
+            return encode_response(request, blocked_response(request, request.body))
         frame = replace_body(request, body)
         return await (await self._forward(incoming, frame, snapshot, resolution, node))
+
+    def _routed_otherwise_since(
+        self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution
+    ) -> bool:
+        """Whether the routing moved on since ``snapshot`` decided a commit that has waited since (its
+        carry, its member's rejoin) and routes it otherwise now: the epoch that did may be acknowledged
+        already, so the commit is answered with the retriable error rather than sent the old way."""
+        latest = self.gateway.view.snapshot
+        if latest is snapshot:
+            return False
+        context = incoming.context
+        still = self._still_routed(snapshot, incoming.identity, context.topics, context.group, resolution)
+        return not still(latest)
 
     async def _as_rejoined(
         self, rejoin: tuple[asyncio.Future[tuple[str, int]], float], request: Request, body: Any
