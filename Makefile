@@ -5,9 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?= infra/embedded.yaml
 PYTEST_ARGS ?=
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
-.PHONY: setup system-packages demo test unit integration bench up down status lint clean
+.PHONY: setup system-packages demo test unit integration bench soak up down status lint clean
 
 NODE_STAMP := tests/compat/js/node_modules/.installed
 
@@ -44,6 +44,12 @@ integration: setup
 
 bench: setup
 	$(BIN)/pytest tests/bench -s $(PYTEST_ARGS)
+
+# 20 minutes of traffic through the gateway, a switch every minute, a worker, gateway and mirror restart;
+# `make bench` runs the same for 4 minutes. Figures and a plot land in .state/soak/.
+SOAK_S ?= 1200
+soak: setup
+	SWITCHYARD_SOAK_S=$(SOAK_S) $(BIN)/pytest tests/bench/test_soak.py -s $(PYTEST_ARGS)
 
 up: setup
 	$(BIN)/switchyard --config $(CONFIG) stack up

@@ -121,11 +121,12 @@ def remember_changes(old_data: bytes, epoch: int, txn_id: str, changed: list[lis
     except (ValueError, AttributeError, TypeError):
         earlier = []
     recent = [*earlier, entry]
-    sizes = [len(json.dumps(e)) for e in earlier] + [size]
-    while sum(sizes) > RECENT_BYTES:
-        recent.pop(0)
-        sizes.pop(0)
-    return recent
+    total = len(json.dumps(recent))
+    dropped = 0
+    while total > RECENT_BYTES:
+        total -= len(json.dumps(recent[dropped])) + 2  # the entry and its separator
+        dropped += 1
+    return recent[dropped:]
 
 
 def ensure_layout(zk: KazooClient, layout: Layout) -> None:
