@@ -16,7 +16,7 @@ from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import BindingRefused
 from switchyard.ledger import Ledger
-from switchyard.mirror.mapstore import ensure_map_topic
+from switchyard.mirror.mapstore import LinkRecords, MapFollower, ensure_map_topic
 from switchyard.model import Link
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
@@ -33,6 +33,7 @@ class Deps:
     _admins: dict[str, AdminClient] = field(default_factory=dict)
     _probes: dict[str, tuple[threading.Lock, Consumer]] = field(default_factory=dict)
     _producers: dict[str, Producer] = field(default_factory=dict)
+    _maps: dict[str, MapFollower] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -56,6 +57,9 @@ class Deps:
             for producer in self._producers.values():
                 producer.flush(10)
             self._producers.clear()
+            for follower in self._maps.values():
+                follower.close()
+            self._maps.clear()
         disconnect(self.zk)
         self.ledger.close()
 
@@ -106,6 +110,15 @@ class Deps:
         lock, consumer = probe
         with lock:
             return kafka.log_ends(consumer, keys)
+
+    def link_records(self, cluster: str, link_id: str) -> LinkRecords:
+        """A link's offset map and final positions stored on ``cluster``, read on from where the last
+        read of that cluster's map topic ended."""
+        with self._lock:
+            follower = self._maps.get(cluster)
+            if follower is None:
+                follower = self._maps[cluster] = MapFollower(self.bootstrap(cluster))
+        return follower.link(link_id)
 
     def link(self, link_id: str) -> Link:
         link = self.store.link(link_id)

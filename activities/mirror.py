@@ -28,7 +28,6 @@ from switchyard.mirror.groups import (
     idle,
     sync_groups,
 )
-from switchyard.mirror.mapstore import read_link
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.status import read_status
 from switchyard.mirror.writers import GroupWriters
@@ -91,7 +90,7 @@ class MirrorActivities:
         maps_read = 0.0
         while True:
             if time.monotonic() - maps_read > _MAPS_AGE_S:  # gaps may add segments while it drains
-                maps, maps_read = read_link(self.deps.bootstrap(link.target), link.id).maps, time.monotonic()
+                maps, maps_read = self.deps.link_records(link.target, link.id).maps, time.monotonic()
             ends = self.deps.ends(link.target, wanted)
             behind = {
                 k: end for k, end in wanted.items() if maps.get(k, OffsetMap()).next_source(ends[k]) < end
@@ -141,7 +140,7 @@ class MirrorActivities:
             return GroupsSynced(0, 0)
         link = self.deps.link(request.link)
         self._wait_idle(link.target, request.groups, request.idle_timeout_s)
-        maps = read_link(self.deps.bootstrap(link.target), link.id).maps
+        maps = self.deps.link_records(link.target, link.id).maps
         source, target = self.deps.admin(link.source), self.deps.admin(link.target)
         info = activity.info()
         writer = f"saga {info.workflow_id} {info.workflow_run_id}"  # a later run on the same keys is another
@@ -187,7 +186,7 @@ class MirrorActivities:
         link = self.deps.link(request.link)
         keys = {(e.topic, e.partition): e.end for e in request.ends}
         source, target = self.deps.ends(link.source, keys), self.deps.ends(link.target, keys)
-        maps = read_link(self.deps.bootstrap(link.target), link.id).maps
+        maps = self.deps.link_records(link.target, link.id).maps
         problems = []
         expected = {k: maps.get(k, OffsetMap()).position(fenced) for k, fenced in keys.items()}
         short = {k: keys[k] for k in keys if target[k] < expected[k]}

@@ -17,7 +17,7 @@ from activities.recorded import step
 from switchyard import kafka
 from switchyard.errors import AcksTimeout, BindingConflict, BindingRefused
 from switchyard.keys import BindingKey
-from switchyard.mirror.mapstore import end_record, read_link, store_records
+from switchyard.mirror.mapstore import end_record, store_records
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.model import BindingState, ClusterState, LinkState
 from switchyard.routing import BindingChange, ClusterChange, LinkChange
@@ -155,7 +155,7 @@ class RoutingActivities:
         if request.ends:
             return request.ends
         target = self.deps.bootstrap(request.target)
-        maps = read_link(target, request.link).maps
+        maps = self.deps.link_records(request.target, request.link).maps
         copied = kafka.partitions(target, self.deps.link(request.link).copies)
         ends = self.deps.ends(request.target, copied)
         return [

@@ -10,11 +10,13 @@ is stored the same way: the reverse link starts from it.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -86,10 +88,13 @@ class LinkRecords:
 
 def read_link(bootstrap: str, link_id: str) -> LinkRecords:
     """The offset map and final positions of ``link_id``, stored on the cluster at ``bootstrap``."""
-    latest = _latest(bootstrap)
+    return _records_of(_latest(bootstrap).values(), link_id)
+
+
+def _records_of(values: Iterable[bytes], link_id: str) -> LinkRecords:
     segments: dict[TopicPartitionKey, dict[int, int]] = defaultdict(dict)
     ends: dict[TopicPartitionKey, tuple[int, int]] = {}
-    for value in latest.values():
+    for value in values:
         raw = json.loads(value)
         if raw["link"] == link_id:
             key = (raw["topic"], raw["partition"])
@@ -98,6 +103,69 @@ def read_link(bootstrap: str, link_id: str) -> LinkRecords:
             else:
                 segments[key][raw["source"]] = raw["target"]
     return LinkRecords({tp: OffsetMap(sorted(found.items())) for tp, found in segments.items()}, ends)
+
+
+class MapFollower:
+    """One cluster's map topic, followed by a long-lived process (the saga worker): each read takes only
+    what was stored since the one before. Read whole, the topic costs what every link the cluster ever
+    had stored — with a few thousand partitions, seconds per read, and a switch reads it several times
+    while clients are held (tests/bench/test_estate_bench.py). The topic's log start passing what was
+    read (a compaction removed tombstones unseen) starts the reading over."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self._lock = threading.Lock()
+        self._latest: dict[bytes, bytes] = {}
+        self._read_to: dict[int, int] = {}
+        """Per partition of the map topic, the offset read up to."""
+        settings = {"bootstrap.servers": bootstrap, "group.id": "switchyard-map-follower",
+                    "enable.auto.commit": False, "fetch.wait.max.ms": kafka.READ_WAIT_MS}  # fmt: skip
+        self._reader = Consumer({**settings, "auto.offset.reset": "earliest"})
+        self._probe = Consumer({**settings, "enable.partition.eof": True})
+
+    def link(self, link_id: str) -> LinkRecords:
+        """The offset map and final positions of ``link_id`` as stored now."""
+        with self._lock:
+            self._catch_up()
+            return _records_of(self._latest.values(), link_id)
+
+    def close(self) -> None:
+        with self._lock:
+            self._reader.close()
+            self._probe.close()
+
+    def _catch_up(self, timeout_s: float = 60.0) -> None:
+        topic = self._probe.list_topics(MAP_TOPIC, timeout=timeout_s).topics.get(MAP_TOPIC)
+        if topic is None or topic.error is not None:
+            return  # nothing stored yet
+        keys = [(MAP_TOPIC, p) for p in sorted(topic.partitions)]
+        starts = kafka.watermarks(self._probe, keys, timeout_s=timeout_s)
+        ends = kafka.log_ends(self._probe, keys, timeout_s=timeout_s)
+        if any(starts[k][0] > self._read_to.get(k[1], 0) for k in keys):
+            self._latest, self._read_to = {}, {}
+        behind = {p: ends[(t, p)] for t, p in keys if self._read_to.get(p, 0) < ends[(t, p)]}
+        if not behind:
+            return
+        self._reader.assign(
+            [TopicPartition(MAP_TOPIC, p, self._read_to.get(p, OFFSET_BEGINNING)) for p in behind]
+        )
+        deadline = time.monotonic() + timeout_s
+        try:
+            while any(self._read_to.get(p, 0) < end for p, end in behind.items()):
+                if time.monotonic() > deadline:
+                    raise KafkaOperationError(f"{self.bootstrap}: {MAP_TOPIC}: not read to its end in time")
+                for message in self._reader.consume(1000, 0.1):
+                    if message.error() is not None:
+                        raise KafkaOperationError(f"{self.bootstrap}: {MAP_TOPIC}: {message.error()}")
+                    key, value = message.key(), message.value()
+                    if key is not None:
+                        if value is None:
+                            self._latest.pop(key, None)
+                        else:
+                            self._latest[key] = value
+                    self._read_to[message.partition() or 0] = (message.offset() or 0) + 1
+        finally:
+            self._reader.unassign()
 
 
 def forget_link(bootstrap: str, link_id: str) -> int:

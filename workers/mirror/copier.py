@@ -250,6 +250,7 @@ class LinkCopier:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         ends = kafka.log_ends(probe, keys)
         source_ends = kafka.log_ends(source_probe, keys)
+        starts = kafka.watermarks(source_probe, keys, timeout_s=10)
         vanished: list[tuple[Key, str]] = []
         for tp, key in zip(partitions, keys, strict=True):
             offset_map = self._maps.setdefault(key, OffsetMap())
@@ -261,7 +262,7 @@ class LinkCopier:
                 key[0], key[1], offset_map, next_target=end, acked_target=end, start=start,
                 read_to=start, begun=begun, source_end=source_ends[key], error=self._failed.get(key),
             )  # fmt: skip
-            low, _ = source_probe.get_watermark_offsets(tp, timeout=10)
+            low = starts[key][0]
             if key not in self._failed and begun and not low <= start <= source_ends[key]:
                 vanished.append((key, gone(start, low, source_ends[key])))
         consumer.assign(partitions)
