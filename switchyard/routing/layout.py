@@ -7,6 +7,8 @@ bindings/<AppID>/instances|topics|groups/<name>
 gateways/<id>               ephemeral: {applied_epoch, stale, host, pid, started_at}
 usage/<gateway id>          ephemeral: which identities used which topics and groups, when (usage.py)
 acked/<gateway id>          how far each partition's writes were acknowledged through it (acked.py)
+producers/<identity>/<id>   an idempotent producer's route: the cluster that issued its id, where its
+                            batches go now and as whom (workers/gateway/producer_store.py)
 links/<id>                  mirror link: {source, target, include, exclude, state, reverse_of, epoch, ...}
 links/<id>/members/<member> ephemeral: one mirror process's partitions and their status
 migrations/<topic>/<partition>
@@ -43,6 +45,7 @@ FOLDERS = (
     "vnodes",
     "usage",
     "acked",
+    "producers",
 )
 
 

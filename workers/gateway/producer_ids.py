@@ -1,49 +1,110 @@
 """Which cluster issued each client's idempotent producer id, and the ids the gateway takes of its own
-on other clusters when the producer's batches move there (see :mod:`workers.gateway.producers`)."""
+on other clusters when the producer's batches move there (see :mod:`workers.gateway.producers`).
+
+What is known here is a cache of what :class:`ProducerStore` keeps in ZooKeeper for every gateway: read
+there on a miss (the id was issued through another gateway or process, or before a restart) and at the
+first batch after a routing epoch changed (another process may have moved the producer meanwhile),
+written there before anything relies on it (the answer to InitProducerId, a batch sent as whom or from
+which sequence)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
+from kazoo.exceptions import KazooException
 from kio.schema.errors import ErrorCode
 
 from switchyard.identity import Identity
 from workers.gateway import apis
 from workers.gateway.directory import BrokerDirectory
+from workers.gateway.producer_store import ProducerStore
 from workers.gateway.producers import ProducerRoute, Translation
 from workers.gateway.upstream import UpstreamError
 
+log = logging.getLogger(__name__)
 _REMEMBERED = 100_000
+Key = tuple[Identity, int]
+
+
+@dataclass
+class _Known:
+    route: ProducerRoute
+    version: int
+    """The stored node's version it was read or written at."""
+    epoch: int
+    """The routing epoch it was known at: a producer moves only at a flip, so within one epoch it holds."""
 
 
 class ProducerIds:
-    def __init__(self, brokers: BrokerDirectory) -> None:
-        self.brokers = brokers
-        self.routes: dict[tuple[Identity, int], ProducerRoute] = {}
-        """Where each client's idempotent producer writes now, and as whom (from InitProducerId on)."""
+    def __init__(self, brokers: BrokerDirectory, store: ProducerStore) -> None:
+        self.brokers, self.store = brokers, store
+        self._known: dict[Key, _Known] = {}
+        self._outage = False
         self._new_routes: dict[str, asyncio.Lock] = {}
         """One per cluster: a producer's first batches there take one id, and a slow cluster holds up
         only the producers moving to it."""
 
-    def issued(self, identity: Identity, producer_id: int, cluster: str) -> None:
-        remember(self.routes, (identity, producer_id), ProducerRoute(cluster, None))
+    async def issued(self, identity: Identity, producer_id: int, cluster: str, epoch: int) -> None:
+        """``cluster`` issued ``producer_id`` to the client (its InitProducerId answer): stored before
+        the client hears of it, so that any gateway its batches reach knows."""
+        route, key = ProducerRoute(cluster, None), (identity, producer_id)
+        try:
+            _, version = await asyncio.to_thread(self.store.load, identity, producer_id)
+            if await asyncio.to_thread(self.store.save, identity, producer_id, route, version):
+                self._keep(key, _Known(route, version + 1, epoch))
+        except KazooException:  # known here only, as before there was a store: said once per outage
+            self._keep(key, _Known(route, -1, epoch))
+            self._unstored(producer_id)
 
-    async def translation(self, identity: Identity, producer_id: int, cluster: str) -> Translation | None:
-        """As whom a client's idempotent producer writes to ``cluster``: None for its own id (issued there,
-        never moved, or unknown to this gateway); else the gateway's own id there, taken afresh each time
-        the producer's batches move to another cluster (see :mod:`workers.gateway.producers`)."""
+    async def translation(
+        self, identity: Identity, producer_id: int, cluster: str, epoch: int
+    ) -> Translation | None:
+        """As whom a client's idempotent producer writes to ``cluster`` under routing ``epoch``: None for
+        its own id (issued there, never moved, or unknown to every gateway); else the gateway's own id
+        there, taken afresh each time the producer's batches move to another cluster."""
         key = (identity, producer_id)
-        route = self.routes.get(key)
-        if route is None or route.cluster == cluster:
-            return route.translation if route else None
+        known = self._known.get(key)
+        if known is None or known.epoch != epoch or known.route.cluster != cluster:
+            known = await self._load(key, epoch)
+        if known is None or known.route.cluster == cluster:
+            return known.route.translation if known else None
         async with self._new_routes.setdefault(cluster, asyncio.Lock()):
-            route = self.routes[key]
-            if route.cluster != cluster:
-                route = ProducerRoute(cluster, await self.take(cluster))
-                remember(self.routes, key, route)
-        return route.translation
+            while (known := await self._load(key, epoch)) is not None and known.route.cluster != cluster:
+                moved = ProducerRoute(cluster, await self.take(cluster))
+                if await self._save(key, moved, known.version):
+                    self._keep(key, _Known(moved, known.version + 1, epoch))
+                    return moved.translation
+        return known.route.translation if known else None
+
+    async def remember(self, identity: Identity, producer_id: int, translation: Translation) -> Translation:
+        """Store where ``translation``'s partitions' sequences start, a first batch having set one, before
+        that batch is sent. Another process that stored a start for a partition first wins: the
+        translation to send with is returned."""
+        key = (identity, producer_id)
+        while (known := self._known.get(key)) is not None and known.route.translation is translation:
+            if await self._save(key, known.route, known.version):
+                known.version += 1
+                return translation
+            stored = await self._load(key, known.epoch)
+            if (
+                stored is None
+                or stored.route.translation is None
+                or stored.route.cluster != known.route.cluster
+            ):
+                return translation  # moved on meanwhile: the cluster's answer to this batch says so
+            theirs = stored.route.translation
+            if theirs.producer_id != translation.producer_id:
+                return theirs
+            merged = {**translation.first_sequence, **theirs.first_sequence}
+            if merged == theirs.first_sequence:
+                return theirs
+            translation = dataclasses.replace(theirs, first_sequence=merged)
+            stored.route = dataclasses.replace(stored.route, translation=translation)
+        return translation
 
     async def take(self, cluster: str) -> Translation:
         """A producer id of the gateway's own on ``cluster``."""
@@ -63,9 +124,36 @@ class ProducerIds:
             raise UpstreamError(f"{cluster}: InitProducerId failed: {answer.error_code.name}")
         return Translation(answer.producer_id, answer.producer_epoch)
 
+    async def _load(self, key: Key, epoch: int) -> _Known | None:
+        try:
+            route, version = await asyncio.to_thread(self.store.load, *key)
+        except KazooException:  # what is known here goes on serving
+            self._unstored(key[1])
+            return self._known.get(key)
+        self._outage = False
+        if route is None:
+            self._known.pop(key, None)
+            return None
+        known = _Known(route, version, epoch)
+        self._keep(key, known)
+        return known
 
-def remember(table: dict[Any, Any], key: Any, value: Any) -> None:
-    """Insert, dropping the oldest entries past a bound (these tables grow with client restarts)."""
-    table[key] = value
-    while len(table) > _REMEMBERED:
-        del table[next(iter(table))]
+    async def _save(self, key: Key, route: ProducerRoute, version: int) -> bool:
+        """Store ``route`` over ``version``; False if another wrote first. ZooKeeper out of reach, it is
+        known here only (True): a producer's batches never wait for the store to come back."""
+        try:
+            return await asyncio.to_thread(self.store.save, *key, route, version)
+        except KazooException:
+            self._unstored(key[1])
+            return True
+
+    def _unstored(self, producer_id: int) -> None:
+        if not self._outage:
+            self._outage = True
+            log.warning("producer %d: ZooKeeper out of reach, producer routes known here only", producer_id)
+
+    def _keep(self, key: Key, known: _Known) -> None:
+        """Insert, dropping the oldest entries past a bound (the table grows with client restarts)."""
+        self._known[key] = known
+        while len(self._known) > _REMEMBERED:
+            del self._known[next(iter(self._known))]

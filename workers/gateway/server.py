@@ -38,6 +38,7 @@ from workers.gateway.members import Members
 from workers.gateway.metrics import Metrics
 from workers.gateway.moved import Moved
 from workers.gateway.producer_ids import ProducerIds
+from workers.gateway.producer_store import ProducerStore
 from workers.gateway.publishing import Publisher
 from workers.gateway.sasl import SaslError, UsersFile
 from workers.gateway.session import ClientSession, Listener
@@ -73,7 +74,7 @@ class Gateway:
         )
         self.brokers = BrokerDirectory(config, self.vnodes, self.metrics, self._listen, self.id)
         self.answers = LocalAnswers(self.brokers, self.users, self.id)
-        self.producers = ProducerIds(self.brokers)
+        self.producers = ProducerIds(self.brokers, ProducerStore(zk, self.layout))
         self.links = LinkLookup(config)
         self.usage = UsageTracker()
         self.acked = AckedEnds()
@@ -127,6 +128,7 @@ class Gateway:
         self._tasks.append(asyncio.create_task(self.brokers.probe()))
         self._tasks.append(asyncio.create_task(self._watch()))
         self._tasks.append(asyncio.create_task(self.publisher.run()))
+        self._tasks.append(asyncio.create_task(self._prune_producers()))
         log.info(
             "gateway %s serving on %s:%d",
             self.id,
@@ -259,6 +261,18 @@ class Gateway:
             for session in list(self._sessions):
                 await session.drop_upstreams(newly)
 
+    async def _prune_producers(self) -> None:
+        """Every hour, the producer routes no gateway touched for a day (their brokers forgot the ids)."""
+        while True:
+            await asyncio.sleep(_PRUNE_EVERY_S)
+            try:
+                removed = await asyncio.to_thread(self.producers.store.prune)
+            except Exception:
+                log.warning("gateway %s: producer routes not pruned", self.id, exc_info=True)
+                continue
+            if removed:
+                log.info("gateway %s: %d idle producer routes removed", self.id, removed)
+
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready once it listens, is registered and has its routing: never on the clusters' account (a
         shielded or unreachable one is said, not a reason to leave the load balancer)."""
@@ -288,6 +302,7 @@ class Gateway:
                 session.check(now)
 
 
+_PRUNE_EVERY_S = 3600.0
 _ACK_AGAIN_S, _ACK_AGAIN_MOST_S = 0.5, 5.0
 """How soon a failed acknowledgement is tried again: 0.5 s more each time, at most 5 s."""
 _SLOW_ACK_S = 5.0

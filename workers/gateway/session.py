@@ -45,7 +45,7 @@ from workers.gateway.intake import Intake, Lease
 from workers.gateway.members import Member
 from workers.gateway.migrated import Listed
 from workers.gateway.partitions import Split, listed_of
-from workers.gateway.producers import translate
+from workers.gateway.producers import Translation, translate
 from workers.gateway.protocol import (
     FrameError,
     Request,
@@ -794,7 +794,9 @@ class ClientSession:
         )
         try:
             if context.producer is not None:  # in flight already while its producer id is looked up
-                frame = await self._translate(request, identity, context.producer, resolution.cluster)
+                frame = await self._translate(
+                    request, identity, context.producer, resolution.cluster, snapshot.epoch
+                )
             future = await upstream.send(
                 frame, request.correlation_id, expects_response=context.expects_response
             )
@@ -867,7 +869,7 @@ class ClientSession:
         elif request.api_key == apis.INIT_PRODUCER_ID:
             issued = decode_response(request, frame)
             if issued.producer_id >= 0:
-                self.gateway.producers.issued(identity, issued.producer_id, cluster)
+                await self.gateway.producers.issued(identity, issued.producer_id, cluster, ticket.epoch)
         elif request.api_key == apis.SYNC_GROUP:
             synced = decode_response(request, frame)
             rejoin = self._rejoins.get(request.body.group_id)
@@ -1001,12 +1003,24 @@ class ClientSession:
         upstream.retire()
 
     async def _translate(
-        self, request: Request, identity: Identity, producer: tuple[int, int], cluster: str
+        self, request: Request, identity: Identity, producer: tuple[int, int], cluster: str, epoch: int
     ) -> bytes:
-        """The Produce frame to send: as received, or with its producer translated for ``cluster``."""
-        translation = await self.gateway.producers.translation(identity, producer[0], cluster)
-        if translation is None:
-            return request.frame
+        """The Produce frame to send: as received, or with its producer translated for ``cluster``. Where
+        a first batch sets where a partition's sequences start, that is stored before it is sent."""
+        producers = self.gateway.producers
+        translation = await producers.translation(identity, producer[0], cluster, epoch)
+        while translation is not None:
+            known = len(translation.first_sequence)
+            frame = self._translated(request, translation)
+            if len(translation.first_sequence) == known:
+                return frame
+            stored = await producers.remember(identity, producer[0], translation)
+            if stored is translation:
+                return frame
+            translation = stored  # another process stored first: its starts are the ones
+        return request.frame
+
+    def _translated(self, request: Request, translation: Translation) -> bytes:
         body = request.body
         topics = tuple(
             dataclasses.replace(
