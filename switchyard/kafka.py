@@ -330,7 +330,9 @@ def _read_to_ends(
     try:
         while len(ends) < len(wanted):
             if time.monotonic() > deadline:
-                raise KafkaOperationError(f"no end of partition reached for {_named(consumer, wanted, ends)}")
+                raise KafkaOperationError(
+                    f"no end of partition reached for {_named(consumer, wanted, ends, marks)}"
+                )
             for msg in _next_messages(consumer):
                 error, key = msg.error(), (msg.topic() or "", msg.partition() or 0)
                 if error is not None and error.code() == KafkaError._PARTITION_EOF:
@@ -346,15 +348,23 @@ def _read_to_ends(
     return ends
 
 
-def _named(consumer: Consumer, wanted: list[tuple[str, int]], ends: dict[tuple[str, int], int]) -> str:
-    """The partitions without an end yet: where the consumer is in each, and what the broker said."""
+def _named(
+    consumer: Consumer,
+    wanted: list[tuple[str, int]],
+    ends: dict[tuple[str, int], int],
+    marks: dict[tuple[str, int], tuple[int, int]],
+) -> str:
+    """The partitions without an end yet: what ListOffsets said of each, where the consumer is in it,
+    and the high watermark its fetches last said."""
     missing = [TopicPartition(t, p) for t, p in wanted if (t, p) not in ends]
     at = {(tp.topic, tp.partition): tp.offset for tp in consumer.position(missing[:5])}
-    named = [
-        f"{tp.topic}[{tp.partition}] (at {at.get((tp.topic, tp.partition))}, high watermark "
-        f"{consumer.get_watermark_offsets(tp, cached=True)[1]})"
-        for tp in missing[:5]
-    ]
+    named = []
+    for tp in missing[:5]:
+        key = (tp.topic, tp.partition)
+        high = consumer.get_watermark_offsets(tp, cached=True)[1]
+        named.append(
+            f"{tp.topic}[{tp.partition}] (listed {marks[key]}, at {at.get(key)}, high watermark {high})"
+        )
     return ", ".join(named) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
 
 

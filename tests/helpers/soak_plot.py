@@ -1,0 +1,60 @@
+"""The soak's picture: memory and open files of every process over time, and the pause of every switch,
+restarts marked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from tests.helpers.soak import Sampler
+
+COLOURS = {"gateway": "tab:blue", "mirror": "tab:green", "worker": "tab:orange"}
+
+
+def plot(
+    path: Path, sampler: Sampler, switches: list[dict[str, Any]], restarts: list[tuple[float, str]]
+) -> None:
+    figure, (memory, files, pauses) = plt.subplots(3, 1, figsize=(14, 12), dpi=100, sharex=True)
+    labelled: set[str] = set()
+    for instance in sampler.instances:
+        minutes = [s.t / 60 for s in instance.samples]
+        label = None if instance.name in labelled else instance.name
+        labelled.add(instance.name)
+        colour = COLOURS.get(instance.name)
+        memory.plot(minutes, [s.rss_mib for s in instance.samples], color=colour, label=label)
+        files.plot(minutes, [s.fds for s in instance.samples], color=colour, label=label)
+    memory.set_ylabel("resident memory (MiB)")
+    memory.set_ylim(bottom=0)
+    memory.legend(loc="lower right")
+    memory.set_title(f"soak: {len(switches)} switches in {sampler.now() / 60:.0f} minutes")
+    files.set_ylabel("open file descriptors")
+    files.set_ylim(bottom=0)
+    watches = files.twinx()
+    watches.plot([t / 60 for t, _ in sampler.watches], [w for _, w in sampler.watches],
+                 color="grey", linestyle=":", label="ZooKeeper watches")  # fmt: skip
+    watches.set_ylabel("ZooKeeper watches")
+    watches.set_ylim(bottom=0)
+    watches.legend(loc="lower right")
+    at = [s["at"] / 60 for s in switches]
+    pauses.bar(at, [s["sends_held_s"] for s in switches], width=0.25, color="tab:red",
+               label="longest time an application went without an acknowledgement")  # fmt: skip
+    pauses.plot(at, [s["held_s"] for s in switches], "ko", label="clients held (the saga's account)")
+    pauses.set_ylabel("pause per switch (s)")
+    pauses.set_xlabel("minutes")
+    pauses.set_ylim(bottom=0)
+    pauses.legend(loc="upper right")
+    for axis in (memory, files, pauses):
+        axis.grid(alpha=0.3)
+        for t, what in restarts:
+            axis.axvline(t / 60, color="grey", linestyle="--", linewidth=0.8)
+            if axis is memory:
+                axis.annotate(f"{what} restarted", (t / 60, 0), rotation=90, fontsize=8,
+                              xytext=(3, 5), textcoords="offset points")  # fmt: skip
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
