@@ -7,8 +7,9 @@ Judged at the end by what the applications saw and what the processes kept: ever
 acknowledged, every acknowledged record on the final cluster exactly once, none processed twice by the
 committing groups; every saga switched; no file descriptor, thread or ZooKeeper watch leaked (counted
 just before each switch, when nothing else moves: the last against the one before a process's third
-switch, its first two, one each way, having opened its clients for both clusters); the memory of every process that lived through most of the soak flat (its growth over the
-second half of its life, by a least-squares fit of its RSS sampled every 5 s, under 10 % or 24 MiB).
+switch, its first two, one each way, having opened its clients for both clusters); the memory of every
+process that lived through most of the soak flat (its growth over the second half of its life, by a
+least-squares fit of its RSS sampled every 5 s, under 10 % or 24 MiB).
 The figures are printed, written as JSON, and plotted to a PNG beside it (``SWITCHYARD_SOAK_DIR``,
 default ``.state/soak``), which the test reads back.
 """
