@@ -11,7 +11,6 @@ import asyncio
 import struct
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kio.schema.metadata.v12.request import MetadataRequestTopic
@@ -21,7 +20,7 @@ from switchyard.config import Config
 from switchyard.routing.store import RoutingStore
 from switchyard.table import render
 from tests.helpers.live import unique
-from tests.helpers.processes import GatewayProcess
+from tests.helpers.processes import GatewayProcess, own_gateway
 from tests.helpers.soak import read_process
 from workers.gateway import apis
 from workers.gateway.protocol import encode_request
@@ -36,14 +35,10 @@ SETTLE_S = 2.0
 def gateway(
     routing: RoutingStore, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    assert stack_config.source is not None
-    process = GatewayProcess(
-        stack_config.source, root=routing.layout.root, gateway_id="gw-conns",
-        log=Path(tmp_path_factory.mktemp("gw-conns")) / "gateway.log",
-    )  # fmt: skip
-    process.start()
-    yield process
-    process.stop()
+    with own_gateway(
+        stack_config, routing.layout.root, tmp_path_factory.mktemp("gw-conns"), "gw-conns"
+    ) as process:
+        yield process
 
 
 async def ask(

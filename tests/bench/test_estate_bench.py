@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import uuid
 from collections import Counter
 from typing import Any
@@ -28,18 +27,16 @@ from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka, launch
 from switchyard.config import Config
-from switchyard.keys import BindingKey
 from switchyard.ledger import Ledger
 from switchyard.mirror.control import delete_link
 from switchyard.mirror.groups import committed_offsets
-from switchyard.mirror.status import read_status
-from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas import steps
 from switchyard.sagas.requests import Kind, SwitchRequest
 from switchyard.table import render
 from switchyard.traffic import Traffic
 from tests.bench.test_switchover_bench import switch
+from tests.helpers.links import linked
 from tests.helpers.live import Live
 from tests.helpers.traffic import topic_ids
 
@@ -86,16 +83,7 @@ def prepare(
             for i in range(COMMITTED + 1):
                 seed.produce(topic, str(-2 - i).encode(), partition=p)  # not a number the traffic sends
     assert seed.flush(60) == 0
-    included = [t for t, _ in topics]
-    routing.create_link(app, "primary", "standby", include=included, actor=ACTOR, reason="bench")
-    wait_for_acks(
-        routing.zk, routing.layout,
-        routing.set_binding(BindingKey.for_app(app), "primary", actor=ACTOR, reason="bench"), timeout_s=30,
-    )  # fmt: skip
-    deadline = time.monotonic() + 300
-    while sum(len(m.partitions) for m in read_status(routing.zk, routing.layout, app)) < partitions:
-        assert time.monotonic() < deadline, "the mirror never took up the link"
-        time.sleep(0.5)
+    linked(routing, app, [app], [t for t, _ in topics], partitions, timeout_s=300)
     committed = {}
     for g in range(groups):
         group, (topic, count) = f"{app}-g{g}", topics[g % len(topics)]

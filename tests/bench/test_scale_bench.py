@@ -18,7 +18,7 @@ from switchyard.ledger.kinds import BindingChange
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.table import render
-from tests.helpers.processes import GatewayProcess
+from tests.helpers.processes import GatewayProcess, own_gateway
 
 COUNTS = (10, 1_000, 10_000)
 CHANGES = 5
@@ -31,14 +31,10 @@ ACTOR, REASON = "user:bench", "scale bench"
 def gateway(
     routing: RoutingStore, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    assert stack_config.source is not None
-    process = GatewayProcess(
-        stack_config.source, root=routing.layout.root, gateway_id="gw-scale",
-        log=tmp_path_factory.mktemp("gw-scale") / "gateway.log",
-    )  # fmt: skip
-    process.start()
-    yield process
-    process.stop()
+    with own_gateway(
+        stack_config, routing.layout.root, tmp_path_factory.mktemp("gw-scale"), "gw-scale"
+    ) as process:
+        yield process
 
 
 def grow(routing: RoutingStore, have: int, count: int) -> int:

@@ -21,14 +21,12 @@ from typing import Any
 
 from switchyard import kafka, launch, temporal
 from switchyard.config import Config
-from switchyard.keys import BindingKey
-from switchyard.mirror.status import read_status
-from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.sagas.requests import Kind, Progress, SwitchRequest
 from switchyard.table import render
 from switchyard.traffic import Traffic
+from tests.helpers.links import linked
 from tests.helpers.live import Live
 from tests.helpers.traffic import topic_ids
 
@@ -42,16 +40,7 @@ ACTOR = "user:bench"
 def prepare(routing: RoutingStore, config: Config) -> tuple[str, str, str]:
     app, topic = f"bench-{uuid.uuid4().hex[:6]}", f"bench-orders-{uuid.uuid4().hex[:6]}"
     kafka.create_topics(config.clusters["primary"].bootstrap, [topic], partitions=PARTITIONS)
-    routing.create_link(app, "primary", "standby", include=[topic], actor=ACTOR, reason="bench")
-    wait_for_acks(
-        routing.zk, routing.layout,
-        routing.set_binding(BindingKey.for_app(app), "primary", actor=ACTOR, reason="bench"), timeout_s=10,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while sum(len(m.partitions) for m in read_status(routing.zk, routing.layout, app)) < PARTITIONS:
-        assert time.monotonic() < deadline, "the mirror never took up the link"
-        time.sleep(0.2)
-    return app, topic, app
+    return app, topic, linked(routing, app, [app], [topic], PARTITIONS)
 
 
 def one_run(live: Live, routing: RoutingStore, config: Config) -> list[dict[str, Any]]:

@@ -18,15 +18,12 @@ import pytest
 
 from switchyard import kafka
 from switchyard.config import Config
-from switchyard.keys import BindingKey
-from switchyard.mirror.status import read_status
-from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
+from tests.helpers.links import linked
 from tests.helpers.live import unique
 from tests.helpers.traffic import topic_ids
 
 ROOT = Path(__file__).resolve().parents[2]
-ACTOR = "user:test"
 LIBRARIES = {
     "confluent-kafka": [sys.executable, "-m", "tests.compat.confluent_app"],
     "kafka-python": [sys.executable, "-m", "tests.compat.kafka_python_app"],
@@ -210,19 +207,8 @@ def prepare(routing: RoutingStore, stack_config: Config, apps: list[App], *, par
     kafka.create_topics(
         stack_config.clusters["primary"].bootstrap, [a.topic for a in apps], partitions=partitions
     )
-    link = unique("link")
-    routing.create_link(link, "primary", "standby", include=[a.topic for a in apps], actor=ACTOR, reason="t")
-    for a in apps:
-        epoch = routing.set_binding(BindingKey.for_app(a.app), "primary", actor=ACTOR, reason="test")
-    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
-    deadline = time.monotonic() + 60
-    while (
-        len([p for m in read_status(routing.zk, routing.layout, link) for p in m.partitions])
-        < len(apps) * partitions
-    ):
-        assert time.monotonic() < deadline, "the mirror never took up the link"
-        time.sleep(0.2)
-    return link
+    topics = [a.topic for a in apps]
+    return linked(routing, unique("link"), [a.app for a in apps], topics, len(apps) * partitions)
 
 
 def judge(a: App, final: str, other: str) -> tuple[dict[str, Any], list[str]]:

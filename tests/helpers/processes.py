@@ -6,10 +6,13 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
+from switchyard.config import Config
 from tests.helpers import ports
 
 
@@ -165,3 +168,19 @@ class WebhookProcess(SwitchyardProcess):
             return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
         except httpx.HTTPError:
             return False
+
+
+@contextmanager
+def own_gateway(
+    config: Config, root: str, logs: Path, gateway_id: str, overrides: dict[str, str] | None = None
+) -> Iterator[GatewayProcess]:
+    """A gateway of a module's or test's own on ``root``, stopped after (a module fixture's body)."""
+    assert config.source is not None
+    process = GatewayProcess(
+        config.source, root=root, gateway_id=gateway_id, log=logs / f"{gateway_id}.log", overrides=overrides
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
