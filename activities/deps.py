@@ -4,7 +4,6 @@ and never a file path in a workflow's history."""
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -15,18 +14,14 @@ from kazoo.client import KazooClient
 
 from switchyard import kafka
 from switchyard.config import Config
-from switchyard.errors import BindingRefused, KafkaOperationError
+from switchyard.errors import BindingRefused
 from switchyard.ledger import Ledger
 from switchyard.mirror.mapstore import LinkRecords, MapFollower, ensure_map_topic
 from switchyard.model import Link
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
 
-log = logging.getLogger(__name__)
 Key = tuple[str, int]
-_ENDS_FIRST_TRY_S, _ENDS_SECOND_TRY_S = 10.0, 15.0
-"""Both within a step's time-out while clients are held (the fence's: its window + 30 s); 1,000
-partitions on a loaded broker take ~2.5 s."""
 
 
 @dataclass
@@ -99,39 +94,22 @@ class Deps:
 
     def ends(self, cluster: str, keys: Iterable[Key]) -> dict[Key, int]:
         """Each partition's exact log end on ``cluster``, read on a consumer kept for the purpose (a new
-        one costs a connection per call, and a saga reads ends several times while clients wait). A
-        consumer that failed to read them is replaced, and the read tried once more on the new one: in
-        a 20-minute soak one kept since the worker started stopped fetching some partitions for good
-        (its position never set), and every later saga gave up at its fence."""
-        wanted = list(keys)
-        lock, consumer = self._probe(cluster)
-        with lock:
-            try:
-                return kafka.log_ends(consumer, wanted, timeout_s=_ENDS_FIRST_TRY_S)
-            except KafkaOperationError as exc:
-                log.warning("%s: log ends not read (%s); trying again on a new consumer", cluster, exc)
-                consumer.close()
-                consumer = self._new_probe(cluster)
-                with self._lock:
-                    self._probes[cluster] = (lock, consumer)
-                return kafka.log_ends(consumer, wanted, timeout_s=_ENDS_SECOND_TRY_S)
-
-    def _probe(self, cluster: str) -> tuple[threading.Lock, Consumer]:
+        one costs a connection per call, and a saga reads ends several times while clients wait)."""
         with self._lock:
             probe = self._probes.get(cluster)
             if probe is None:
-                probe = self._probes[cluster] = (threading.Lock(), self._new_probe(cluster))
-            return probe
-
-    def _new_probe(self, cluster: str) -> Consumer:
-        return Consumer(
-            {
-                "bootstrap.servers": self.bootstrap(cluster),
-                "group.id": "switchyard-saga-probe",
-                "enable.partition.eof": True,
-                "fetch.wait.max.ms": kafka.READ_WAIT_MS,
-            }
-        )
+                consumer = Consumer(
+                    {
+                        "bootstrap.servers": self.bootstrap(cluster),
+                        "group.id": "switchyard-saga-probe",
+                        "enable.partition.eof": True,
+                        "fetch.wait.max.ms": kafka.READ_WAIT_MS,
+                    }
+                )
+                probe = self._probes[cluster] = (threading.Lock(), consumer)
+        lock, consumer = probe
+        with lock:
+            return kafka.log_ends(consumer, keys)
 
     def link_records(self, cluster: str, link_id: str) -> LinkRecords:
         """A link's offset map and final positions stored on ``cluster``, read on from where the last

@@ -26,8 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, KafkaException
 
+from switchyard import kafka
 from switchyard.config import Config
+from switchyard.errors import KafkaOperationError
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.stack import TESTBED_CONSUMER_SETTINGS
@@ -40,9 +43,13 @@ SOAK_S = float(os.environ.get("SWITCHYARD_SOAK_S", "240"))
 EVERY_S = float(os.environ.get("SWITCHYARD_SOAK_EVERY_S", "60"))
 OUT = Path(os.environ.get("SWITCHYARD_SOAK_DIR", ROOT / ".state" / "soak"))
 LIBRARIES = ("confluent-kafka", "kafka-python")
-RATE = 100
-"""Records per second per application."""
-PARTITIONS = 3
+RATE, PARTITIONS = 15, 3
+"""Records per second per application, and its topic's partitions: 5 records/s per partition. A Tansu
+Fetch lists every batch its partitions hold, within the request's wait (docs/testbed.md), so the
+testbed broker slows as it fills: at 33 records/s per partition a read at the log end came back empty
+for good after ~12 minutes, and at 10 the baseline read below took 37 s after 16 minutes and gave up
+after 17."""
+BASELINE_GIVE_UP_S = 60
 RESTARTS = ("worker", "gateway", "mirror")
 """Restarted half way between switches 1-2, 2-3 and 3-4."""
 FDS_MORE, THREADS_MORE, WATCHES_MORE = 8, 3, 8
@@ -65,6 +72,9 @@ class Switch:
     rto_s: float
     sends_held_s: float
     """The longest any application went without an acknowledgement around it."""
+    broker_read_s: float | None
+    """The baseline, just before: a new consumer reading the log ends of the applications' topics
+    straight from the cluster the switch leaves, as the saga's steps read them; None if it gave up."""
 
 
 def test_soak(live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path) -> None:
@@ -82,7 +92,7 @@ def test_soak(live: Live, routing: RoutingStore, stack_config: Config, tmp_path:
                     session_ms=TESTBED_CONSUMER_SETTINGS["session.timeout.ms"])  # fmt: skip
         wait_until("first records", apps, lambda a, s: len(s.acked) >= 100 and s.batches["manual"], 120)
         sampler.start()
-        switches, restarts = drive(live, routing, apps, link, sampler)
+        switches, restarts, outages = drive(live, routing, apps, link, sampler)
         for a in apps:
             a.signal("stop-producing")
         wait_until("the producers' last records", apps, lambda a, s: s.produced is not None, 150)
@@ -96,7 +106,7 @@ def test_soak(live: Live, routing: RoutingStore, stack_config: Config, tmp_path:
     final, other = (clusters[1], clusters[0]) if len(switches) % 2 else (clusters[0], clusters[1])
     rows, problems = [], []
     for a in apps:
-        row, found = judge(a, final, other)
+        row, found = judge(a, final, other, outages)
         rows.append(row)
         problems += [f"{a.name}: {p}" for p in found]
     processes = [process_row(i) for i in sampler.instances]
@@ -120,28 +130,41 @@ def test_soak(live: Live, routing: RoutingStore, stack_config: Config, tmp_path:
 
 def drive(
     live: Live, routing: RoutingStore, apps: list[App], link: str, sampler: Sampler
-) -> tuple[list[Switch], list[tuple[float, str]]]:
+) -> tuple[list[Switch], list[tuple[float, str]], list[tuple[float, float]]]:
     """A switch every EVERY_S until SOAK_S has passed, RESTARTS half way between the first ones; the
-    switches, and when each process was restarted."""
+    switches, when each process was restarted, and the outages the restarts made."""
     keys = [a.app for a in apps]
     switches: list[Switch] = []
     restarts: list[tuple[float, str]] = []
+    outages: list[tuple[float, float]] = []
+    """Wall-clock spans from each restart to traffic flowing again."""
     number = 0
     while sampler.now() < SOAK_S or not switches:
         number += 1
         kind = "switchover" if number % 2 else "switchback"
         sampler.sample(quiet=True)
         switches.append(switch(live, routing, apps, keys, link, number, kind, sampler))
+        done = switches[-1]
+        print(f"\n{sampler.now() / 60:5.1f} min: {kind} {number} switched, clients held {done.held_s:.2f} s, "
+              f"sends held {done.sends_held_s:.2f} s, the broker's read {seconds(done.broker_read_s)}",
+              end="", flush=True)  # fmt: skip  # a long run shows its progress
         link = routing.ledger.saga_runs(saga_id(keys))[0].result["reverse_link"]  # type: ignore[index]
         next_at = switches[0].at + number * EVERY_S
         if number <= len(RESTARTS):
             wait_till(sampler, next_at - EVERY_S / 2)
             restarts.append((sampler.now(), RESTARTS[number - 1]))
+            began = time.time()
             restart(live, RESTARTS[number - 1])
+            print(f"\n{sampler.now() / 60:5.1f} min: {RESTARTS[number - 1]} restarted", end="", flush=True)
             flowing(apps, f"traffic after the {RESTARTS[number - 1]} restart")
+            outages.append((began, time.time()))
         wait_till(sampler, next_at)
     sampler.sample(quiet=True)
-    return switches, restarts
+    return switches, restarts, outages
+
+
+def seconds(value: float | None) -> str:
+    return "gave up" if value is None else f"{value:.2f} s"
 
 
 def caught_up(_: App, s: Any) -> bool:
@@ -157,6 +180,8 @@ def switch(
     live: Live, routing: RoutingStore, apps: list[App], keys: list[str], link: str, number: int, kind: str,
     sampler: Sampler,
 ) -> Switch:  # fmt: skip
+    leaving = live.config.clusters["primary" if kind == "switchover" else "standby"].bootstrap
+    baseline = broker_read_s(leaving, [(a.topic, p) for a in apps for p in range(PARTITIONS)])
     began, wall = sampler.now(), time.time()
     run = live.cli(kind, *keys, "--link", link, "--wait", "--reason", "soak")
     assert run.returncode == 0, run.stdout + run.stderr
@@ -166,7 +191,25 @@ def switch(
     ended = time.time()
     flowing(apps, f"traffic after {kind} {number}")
     held = max(longest_gap(list(a.seen().acked.values()), wall, ended) for a in apps)
-    return Switch(number, kind, round(began, 1), result["pause_ms"] / 1000, result["rto_ms"] / 1000, held)
+    return Switch(
+        number, kind, round(began, 1), result["pause_ms"] / 1000, result["rto_ms"] / 1000, held, baseline
+    )
+
+
+def broker_read_s(bootstrap: str, partitions: list[tuple[str, int]]) -> float | None:
+    """Seconds a new consumer takes to read these partitions' log ends from the broker, None if it
+    gave up (each of its two stages may take ``BASELINE_GIVE_UP_S``): a measurement of the broker, not a
+    judgement of the soak."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("soak-baseline"),
+                         "enable.partition.eof": True, "fetch.wait.max.ms": kafka.READ_WAIT_MS})  # fmt: skip
+    began = time.monotonic()
+    try:
+        kafka.log_ends(consumer, partitions, timeout_s=BASELINE_GIVE_UP_S)
+        return round(time.monotonic() - began, 2)
+    except (KafkaOperationError, KafkaException):  # its deadline passed, or the offsets' listing's
+        return None
+    finally:
+        consumer.close()
 
 
 def flowing(apps: list[App], what: str) -> None:

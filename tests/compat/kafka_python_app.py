@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
@@ -49,7 +50,14 @@ def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
         **({"session_timeout_ms": args.session_ms, "heartbeat_interval_ms": 1000} if args.session_ms else {}),
     )
     while not events.stopping():
-        polled = consumer.poll(timeout_ms=200)
+        try:
+            polled = consumer.poll(timeout_ms=200)
+        except KafkaError as exc:  # its only bootstrap refused a connection (a gateway restarting)
+            if not exc.retriable:
+                raise
+            events("retried", g="manual" if manual else "auto", e=repr(exc))
+            time.sleep(0.2)
+            continue
         records = [[tp.partition, r.offset, int(r.value)] for tp, rs in polled.items() for r in rs]
         if not records:
             continue

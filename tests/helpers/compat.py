@@ -140,6 +140,8 @@ class Seen:
     """Each record's reports, acknowledgements and failures alike: exactly one each is the promise."""
     batches: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {"manual": [], "auto": []})
     errors: list[str] = field(default_factory=list)
+    retried: list[tuple[float, str]] = field(default_factory=list)
+    """(when, what) of each retriable error a poll raised, which the application went on after."""
 
     def __post_init__(self) -> None:
         for e in self.events:
@@ -156,6 +158,8 @@ class Seen:
                 self.batches[e["g"]].append(e)
             elif kind == "error":
                 self.errors.append(f"{e['g']}: {e['e']}")
+            elif kind == "retried":
+                self.retried.append((e["t"], f"{e['g']}: {e['e']}"))
 
     def received(self, group: str) -> Counter[int]:
         return Counter(r[2] for b in self.batches[group] for r in b["recs"])
@@ -182,6 +186,18 @@ def wait_until(what: str, apps: list[App], done: Any, timeout_s: float) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"{what}: still waiting for {[a.name for a in late]}:\n{late[0].log_tail()}")
         time.sleep(0.5)
+
+
+def unexpected_retries(s: Seen, restarts: list[tuple[float, float]] | None = None) -> list[str]:
+    """The retriable errors a poll raised outside ``restarts`` (wall-clock spans of a process restarted,
+    each with ``RETRY_SLACK_S`` more), as a problem."""
+    spans = [(lo, hi + RETRY_SLACK_S) for lo, hi in restarts or []]
+    unexpected = [what for t, what in s.retried if not any(lo <= t <= hi for lo, hi in spans)]
+    return [f"polls raised a retriable error: {unexpected[:3]}"] if unexpected else []
+
+
+RETRY_SLACK_S = 10.0
+"""A restart's span ends when the committing group flows again; the other group may retry a little later."""
 
 
 def unaccounted_sends(s: Seen) -> list[str]:
@@ -211,9 +227,12 @@ def prepare(routing: RoutingStore, stack_config: Config, apps: list[App], *, par
     return linked(routing, unique("link"), [a.app for a in apps], topics, len(apps) * partitions)
 
 
-def judge(a: App, final: str, other: str) -> tuple[dict[str, Any], list[str]]:
+def judge(
+    a: App, final: str, other: str, restarts: list[tuple[float, float]] | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """The application's row of figures over its switches, and what it saw that it should not have; the
-    switches end on the cluster at ``final``, ``other`` being the one it left."""
+    switches end on the cluster at ``final``, ``other`` being the one it left. A poll's retriable error
+    is a problem unless it came within one of ``restarts`` (wall-clock spans of a process restarted)."""
     s = a.seen()
     manual, auto = s.received("manual"), s.received("auto")
     refused = Counter(b["commit"] for b in s.batches["manual"] if b["commit"])
@@ -232,6 +251,7 @@ def judge(a: App, final: str, other: str) -> tuple[dict[str, Any], list[str]]:
         "commits refused": sum(refused.values()),
         "first join s": round(a.joined, 1),
         "auto-commit twice": sum(n > 1 for n in auto.values()),
+        "polls retried": len(s.retried),
         "exit": a.exit_code,
     }
     problems = [
@@ -246,6 +266,7 @@ def judge(a: App, final: str, other: str) -> tuple[dict[str, Any], list[str]]:
         *([f"lost to the auto-commit group: {sorted(set(s.acked) - set(auto))[:5]}"]
           if set(s.acked) - set(auto) else []),
         *s.errors[:3],
+        *unexpected_retries(s, restarts),
         *([f"exit code {a.exit_code}" if a.exit_code is not None else "still running 30 s after its stop"]
           if a.exit_code != 0 else []),
     ]  # fmt: skip

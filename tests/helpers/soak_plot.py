@@ -3,6 +3,7 @@ restarts marked."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +45,16 @@ def plot(
     pauses.bar(at, [s["sends_held_s"] for s in switches], width=0.25, color="tab:red",
                label="longest time an application went without an acknowledgement")  # fmt: skip
     pauses.plot(at, [s["held_s"] for s in switches], "ko", label="clients held (the saga's account)")
+    pauses.plot(
+        at,
+        [math.nan if s["broker_read_s"] is None else s["broker_read_s"] for s in switches],
+        "b^",
+        label="baseline: the broker's read of the log ends (none: gave up)",
+    )
     pauses.set_ylabel("pause per switch (s)")
     pauses.set_xlabel("minutes")
     pauses.set_ylim(bottom=0)
-    pauses.legend(loc="upper right")
+    pauses.legend(loc="upper left")
     for axis in (memory, files, pauses):
         axis.grid(alpha=0.3)
         for t, what in restarts:

@@ -255,11 +255,12 @@ class Gateway:
         shielded it. What waited is answered with the retriable error, the client's connection kept, and
         retried where it is routed now (what the failed cluster still does with it is its lost window)."""
         closed = {c for c, cluster in snapshot.clusters.items() if cluster.state is not ClusterState.ACTIVE}
-        newly, self._closed_clusters = closed - self._closed_clusters, closed
+        newly = closed - self._closed_clusters
         if newly:
             log.info("gateway %s: %s shielded or down: its broker connections are closed", self.id, newly)
             for session in list(self._sessions):
                 await session.drop_upstreams(newly)
+        self._closed_clusters = closed  # only once done: a failure is retried with the epoch's ack
 
     async def _prune_producers(self) -> None:
         """Every hour, the producer routes no gateway touched for a day (their brokers forgot the ids)."""

@@ -211,10 +211,10 @@ class ClientSession:
     async def drop_upstreams(self, clusters: set[str]) -> None:
         """Close this connection's broker connections to ``clusters``: what waits on them fails, and the
         client, disconnected, retries where it is routed now."""
-        for key, upstream in list(self._upstreams.items()):
-            if upstream.cluster in clusters:
-                del self._upstreams[key]
-                await upstream.close(Shielded(f"cluster {upstream.cluster} is shielded"))
+        doomed = [key for key, upstream in self._upstreams.items() if upstream.cluster in clusters]
+        dropped = [self._upstreams.pop(key) for key in doomed]  # all at once: closing one awaits
+        for upstream in dropped:
+            await upstream.close(Shielded(f"cluster {upstream.cluster} is shielded"))
 
     def check(self, now: float) -> None:
         """End the connection if it has run past a time-out (called by the gateway's watchdog)."""
