@@ -10,14 +10,11 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from collections.abc import Iterator
 
-import pytest
 from kio.schema.metadata.v12.request import MetadataRequestTopic
 
 from switchyard import kafka
 from switchyard.config import Config
-from switchyard.routing.store import RoutingStore
 from switchyard.table import render
 from tests.helpers.live import unique
 from tests.helpers.processes import GatewayProcess, own_gateway
@@ -31,14 +28,7 @@ SETTLE_S = 2.0
 """How long the gateway is left after each step before its memory is read (its buffers released)."""
 
 
-@pytest.fixture(scope="module")
-def gateway(
-    routing: RoutingStore, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[GatewayProcess]:
-    with own_gateway(
-        stack_config, routing.layout.root, tmp_path_factory.mktemp("gw-conns"), "gw-conns"
-    ) as process:
-        yield process
+gateway = own_gateway("gw-conns")
 
 
 async def ask(

@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
 
-import pytest
-
-from switchyard.config import Config
 from switchyard.keys import BindingKey
 from switchyard.ledger.kinds import BindingChange
 from switchyard.routing.gateways import wait_for_acks
@@ -27,14 +23,7 @@ BATCH = 500
 ACTOR, REASON = "user:bench", "scale bench"
 
 
-@pytest.fixture(scope="module")
-def gateway(
-    routing: RoutingStore, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[GatewayProcess]:
-    with own_gateway(
-        stack_config, routing.layout.root, tmp_path_factory.mktemp("gw-scale"), "gw-scale"
-    ) as process:
-        yield process
+gateway = own_gateway("gw-scale")
 
 
 def grow(routing: RoutingStore, have: int, count: int) -> int:

@@ -7,12 +7,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
 from switchyard.config import Config
+from switchyard.routing.store import RoutingStore
 from tests.helpers import ports
 
 
@@ -170,17 +172,24 @@ class WebhookProcess(SwitchyardProcess):
             return False
 
 
-@contextmanager
-def own_gateway(
-    config: Config, root: str, logs: Path, gateway_id: str, overrides: dict[str, str] | None = None
-) -> Iterator[GatewayProcess]:
-    """A gateway of a module's or test's own on ``root``, stopped after (a module fixture's body)."""
-    assert config.source is not None
-    process = GatewayProcess(
-        config.source, root=root, gateway_id=gateway_id, log=logs / f"{gateway_id}.log", overrides=overrides
-    )
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+def own_gateway(gateway_id: str) -> Any:
+    """A module fixture ``gateway``: a gateway of the module's own on the shared stack's routing tree,
+    stopped after the module. In the module: ``gateway = own_gateway("gw-...")``."""
+
+    @pytest.fixture(scope="module", name="gateway")
+    def fixture(
+        routing: RoutingStore, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[GatewayProcess]:
+        assert stack_config.source is not None
+        logs = tmp_path_factory.mktemp(gateway_id)
+        process = GatewayProcess(
+            stack_config.source, root=routing.layout.root, gateway_id=gateway_id,
+            log=logs / f"{gateway_id}.log",
+        )  # fmt: skip
+        process.start()
+        try:
+            yield process
+        finally:
+            process.stop()
+
+    return fixture
