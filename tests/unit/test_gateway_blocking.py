@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -91,3 +92,25 @@ def test_a_blocked_fetch_carries_an_empty_record_set_not_a_null_one(version: int
     frame = encode_response(request, response)
     for topic in decode_response(request, frame[4:]).responses:
         assert [p.records for p in topic.partitions] == [b"", b""]
+
+
+@pytest.mark.parametrize("instance", [None, uuid.UUID(int=7)])
+def test_a_shielded_clusters_client_is_told_no_metrics_are_wanted(instance: uuid.UUID | None) -> None:
+    """librdkafka asks for its metrics subscription (KIP-714) while it runs; answered here, its connection
+    stays open and it asks again later. A first ask (no instance id) is given one, as a broker would."""
+    request = Request(b"", apis.GET_TELEMETRY_SUBSCRIPTIONS, 0, 42, "orders", 0)
+    body = blocking.make(request_schema(request.api_key, 0), client_instance_id=instance)
+    response = blocking.blocked_response(request, body)
+    assert decode_response(request, encode_response(request, response)[4:]) == response
+    assert response.error_code == ErrorCode.none
+    assert response.requested_metrics == ()
+    assert response.push_interval == blocking.TELEMETRY_ASK_AGAIN
+    assert (response.client_instance_id is None) is (instance is not None)
+
+
+def test_a_push_for_a_shielded_clusters_subscription_makes_the_client_ask_again() -> None:
+    request = Request(b"", apis.PUSH_TELEMETRY, 0, 42, "orders", 0)
+    body = blocking.make(request_schema(request.api_key, 0), client_instance_id=uuid.UUID(int=7))
+    response = blocking.blocked_response(request, body)
+    assert decode_response(request, encode_response(request, response)[4:]) == response
+    assert response.error_code == ErrorCode.unknown_subscription_id

@@ -158,9 +158,9 @@ def test_an_old_memberships_heartbeat_is_answered_quietly_while_the_connection_r
 
 @pytest.mark.parametrize("key", KEYS)
 def test_a_shielded_cluster_is_never_contacted_for_what_it_would_answer(key: int) -> None:
-    """Partition and group requests, FindCoordinator and InitProducerId of a shielded cluster's identities
-    get a retriable error here; Metadata is answered here; a blocked identity's requests are still held;
-    the rest (admin requests) go on as they would."""
+    """Partition and group requests, FindCoordinator, InitProducerId and client metrics of a shielded
+    cluster's identities are answered here (a retriable error; no metrics wanted); Metadata is answered
+    here; a blocked identity's requests are still held; the rest (admin requests) go on as they would."""
     for state in (BindingState.ACTIVE, BindingState.BLOCKED):
         context = Context(topics=("t",), group="g")
         decision = decide(key, context, resolution(state), None, shielded=True, joined_on="primary")
@@ -169,7 +169,7 @@ def test_a_shielded_cluster_is_never_contacted_for_what_it_would_answer(key: int
             assert decision.action is Action.ANSWER
         elif state is BindingState.BLOCKED and key in apis.BLOCKABLE:
             assert decision.action is Action.HOLD
-        elif key in apis.BLOCKABLE | {apis.FIND_COORDINATOR, apis.INIT_PRODUCER_ID}:
+        elif key in apis.SHIELDABLE:
             contacting = unshielded.action in (Action.FORWARD, Action.CARRY, Action.ADOPT)
             assert decision.action is (Action.SHIELD if contacting else unshielded.action), key
         else:

@@ -23,6 +23,7 @@ JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS = 11, 12, 13, 14
 SASL_HANDSHAKE, API_VERSIONS, INIT_PRODUCER_ID = 17, 18, 22
 OFFSET_FOR_LEADER_EPOCH, SASL_AUTHENTICATE, DESCRIBE_CLUSTER = 23, 36, 60
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_TOPIC_PARTITIONS = 19, 20, 75
+GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY = 71, 72
 
 GROUP_APIS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP})
 MEMBERSHIP_APIS = frozenset({JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP})
@@ -30,6 +31,12 @@ MEMBERSHIP_APIS = frozenset({JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP})
 take one (Kafka keeps them for the empty group, for backward compatibility), as FindCoordinator does."""
 PARTITION_APIS = frozenset({PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH})
 BLOCKABLE = GROUP_APIS | PARTITION_APIS
+TELEMETRY_APIS = frozenset({GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY})
+"""Client metrics (KIP-714): librdkafka asks for its subscription after connecting and again while it
+runs, over a connection that also carries its data."""
+SHIELDABLE = BLOCKABLE | {FIND_COORDINATOR, INIT_PRODUCER_ID} | TELEMETRY_APIS
+"""What a shielded cluster's identities get answered by the gateway, instead of a closed connection
+(see :mod:`workers.gateway.blocking`)."""
 LONG_POLLS = frozenset({FETCH, JOIN_GROUP, SYNC_GROUP})
 """Requests a broker may hold for long (a Fetch up to its max_wait, a join or sync until the rebalance
 ends); a newer epoch that routes them elsewhere answers them at once (see workers.gateway.inflight)."""

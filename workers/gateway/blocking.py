@@ -10,7 +10,9 @@ active there. Produce to a mirror topic is refused with TOPIC_AUTHORIZATION_FAIL
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import typing
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -23,6 +25,9 @@ NOT_LEADER = ErrorCode.not_leader_or_follower
 NOT_COORDINATOR = ErrorCode.not_coordinator
 COORDINATOR_NOT_AVAILABLE = ErrorCode.coordinator_not_available
 TOPIC_AUTHORIZATION_FAILED = ErrorCode.topic_authorization_failed
+TELEMETRY_ASK_AGAIN = datetime.timedelta(seconds=30)
+"""How long a client told that no metrics are wanted waits before asking again: librdkafka's own wait
+after a failed ask."""
 
 
 def blocked_response(request: Request, body: Any, error: ErrorCode | None = None) -> Any:
@@ -35,6 +40,16 @@ def blocked_response(request: Request, body: Any, error: ErrorCode | None = None
         return make(cls, error_code=code, node_id=-1, producer_id=-1, producer_epoch=-1)
     if key in apis.GROUP_APIS:
         return _group(cls, key, body, NOT_COORDINATOR if error is None else error)
+    if key == apis.PUSH_TELEMETRY:
+        return make(cls, error_code=ErrorCode.unknown_subscription_id if error is None else error)
+    if key == apis.GET_TELEMETRY_SUBSCRIPTIONS:
+        return make(
+            cls,
+            error_code=ErrorCode.none if error is None else error,
+            client_instance_id=uuid.uuid4() if body.client_instance_id is None else None,  # a first ask
+            push_interval=TELEMETRY_ASK_AGAIN,
+            requested_metrics=(),
+        )
     code = NOT_LEADER if error is None else error
     if key == apis.PRODUCE:
         return _per_partition(

@@ -106,7 +106,7 @@ def decide(
         api_key, context, resolution, broker, mirrored=mirrored, joined_on=joined_on, rejoining=rejoining,
         partitions=partitions,
     )  # fmt: skip
-    if shielded and decision.action in _CONTACTING and api_key in _SHIELDED:
+    if shielded and decision.action in _CONTACTING and api_key in apis.SHIELDABLE:
         decision = Decision(Action.SHIELD, cluster)
     if not context.expects_response and decision.action in _ANSWERED_HERE:
         return Decision(Action.DROP, cluster)
@@ -117,8 +117,6 @@ _ANSWERED_HERE = frozenset(
     {Action.HOLD, Action.REDIRECT, Action.REFUSE, Action.REJOIN, Action.QUIET, Action.SHIELD}
 )
 _CONTACTING = frozenset({Action.FORWARD, Action.CARRY, Action.ADOPT})
-_SHIELDED = apis.BLOCKABLE | {apis.FIND_COORDINATOR, apis.INIT_PRODUCER_ID}
-"""What a shielded cluster's identities get a retriable error for, rather than a forward."""
 
 
 def _decide(

@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -535,13 +535,20 @@ class ClientSession:
 
     async def _by_name(self, request: Request, identity: Identity) -> Request:
         """``request`` naming by name the topics it named by the ids clients see (see
-        :mod:`workers.gateway.topic_identity`): routing, and the cluster asked, need names."""
-        cluster = self._resolve(self.gateway.view.snapshot, identity, (), None).cluster
-        version = self.gateway.brokers.version(apis.METADATA)
-        answer = await self._upstream(cluster, None, long_poll=False).ask(
-            apis.METADATA, version, topics=None, allow_auto_topic_creation=False
-        )
-        names = topic_identity.names_of(t.name for t in answer.topics if t.name)
+        :mod:`workers.gateway.topic_identity`): routing, and the cluster asked, need names. A shielded
+        cluster is not asked: its topics are those the gateway last saw there."""
+        snapshot = self.gateway.view.snapshot
+        cluster = self._resolve(snapshot, identity, (), None).cluster
+        known = snapshot.clusters.get(cluster)
+        if known is not None and known.state is not ClusterState.ACTIVE:
+            topics: Iterable[str] = self.gateway.moved.topics(cluster)
+        else:
+            version = self.gateway.brokers.version(apis.METADATA)
+            answer = await self._upstream(cluster, None, long_poll=False).ask(
+                apis.METADATA, version, topics=None, allow_auto_topic_creation=False
+            )
+            topics = (t.name for t in answer.topics if t.name)
+        names = topic_identity.names_of(topics)
         body = topic_identity.by_name(request.api_key, request.body, names)
         return dataclasses.replace(request, frame=replace_body(request, body))
 
@@ -907,18 +914,25 @@ class ClientSession:
         """A shielded cluster's topics in a Metadata answer made here, as the gateway last saw them: each
         partition led by the virtual broker that led it, whose requests are answered at once with the
         retriable error (so clients keep asking, and find a partition a migration moves the moment it
-        does), those a migration moved led where they moved; a topic never seen, without a leader."""
+        does), those a migration moved led where they moved; a topic never seen, without a leader. Each
+        topic keeps the id clients see for it (a client takes an id gone for a topic deleted)."""
         known = self.gateway.moved.topics(cluster)
-        names = [t.name for t in request.body.topics] if request.body.topics is not None else sorted(known)
+        asked = request.body.topics
+        names = [t.name for t in asked] if asked is not None else sorted(known)
         topic_cls = element_type(type(metadata), "topics")
         partition_cls = element_type(topic_cls, "partitions")
         topics = []
-        for name in names:
-            if name not in known:
+        for i, name in enumerate(names):
+            if not name:  # asked by an id no topic seen there has (see _by_name)
+                assert asked is not None
+                unknown = ErrorCode.unknown_topic_id
+                topics.append(make(topic_cls, topic_id=asked[i].topic_id, error_code=unknown))
+            elif name not in known:
                 topics.append(make(topic_cls, name=name, error_code=ErrorCode.leader_not_available))
-                continue
-            partitions = tuple(_led(partition_cls, p, leader) for p, leader in enumerate(known[name]))
-            topics.append(make(topic_cls, name=name, partitions=partitions))
+            else:
+                partitions = tuple(_led(partition_cls, p, leader) for p, leader in enumerate(known[name]))
+                topic = make(topic_cls, name=name, partitions=partitions)
+                topics.append(replace_known(topic, topic_id=topic_identity.topic_id(name)))
         return await self._moved_leaders(dataclasses.replace(metadata, topics=tuple(topics)), cluster)
 
     async def _moved_leaders(self, body: Any, cluster: str) -> Any:
@@ -1073,7 +1087,7 @@ class ClientSession:
     def _unanswerable(self, request: Request) -> bytes | None:
         """A request whose cluster was shielded under it, answered with the retriable error where its
         API has one (None: there is none, and the connection closes as on a broker's failure)."""
-        if request.api_key not in apis.BLOCKABLE | {apis.FIND_COORDINATOR, apis.INIT_PRODUCER_ID}:
+        if request.api_key not in apis.SHIELDABLE:
             return None
         return encode_response(request, blocked_response(request, request.body))
 
