@@ -189,13 +189,24 @@ def wait_until(what: str, apps: list[App], done: Any, timeout_s: float) -> None:
 
 
 def unexpected_retries(s: Seen, restarts: list[tuple[float, float]] | None = None) -> list[str]:
-    """The retriable errors a poll raised outside ``restarts`` (wall-clock spans of a process restarted,
-    each with ``RETRY_SLACK_S`` more), as a problem."""
-    spans = [(lo, hi + RETRY_SLACK_S) for lo, hi in restarts or []]
-    unexpected = [what for t, what in s.retried if not any(lo <= t <= hi for lo, hi in spans)]
+    """The retriable errors a poll raised outside ``restarts`` (wall-clock spans of a process restarted),
+    as a problem."""
+    unexpected = [what for t, what in s.retried if not during(t, restarts)]
     return [f"polls raised a retriable error: {unexpected[:3]}"] if unexpected else []
 
 
+def during(t: float, restarts: list[tuple[float, float]] | None) -> bool:
+    """Whether wall-clock time ``t`` falls in one of ``restarts``, each with ``RETRY_SLACK_S`` more: the
+    one gateway restarting is an outage its clients see (a connection refused), as a broker's is."""
+    return any(lo <= t <= hi + RETRY_SLACK_S for lo, hi in restarts or [])
+
+
+CONNECTION_LOST = frozenset({
+    "_TRANSPORT", "_ALL_BROKERS_DOWN",  # librdkafka
+    "KafkaConnectionError", "NodeNotReadyError",  # kafka-python, aiokafka
+    "KafkaJSConnectionError", "KafkaJSConnectionClosedError",  # kafkajs
+})  # fmt: skip
+"""How each library names a commit refused because its connection to the coordinator went away."""
 RETRY_SLACK_S = 10.0
 """A restart's span ends when the committing group flows again; the other group may retry a little later."""
 
@@ -231,11 +242,16 @@ def judge(
     a: App, final: str, other: str, restarts: list[tuple[float, float]] | None = None
 ) -> tuple[dict[str, Any], list[str]]:
     """The application's row of figures over its switches, and what it saw that it should not have; the
-    switches end on the cluster at ``final``, ``other`` being the one it left. A poll's retriable error
-    is a problem unless it came within one of ``restarts`` (wall-clock spans of a process restarted)."""
+    switches end on the cluster at ``final``, ``other`` being the one it left. A poll's retriable error,
+    or a commit refused for a lost connection, is a problem unless it came within one of ``restarts``
+    (wall-clock spans of a process restarted); every refused commit is counted."""
     s = a.seen()
     manual, auto = s.received("manual"), s.received("auto")
     refused = Counter(b["commit"] for b in s.batches["manual"] if b["commit"])
+    unexpected = Counter(
+        b["commit"] for b in s.batches["manual"]
+        if b["commit"] and not (b["commit"] in CONNECTION_LOST and during(b["t"], restarts))
+    )  # fmt: skip
     on_final = Counter(v for v in topic_ids(final, a.topic))
     leaked = set(topic_ids(other, a.topic)) - set(on_final)
     row = {
@@ -259,7 +275,7 @@ def judge(
         *(["sends failed: " + "; ".join(s.failed[:3])] if s.failed else []),
         *([f"{row['lost']} acknowledged records never processed"] if row["lost"] else []),
         *([f"{row['twice']} records processed twice"] if row["twice"] else []),
-        *([f"commits refused: {dict(refused)}"] if refused else []),
+        *([f"commits refused: {dict(unexpected)}"] if unexpected else []),
         *([f"not on the final cluster exactly once: {sorted(set(s.acked) ^ set(on_final))[:5]}"]
           if set(on_final) != set(s.acked) or max(on_final.values()) > 1 else []),
         *([f"on the cluster left only: {sorted(leaked)[:5]}"] if leaked else []),

@@ -45,15 +45,17 @@ def plot(
     pauses.bar(at, [s["sends_held_s"] for s in switches], width=0.25, color="tab:red",
                label="longest time an application went without an acknowledgement")  # fmt: skip
     pauses.plot(at, [s["held_s"] for s in switches], "ko", label="clients held (the saga's account)")
-    pauses.plot(
-        at,
-        [math.nan if s["broker_read_s"] is None else s["broker_read_s"] for s in switches],
-        "b^",
-        label="baseline: the broker's read of the log ends (none: gave up)",
-    )
+    top = 1.6 * max((max(s["sends_held_s"], s["held_s"]) for s in switches), default=1.0)
+    baseline = [math.nan if s["broker_read_s"] is None else s["broker_read_s"] for s in switches]
+    pauses.plot(at, [min(b, top) for b in baseline], "b^",
+                label="baseline: the broker's read of the log ends (none: gave up)")  # fmt: skip
+    for t, b in zip(at, baseline, strict=True):
+        if b > top:  # drawn at the edge, its value written: the pauses keep their scale
+            pauses.annotate(f"{b:.1f} s", (t, top), xytext=(0, -8), textcoords="offset points", color="b",
+                            rotation=90, ha="center", va="top")  # fmt: skip
     pauses.set_ylabel("pause per switch (s)")
     pauses.set_xlabel("minutes")
-    pauses.set_ylim(bottom=0)
+    pauses.set_ylim(0, top)
     pauses.legend(loc="upper left")
     for axis in (memory, files, pauses):
         axis.grid(alpha=0.3)
