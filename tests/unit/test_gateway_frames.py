@@ -3,8 +3,8 @@ a FrameError closes one connection, anything else would be a crash."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import itertools
 import struct
 
 import pytest
@@ -13,24 +13,22 @@ from hypothesis import strategies as st
 
 from workers.gateway import apis
 from workers.gateway.apis import context_of
-from workers.gateway.protocol import FrameError, parse_request, read_frame
+from workers.gateway.protocol import FrameError, FrameSplitter, parse_request
 
 KNOWN = sorted(
     apis.BLOCKABLE | {apis.METADATA, apis.FIND_COORDINATOR, apis.API_VERSIONS, apis.INIT_PRODUCER_ID}
 )
 
 
-def frames_from(data: bytes, max_bytes: int = 4096) -> list[bytes]:
-    async def read_all() -> list[bytes]:
-        reader = asyncio.StreamReader()
-        reader.feed_data(data)
-        reader.feed_eof()
-        found = []
-        while (frame := await read_frame(reader, max_bytes)) is not None:
-            found.append(frame)
-        return found
-
-    return asyncio.run(read_all())
+def frames_from(data: bytes, max_bytes: int = 4096, cuts: list[int] | None = None) -> list[bytes]:
+    """The frames of a stream holding ``data`` and then ending, ``data`` arriving in pieces cut at
+    ``cuts``."""
+    splitter = FrameSplitter(max_bytes, min_bytes=8)
+    bounds = [0, *sorted(c for c in cuts or [] if 0 < c < len(data)), len(data)]
+    found = [f for lo, hi in itertools.pairwise(bounds) for f in splitter.feed(data[lo:hi])]
+    if (cut := splitter.cut()) is not None:
+        raise FrameError(cut)
+    return found
 
 
 @given(st.binary(max_size=300))
@@ -41,6 +39,18 @@ def test_the_frame_reader_never_fails_otherwise(data: bytes) -> None:
     except FrameError:
         return
     assert sum(4 + len(f) for f in frames) == len(data)
+
+
+@given(
+    st.lists(st.binary(min_size=8, max_size=300), max_size=8),
+    st.lists(st.integers(0, 2500), max_size=12),
+)
+@settings(max_examples=500)
+def test_frames_come_out_whole_and_in_order_however_the_stream_is_cut(
+    frames: list[bytes], cuts: list[int]
+) -> None:
+    stream = b"".join(struct.pack(">i", len(f)) + f for f in frames)
+    assert frames_from(stream, cuts=cuts) == frames
 
 
 @given(st.binary(max_size=200))

@@ -10,7 +10,6 @@ connection.
 
 from __future__ import annotations
 
-import asyncio
 import io
 import struct
 from collections.abc import Callable
@@ -61,21 +60,48 @@ class Request:
         return body
 
 
-async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes | None:
-    """The next frame, or None at a clean end of stream."""
-    try:
-        head = await reader.readexactly(4)
-    except asyncio.IncompleteReadError as exc:
-        if exc.partial:
-            raise FrameError("connection closed inside a frame size") from exc
-        return None
-    (size,) = _SIZE.unpack(head)
-    if size < 8 or size > max_bytes:
-        raise FrameError(f"frame size {size} outside 8..{max_bytes}")
-    try:
-        return await reader.readexactly(size)
-    except asyncio.IncompleteReadError as exc:
-        raise FrameError(f"connection closed after {len(exc.partial)} of {size} frame bytes") from exc
+class FrameSplitter:
+    """Whole frames out of a stream's chunks as they arrive, without a reader task: a broker's answer is
+    handed on in the turn of the event loop that received its last bytes. Each frame's bytes are copied
+    once into one buffer and once out; a frame spanning many chunks waits, unjoined, until it is whole."""
+
+    def __init__(self, max_bytes: int, *, min_bytes: int = 4) -> None:
+        self.min_bytes, self.max_bytes = min_bytes, max_bytes
+        self._chunks: list[bytes] = []
+        self._held = 0
+        self._wanted = 4
+        """Bytes needed before another frame can be whole: its size, then the size and the frame."""
+
+    def cut(self) -> str | None:
+        """What an end of stream now would cut: None between frames."""
+        if not self._held:
+            return None
+        if self._held < 4:
+            return "connection closed inside a frame size"
+        return f"connection closed after {self._held - 4} of {self._wanted - 4} frame bytes"
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The frames ``data`` completes, in order; :class:`FrameError` for a size out of bounds."""
+        self._chunks.append(data)
+        self._held += len(data)
+        if self._held < self._wanted:
+            return []
+        buffer = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        frames, at, wanted = [], 0, 4
+        while len(buffer) - at >= 4:
+            (size,) = _SIZE.unpack_from(buffer, at)
+            if size < self.min_bytes or size > self.max_bytes:
+                raise FrameError(f"frame size {size} outside {self.min_bytes}..{self.max_bytes}")
+            end = at + 4 + size
+            if end > len(buffer):
+                wanted = 4 + size
+                break
+            frames.append(buffer[at + 4 : end])
+            at = end
+        rest = buffer[at:] if at else buffer
+        self._chunks = [rest] if rest else []
+        self._held, self._wanted = len(rest), wanted
+        return frames
 
 
 def parse_request(frame: bytes) -> Request:

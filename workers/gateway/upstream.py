@@ -3,7 +3,9 @@
 Requests are pipelined; a broker answers a connection's requests in order, so each answer goes to the
 oldest waiting request. Produce with acks=0 gets no answer and waits for none. Because the connection
 serves a single client connection, the client's correlation ids pass through unchanged. Requests
-sent in one turn of the event loop leave in one write (one system call), not one each.
+sent in one turn of the event loop leave in one write (one system call), not one each; answers are
+handed on as their bytes arrive (a protocol, not a stream reader and a task: no turn of the event loop
+between a broker's answer and the request that waits for it).
 
 A connection to a cluster that requires SASL logs in (``login``) before any request is written to it;
 if the broker refuses, the connection fails with :class:`UpstreamError` like any other broken one.
@@ -13,16 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from workers.gateway.protocol import (
     FrameError,
+    FrameSplitter,
     decode_response,
     encode_request,
-    read_frame,
     response_correlation_id,
 )
 
@@ -68,9 +69,8 @@ class Upstream:
         self.login = login
         self.connect_timeout_s = connect_timeout_s
         self._ready = False
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: asyncio.Transport | None = None
         self._waiting: collections.deque[tuple[int, asyncio.Future[bytes]]] = collections.deque()
-        self._reader_task: asyncio.Task[None] | None = None
         self._connecting = asyncio.Lock()
         self._outgoing: list[bytes] = []
         self.closed = False
@@ -97,7 +97,7 @@ class Upstream:
     def _enqueue(
         self, frame: bytes, correlation_id: int, *, expects_response: bool
     ) -> asyncio.Future[bytes] | None:
-        assert self._writer is not None
+        assert self._transport is not None
         future: asyncio.Future[bytes] | None = None
         if expects_response:
             future = asyncio.get_running_loop().create_future()
@@ -108,8 +108,8 @@ class Upstream:
         return future
 
     def _flush(self) -> None:
-        if self._writer is not None and not self.closed:
-            self._writer.writelines(self._outgoing)
+        if self._transport is not None and not self.closed:
+            self._transport.writelines(self._outgoing)
         self._outgoing = []
 
     async def _connect(self) -> None:
@@ -122,17 +122,18 @@ class Upstream:
                 raise self._closed_by()
             if self._ready:
                 return
+            loop = asyncio.get_running_loop()
+            wire = _Wire(self, FrameSplitter(self.max_frame_bytes))
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self.connect_timeout_s
+                transport, _ = await asyncio.wait_for(
+                    loop.create_connection(lambda: wire, self.host, self.port), self.connect_timeout_s
                 )
             except (OSError, TimeoutError) as exc:
                 raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
             if self.closed:  # given up on while it connected
-                writer.close()
+                transport.close()
                 raise self._closed_by()
-            self._writer = writer
-            self._reader_task = asyncio.create_task(self._read(reader))
+            self._transport = transport
             if self.login is not None:
                 try:
                     await self.login(self._ask)
@@ -144,29 +145,21 @@ class Upstream:
                     raise error from exc
             self._ready = True
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        error: Exception = UpstreamError(f"{self.host}:{self.port} closed the connection")
-        try:
-            while True:
-                frame = await read_frame(reader, self.max_frame_bytes)
-                if frame is None:
-                    break
-                if not self._waiting:
-                    error = UpstreamError(f"{self.host}:{self.port} answered a request nobody sent")
-                    break
-                correlation_id, future = self._waiting.popleft()
-                if response_correlation_id(frame) != correlation_id:
-                    error = UpstreamError(f"{self.host}:{self.port} answered out of order")
-                    future.set_exception(error)
-                    break
-                if not future.done():
-                    future.set_result(frame)
-                if self.retired and not self._waiting:
-                    error = UpstreamError(f"{self.host}:{self.port}: retired")
-                    break
-        except (OSError, FrameError) as exc:
-            error = UpstreamError(f"{self.host}:{self.port}: {exc!r}")
-        self._fail(error)
+    def _answered(self, frame: bytes) -> None:
+        """A broker's answer: the oldest waiting request's."""
+        if not self._waiting:
+            self._fail(UpstreamError(f"{self.host}:{self.port} answered a request nobody sent"))
+            return
+        correlation_id, future = self._waiting.popleft()
+        if response_correlation_id(frame) != correlation_id:
+            error = UpstreamError(f"{self.host}:{self.port} answered out of order")
+            future.set_exception(error)
+            self._fail(error)
+            return
+        if not future.done():
+            future.set_result(frame)
+        if self.retired and not self._waiting:
+            self._fail(UpstreamError(f"{self.host}:{self.port}: retired"))
 
     def _closed_by(self) -> UpstreamError:
         """Why the connection is closed: the error it was closed with (Shielded, Overdue, ...)."""
@@ -182,11 +175,11 @@ class Upstream:
             _, future = self._waiting.popleft()
             if not future.done():
                 future.set_exception(error)
-        if self._writer is not None:
-            self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
 
     def abort(self, error: UpstreamError) -> None:
-        """Close now, failing what waits with ``error``; the reader ends on its own."""
+        """Close now, failing what waits with ``error``."""
         self._fail(error)
 
     def retire(self) -> None:
@@ -196,7 +189,31 @@ class Upstream:
 
     async def close(self, error: UpstreamError | None = None) -> None:
         self._fail(error or UpstreamError(f"connection to {self.host}:{self.port} closed by the gateway"))
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader_task
+
+
+class _Wire(asyncio.Protocol):
+    """The broker connection's bytes: frames to :meth:`Upstream._answered`, its end to ``_fail``."""
+
+    def __init__(self, upstream: Upstream, frames: FrameSplitter) -> None:
+        self.upstream, self.frames = upstream, frames
+
+    def data_received(self, data: bytes) -> None:
+        upstream = self.upstream
+        try:
+            frames = self.frames.feed(data)
+        except FrameError as exc:
+            upstream._fail(UpstreamError(f"{upstream.host}:{upstream.port}: {exc!r}"))
+            return
+        for frame in frames:
+            if upstream.closed:
+                return
+            try:
+                upstream._answered(frame)
+            except FrameError as exc:
+                upstream._fail(UpstreamError(f"{upstream.host}:{upstream.port}: {exc!r}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        upstream = self.upstream
+        cut, where = self.frames.cut(), f"{upstream.host}:{upstream.port}"
+        why = (f" ({cut})" if cut else "") + (f": {exc!r}" if exc is not None else "")
+        upstream._fail(UpstreamError(f"{where} closed the connection{why}"))
