@@ -23,7 +23,7 @@ KNOWN = sorted(
 def frames_from(data: bytes, max_bytes: int = 4096, cuts: list[int] | None = None) -> list[bytes]:
     """The frames of a stream holding ``data`` and then ending, ``data`` arriving in pieces cut at
     ``cuts``."""
-    splitter = FrameSplitter(max_bytes, min_bytes=8)
+    splitter = FrameSplitter(max_bytes)
     bounds = [0, *sorted(c for c in cuts or [] if 0 < c < len(data)), len(data)]
     found = [f for lo, hi in itertools.pairwise(bounds) for f in splitter.feed(data[lo:hi])]
     if (cut := splitter.cut()) is not None:
@@ -42,7 +42,7 @@ def test_the_frame_reader_never_fails_otherwise(data: bytes) -> None:
 
 
 @given(
-    st.lists(st.binary(min_size=8, max_size=300), max_size=8),
+    st.lists(st.binary(min_size=FrameSplitter.MIN_BYTES, max_size=300), max_size=8),
     st.lists(st.integers(0, 2500), max_size=12),
 )
 @settings(max_examples=500)

@@ -65,8 +65,11 @@ class FrameSplitter:
     handed on in the turn of the event loop that received its last bytes. Each frame's bytes are copied
     once into one buffer and once out; a frame spanning many chunks waits, unjoined, until it is whole."""
 
-    def __init__(self, max_bytes: int, *, min_bytes: int = 4) -> None:
-        self.min_bytes, self.max_bytes = min_bytes, max_bytes
+    MIN_BYTES = 4
+    """An answer's correlation id, at least."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
         self._chunks: list[bytes] = []
         self._held = 0
         self._wanted = 4
@@ -90,8 +93,8 @@ class FrameSplitter:
         frames, at, wanted = [], 0, 4
         while len(buffer) - at >= 4:
             (size,) = _SIZE.unpack_from(buffer, at)
-            if size < self.min_bytes or size > self.max_bytes:
-                raise FrameError(f"frame size {size} outside {self.min_bytes}..{self.max_bytes}")
+            if size < self.MIN_BYTES or size > self.max_bytes:
+                raise FrameError(f"frame size {size} outside {self.MIN_BYTES}..{self.max_bytes}")
             end = at + 4 + size
             if end > len(buffer):
                 wanted = 4 + size

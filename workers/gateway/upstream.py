@@ -204,13 +204,10 @@ class _Wire(asyncio.Protocol):
         except FrameError as exc:
             upstream._fail(UpstreamError(f"{upstream.host}:{upstream.port}: {exc!r}"))
             return
-        for frame in frames:
+        for frame in frames:  # each holds a correlation id: the splitter's frames have 4 bytes or more
             if upstream.closed:
                 return
-            try:
-                upstream._answered(frame)
-            except FrameError as exc:
-                upstream._fail(UpstreamError(f"{upstream.host}:{upstream.port}: {exc!r}"))
+            upstream._answered(frame)
 
     def connection_lost(self, exc: Exception | None) -> None:
         upstream = self.upstream
