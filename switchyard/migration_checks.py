@@ -30,7 +30,6 @@ from switchyard.config import Config
 from switchyard.errors import BindingConflict, BindingRefused, SwitchyardError
 from switchyard.mirror.groups import committed_offsets, list_groups
 from switchyard.model import (
-    ClusterState,
     LinkState,
     MigrationMode,
     MigrationState,
@@ -260,9 +259,8 @@ def check_retirable(
     naming why not otherwise: the cluster shielded or away, a link that copies it, a partition not aged
     from there, a client routed there that uses it, a group there that holds its offsets."""
     snapshot = store.snapshot()
-    cluster = snapshot.clusters.get(origin)
-    if cluster is not None and cluster.state is not ClusterState.ACTIVE:
-        raise BindingRefused(f"{topic} cannot be retired now: {origin} is {cluster.state}")
+    if snapshot.shielded(origin):
+        raise BindingRefused(f"{topic} cannot be retired now: {origin} is {snapshot.clusters[origin].state}")
     for link in snapshot.links.values():
         between = origin in (link.source, link.target)
         if link.state is not LinkState.PROMOTED and between and link.copies(topic):

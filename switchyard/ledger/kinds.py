@@ -70,6 +70,11 @@ class RoutingSnapshot:
         nodes: dict[Any, Any] = getattr(self, kind.name)
         return nodes
 
+    def shielded(self, cluster: str) -> bool:
+        """Whether ``cluster`` is shielded or down: not to be contacted (a cluster with no node is not)."""
+        known = self.clusters.get(cluster)
+        return known is not None and known.state is not ClusterState.ACTIVE
+
 
 class Kind(ABC, Generic[S, N, E]):
     """One kind of routing node; the subclasses below are the whole list (:data:`KINDS`)."""

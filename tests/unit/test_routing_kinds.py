@@ -16,10 +16,12 @@ from switchyard.ledger.kinds import (
     ClusterChange,
     LinkChange,
     MigrationChange,
+    RoutingSnapshot,
     kind_of,
 )
 from switchyard.model import (
     BindingState,
+    Cluster,
     ClusterState,
     LinkState,
     MigrationMode,
@@ -111,3 +113,10 @@ def test_the_counter_s_history_of_changes_stays_within_its_bytes() -> None:
     assert recent[-1][:2] == [999, "txn-999"]
     assert [e[0] for e in recent] == list(range(999 - len(recent) + 1, 1000))  # the latest, gapless
     assert remember_changes(data, 1000, "txn-1000", long_name * 2000) == []  # alone past the bound
+
+
+@pytest.mark.parametrize("state", list(ClusterState))
+def test_a_cluster_is_shielded_in_any_state_but_active_and_an_unknown_one_is_not(state: ClusterState) -> None:
+    snapshot = RoutingSnapshot(3, clusters={"dr": Cluster("dr", "b:9092", state, 1, AT, "t")})
+    assert snapshot.shielded("dr") is (state is not ClusterState.ACTIVE)
+    assert not snapshot.shielded("elsewhere")

@@ -21,7 +21,6 @@ from kazoo.client import KazooClient
 
 from switchyard.config import Config
 from switchyard.errors import ConfigError, GatewayError
-from switchyard.model import ClusterState
 from switchyard.routing.gateways import GatewayRegistration
 from switchyard.routing.layout import Layout, ensure_layout
 from switchyard.routing.snapshot import RoutingSnapshot
@@ -254,7 +253,7 @@ class Gateway:
         failed cluster may never be answered, and must not hold the acknowledgement of the change that
         shielded it. What waited is answered with the retriable error, the client's connection kept, and
         retried where it is routed now (what the failed cluster still does with it is its lost window)."""
-        closed = {c for c, cluster in snapshot.clusters.items() if cluster.state is not ClusterState.ACTIVE}
+        closed = {c for c in snapshot.clusters if snapshot.shielded(c)}
         newly = closed - self._closed_clusters
         if newly:
             log.info("gateway %s: %s shielded or down: its broker connections are closed", self.id, newly)
@@ -285,9 +284,8 @@ class Gateway:
         return listening and registered, said
 
     def _cluster_word(self, snapshot: RoutingSnapshot, cluster: str) -> str:
-        known = snapshot.clusters.get(cluster)
-        if known is not None and known.state is not ClusterState.ACTIVE:
-            return str(known.state)
+        if snapshot.shielded(cluster):
+            return str(snapshot.clusters[cluster].state)
         return "unreachable" if self.metrics.reachable.get(cluster) is False else "reachable"
 
     async def _watch(self) -> None:

@@ -310,13 +310,12 @@ class ClientSession:
                 joined_on = None
         rejoining = self._rejoining(request, member)
         partitions = gateway.moved.of(snapshot).touch(request, resolution.cluster, context.topics)
-        cluster = snapshot.clusters.get(resolution.cluster)
         return decide(
             request.api_key, context, resolution, self.listener.broker,
             empty_metadata=request.api_key == apis.METADATA and request.body.topics == (),
             mirrored=lambda topic: gateway.links.mirrored(snapshot, resolution.cluster, topic),
             joined_on=joined_on, rejoining=rejoining, partitions=partitions,
-            shielded=cluster is not None and cluster.state is not ClusterState.ACTIVE,
+            shielded=snapshot.shielded(resolution.cluster),
         )  # fmt: skip
 
     async def _carry_out(
@@ -539,8 +538,7 @@ class ClientSession:
         cluster is not asked: its topics are those the gateway last saw there."""
         snapshot = self.gateway.view.snapshot
         cluster = self._resolve(snapshot, identity, (), None).cluster
-        known = snapshot.clusters.get(cluster)
-        if known is not None and known.state is not ClusterState.ACTIVE:
+        if snapshot.shielded(cluster):
             topics: Iterable[str] = self.gateway.moved.topics(cluster)
         else:
             version = self.gateway.brokers.version(apis.METADATA)
@@ -1094,9 +1092,9 @@ class ClientSession:
     def _upstream(self, cluster: str, node: int | None, *, long_poll: bool) -> Upstream:
         """This session's connection to a broker; :class:`Shielded` for a cluster shielded now (it is not
         contacted at all: a request decided just before the shield must not reach it)."""
-        known = self.gateway.view.snapshot.clusters.get(cluster)
-        if known is not None and known.state is not ClusterState.ACTIVE:
-            raise Shielded(f"cluster {cluster} is {known.state}")
+        snapshot = self.gateway.view.snapshot
+        if snapshot.shielded(cluster):
+            raise Shielded(f"cluster {cluster} is {snapshot.clusters[cluster].state}")
         key = (cluster, node, long_poll)
         upstream = self._upstreams.get(key)
         if upstream is None or upstream.closed or upstream.retired:
@@ -1137,9 +1135,9 @@ class _SplitBrokers:
         self.gateway.moved.leaders.forget(cluster, topic)
 
     def reachable(self, cluster: str) -> bool:
-        known = self.snapshot.clusters.get(cluster)
-        shielded = known is not None and known.state is not ClusterState.ACTIVE
-        return not shielded and self.gateway.metrics.reachable.get(cluster) is not False
+        return (
+            not self.snapshot.shielded(cluster) and self.gateway.metrics.reachable.get(cluster) is not False
+        )
 
     async def written(self, cluster: str, topic: str, partition: int, records: bytes | None) -> bytes | None:
         producer = self.incoming.context.producer
