@@ -3,7 +3,8 @@
 # ZooKeeper comes from Debian (with SLF4J's simple logger for its log); Java 17 runs it and Spark;
 # Node.js and npm run kafkajs in the client compatibility tests; Prometheus's promtool and Alertmanager's
 # amtool check infra/monitoring/ (rules, their unit tests, the example configs); Chromium and its
-# WebDriver let the browser tests (Selenium) look at the Temporal Web UI and the HTML reports.
+# WebDriver let the browser tests (Selenium) look at the Temporal Web UI and the HTML reports; a C compiler
+# and librdkafka's headers build the benchmarks' load generator (tests/bench/loadgen.c).
 set -euo pipefail
 
 need=()
@@ -16,6 +17,8 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v amtool >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
+command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+[ -f /usr/include/librdkafka/rdkafka.h ] || need+=(librdkafka-dev)
 [ -x /usr/lib/postgresql/15/bin/initdb ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 
 [ ${#need[@]} -eq 0 ] && exit 0
