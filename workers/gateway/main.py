@@ -16,7 +16,13 @@ import uvloop
 
 from switchyard.cli.base import config_of, loaded_config
 from switchyard.routing.zk import connect, disconnect
-from workers.gateway.processes import Supervisor, die_with_supervisor, gateway_command_line, member_id
+from workers.gateway.processes import (
+    Supervisor,
+    die_with_supervisor,
+    gateway_command_line,
+    member_id,
+    say_serving,
+)
 from workers.gateway.sasl import user_line
 from workers.gateway.server import Gateway
 
@@ -28,6 +34,7 @@ async def serve(gateway: Gateway) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         await gateway.start()
+        say_serving()
         await stop.wait()
     finally:
         await gateway.stop()

@@ -9,11 +9,13 @@ scrape must reach one process, not whichever the kernel picks); ``/health`` and 
 gateway's health port like its Kafka ports.
 
 The supervisor starts the processes, starts again one that exits (after ``RESTART_AFTER_S``, more for
-one that keeps failing), and stops all of them on SIGTERM or SIGINT. A process whose first start ends
-with an error within ``STARTING_S`` failed to start — a port taken, ZooKeeper unreachable, a bad key —
-and every other would fail alike: the supervisor then stops the rest and exits with its code, as a single
-gateway would. The processes die with the supervisor (a parent-death signal), so a supervisor killed
-outright leaves none serving behind it.
+one that keeps failing), and stops all of them on SIGTERM or SIGINT. Each process says when it serves,
+over a pipe the supervisor hands it (``READY_FD``). A process whose first start ends with an error before
+it said so failed to start — a port taken, ZooKeeper unreachable, a bad key — and every other would fail
+alike: the supervisor then stops the rest and exits with its code, as a single gateway would. (A timer
+would not do: on a loaded host a start can take longer than any fixed bound, and its failure would be
+taken for a crash and restarted for ever.) The processes die with the supervisor (a parent-death signal),
+so a supervisor killed outright leaves none serving behind it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from switchyard.config import Config, split_hostport
 log = logging.getLogger(__name__)
 
 STARTING_S = 10.0
+"""A process that ends sooner than this after serving counts as failing again (its restarts back off)."""
+READY_FD = "SWITCHYARD_GATEWAY_READY_FD"
+"""The environment variable naming the pipe a process writes to once it serves."""
 RESTART_AFTER_S, RESTART_AFTER_MOST_S = 1.0, 30.0
 STOP_WAIT_S = 30.0
 """How long a process is given to end its connections and deregister before it is killed."""
@@ -60,12 +65,14 @@ class Supervisor:
         self.config, self.command, self.count = config, list(command), count
         self._stopping = False
         self._children: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
+        self._ready: dict[int, int | None] = {}
+        """Per process, the pipe it says it serves on (None once it has)."""
         self._failures: dict[int, int] = {}
-        """Per process, how many times in a row it ended within STARTING_S of a start."""
+        """Per process, how many times in a row it ended before serving or within STARTING_S of a start."""
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._stop)
+            signal.signal(sig, self.stop)
         try:
             for index in range(self.count):
                 self._start(index)
@@ -74,26 +81,52 @@ class Supervisor:
         finally:
             self._stop_all()
 
-    def _stop(self, _signal: int, _frame: object) -> None:
+    def stop(self, *_signal: object) -> None:
+        """Stop every process and return from :meth:`run` (the SIGTERM and SIGINT handler)."""
         self._stopping = True  # only a flag: the main thread notices it within _POLL_S
 
     def _start(self, index: int) -> None:
         argv = [*self.command, "--member", str(index)]
-        env = {**os.environ, **member_env(self.config, index)}
-        self._children[index] = (subprocess.Popen(argv, env=env), time.monotonic())
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        env = {**os.environ, **member_env(self.config, index), READY_FD: str(write)}
+        try:
+            self._children[index] = (subprocess.Popen(argv, env=env, pass_fds=(write,)), time.monotonic())
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        self._ready[index] = read
+
+    def _serving(self, index: int) -> bool:
+        """Whether process ``index`` has said it serves (a process that ended without saying so has not)."""
+        read = self._ready.get(index)
+        if read is None:
+            return True
+        try:
+            said = os.read(read, 1)
+        except BlockingIOError:
+            return False
+        if said:
+            os.close(read)
+            self._ready[index] = None
+        return bool(said)
 
     def _watch(self) -> int:
         while not self._stopping:
             time.sleep(_POLL_S)
             for index, (child, started) in list(self._children.items()):
+                serving = self._serving(index)  # before the exit: it may have said so, then ended
                 code = child.poll()
                 if code is None or self._stopping:
                     continue
-                young = time.monotonic() - started < STARTING_S
-                if code > 0 and young and index not in self._failures:
+                self._forget_pipe(index)
+                if code > 0 and not serving and index not in self._failures:
                     log.error("gateway process %d exited (%d) starting: the others are stopped", index, code)
                     return code
-                self._failures[index] = self._failures.get(index, 0) + 1 if young else 1
+                quick = not serving or time.monotonic() - started < STARTING_S
+                self._failures[index] = self._failures.get(index, 0) + 1 if quick else 1
                 wait_s = min(RESTART_AFTER_S * 2 ** (self._failures[index] - 1), RESTART_AFTER_MOST_S)
                 log.warning("gateway process %d exited (%d): starting it again in %gs", index, code, wait_s)
                 deadline = time.monotonic() + wait_s
@@ -103,7 +136,14 @@ class Supervisor:
                     self._start(index)
         return 0
 
+    def _forget_pipe(self, index: int) -> None:
+        read = self._ready.pop(index, None)
+        if read is not None:
+            os.close(read)
+
     def _stop_all(self) -> None:
+        for index in list(self._ready):
+            self._forget_pipe(index)
         children = [child for child, _ in self._children.values() if child.poll() is None]
         for child in children:
             child.send_signal(signal.SIGTERM)
@@ -115,6 +155,17 @@ class Supervisor:
                 log.warning("gateway process %d did not stop in time: killed", child.pid)
                 child.kill()
                 child.wait()
+
+
+def say_serving() -> None:
+    """In a process of several, once it serves: tell the supervisor (see ``READY_FD``)."""
+    named = os.environ.pop(READY_FD, None)
+    if named is not None:
+        fd = int(named)
+        try:
+            os.write(fd, b"s")
+        finally:
+            os.close(fd)
 
 
 def die_with_supervisor() -> None:
