@@ -135,6 +135,7 @@ def test_a_process_that_cannot_start_stops_the_gateway_with_the_reason(
         code = gateway.process.wait(timeout=60)
     finally:
         holder.close()
+        gateway.stop()  # still running only if the test failed: not left serving behind it
     log = gateway.log.read_text()
     assert code != 0, log
     assert f"cannot listen on 127.0.0.1:{gateway.port}" in log, log[-3000:]
