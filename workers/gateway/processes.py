@@ -35,7 +35,7 @@ from switchyard.config import Config, split_hostport
 log = logging.getLogger(__name__)
 
 STARTING_S = 10.0
-"""A process that ends sooner than this after serving counts as failing again (its restarts back off)."""
+"""A process that ends sooner than this after its start counts as failing again (its restarts back off)."""
 READY_FD = "SWITCHYARD_GATEWAY_READY_FD"
 """The environment variable naming the pipe a process writes to once it serves."""
 RESTART_AFTER_S, RESTART_AFTER_MOST_S = 1.0, 30.0
