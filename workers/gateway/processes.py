@@ -117,8 +117,8 @@ class Supervisor:
         while not self._stopping:
             time.sleep(_POLL_S)
             for index, (child, started) in list(self._children.items()):
-                serving = self._serving(index)  # before the exit: it may have said so, then ended
                 code = child.poll()
+                serving = self._serving(index)  # after: what an ended process said is all in the pipe
                 if code is None or self._stopping:
                     continue
                 self._forget_pipe(index)
