@@ -72,6 +72,8 @@ class Upstream:
         self._transport: asyncio.Transport | None = None
         self._waiting: collections.deque[tuple[int, asyncio.Future[bytes]]] = collections.deque()
         self._connecting = asyncio.Lock()
+        self._in_line = 0
+        """Requests waiting for the connection (or making it): while there are any, others queue behind."""
         self._outgoing: list[bytes] = []
         self.closed = False
         self._error: Exception | None = None
@@ -113,10 +115,21 @@ class Upstream:
         self._outgoing = []
 
     async def _connect(self) -> None:
+        """Connected, in turn: a request sent while others wait for the connection waits behind them, so
+        requests leave in the order they were sent. (Past the waiters, one sent just as the connection came
+        up would be written before them: for an idempotent producer's batches, a gap the broker refuses
+        with OUT_OF_ORDER_SEQUENCE_NUMBER, which is fatal to the client.)"""
         if self.closed:
             raise self._closed_by()
-        if self._ready:
+        if self._ready and not self._in_line:
             return
+        self._in_line += 1
+        try:
+            await self._connected()
+        finally:
+            self._in_line -= 1
+
+    async def _connected(self) -> None:
         async with self._connecting:
             if self.closed:
                 raise self._closed_by()
