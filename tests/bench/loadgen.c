@@ -3,7 +3,8 @@
  * The load bench measures what the gateway adds with the gateway on a core of its own. On a 2-core host
  * the client then shares the other core with the brokers; a Python client (one produce() call and one
  * delivery callback per record in the interpreter) took enough of that core to queue the brokers' work,
- * so the figures measured the client. librdkafka driven from C does the same job for a few percent.
+ * so the figures measured the client. librdkafka driven from C does the same job for far less (7 % of a
+ * core at 5 MiB/s of 1 KiB records, writing and reading back; half a core at 20 MiB/s of 100 B records).
  *
  * usage: loadgen BOOTSTRAP TOPIC PARTITIONS RECORD_BYTES MIB_PER_S SECONDS
  *
@@ -11,9 +12,10 @@
  * offers MIB_PER_S of RECORD_BYTES records (no key) in 1 ms ticks for SECONDS (linger 1 ms, acks=all:
  * librdkafka's defaults otherwise). Every record is timed: its produce latency is librdkafka's own measure
  * (produce() to the acknowledgement); it carries its send time (CLOCK_MONOTONIC, ns) in its first 8 bytes,
- * and its end-to-end latency is the consumer's receipt less that. Prints one line of JSON: records sent and acknowledged,
- * the payload MiB/s achieved (acknowledged bytes over the time to the last acknowledgement), the seconds
- * from the first send to the last acknowledgement, and p50/p99 of both latencies in ms with their counts.
+ * and its end-to-end latency is the consumer's receipt less that. Prints one line of JSON: records sent
+ * and acknowledged, the payload MiB/s achieved (acknowledged bytes over the time to the last
+ * acknowledgement), the seconds from the first send to the last acknowledgement, and p50/p99 of both
+ * latencies in ms with their counts.
  * Exits non-zero, naming the cause on stderr, on bad arguments or a client that cannot be created.
  */
 #define _GNU_SOURCE
