@@ -16,15 +16,14 @@ from workers.gateway.upstream import Shielded, UpstreamError
 
 
 class StandIn:
-    """A broker connection that takes a moment to close, and may do something meanwhile."""
+    """A broker connection whose closing may do something to the session meanwhile."""
 
     def __init__(self, cluster: str) -> None:
         self.cluster = cluster
         self.closed_with: UpstreamError | None = None
         self.meanwhile: Any = None
 
-    async def close(self, error: UpstreamError | None = None) -> None:
-        await asyncio.sleep(0)
+    def close(self, error: UpstreamError | None = None) -> None:
         if self.meanwhile is not None:
             self.meanwhile()
         self.closed_with = error
@@ -42,7 +41,7 @@ def test_a_connection_leaving_during_the_shield_is_closed_all_the_same() -> None
         session._upstreams = cast(Any, {("primary", 1, False): produce, ("primary", 1, True): poll,
                                         ("standby", 2, False): other})  # fmt: skip
         produce.meanwhile = lambda: session._retire(cast(Any, poll))  # the long poll, answered early
-        await session.drop_upstreams({"primary"})
+        session.drop_upstreams({"primary"})
         writer.close()
         server.close()
         assert list(session._upstreams) == [("standby", 2, False)]

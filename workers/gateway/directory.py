@@ -167,7 +167,7 @@ class BrokerDirectory:
                 apis.METADATA, version, topics=(make(entry, name=topic),), allow_auto_topic_creation=False
             )
         finally:
-            await upstream.close()
+            upstream.close()
         self._learn(cluster, answer.brokers)
         return answer
 
@@ -197,7 +197,7 @@ class BrokerDirectory:
                 failures.append(f"{address}: {exc!r}")
                 continue
             finally:
-                await upstream.close()
+                upstream.close()
             first = not self.brokers[cluster]
             self.brokers[cluster] = {b.node_id: (b.host, b.port) for b in metadata.brokers}
             self.metrics.reachable[cluster] = True

@@ -119,7 +119,7 @@ class ProducerIds:
                 producer_epoch=-1,
             )
         finally:
-            await upstream.close()
+            upstream.close()
         if answer.error_code != ErrorCode.none:
             raise UpstreamError(f"{cluster}: InitProducerId failed: {answer.error_code.name}")
         return Translation(answer.producer_id, answer.producer_epoch)

@@ -231,7 +231,7 @@ class Gateway:
         woken = self.inflight.supersede(snapshot)
         if woken:
             log.info("gateway %s: epoch %d answered %d long polls early", self.id, epoch, woken)
-        await self._leave_closed_clusters(snapshot)
+        self._leave_closed_clusters(snapshot)
         drained = asyncio.ensure_future(self.inflight.drained_before(epoch))
         try:
             if not (await asyncio.wait({drained}, timeout=_SLOW_ACK_S))[0]:
@@ -248,7 +248,7 @@ class Gateway:
         await self.publisher.publish_acked()  # what was acknowledged under older epochs, known with this one
         await asyncio.to_thread(self.registration.acknowledge, epoch)
 
-    async def _leave_closed_clusters(self, snapshot: RoutingSnapshot) -> None:
+    def _leave_closed_clusters(self, snapshot: RoutingSnapshot) -> None:
         """Drop every broker connection to a cluster that is shielded or down: a request waiting on a
         failed cluster may never be answered, and must not hold the acknowledgement of the change that
         shielded it. What waited is answered with the retriable error, the client's connection kept, and
@@ -258,7 +258,7 @@ class Gateway:
         if newly:
             log.info("gateway %s: %s shielded or down: its broker connections are closed", self.id, newly)
             for session in list(self._sessions):
-                await session.drop_upstreams(newly)
+                session.drop_upstreams(newly)
         self._closed_clusters = closed  # only once done: a failure is retried with the epoch's ack
 
     async def _prune_producers(self) -> None:

@@ -195,7 +195,7 @@ class ClientSession:
         replies.put_nowait(None)
         for upstream in [*self._upstreams.values(), *self._retired]:
             if upstream not in self._outliving:
-                await upstream.close()  # fails whatever still waits on a broker...
+                upstream.close()  # fails whatever still waits on a broker...
         await asyncio.gather(*self._answering, return_exceptions=True)  # ...so these settle
         await asyncio.gather(writer_task, return_exceptions=True)
         while not replies.empty():
@@ -208,13 +208,13 @@ class ClientSession:
         """End the connection (gateway shutdown): the reader sees the end of the stream."""
         self.writer.close()
 
-    async def drop_upstreams(self, clusters: set[str]) -> None:
+    def drop_upstreams(self, clusters: set[str]) -> None:
         """Close this connection's broker connections to ``clusters``: what waits on them fails, and the
         client, disconnected, retries where it is routed now."""
         doomed = [key for key, upstream in self._upstreams.items() if upstream.cluster in clusters]
-        dropped = [self._upstreams.pop(key) for key in doomed]  # all at once: closing one awaits
+        dropped = [self._upstreams.pop(key) for key in doomed]  # all first: a close may retire another
         for upstream in dropped:
-            await upstream.close(Shielded(f"cluster {upstream.cluster} is shielded"))
+            upstream.close(Shielded(f"cluster {upstream.cluster} is shielded"))
 
     def check(self, now: float) -> None:
         """End the connection if it has run past a time-out (called by the gateway's watchdog)."""
@@ -667,7 +667,7 @@ class ClientSession:
             finally:
                 if not answer.done():
                     answer.add_done_callback(_dropped)
-                await upstream.close()
+                upstream.close()
             member_id = joined.member_id if joined is not None and joined.member_id else body.member_id
             member = members.get(group, member_id)
             if joined is not None:
@@ -754,7 +754,7 @@ class ClientSession:
                 await asyncio.sleep(_LEAVE_AGAIN_S)
             finally:
                 for upstream in opened:
-                    await upstream.close()
+                    upstream.close()
         raise AssertionError("unreachable")
 
     async def _coordinator(self, cluster: str, group: str, upstream: Upstream | None = None) -> int:
@@ -1103,7 +1103,7 @@ class ClientSession:
 
 
 def _give_up(upstream: Upstream, api_key: int) -> None:
-    upstream.abort(Overdue(f"{upstream.host}:{upstream.port} did not answer {api_name(api_key)} in time"))
+    upstream.close(Overdue(f"{upstream.host}:{upstream.port} did not answer {api_name(api_key)} in time"))
 
 
 class _SplitBrokers:

@@ -191,16 +191,13 @@ class Upstream:
         if self._transport is not None:
             self._transport.close()
 
-    def abort(self, error: UpstreamError) -> None:
-        """Close now, failing what waits with ``error``."""
-        self._fail(error)
-
     def retire(self) -> None:
         self.retired = True
         if not self._waiting:
             self._fail(UpstreamError(f"{self.host}:{self.port}: retired"))
 
-    async def close(self, error: UpstreamError | None = None) -> None:
+    def close(self, error: UpstreamError | None = None) -> None:
+        """Close now, failing what waits with ``error`` (by default: closed by the gateway)."""
         self._fail(error or UpstreamError(f"connection to {self.host}:{self.port} closed by the gateway"))
 
 
