@@ -38,7 +38,7 @@ SECONDS = int(os.environ.get("SWITCHYARD_LOAD_S", "5"))
 PARTITIONS = 3
 ROUNDS = int(os.environ.get("SWITCHYARD_LOAD_ROUNDS", "3"))
 
-pytestmark = pytest.mark.timeout(ROUNDS * len(SIZES) * len(LOADS_MIB_S) * 3 * (SECONDS + 60) + 300)
+pytestmark = pytest.mark.timeout(ROUNDS * len(SIZES) * len(LOADS_MIB_S) * 3 * (SECONDS + 60) + 300)  # 3 paths
 
 
 def measured(path: Route, size: int, load: int) -> tuple[Load, float]:

@@ -65,8 +65,8 @@ class Supervisor:
         self.config, self.command, self.count = config, list(command), count
         self._stopping = False
         self._children: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
-        self._ready: dict[int, int | None] = {}
-        """Per process, the pipe it says it serves on (None once it has)."""
+        self._pipes: dict[int, int] = {}
+        """Per process that has not yet said it serves, the pipe it will say so on."""
         self._failures: dict[int, int] = {}
         """Per process, how many times in a row it ended before serving or within STARTING_S of a start."""
 
@@ -97,11 +97,11 @@ class Supervisor:
             raise
         finally:
             os.close(write)
-        self._ready[index] = read
+        self._pipes[index] = read
 
     def _serving(self, index: int) -> bool:
         """Whether process ``index`` has said it serves (a process that ended without saying so has not)."""
-        read = self._ready.get(index)
+        read = self._pipes.get(index)
         if read is None:
             return True
         try:
@@ -109,8 +109,7 @@ class Supervisor:
         except BlockingIOError:
             return False
         if said:
-            os.close(read)
-            self._ready[index] = None
+            self._forget_pipe(index)
         return bool(said)
 
     def _watch(self) -> int:
@@ -137,12 +136,12 @@ class Supervisor:
         return 0
 
     def _forget_pipe(self, index: int) -> None:
-        read = self._ready.pop(index, None)
+        read = self._pipes.pop(index, None)
         if read is not None:
             os.close(read)
 
     def _stop_all(self) -> None:
-        for index in list(self._ready):
+        for index in list(self._pipes):
             self._forget_pipe(index)
         children = [child for child, _ in self._children.values() if child.poll() is None]
         for child in children:
