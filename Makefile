@@ -11,7 +11,9 @@ TEST_WORKERS ?= 3
 
 NODE_STAMP := tests/compat/js/node_modules/.installed
 
-setup: system-packages $(STAMP) $(NODE_STAMP)
+KAFKA_STAMP := .state/kafka-dist/.fetched
+
+setup: system-packages $(STAMP) $(NODE_STAMP) $(KAFKA_STAMP)
 
 system-packages:
 	@infra/install-system-packages.sh
@@ -26,6 +28,11 @@ $(STAMP): pyproject.toml
 $(NODE_STAMP): tests/compat/js/package-lock.json
 	cd tests/compat/js && npm ci --silent --no-audit --no-fund
 	@touch $(NODE_STAMP)
+
+# Apache Kafka's jars from Maven Central, once per version the stack's configuration names (offline after).
+$(KAFKA_STAMP): $(STAMP) infra/embedded.yaml
+	$(BIN)/switchyard --config $(CONFIG) stack fetch
+	@touch $(KAFKA_STAMP)
 
 demo: setup
 	$(BIN)/switchyard --config $(CONFIG) demo

@@ -314,8 +314,7 @@ class DrillsConfig(_Section):
     spark_verify: bool = True
     """Compare both clusters' copies of the canary topic with the Spark job after the switchback."""
     delete_topics: bool = True
-    """Tidy deletes each run's canary topic from the clusters. False keeps them (Tansu: deleting a topic
-    that a librdkafka consumer is assigned to crashes that client, see docs/testbed.md)."""
+    """Tidy deletes each run's canary topic from the clusters. False keeps them (to look at afterwards)."""
     catchup_window_s: PositiveSeconds = 600.0
     """A firing missed while Temporal was down still runs if it is at most this late; older ones are
     dropped (a drill hours late would meet another shift's traffic)."""
@@ -484,6 +483,38 @@ class StackSparkConfig(_Section):
     """The master's web UI; worker i's (from 1) at ``ui_port + i``. Defaults to the master's port + 1000."""
 
 
+DEFAULT_KAFKA_VERSION = "4.4.0"
+KafkaVersion = Annotated[str, Field(pattern=r"^(3\.9|4\.[0-9]+)\.[0-9]+$")]
+"""An Apache Kafka release the stack can run: 4.x, or 3.9.x (the last with ZooKeeper, KRaft already)."""
+
+
+class StackKafkaConfig(_Section):
+    """Apache Kafka as the embedded stack runs it (docs/testbed.md)."""
+
+    version: KafkaVersion = DEFAULT_KAFKA_VERSION
+    """What every cluster runs unless ``stack.clusters.<id>.version`` says otherwise."""
+    dist_dir: Path | None = None
+    """Where each version's jars are kept once resolved from Maven Central; defaults to
+    ``<state_dir>/kafka-dist``."""
+    heap: Annotated[str, Field(pattern=r"^[1-9][0-9]*[mMgG]$")] = "512m"
+    """Each broker's largest heap."""
+    jvm_options: list[str] = Field(default_factory=list)
+    """Added after the stack's own (a small G1 heap, one GC thread each kind, two compiler threads)."""
+
+
+class StackClusterConfig(_Section):
+    """How the stack runs one cluster: ``clusters.<id>.bootstrap`` lists its brokers' addresses."""
+
+    version: KafkaVersion | None = None
+    brokers: Annotated[int, Field(ge=1, le=5)] = 1
+    """Each broker is a KRaft node in combined mode (broker and controller), listening on the next
+    address of ``clusters.<id>.bootstrap``; with 3, partitions are replicated three ways."""
+    controllers: HostPortList | None = None
+    """The brokers' controller listeners, one each; free ports are chosen (and kept) when empty."""
+    properties: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """Broker properties set over the stack's own (an authorizer, retention checks, ...)."""
+
+
 class StackConfig(_Section):
     """The embedded stack (dev, tests, demo). Its services listen where the sections above point."""
 
@@ -491,6 +522,16 @@ class StackConfig(_Section):
     temporal_ui_port: Port | None = None
     """Defaults to the Temporal port + 1000, as the Temporal CLI does."""
     spark: StackSparkConfig = StackSparkConfig()
+    kafka: StackKafkaConfig = StackKafkaConfig()
+    clusters: dict[str, StackClusterConfig] = Field(default_factory=dict)
+    """Per cluster, when it differs from one broker of ``stack.kafka.version``."""
+
+    def cluster(self, cluster_id: str) -> StackClusterConfig:
+        return self.clusters.get(cluster_id) or StackClusterConfig()
+
+    @property
+    def kafka_dist_dir(self) -> Path:
+        return self.kafka.dist_dir or self.state_dir / "kafka-dist"
 
 
 class Config(_Section):
@@ -522,6 +563,21 @@ class Config(_Section):
                     raise _KeyError(f"mirror.links.{link_id}.{end}", f"{name!r} is not one of clusters")
             if link.source == link.target:
                 raise _KeyError(f"mirror.links.{link_id}", "source and target are the same cluster")
+        for cluster_id, wanted in self.stack.clusters.items():
+            key = f"stack.clusters.{cluster_id}"
+            if cluster_id not in self.clusters:
+                raise _KeyError(key, f"{cluster_id!r} is not one of clusters")
+            listed = len(self.clusters[cluster_id].bootstrap.split(","))
+            if wanted.brokers > 1 and listed != wanted.brokers:
+                raise _KeyError(
+                    f"{key}.brokers",
+                    f"{wanted.brokers} brokers need {wanted.brokers} addresses in "
+                    f"clusters.{cluster_id}.bootstrap, one each; it lists {listed}",
+                )
+            if wanted.controllers and len(wanted.controllers.split(",")) != wanted.brokers:
+                raise _KeyError(
+                    f"{key}.controllers", f"needs one address for each of its {wanted.brokers} brokers"
+                )
         if self.stack.spark.workers and self.spark_master_address is None:
             raise _KeyError(
                 "stack.spark.workers",
@@ -596,10 +652,18 @@ def load_config(
     base = file.resolve().parent
     users_file = config.gateway.sasl.users_file
     sasl = config.gateway.sasl.model_copy(update={"users_file": users_file and (base / users_file).resolve()})
+    dist_dir = config.stack.kafka.dist_dir
     return config.model_copy(
         update={
             "source": file.resolve(),
-            "stack": config.stack.model_copy(update={"state_dir": (base / config.stack.state_dir).resolve()}),
+            "stack": config.stack.model_copy(
+                update={
+                    "state_dir": (base / config.stack.state_dir).resolve(),
+                    "kafka": config.stack.kafka.model_copy(
+                        update={"dist_dir": dist_dir and (base / dist_dir).resolve()}
+                    ),
+                }
+            ),
             "gateway": config.gateway.model_copy(update={"sasl": sasl}),
         }
     )

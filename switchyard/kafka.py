@@ -44,12 +44,18 @@ class Record:
 
 
 def create_topics(
-    bootstrap: str, names: Iterable[str], *, partitions: int = 1, timeout_s: float = 15.0
+    bootstrap: str,
+    names: Iterable[str],
+    *,
+    partitions: int = 1,
+    config: Mapping[str, str] | None = None,
+    timeout_s: float = 15.0,
 ) -> None:
-    """Create the topics; one that already exists is left as it is."""
+    """Create the topics, replicated as the cluster's ``default.replication.factor`` says; one that
+    already exists is left as it is."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1) for name in names],
+        [NewTopic(name, num_partitions=partitions, config=dict(config or {})) for name in names],
         request_timeout=timeout_s,
     )
     for name, future in futures.items():
@@ -264,16 +270,37 @@ def watermarks(
     if not keys:
         return {}
     found: dict[tuple[str, int], list[int]] = {k: [0, 0] for k in keys}
+    deadline = time.monotonic() + timeout_s
     for spec, slot in ((_EARLIEST, 0), (_LATEST, 1)):
-        for tp in consumer.offsets_for_times(
-            [TopicPartition(t, p, spec) for t, p in keys], timeout=timeout_s
-        ):
-            if tp.error is not None:
-                raise KafkaOperationError(
-                    f"cannot list the offsets of {tp.topic}[{tp.partition}]: {tp.error}"
-                )
+        for tp in _listed(consumer, [TopicPartition(t, p, spec) for t, p in keys], deadline):
             found[(tp.topic, tp.partition)][slot] = tp.offset
     return {k: (low, high) for k, (low, high) in found.items()}
+
+
+RETRIABLE = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.OFFSET_NOT_AVAILABLE, KafkaError._TRANSPORT,
+})  # fmt: skip
+"""Answers that a moment cures: a partition whose leader moves (a broker restarted, a topic created a
+moment ago and not yet known to every broker), or a broker briefly out of reach."""
+
+
+def _listed(consumer: Consumer, asked: list[TopicPartition], deadline: float) -> list[TopicPartition]:
+    """ListOffsets for every partition of ``asked``, asked again while the answer is one a moment cures."""
+    while True:
+        try:
+            answered = consumer.offsets_for_times(asked, timeout=max(0.1, deadline - time.monotonic()))
+            failed = next((tp for tp in answered if tp.error is not None), None)
+            error = None if failed is None else failed.error
+        except KafkaException as exc:
+            answered, failed, error = [], None, exc.args[0]
+        if error is None:
+            return list(answered)
+        if error.code() not in RETRIABLE or time.monotonic() > deadline:
+            where = f" of {failed.topic}[{failed.partition}]" if failed is not None else ""
+            raise KafkaOperationError(f"cannot list the offsets{where}: {error}")
+        time.sleep(0.1)
 
 
 @contextmanager

@@ -21,7 +21,6 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
-from switchyard.stack import TESTBED_CONSUMER_SETTINGS
 from switchyard.threads import Worker
 
 _QUEUED_MAX = 2000
@@ -71,7 +70,7 @@ class Reader:
                 "group.id": group,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
-                **(TESTBED_CONSUMER_SETTINGS if settings is None else settings),
+                **(settings or {}),
                 **({"session.timeout.ms": int(session_s * 1000)} if session_s else {}),
                 **({"debug": debug, "logger": debug_log(app)} if debug else {}),
             }

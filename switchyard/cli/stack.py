@@ -12,7 +12,7 @@ from switchyard.table import render
 
 @cli.group(cls=Group)
 def stack() -> None:
-    """The embedded stack: ZooKeeper, Temporal and one Kafka broker per cluster."""
+    """The embedded stack: ZooKeeper, Temporal and an Apache Kafka cluster per configured cluster."""
 
 
 @stack.command("up")
@@ -22,6 +22,15 @@ def stack_up(ctx: click.Context, timeout: float) -> None:
     """Start every service that is not running yet and wait until all are healthy."""
     statuses = Stack(config_of(ctx)).up(timeout_s=timeout, progress=click.echo)
     click.echo(status_table(statuses))
+
+
+@stack.command("fetch")
+@click.pass_context
+def stack_fetch(ctx: click.Context) -> None:
+    """Resolve the Apache Kafka versions the clusters run from Maven Central, once each (`stack up`
+    does it too; afterwards nothing is downloaded)."""
+    for dist in Stack(config_of(ctx)).fetch(progress=click.echo):
+        click.echo(f"kafka {dist.version}: {dist.libs}")
 
 
 @stack.command("down")

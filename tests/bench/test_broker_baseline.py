@@ -8,8 +8,9 @@ import uuid
 
 from switchyard import kafka
 from switchyard.config import Config
-from switchyard.stack import TESTBED_CONSUMER_SETTINGS, Stack
+from switchyard.stack import Stack
 from switchyard.table import render
+from tests.helpers.stacks import QUICK_CONSUMER
 
 RECORDS = 20_000
 SIZE = 1024
@@ -30,7 +31,7 @@ def test_direct_produce_and_consume_throughput(stack: Stack, stack_config: Confi
         produce_s = time.perf_counter() - started
         started = time.perf_counter()
         consumed = kafka.consume(
-            cluster.bootstrap, topic, group=f"{topic}-g", count=RECORDS, settings=TESTBED_CONSUMER_SETTINGS
+            cluster.bootstrap, topic, group=f"{topic}-g", count=RECORDS, settings=QUICK_CONSUMER
         )
         consume_s = time.perf_counter() - started  # includes the group join
         assert produced == len(consumed) == RECORDS

@@ -33,11 +33,11 @@ from switchyard.config import Config
 from switchyard.errors import KafkaOperationError
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
-from switchyard.stack import TESTBED_CONSUMER_SETTINGS
 from tests.helpers.compat import CODECS, ROOT, App, judge, longest_gap, prepare, table, wait_until
 from tests.helpers.live import Live, unique
 from tests.helpers.soak import Instance, Sampler
 from tests.helpers.soak_plot import plot
+from tests.helpers.stacks import QUICK_CONSUMER
 
 SOAK_S = float(os.environ.get("SWITCHYARD_SOAK_S", "240"))
 EVERY_S = float(os.environ.get("SWITCHYARD_SOAK_EVERY_S", "60"))
@@ -89,7 +89,7 @@ def test_soak(live: Live, routing: RoutingStore, stack_config: Config, tmp_path:
     try:
         for a in apps:
             a.start(live.gateway.bootstrap, rate=RATE, codecs=CODECS[a.library][:2],
-                    session_ms=TESTBED_CONSUMER_SETTINGS["session.timeout.ms"])  # fmt: skip
+                    session_ms=QUICK_CONSUMER["session.timeout.ms"])  # fmt: skip
         wait_until("first records", apps, lambda a, s: len(s.acked) >= 100 and s.batches["manual"], 120)
         sampler.start()
         switches, restarts, outages = drive(live, routing, apps, link, sampler)

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
+RECENT_MS = (int(time.time()) - 3600) * 1000
+"""A fixed timestamp for a test run's records, an hour old: within any topic's retention. (A date years
+back is older than the broker's seven days, and Apache Kafka's retention deletes such records within
+seconds of their writing.)"""
+
 
 def commit_offset(bootstrap: str, group: str, topic: str, offset: int, partition: int = 0) -> None:
     """Commit ``offset`` for ``group`` as a consumer would, without joining the group."""
@@ -16,7 +23,8 @@ def commit_offset(bootstrap: str, group: str, topic: str, offset: int, partition
 
 def fill_topic(bootstrap: str, topic: str, count: int, *, partitions: int, size: int = 1024) -> None:
     """``count`` records of ``size`` bytes spread round-robin over the partitions, as fast as the broker
-    takes them (benchmark set-up); keys are the record numbers, timestamps fixed and increasing."""
+    takes them (benchmark set-up); keys are the record numbers, timestamps fixed for the run and
+    increasing."""
     from confluent_kafka import Producer
 
     from switchyard import kafka
@@ -28,7 +36,7 @@ def fill_topic(bootstrap: str, topic: str, count: int, *, partitions: int, size:
         while True:
             try:
                 producer.produce(
-                    topic, payload, str(i).encode(), partition=i % partitions, timestamp=1_700_000_000_000 + i
+                    topic, payload, str(i).encode(), partition=i % partitions, timestamp=RECENT_MS + i
                 )
                 break
             except BufferError:

@@ -20,6 +20,7 @@ from switchyard.routing.store import RoutingStore
 from switchyard.stack import Stack
 from tests.helpers import ports
 from tests.helpers.live import Live
+from tests.helpers.stacks import KAFKA_DIST
 
 
 class PostgresServer:
@@ -87,20 +88,32 @@ class PrivateService:
 
     @classmethod
     def kafka(cls, directory: Path, *, advertised: int | None = None) -> PrivateService:
-        """A broker; ``advertised``: the port of a proxy in front of it, where clients are sent."""
-        from switchyard.stack.services import kafka_broker
+        """An Apache Kafka broker (one KRaft node); ``advertised``: the port of a proxy in front of it,
+        where clients are sent."""
+        from switchyard.config import DEFAULT_KAFKA_VERSION
+        from switchyard.stack.brokers import KafkaCluster
+        from switchyard.stack.distribution import KafkaDistribution
+        from switchyard.stack.services import brokers
 
-        return cls(
-            directory,
-            lambda _home, host, port: kafka_broker("private", host, port, advertised=advertised),
-            "kafka",
-        )
+        def make(home: Path, host: str, port: int) -> Any:
+            cluster = KafkaCluster(
+                cluster_id="private",
+                dist=KafkaDistribution(DEFAULT_KAFKA_VERSION, KAFKA_DIST),
+                addresses=[(host, port)],
+                controllers=[(host, ports.reserve_block(1))],
+                home=home,
+                heap="256m",
+                properties={"advertised.listeners": f"PLAINTEXT://{host}:{advertised}"} if advertised else {},
+            )
+            return brokers(cluster)[0]
+
+        return cls(directory, make, "kafka")
 
     def start(self) -> None:
         assert self.service.argv is not None
         self.service.prepare()
         self.process.start(self.service.argv())
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90
         while not self.service.probe().ok:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"private {self.name} did not start:\n{self.process.log_tail()}")

@@ -14,12 +14,18 @@ from switchyard.config import Config
 from switchyard.ledger import Ledger
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
-from switchyard.stack import TESTBED_CONSUMER_SETTINGS
 from tests.helpers import ports
+
+QUICK_CONSUMER = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
+"""A consumer whose group notices its death in 6 s rather than librdkafka's 45: for the tests' own
+consumers and mirrors, which the tests kill. Client-library tests keep each library's defaults."""
+
+KAFKA_DIST = Path(__file__).resolve().parents[2] / ".state" / "kafka-dist"
+"""Apache Kafka's jars, resolved once for every test run and the demo (`make setup` resolves them)."""
 
 
 def stack_config_data(state_dir: Path) -> dict[str, Any]:
-    zk, primary, standby, temporal, ui = ports.reserve(5)
+    zk, primary, standby, temporal, ui, primary_controller, standby_controller = ports.reserve(7)
     return {
         "clusters": {
             "primary": {"bootstrap": f"127.0.0.1:{primary}"},
@@ -29,10 +35,17 @@ def stack_config_data(state_dir: Path) -> dict[str, Any]:
         "zookeeper": {"connect": f"127.0.0.1:{zk}"},
         "temporal": {"address": f"127.0.0.1:{temporal}"},
         "gateway": {"bootstrap_port": ports.reserve_block(16)},
-        "stack": {"state_dir": str(state_dir), "temporal_ui_port": ui},
+        "stack": {
+            "state_dir": str(state_dir),
+            "temporal_ui_port": ui,
+            "kafka": {"dist_dir": str(KAFKA_DIST)},
+            "clusters": {
+                "primary": {"controllers": f"127.0.0.1:{primary_controller}"},
+                "standby": {"controllers": f"127.0.0.1:{standby_controller}"},
+            },
+        },
         "spark": {"submit_args": QUICK_JVMS},
-        "mirror": {"consumer": dict(TESTBED_CONSUMER_SETTINGS)},  # Tansu joins a group in 3 s, not 23
-        "drills": {"consumer": dict(TESTBED_CONSUMER_SETTINGS), "delete_topics": False},  # Tansu: testbed.md
+        "mirror": {"consumer": dict(QUICK_CONSUMER)},  # tests kill mirrors: their groups notice in 6 s
     }
 
 

@@ -35,11 +35,11 @@ from switchyard.config import Config
 from switchyard.keys import BindingKey
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
-from switchyard.stack import TESTBED_CONSUMER_SETTINGS
 from switchyard.usage import Use
 from tests.helpers.compat import CODECS, LIBRARIES, App, judge, longest_gap, prepare, table, wait_until
 from tests.helpers.live import Live, unique
 from tests.helpers.processes import GatewayProcess
+from tests.helpers.stacks import QUICK_CONSUMER
 
 pytestmark = pytest.mark.alone  # its bound on how long clients are held wants the machine to itself
 
@@ -65,7 +65,7 @@ expire, clients held. The others use the testbed's 6 s (docs/testbed.md): every 
 slowest application's rejoin, and a join round on Tansu takes half the session time-out (kafkajs's
 default: 15 s a switch). ``SWITCHYARD_COMPAT_DEFAULTS=all`` runs all eight at their defaults (2 minutes
 instead of 1)."""
-TESTBED_SESSION_MS = TESTBED_CONSUMER_SETTINGS["session.timeout.ms"]
+QUICK_SESSION_MS = QUICK_CONSUMER["session.timeout.ms"]
 
 
 def at_defaults(a: App) -> bool:
@@ -176,7 +176,7 @@ def round_trip(
     switches: list[Switch] = []
     try:
         for a in apps:
-            session_ms = None if at_defaults(a) else TESTBED_SESSION_MS
+            session_ms = None if at_defaults(a) else QUICK_SESSION_MS
             a.start(bootstraps[a.setup], rate=RATE, codecs=CODECS[a.library], session_ms=session_ms)
         wait_until("first records", apps, lambda a, s: len(s.acked) >= 100 and s.batches["manual"], 120)
         for a in apps:

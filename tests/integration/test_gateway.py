@@ -18,9 +18,10 @@ from switchyard.model import LinkState, now
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.layout import epoch_data
 from switchyard.routing.store import RoutingStore
-from switchyard.stack import TESTBED_CONSUMER_SETTINGS, health
+from switchyard.stack import health
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.processes import GatewayProcess
+from tests.helpers.stacks import QUICK_CONSUMER
 
 ACTOR = "user:test"
 
@@ -81,7 +82,7 @@ def test_produce_and_consume_through_the_gateway(gateway: GatewayProcess, stack_
         topic,
         group=unique("g"),
         count=2000,
-        settings={**TESTBED_CONSUMER_SETTINGS, "client.id": f"{app}@c1"},
+        settings={**QUICK_CONSUMER, "client.id": f"{app}@c1"},
     )
     assert sorted((r.key, r.value) for r in got) == sorted((r.key, r.value) for r in sent)
     only_on(stack_config, "primary", topic, 2000)  # unbound: the default cluster, and only there
@@ -111,7 +112,7 @@ def test_regex_subscription_is_answered_from_the_bound_cluster(
         f"^{prefix}-.*",
         group=unique("g"),
         count=200,
-        settings={**TESTBED_CONSUMER_SETTINGS, "client.id": f"{app}@c1"},
+        settings={**QUICK_CONSUMER, "client.id": f"{app}@c1"},
     )
     assert len(got) == 200
 
@@ -121,7 +122,8 @@ def test_produce_to_a_mirror_topic_is_refused_until_the_link_is_promoted(
 ) -> None:
     app, topic, link = unique("mirrored"), unique("mir"), unique("link")
     bind(routing, BindingKey.for_app(app), "standby")
-    kafka.create_topics(stack_config.clusters["standby"].bootstrap, [topic], partitions=1)
+    for cluster in stack_config.clusters.values():
+        kafka.create_topics(cluster.bootstrap, [topic], partitions=1)
     epoch = routing.create_link(link, "primary", "standby", include=[f"{topic}.*"], actor=ACTOR, reason="t")
     wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
     with pytest.raises(kafka.KafkaOperationError, match="TOPIC_AUTHORIZATION_FAILED"):

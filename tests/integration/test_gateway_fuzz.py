@@ -29,12 +29,13 @@ from kio.schema.errors import ErrorCode
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.routing.store import RoutingStore
-from switchyard.stack import TESTBED_CONSUMER_SETTINGS, health
+from switchyard.stack import health
 from switchyard.threads import Worker
 from tests.helpers.frames import Encoded, broken, emptied, example
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.raw import RawClient
 from tests.helpers.services import PrivateService
+from tests.helpers.stacks import QUICK_CONSUMER
 from workers.gateway import apis
 from workers.gateway.protocol import FrameError, decode_response, parse_request
 
@@ -102,7 +103,7 @@ class Steady:
                 "client.id": "steady@c",
                 "group.id": f"steady-{uuid.uuid4().hex[:6]}",
                 "auto.offset.reset": "earliest",
-                **TESTBED_CONSUMER_SETTINGS,
+                **QUICK_CONSUMER,
             }
         )
         consumer.subscribe([self.topic])

@@ -28,9 +28,10 @@ from switchyard.keys import BindingKey
 from switchyard.model import BindingState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
-from switchyard.stack import TESTBED_CONSUMER_SETTINGS, health
+from switchyard.stack import health
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.raw import RawClient
+from tests.helpers.stacks import QUICK_CONSUMER
 from workers.gateway import apis
 
 ACTOR = "user:test"
@@ -179,7 +180,7 @@ def test_a_45s_long_poll_does_not_hold_up_an_epoch(
             "group.id": unique("g"),
             "fetch.wait.max.ms": 45_000,
             "socket.timeout.ms": 60_000,
-            **TESTBED_CONSUMER_SETTINGS,
+            **QUICK_CONSUMER,
         }
     )
     consumer.subscribe([topic])
@@ -279,7 +280,7 @@ def test_sigterm_under_traffic_ends_cleanly(start_gateway: Start, stack_config: 
             "bootstrap.servers": gateway.bootstrap,
             "client.id": app,
             "group.id": unique("g"),
-            **TESTBED_CONSUMER_SETTINGS,
+            **QUICK_CONSUMER,
         }
     )
     consumer.subscribe([topic])

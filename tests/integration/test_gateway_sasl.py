@@ -93,6 +93,7 @@ def test_the_sasl_user_is_the_appid_and_plain_clients_still_work(
     bind(routing, BindingKey.for_app(app), "standby")
     topic, plain_topic = unique("sasl"), unique("nosasl")
     kafka.create_topics(stack_config.clusters["standby"].bootstrap, [topic], partitions=2)
+    kafka.create_topics(stack_config.clusters["primary"].bootstrap, [plain_topic], partitions=2)
 
     # client.id names another app, but the authenticated user decides: it is only the instance
     settings = sasl(app, **{"client.id": "someone-else@host-7"})
@@ -142,6 +143,7 @@ def test_a_blocked_sasl_client_is_counted(
     )
     wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
     topic = unique("blk")
+    kafka.create_topics(stack_config.clusters["primary"].bootstrap, [topic])
     with pytest.raises(kafka.KafkaOperationError):
         kafka.produce(gateway.bootstrap, topic, records(5), settings=sasl(app), timeout_s=3)
     deadline = time.monotonic() + 15

@@ -29,10 +29,10 @@ from switchyard.mirror.groups import group_state
 from switchyard.model import BindingState
 from switchyard.routing import BindingChange, RoutingStore
 from switchyard.routing.gateways import wait_for_acks
-from switchyard.stack import TESTBED_CONSUMER_SETTINGS
 from switchyard.traffic import Traffic
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.processes import GatewayProcess
+from tests.helpers.stacks import QUICK_CONSUMER
 from tests.helpers.traffic import judge_consumer, topic_ids
 from tests.integration.test_gateway import gateway  # noqa: F401 - a shared module fixture
 
@@ -61,7 +61,7 @@ def copy_group_offsets(source: str, target: str, group: str, topic: str) -> dict
     reader = Consumer({"bootstrap.servers": source, "group.id": group})
     committed = [tp for tp in reader.committed(partitions, timeout=10) if tp.offset >= 0]
     reader.close()
-    writer = Consumer({"bootstrap.servers": target, "group.id": group, **TESTBED_CONSUMER_SETTINGS})
+    writer = Consumer({"bootstrap.servers": target, "group.id": group, **QUICK_CONSUMER})
     if committed:
         writer.commit(offsets=committed, asynchronous=False)
     writer.close()

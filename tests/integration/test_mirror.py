@@ -29,12 +29,13 @@ from switchyard.model import LinkState, now
 from switchyard.routing.locks import SagaLocks
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
-from switchyard.stack import TESTBED_CONSUMER_SETTINGS, Stack
+from switchyard.stack import Stack
 from switchyard.threads import Worker
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.processes import MirrorProcess, cpu_seconds
 from tests.helpers.records import commit_offset
 from tests.helpers.services import PrivateService
+from tests.helpers.stacks import QUICK_CONSUMER
 
 ACTOR = "user:test"
 
@@ -354,7 +355,7 @@ def test_source_gaps_give_an_exact_offset_map(
     commit_offset(primary, group, topic, source[60].offset)
     translated = _wait_group_offset(standby, group, topic, 60)
     assert translated == 60 != source[60].offset
-    resumed = kafka.consume(standby, topic, group=group, count=1, settings=TESTBED_CONSUMER_SETTINGS)
+    resumed = kafka.consume(standby, topic, group=group, count=1, settings=QUICK_CONSUMER)
     assert (resumed[0].key, resumed[0].value) == (source[60].key, source[60].value)
 
 
@@ -570,7 +571,7 @@ def test_group_offsets_are_carried_only_while_the_group_is_idle_on_the_target(
             "bootstrap.servers": standby,
             "group.id": busy,
             "enable.auto.commit": False,
-            **TESTBED_CONSUMER_SETTINGS,
+            **QUICK_CONSUMER,
         }
     )
     member.subscribe([topic])
@@ -626,18 +627,35 @@ def test_the_carry_leaves_a_sagas_groups_to_it_and_waits_for_its_turn(
 def test_sigterm_during_a_group_join_exits_within_seconds(
     mirrors: Mirrors, routing: RoutingStore, stack_config: Config
 ) -> None:
-    """With the default session timeout, Tansu holds a first join for ~23 s; a mirror asked to stop
-    then must not wait for it (its partitions go to another member once the session times out)."""
-    topic, _ = link_topic(routing, "joining")
-    kafka.create_topics(stack_config.clusters["primary"].bootstrap, [topic], partitions=1)
-    process = mirrors.start("m-join", SWITCHYARD__MIRROR__CONSUMER="{}")  # librdkafka's defaults
-    time.sleep(6)  # subscribed, the join under way
-    assert process.process is not None
-    started = time.monotonic()
-    process.process.send_signal(signal.SIGTERM)
-    assert process.process.wait(30) == 0
-    took = time.monotonic() - started
-    assert took < 8, f"SIGTERM took {took:.1f}s"  # ~23 s before: it waited for the join
+    """A member of the mirror's group that stopped polling holds a new member's join for its rebalance
+    time-out (``max.poll.interval.ms``, 5 minutes by default): a mirror asked to stop meanwhile must not
+    wait for it (its partitions go to another member once the round ends)."""
+    primary = stack_config.clusters["primary"].bootstrap
+    topic, link = link_topic(routing, "joining")
+    kafka.create_topics(primary, [topic], partitions=1)
+    stalled = Consumer(
+        {"bootstrap.servers": primary, "group.id": f"switchyard-mirror.{link}", "enable.auto.commit": False}
+    )
+    try:
+        stalled.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while not stalled.assignment():
+            assert time.monotonic() < deadline, "the stalled member never joined"
+            stalled.poll(0.2)
+        process = mirrors.start("m-join", SWITCHYARD__MIRROR__CONSUMER="{}")  # librdkafka's defaults
+        assert process.process is not None
+        deadline = time.monotonic() + 60
+        while "copying 1 topics" not in process.log.read_text():  # subscribed: its join is held
+            assert time.monotonic() < deadline, "the mirror never subscribed"
+            time.sleep(0.2)
+        time.sleep(2)
+        started = time.monotonic()
+        process.process.send_signal(signal.SIGTERM)
+        assert process.process.wait(30) == 0
+        took = time.monotonic() - started
+    finally:
+        stalled.close()
+    assert took < 8, f"SIGTERM took {took:.1f}s"
     log = process.log.read_text()
     assert "left without waiting for the group (a join was in progress)" in log
     assert "Traceback" not in log

@@ -16,7 +16,8 @@ from temporalio.client import Client
 
 from switchyard import kafka
 from switchyard.config import Config, split_hostport
-from switchyard.stack import TESTBED_CONSUMER_SETTINGS, Stack
+from switchyard.stack import Stack
+from tests.helpers.stacks import QUICK_CONSUMER
 
 
 def test_every_service_is_healthy_where_the_config_says(stack: Stack, stack_config: Config) -> None:
@@ -66,7 +67,7 @@ def test_each_cluster_takes_records_and_gives_them_back(stack: Stack, stack_conf
         sent = [kafka.Record(f"key-{i}".encode(), f"value-{i}".encode()) for i in range(500)]
         assert kafka.produce(cluster.bootstrap, topic, sent) == 500
         got = kafka.consume(
-            cluster.bootstrap, topic, group=f"{topic}-reader", count=500, settings=TESTBED_CONSUMER_SETTINGS
+            cluster.bootstrap, topic, group=f"{topic}-reader", count=500, settings=QUICK_CONSUMER
         )
         assert sorted((r.key, r.value) for r in got) == sorted((r.key, r.value) for r in sent)
 

@@ -25,7 +25,7 @@ from switchyard.mirror.control import promote_link
 from switchyard.model import now
 from switchyard.routing.store import RoutingStore
 from switchyard.verify.submit import JobResult, Progress, VerificationError, run_job, verdict, verify_spec
-from tests.helpers.records import commit_offset
+from tests.helpers.records import RECENT_MS, commit_offset
 from tests.helpers.spark import SparkCluster
 from tests.integration.test_mirror import Mirrors, wait_drained
 
@@ -35,9 +35,7 @@ N = 50
 
 def records(n: int, tag: str = "v") -> list[kafka.Record]:
     return [
-        kafka.Record(
-            f"k{i}".encode(), f"{tag}{i}".encode(), headers=(("h", b"x"),), timestamp=1_700_000_000_000 + i
-        )
+        kafka.Record(f"k{i}".encode(), f"{tag}{i}".encode(), headers=(("h", b"x"),), timestamp=RECENT_MS + i)
         for i in range(n)
     ]
 

@@ -23,6 +23,7 @@ from switchyard.routing.store import RoutingStore
 from switchyard.sagas import steps
 from switchyard.sagas.steps import VerifyOutcome, VerifyRequest
 from tests.helpers.processes import command_line, descendants
+from tests.helpers.records import RECENT_MS
 
 N = 30
 
@@ -66,7 +67,7 @@ def clean_link(routing: RoutingStore, stack_config: Config) -> str:
         kafka.produce(
             bootstrap,
             topic,
-            [kafka.Record(b"k", f"v{i}".encode(), timestamp=1_700_000_000_000 + i) for i in range(N)],
+            [kafka.Record(b"k", f"v{i}".encode(), timestamp=RECENT_MS + i) for i in range(N)],
         )
     routing.create_link(link, "primary", "standby", include=[topic], actor="user:test", reason="t")
     return link

@@ -115,6 +115,24 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
             ),
             "stack.spark.worker_memory: String should match pattern",
         ),
+        (merged(stack={"kafka": {"version": "2.8.1"}}), "stack.kafka.version: String should match pattern"),
+        (merged(stack={"clusters": {"dr": {}}}), "stack.clusters.dr: 'dr' is not one of clusters"),
+        (
+            merged(stack={"clusters": {"primary": {"brokers": 3}}}),
+            "stack.clusters.primary.brokers: 3 brokers need 3 addresses in clusters.primary.bootstrap, one "
+            "each; it lists 1",
+        ),
+        (
+            merged(
+                clusters={"primary": {"bootstrap": "h:1,h:2"}},
+                stack={"clusters": {"primary": {"brokers": 2, "controllers": "h:3"}}},
+            ),
+            "stack.clusters.primary.controllers: needs one address for each of its 2 brokers",
+        ),
+        (
+            merged(stack={"clusters": {"primary": {"brokers": 6}}}),
+            "stack.clusters.primary.brokers: Input should",
+        ),
     ],
 )
 def test_errors_name_the_key_and_the_problem(tmp_path: Path, data: dict[str, Any], expected: str) -> None:

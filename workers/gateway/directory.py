@@ -12,9 +12,11 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from switchyard import __version__
 from switchyard.config import Config, split_hostport
 from workers.gateway import apis
 from workers.gateway.entities import element_type, make
@@ -30,6 +32,12 @@ CLUSTER_ID = "switchyard"
 """The cluster id clients see, whichever real cluster answers: to them it is one cluster."""
 LOCAL_APIS = {apis.API_VERSIONS: (0, 3), apis.SASL_HANDSHAKE: (1, 1), apis.SASL_AUTHENTICATE: (0, 2)}
 """SaslHandshake v0 would be followed by unframed tokens; v1 (Kafka 1.0 on) frames them."""
+SOFTWARE = {
+    "client_software_name": "switchyard-gateway",
+    "client_software_version": re.sub(r"[^A-Za-z0-9.-]", "-", __version__),
+}
+"""How the gateway names itself in ApiVersions v3: Apache Kafka refuses the request (INVALID_REQUEST,
+no APIs listed) unless both match ``[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?``."""
 PROBE_S = 5.0
 _PROBE_TIMEOUT_S = 10.0
 """A probe unanswered this long counts as unreachable (a host that drops packets never refuses)."""
@@ -190,7 +198,9 @@ class BrokerDirectory:
             upstream = self.upstream(cluster, None, at=split_hostport(address))
             try:
                 async with asyncio.timeout(_PROBE_TIMEOUT_S):
-                    versions = await upstream.ask(API_VERSIONS, 3)
+                    versions = await upstream.ask(API_VERSIONS, 3, **SOFTWARE)
+                    if versions.error_code:
+                        raise RuntimeError(f"ApiVersions answered error {versions.error_code}")
                     theirs = {a.api_key: (a.min_version, a.max_version) for a in versions.api_keys}
                     metadata = await upstream.ask(apis.METADATA, 9, topics=())
             except Exception as exc:

@@ -245,6 +245,15 @@ class LinkCopier:
     # ---- partitions come and go
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Take up the partitions; a failure ends the session from the copy loop, not from inside the
+        client's callback (an exception raised there reaches ``consume`` as something no ``except``
+        clause catches, and ended the copy thread)."""
+        try:
+            self._take_up(consumer, partitions)
+        except Exception as exc:
+            self._failure = f"taking up {len(partitions)} partitions failed: {exc}"
+
+    def _take_up(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         assert self._clients is not None
         probe, source_probe = self._clients.probe, self._clients.source_probe
         keys = [(tp.topic, tp.partition) for tp in partitions]

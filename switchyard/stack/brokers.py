@@ -1,0 +1,216 @@
+"""The embedded stack's Kafka clusters: Apache Kafka in KRaft combined mode, storage kept on disk.
+
+Each broker of a cluster is a KRaft node that is broker and controller at once, listening for clients on
+its address of ``clusters.<id>.bootstrap`` and for the quorum on its ``controllers`` address. Its storage
+is formatted once, under ``<state_dir>/kafka/<cluster>/node-<id>``, so ``stack down`` and ``stack up``, or
+a broker killed and started again, keep every record. The cluster's identity (its id, the version that
+formatted it, its controller listeners) is kept beside the nodes in ``cluster.json``; a configuration that
+asks for another version than the one that formatted the storage is refused, naming both, rather than
+started on storage it may not read.
+
+Sized for two cores shared with everything else: a small heap, one GC thread of each kind, two network
+and two I/O threads, one partition and as many replicas as brokers (up to 3) for the internal topics,
+no delay before a group's first rebalance, and retention checked every few seconds so tests can watch
+it act.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from switchyard.config import Config, split_hostport
+from switchyard.errors import StackError
+from switchyard.stack.distribution import KafkaDistribution
+from switchyard.stack.process import tail
+
+JVM_OPTIONS = ["-Xms64m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:ParallelGCThreads=1",
+               "-XX:ConcGCThreads=1", "-XX:CICompilerCount=2", "-XX:+ExitOnOutOfMemoryError",
+               "-Djava.awt.headless=true"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a cluster's storage was made with, kept beside it in ``cluster.json``."""
+
+    cluster_id: str
+    version: str
+    controllers: list[tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class KafkaCluster:
+    """One cluster of the stack as configured: its brokers' addresses, version and storage."""
+
+    cluster_id: str
+    dist: KafkaDistribution
+    addresses: list[tuple[str, int]]
+    controllers: list[tuple[str, int]] | None
+    home: Path
+    heap: str
+    jvm_options: list[str] = field(default_factory=list)
+    properties: Mapping[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: Config, cluster_id: str) -> KafkaCluster:
+        wanted = config.stack.cluster(cluster_id)
+        listed = [split_hostport(a) for a in config.clusters[cluster_id].bootstrap.split(",")]
+        kafka = config.stack.kafka
+        return cls(
+            cluster_id=cluster_id,
+            dist=KafkaDistribution(wanted.version or kafka.version, config.stack.kafka_dist_dir),
+            addresses=listed[: wanted.brokers],
+            controllers=[split_hostport(a) for a in wanted.controllers.split(",")]
+            if wanted.controllers
+            else None,
+            home=config.stack.state_dir / "kafka" / cluster_id,
+            heap=kafka.heap,
+            jvm_options=list(kafka.jvm_options),
+            properties=dict(wanted.properties),
+        )
+
+    @property
+    def node_ids(self) -> list[int]:
+        return list(range(1, len(self.addresses) + 1))
+
+    def service_name(self, node: int) -> str:
+        return f"kafka-{self.cluster_id}" if len(self.addresses) == 1 else f"kafka-{self.cluster_id}-{node}"
+
+    def node_dir(self, node: int) -> Path:
+        return self.home / f"node-{node}"
+
+    def prepare(self, node: int) -> None:
+        """Resolve the jars, fix the cluster's identity, format this node's storage unless it holds
+        some already, and write its properties."""
+        self.dist.ensure()
+        identity = self._identity()
+        data = self.node_dir(node) / "data"
+        properties = self.node_dir(node) / "server.properties"
+        properties.parent.mkdir(parents=True, exist_ok=True)
+        properties.write_text(self.server_properties(node, identity.controllers, data))
+        if not (data / "meta.properties").exists():
+            self._format(node, identity.cluster_id, properties)
+
+    def argv(self, node: int) -> list[str]:
+        return [*self._java(node), "kafka.Kafka", str(self.node_dir(node) / "server.properties")]
+
+    def _java(self, node: int) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise StackError(f"{self.service_name(node)}: Java is missing (run `make setup`)")
+        logging = self.dist.logging_options(self.node_dir(node))
+        return [
+            java,
+            f"-Xmx{self.heap}",
+            *JVM_OPTIONS,
+            *self.jvm_options,
+            *logging,
+            "-cp",
+            self.dist.classpath,
+        ]
+
+    def server_properties(self, node: int, controllers: list[tuple[str, int]], data: Path) -> str:
+        host, port = self.addresses[node - 1]
+        c_host, c_port = controllers[node - 1]
+        count = len(self.addresses)
+        replicas = min(3, count)
+        in_sync = min(2, count)
+        voters = ",".join(f"{i}@{h}:{p}" for i, (h, p) in zip(self.node_ids, controllers, strict=True))
+        settings: dict[str, object] = {
+            "process.roles": "broker,controller",
+            "node.id": node,
+            "controller.quorum.voters": voters,
+            "controller.listener.names": "CONTROLLER",
+            "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{c_host}:{c_port}",
+            "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": data,
+            "num.partitions": 1,
+            "default.replication.factor": replicas,
+            "auto.create.topics.enable": "false",
+            "offsets.topic.num.partitions": 1,
+            "offsets.topic.replication.factor": replicas,
+            "transaction.state.log.num.partitions": 1,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": in_sync,
+            "group.initial.rebalance.delay.ms": 0,
+            "num.network.threads": 2,
+            "num.io.threads": 2,
+            "background.threads": 2,
+            "num.replica.fetchers": 1,
+            "num.recovery.threads.per.data.dir": 1,
+            "log.cleaner.threads": 1,
+            "log.cleaner.dedupe.buffer.size": 8 * 1024 * 1024,
+            "log.initial.task.delay.ms": 1000,
+            "log.retention.check.interval.ms": 2000,
+        }
+        if self.dist.major >= 4:
+            settings["share.coordinator.state.topic.num.partitions"] = 1
+            settings["share.coordinator.state.topic.replication.factor"] = replicas
+            settings["share.coordinator.state.topic.min.isr"] = in_sync
+        settings.update(self.properties)
+        return "".join(f"{k}={_text(v)}\n" for k, v in settings.items())
+
+    def _identity(self) -> Identity:
+        """The cluster id, the version that formatted its storage and its controller listeners, fixed
+        at its first start; a later start that asks for another version is refused."""
+        path = self.home / "cluster.json"
+        try:
+            kept = json.loads(path.read_text())
+            identity = Identity(
+                kept["cluster_id"], kept["version"], [(str(h), int(p)) for h, p in kept["controllers"]]
+            )
+        except FileNotFoundError:
+            cluster_id = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+            controllers = self.controllers or _free_ports(self.addresses[0][0], len(self.addresses))
+            identity = Identity(cluster_id, self.dist.version, controllers)
+            self.home.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(dataclasses.asdict(identity)))
+            tmp.replace(path)
+            return identity
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StackError(f"kafka-{self.cluster_id}: cannot read {path}: {exc!r}") from exc
+        if identity.version != self.dist.version:
+            raise StackError(
+                f"kafka-{self.cluster_id}: its storage in {self.home} was formatted by Apache Kafka "
+                f"{identity.version}, and the configuration asks for {self.dist.version}; set the "
+                f"version back, or remove {self.home} to start the cluster empty"
+            )
+        return dataclasses.replace(identity, controllers=self.controllers or identity.controllers)
+
+    def _format(self, node: int, cluster_id: str, properties: Path) -> None:
+        done = subprocess.run(
+            [*self._java(node), "kafka.tools.StorageTool", "format",
+             "-t", str(cluster_id), "-c", str(properties), "--ignore-formatted"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            said = tail(done.stdout + done.stderr, 8)
+            raise StackError(f"{self.service_name(node)}: formatting its storage failed:\n{said}")
+
+
+def _free_ports(host: str, count: int) -> list[tuple[str, int]]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((host, 0))
+        return [(host, sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

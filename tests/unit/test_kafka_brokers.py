@@ -1,0 +1,74 @@
+"""What the stack asks of Apache Kafka: each broker's properties, and the jars Maven resolves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from switchyard.config import load_config
+from switchyard.stack.brokers import KafkaCluster
+from switchyard.stack.distribution import KafkaDistribution
+
+
+def cluster(tmp_path: Path, brokers: int, **wanted: object) -> KafkaCluster:
+    data = {
+        "clusters": {"primary": {"bootstrap": ",".join(f"127.0.0.1:{9092 + i}" for i in range(brokers))}},
+        "default_cluster": "primary",
+        "stack": {"clusters": {"primary": {"brokers": brokers, **wanted}}},
+    }
+    path = tmp_path / "switchyard.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return KafkaCluster.from_config(load_config(path, environ={}), "primary")
+
+
+def properties(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines())
+
+
+def test_one_broker_is_its_own_quorum_and_replicates_nothing(tmp_path: Path) -> None:
+    solo = cluster(tmp_path, 1, controllers="127.0.0.1:9192")
+    assert solo.service_name(1) == "kafka-primary"
+    props = properties(solo.server_properties(1, [("127.0.0.1", 9192)], tmp_path / "data"))
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:9192"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9192"
+    assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:9092"
+    assert props["offsets.topic.replication.factor"] == props["default.replication.factor"] == "1"
+    assert props["transaction.state.log.min.isr"] == "1"
+    assert props["auto.create.topics.enable"] == "false"
+    assert props["share.coordinator.state.topic.replication.factor"] == "1"
+
+
+def test_three_brokers_vote_together_and_replicate_three_ways(tmp_path: Path) -> None:
+    three = cluster(
+        tmp_path, 3, properties={"min.insync.replicas": 2, "unclean.leader.election.enable": True}
+    )
+    controllers = [("127.0.0.1", 9192 + i) for i in range(3)]
+    assert [three.service_name(n) for n in three.node_ids] == [
+        "kafka-primary-1",
+        "kafka-primary-2",
+        "kafka-primary-3",
+    ]
+    props = properties(three.server_properties(2, controllers, tmp_path / "data"))
+    assert props["node.id"] == "2"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9093,CONTROLLER://127.0.0.1:9193"
+    assert props["default.replication.factor"] == props["offsets.topic.replication.factor"] == "3"
+    assert props["transaction.state.log.min.isr"] == "2"
+    assert props["min.insync.replicas"] == "2"  # the configuration's own, over the stack's
+    assert props["unclean.leader.election.enable"] == "true"
+
+
+def test_the_older_line_gets_no_share_groups_and_brings_its_own_logging(tmp_path: Path) -> None:
+    older = cluster(tmp_path, 1, version="3.9.2")
+    props = properties(older.server_properties(1, [("127.0.0.1", 9192)], tmp_path / "data"))
+    assert not any(key.startswith("share.") for key in props)
+    assert "log4j-core" not in older.dist.pom()
+    assert older.dist.logging_options(tmp_path)[0].startswith("-Dlog4j.configuration=file:")
+
+
+def test_the_pom_asks_for_the_broker_its_tools_the_client_and_a_logging_binding(tmp_path: Path) -> None:
+    pom = KafkaDistribution("4.4.0", tmp_path).pom()
+    for artifact in ("kafka_2.13", "kafka-tools", "kafka-clients", "log4j-core", "log4j-slf4j-impl"):
+        assert f"<artifactId>{artifact}</artifactId>" in pom
+    assert pom.count("<version>4.4.0</version>") == 4  # the project's own, and the three of Kafka
