@@ -170,7 +170,7 @@ class KafkaCluster:
                 kept["cluster_id"], kept["version"], [(str(h), int(p)) for h, p in kept["controllers"]]
             )
         except FileNotFoundError:
-            cluster_id = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+            cluster_id = new_cluster_id()
             controllers = self.controllers or _free_ports(self.addresses[0][0], len(self.addresses))
             identity = Identity(cluster_id, self.dist.version, controllers)
             self.home.mkdir(parents=True, exist_ok=True)
@@ -197,6 +197,16 @@ class KafkaCluster:
         if done.returncode != 0:
             said = tail(done.stdout + done.stderr, 8)
             raise StackError(f"{self.service_name(node)}: formatting its storage failed:\n{said}")
+
+
+def new_cluster_id() -> str:
+    """16 random bytes in URL-safe base64, as Kafka's own ``random-uuid`` makes them: never starting
+    with '-', which the storage formatter would read as an option (one id in 32 did, and its cluster
+    could not be formatted)."""
+    while True:
+        found = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+        if not found.startswith("-"):
+            return found
 
 
 def _free_ports(host: str, count: int) -> list[tuple[str, int]]:

@@ -17,47 +17,17 @@ import yaml
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
-from switchyard.config import load_config
 from switchyard.errors import StackError
 from switchyard.stack import Stack
-from tests.helpers import ports
+from tests.helpers.clusters import cluster_config, cluster_stack
 from tests.helpers.stacks import KAFKA_DIST
 
 OLDER = "3.9.2"
 
 
-def cluster_config(directory: Path, *, brokers: int = 1, version: str | None = None,
-                   properties: dict[str, Any] | None = None) -> Path:  # fmt: skip
-    """A configuration whose one cluster, ``solo``, the test runs alone (no ZooKeeper, no Temporal)."""
-    clients, controllers = ports.reserve(brokers), ports.reserve(brokers)
-    solo: dict[str, Any] = {
-        "brokers": brokers,
-        "controllers": ",".join(f"127.0.0.1:{p}" for p in controllers),
-    }
-    if version:
-        solo["version"] = version
-    if properties:
-        solo["properties"] = properties
-    data = {
-        "clusters": {"solo": {"bootstrap": ",".join(f"127.0.0.1:{p}" for p in clients)}},
-        "default_cluster": "solo",
-        "stack": {"state_dir": str(directory / "state"), "kafka": {"dist_dir": str(KAFKA_DIST)},
-                  "clusters": {"solo": solo}},
-    }  # fmt: skip
-    path = directory / "switchyard.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def solo_stack(path: Path) -> Stack:
-    config = load_config(path, environ={})
-    names = {f"kafka-solo-{n}" for n in range(1, 6)} | {"kafka-solo"}
-    return Stack(config, only=names)
-
-
 def refusal(path: Path) -> str:
     """What `stack up` stops with for this configuration."""
-    stack = solo_stack(path)
+    stack = cluster_stack(path)
     try:
         with pytest.raises(StackError) as refused:
             stack.up(timeout_s=120)
@@ -70,7 +40,7 @@ def refusal(path: Path) -> str:
 def solo(tmp_path: Path) -> Iterator[Path]:
     path = cluster_config(tmp_path)
     yield path
-    solo_stack(path).down()
+    cluster_stack(path).down()
 
 
 def kill(stack: Stack, name: str) -> None:
@@ -93,7 +63,7 @@ def read_all(bootstrap: str, topic: str, count: int) -> list[bytes]:
 
 
 def test_records_survive_a_stop_and_a_kill(solo: Path) -> None:
-    stack = solo_stack(solo)
+    stack = cluster_stack(solo)
     stack.up(timeout_s=120)
     bootstrap = stack.config.clusters["solo"].bootstrap
     topic = f"kept-{uuid.uuid4().hex[:8]}"
@@ -115,7 +85,7 @@ def test_records_survive_a_stop_and_a_kill(solo: Path) -> None:
 
 def test_three_brokers_replicate_and_one_may_die(tmp_path: Path) -> None:
     path = cluster_config(tmp_path, brokers=3)
-    stack = solo_stack(path)
+    stack = cluster_stack(path)
     try:
         stack.up(timeout_s=120)
         assert [s.name for s in stack.services] == ["kafka-solo-1", "kafka-solo-2", "kafka-solo-3"]
@@ -137,7 +107,7 @@ def test_three_brokers_replicate_and_one_may_die(tmp_path: Path) -> None:
 
 def test_the_older_line_runs_and_storage_keeps_its_version(tmp_path: Path) -> None:
     path = cluster_config(tmp_path, version=OLDER)
-    stack = solo_stack(path)
+    stack = cluster_stack(path)
     try:
         stack.up(timeout_s=120)
         bootstrap = stack.config.clusters["solo"].bootstrap

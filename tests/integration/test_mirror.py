@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -12,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
@@ -285,6 +287,63 @@ def test_an_unreachable_source_is_retried_and_reported(
     assert any(why in report.waiting[0] for why in ("no mirror process reports", "has not answered a fetch"))
     standby = stack_config.clusters["standby"].bootstrap
     assert len(kafka.read_partitions(standby, topic)[0]) == 100  # what was copied stays
+
+
+def test_a_source_broker_killed_mid_copy_and_restarted_loses_and_doubles_nothing(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config, tmp_path: Path
+) -> None:
+    """SIGKILL the source's only broker while an application writes and the mirror copies, then start it
+    again on its storage: every record it acknowledged is on the source, copied once, at the same offset,
+    and the link goes on by itself."""
+    source = PrivateService.kafka(tmp_path)
+    source.start()
+    config = stack_config.model_copy(
+        update={"clusters": {**stack_config.clusters, "primary": stack_config.clusters["primary"].model_copy(
+            update={"bootstrap": source.connect})}}
+    )  # fmt: skip
+    topic, link = link_topic(routing, "killed")
+    keys = [(topic, p) for p in range(3)]
+    acked: list[bytes] = []
+
+    def delivered(error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            acked.append(message.value() or b"")
+
+    def write() -> None:
+        producer = Producer({"bootstrap.servers": source.connect, "linger.ms": 5, "enable.idempotence": True})
+        for i in range(6000):
+            producer.produce(topic, f"r{i}".encode(), on_delivery=delivered)
+            time.sleep(0.001)
+            producer.poll(0)
+        producer.flush(120)
+
+    try:
+        kafka.create_topics(source.connect, [topic], partitions=3)
+        mirrors.start("m-kill", SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP=source.connect)
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        deadline = time.monotonic() + 60
+        while _copied(routing, link) < 1000:
+            assert time.monotonic() < deadline, "the mirror never copied 1,000 records"
+            time.sleep(0.1)
+        pid = source.process.pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        while source.process.pid() is not None:
+            time.sleep(0.05)
+        time.sleep(3)  # the writer and the mirror meet a source that is gone
+        source.start()  # the same storage
+        writer.join(180)
+        assert not writer.is_alive()
+        wait_drained(routing, link, keys, since=now(), timeout_s=120)
+        copied = same_records(config, topic)
+    finally:
+        source.stop()
+    on_source = [r.value for records in copied.values() for r in records]
+    assert len(acked) == 6000  # librdkafka retries for 5 minutes: the outage cost no send
+    assert set(acked) <= set(on_source)  # nothing acknowledged was lost
+    assert len(on_source) == len(set(on_source))  # the idempotent writer wrote nothing twice
+    print(f"\nsource killed mid-copy: {len(acked)} acknowledged, {len(on_source)} on both clusters")
 
 
 def _produce_paced(bootstrap: str, topic: str, count: int, per_second: int) -> None:

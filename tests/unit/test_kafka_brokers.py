@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
 import yaml
 
 from switchyard.config import load_config
-from switchyard.stack.brokers import KafkaCluster
+from switchyard.stack.brokers import KafkaCluster, new_cluster_id
 from switchyard.stack.distribution import KafkaDistribution
 
 
@@ -72,3 +74,10 @@ def test_the_pom_asks_for_the_broker_its_tools_the_client_and_a_logging_binding(
     for artifact in ("kafka_2.13", "kafka-tools", "kafka-clients", "log4j-core", "log4j-slf4j-impl"):
         assert f"<artifactId>{artifact}</artifactId>" in pom
     assert pom.count("<version>4.4.0</version>") == 4  # the project's own, and the three of Kafka
+
+
+def test_a_cluster_id_never_starts_like_an_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The formatter's argument parser takes an id starting with '-' for an option (one in 32 did)."""
+    draws = iter([b"\xfb" + bytes(15), b"\x00" * 16])  # the first encodes to "-w...", the second to "AAAA..."
+    monkeypatch.setattr(os, "urandom", lambda n: next(draws))
+    assert new_cluster_id() == "A" * 22

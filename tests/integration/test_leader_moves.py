@@ -1,0 +1,127 @@
+"""A partition's leadership moves on a three-broker cluster while an application writes and reads through
+the gateway: the application sees nothing but retriable errors, loses nothing and never learns a real
+broker's address."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import ElectionType, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.routing.store import RoutingStore
+from switchyard.stack import Stack
+from tests.helpers.clusters import SOLO, cluster_config, cluster_stack
+from tests.helpers.processes import GatewayProcess
+
+RECORDS = 3000
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    path = cluster_config(tmp_path_factory.mktemp("three"), brokers=3, properties={"min.insync.replicas": 2})
+    stack = cluster_stack(path)
+    try:
+        stack.up(timeout_s=120)
+        yield stack
+    finally:
+        stack.down()
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    three: Stack, routing: RoutingStore, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    """A gateway whose default cluster, ``primary``, is the three-broker cluster."""
+    assert stack_config.source is not None
+    process = GatewayProcess(
+        stack_config.source, root=routing.layout.root, gateway_id="gw-leaders",
+        log=tmp_path_factory.mktemp("gw") / "gateway.log",
+        overrides={"SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP": three.config.clusters[SOLO].bootstrap},
+    )  # fmt: skip
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def leader(admin: AdminClient, topic: str, partition: int) -> int:
+    return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader)
+
+
+def test_a_leader_moves_while_clients_write_through_the_gateway(
+    three: Stack, gateway: GatewayProcess
+) -> None:
+    real = three.config.clusters[SOLO].bootstrap
+    admin = AdminClient({"bootstrap.servers": real})
+    topic, app = f"lead-{uuid.uuid4().hex[:8]}", f"lead-{uuid.uuid4().hex[:6]}"
+    kafka.create_topics(real, [topic], partitions=3)
+    acked: list[bytes] = []
+    failed: list[str] = []
+    errors: list[KafkaError] = []
+    seen_brokers: set[str] = set()
+
+    def delivered(error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            acked.append(message.value() or b"")
+        else:
+            failed.append(str(error))
+
+    def stats(text: str) -> None:
+        seen_brokers.update(b["name"] for b in json.loads(text)["brokers"].values() if b["nodeid"] >= 0)
+
+    def write() -> None:
+        producer = Producer({
+            "bootstrap.servers": gateway.bootstrap, "client.id": app, "error_cb": errors.append,
+            "statistics.interval.ms": 500, "stats_cb": stats,
+        })  # fmt: skip
+        for i in range(RECORDS):
+            producer.produce(topic, f"r{i}".encode(), f"k{i}".encode(), on_delivery=delivered)
+            producer.poll(0.002)
+        producer.flush(60)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    time.sleep(1.5)
+    moved_from = leader(admin, topic, 0)
+    service = next(s for s in three.services if s.name == f"kafka-{SOLO}-{moved_from}")
+    three.process(service).stop()  # a controlled shutdown: its partitions' leadership moves to the others
+    moved_to = leader(admin, topic, 0)
+    time.sleep(1)
+    three.up(timeout_s=120)  # back, a follower; then the preferred leader takes its partitions again
+    deadline = time.monotonic() + 60
+    while True:
+        in_sync = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs
+        if moved_from in in_sync:
+            break
+        assert time.monotonic() < deadline, f"broker {moved_from} never caught up"
+        time.sleep(0.5)
+    election = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, p) for p in range(3)])
+    election.result(30)
+    writer.join(120)
+
+    got = kafka.consume(gateway.bootstrap, topic, group=f"{app}-readers", count=RECORDS,
+                        settings={"client.id": app})  # fmt: skip
+    said = sorted({e.name() for e in errors})
+    print(f"\nleader of {topic}[0]: {moved_from} -> {moved_to} -> {leader(admin, topic, 0)}; "
+          f"client errors: {said}; brokers it knew: {sorted(seen_brokers)}")  # fmt: skip
+    assert moved_to != moved_from
+    assert failed == []
+    assert len(acked) == RECORDS
+    assert sorted(r.value or b"" for r in got) == sorted(f"r{i}".encode() for i in range(RECORDS))
+    assert not [e for e in errors if e.fatal() or not _retriable(e)], errors
+    gateway_ports = {str(gateway.port + i) for i in range(16)}
+    assert {name.rsplit("/", 1)[0].rsplit(":", 1)[1] for name in seen_brokers} <= gateway_ports, seen_brokers
+
+
+def _retriable(error: KafkaError) -> bool:
+    """What a client rides through: a connection closed or a request that timed out, asked again."""
+    return bool(error.retriable()) or error.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
