@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
 from switchyard.errors import StackError
-from switchyard.stack import Stack
+from switchyard.stack import Stack, health
 from tests.helpers.clusters import cluster_config, cluster_stack
 from tests.helpers.stacks import KAFKA_DIST
 
@@ -44,12 +44,14 @@ def solo(tmp_path: Path) -> Iterator[Path]:
 
 
 def kill(stack: Stack, name: str) -> None:
-    """SIGKILL, and wait until it is gone (a signal is delivered, not obeyed, by the time kill returns)."""
-    process = stack.process(next(s for s in stack.services if s.name == name))
+    """SIGKILL, and wait until it is gone and its port closed: a JVM's main thread shows as a zombie
+    while its other threads still exit, holding the process's sockets a moment longer."""
+    service = next(s for s in stack.services if s.name == name)
+    process = stack.process(service)
     pid = process.pid()
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    while process.pid() is not None:
+    while process.pid() is not None or health.port_open(service.host, service.port):
         time.sleep(0.05)
 
 

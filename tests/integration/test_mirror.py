@@ -418,6 +418,42 @@ def test_source_gaps_give_an_exact_offset_map(
     assert (resumed[0].key, resumed[0].value) == (source[60].key, source[60].value)
 
 
+def test_aborted_transactions_stay_invisible_on_the_target(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config
+) -> None:
+    """A read_committed reader of the source never sees an aborted transaction's records; nor does any
+    reader of the target: the copy holds the committed records alone, and the map places each."""
+    topic, link = unique("abort"), unique("link")
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.create_topics(primary, [topic], partitions=1)
+    producer = Producer({"bootstrap.servers": primary, "transactional.id": f"tx-{topic}"})
+    producer.init_transactions(10)
+    for batch, outcome in enumerate(("commit", "abort", "commit", "abort")):
+        producer.begin_transaction()
+        for i in range(25):
+            producer.produce(topic, f"{outcome}{batch}-{i}".encode(), f"k{i}".encode())
+        producer.flush(10)  # the records are in the log before the abort marks them
+        if outcome == "commit":
+            producer.commit_transaction(10)
+        else:
+            producer.abort_transaction(10)
+    kafka.produce(primary, topic, [kafka.Record(b"plain", b"after the transactions")])
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
+    mirrors.start()
+    wait_drained(routing, link, [(topic, 0)], since=now())
+
+    source = kafka.read_partitions(primary, topic)[0]  # read_committed, librdkafka's default
+    target = kafka.read_partitions(standby, topic)[0]
+    assert len(source) == 51
+    assert not any((r.value or b"").startswith(b"abort") for r in target)
+    assert [(r.key, r.value) for r in target] == [(r.key, r.value) for r in source]
+    assert [r.offset for r in target] == list(range(51))
+    assert source[-1].offset > 100  # 100 transactional records and 4 markers came before it
+    offset_map = read_maps(standby, link)[(topic, 0)]
+    for s, t in zip(source, target, strict=True):
+        assert offset_map.target_of(s.offset) == t.offset
+
+
 def _wait_group_offset(bootstrap: str, group: str, topic: str, expected: int, timeout_s: float = 30) -> int:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + timeout_s

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kio.schema.describe_topic_partitions.v0.request import TopicRequest
 from kio.schema.metadata.v12.request import MetadataRequestTopic
 from temporalio.client import Schedule, ScheduleActionExecutionStartWorkflow
@@ -218,40 +219,42 @@ def test_the_scheduled_check_ages_emptied_origins_and_a_retirement_deletes_after
     """The workers keep the aging schedule; fired, it ages a migration whose origin holds nothing below
     its end and not one whose origin holds records, and starts the retirement of each origin topic every
     partition of which aged: approved, it deletes the topic there; rejected, the topic stays and the
-    check stops asking. A topic a group on the origin holds offsets for is refused. (Tansu removes no
-    records — no retention, no DeleteRecords — so an origin that holds nothing below its end is one
-    migrated while empty: docs/testbed.md.)"""
+    check stops asking. A topic a group on the origin holds offsets for is refused. An origin emptied
+    by retention after its migration ages like one migrated while empty."""
     primary = stack_config.clusters["primary"].bootstrap
     empty, rejected, grouped, held = unique("aged"), unique("agedr"), unique("agedg"), unique("aging")
-    kafka.create_topics(primary, [empty, rejected, grouped, held], partitions=1)
-    kafka.produce(primary, held, [kafka.Record(None, b"%d" % i, partition=0) for i in range(5)])
+    expired = unique("agede")
+    kafka.create_topics(primary, [empty, rejected, grouped, held, expired], partitions=1)
+    for topic in (held, expired):
+        kafka.produce(primary, topic, [kafka.Record(None, b"%d" % i, partition=0) for i in range(5)])
     group = unique("holder")
     holder = Consumer({"bootstrap.servers": primary, "group.id": group})
     holder.commit(offsets=[TopicPartition(grouped, 0, 0)], asynchronous=False)
     holder.close()
-    mine = {empty, rejected, grouped, held}
+    mine = {empty, rejected, grouped, held, expired}
     migrations = [("migrate-partition", t, "0", "--to", "standby", "--wait") for t in sorted(mine)]
     runs = live.cli_together(*migrations)
-    assert [code for code, _ in runs] == [0, 0, 0, 0], runs
+    assert [code for code, _ in runs] == [0] * 5, runs
+    expire(primary, expired)  # its 5 records, held at the migration, go by retention
 
     schedule, report = asyncio.run(run_aging(live))
     every = float(live.env["SWITCHYARD__SAGAS__AGING_EVERY_S"])  # the live deployment's, not the file's
     assert schedule.spec.intervals[0].every == timedelta(seconds=every)
     aged = sorted(line.split(":")[0] for line in report.aged if line.split("[")[0] in mine)
-    assert aged == sorted(f"{t}[0]" for t in (empty, rejected, grouped)), report
+    assert aged == sorted(f"{t}[0]" for t in (empty, rejected, grouped, expired)), report
     assert f"{held}[0]: not aged, its origin holds records from offset 0 below its end 5" in report.waiting
     assert f"{grouped} on primary stays: groups {group} on primary hold offsets for {grouped}" in "".join(
         report.waiting
     )
-    for topic in (empty, rejected, grouped):
+    for topic in (empty, rejected, grouped, expired):
         migration = routing.migration(PartitionId(topic, 0))
         assert migration is not None
         assert migration.state is MigrationState.AGED
-    sagas = {t: origin_retirement_id("primary", t) for t in (empty, rejected)}
+    sagas = {t: origin_retirement_id("primary", t) for t in (empty, rejected, expired)}
     started = sorted(f"{saga}: started, waits for an approval" for saga in sagas.values())
     assert sorted(r for r in report.retirements if r.split(":")[2].split("/")[1] in mine) == started
 
-    for topic, decision in ((empty, "approve"), (rejected, "reject")):
+    for topic, decision in ((empty, "approve"), (rejected, "reject"), (expired, "approve")):
         outcome = "retired" if decision == "approve" else "kept"
         assert asyncio.run(decide(live, sagas[topic], decision))["outcome"] == outcome
         assert [(r.kind, r.outcome) for r in routing.ledger.saga_runs(sagas[topic])] == [
@@ -266,6 +269,20 @@ def test_the_scheduled_check_ages_emptied_origins_and_a_retirement_deletes_after
     checked = live.cli("migrations", "check")
     assert f"{held}[0]: not aged, its origin holds records from offset 0 below its end 5" in checked.stdout
     assert f"{rejected} on primary stays: its last retirement was not approved" in checked.stdout
+
+
+def expire(bootstrap: str, topic: str) -> None:
+    """Set the topic's retention to a second, and wait until the broker has deleted every record."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])  # fmt: skip
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    end = kafka.ends_of(bootstrap, [(topic, 0)])[(topic, 0)]
+    deadline = time.monotonic() + 60
+    while kafka.starts_of(bootstrap, [(topic, 0)])[(topic, 0)] < end:
+        assert time.monotonic() < deadline, f"retention never emptied {topic}"
+        time.sleep(0.5)
 
 
 async def run_aging(live: Live) -> tuple[Schedule, AgingReport]:

@@ -24,7 +24,7 @@ from workers.gateway.metrics import Metrics
 from workers.gateway.protocol import API_VERSIONS, Request, known_versions, request_schema, response_schema
 from workers.gateway.rewrite import real_nodes, rewrite
 from workers.gateway.sasl import Credentials, authenticate
-from workers.gateway.upstream import Upstream
+from workers.gateway.upstream import Upstream, UpstreamError
 from workers.gateway.vnodes import RealBroker, VirtualNodes
 
 log = logging.getLogger(__name__)
@@ -100,9 +100,17 @@ class BrokerDirectory:
         return gateway.advertised_host or gateway.host, gateway.bootstrap_port + virtual_id
 
     def real_address(self, cluster: str, node: int | None) -> tuple[str, int]:
-        if node is not None and node in self.brokers[cluster]:
-            return self.brokers[cluster][node]
-        return split_hostport(self.config.clusters[cluster].bootstrap.split(",")[0])
+        """Where broker ``node`` of ``cluster`` listens (None: any broker, the first bootstrap server).
+        A broker the cluster's metadata does not list now (stopped, restarting) is refused with
+        :class:`UpstreamError`: a request meant for it went to the first bootstrap server before, and a
+        follower there answered a consumer's reads of the partitions that broker led with
+        FENCED_LEADER_EPOCH for as long as the connection lasted."""
+        known = self.brokers[cluster]
+        if node is None or not known:  # nothing learned yet (a gateway just started): the bootstrap
+            return split_hostport(self.config.clusters[cluster].bootstrap.split(",")[0])
+        if node not in known:
+            raise UpstreamError(f"broker {node} of cluster {cluster} is not in its metadata now")
+        return known[node]
 
     async def virtual_id(self, cluster: str, node: int) -> int:
         return (await self.virtual_ids(cluster, {node}))[node]

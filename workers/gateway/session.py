@@ -1097,6 +1097,11 @@ class ClientSession:
             raise Shielded(f"cluster {cluster} is {snapshot.clusters[cluster].state}")
         key = (cluster, node, long_poll)
         upstream = self._upstreams.get(key)
+        if upstream is not None and (upstream.host, upstream.port) != self.gateway.brokers.real_address(
+            cluster, node
+        ):  # the broker moved (restarted elsewhere): what is in flight is answered, the rest goes there
+            self._retire(upstream)
+            upstream = None
         if upstream is None or upstream.closed or upstream.retired:
             upstream = self._upstreams[key] = self.gateway.brokers.upstream(cluster, node, self.credentials)
         return upstream
