@@ -102,9 +102,8 @@ class BrokerDirectory:
     def real_address(self, cluster: str, node: int | None) -> tuple[str, int]:
         """Where broker ``node`` of ``cluster`` listens (None: any broker, the first bootstrap server).
         A broker the cluster's metadata does not list now (stopped, restarting) is refused with
-        :class:`UpstreamError`: a request meant for it went to the first bootstrap server before, and a
-        follower there answered a consumer's reads of the partitions that broker led with
-        FENCED_LEADER_EPOCH for as long as the connection lasted."""
+        :class:`UpstreamError` (the client reconnects and follows the new leader): a request meant for
+        it went to the first bootstrap server before, a broker it was not meant for."""
         known = self.brokers[cluster]
         if node is None or not known:  # nothing learned yet (a gateway just started): the bootstrap
             return split_hostport(self.config.clusters[cluster].bootstrap.split(",")[0])
