@@ -188,7 +188,7 @@ def read_partitions(bootstrap: str, topic: str, *, timeout_s: float = 60.0) -> d
     """Every record of ``topic``, per partition, read to the end without a consumer group.
 
     The end is where the broker reports end-of-partition, which comes from the Fetch high watermark:
-    exact on every broker (unlike ListOffsets(latest) on Tansu, see docs/testbed.md).
+    exact on every broker.
     """
     consumer = Consumer(
         {
@@ -324,15 +324,15 @@ def log_ends(
 ) -> dict[tuple[str, int], int]:
     """The log end (high watermark) of each partition, read from a Fetch answer.
 
-    ListOffsets(latest) is only a lower bound on Tansu (docs/testbed.md), exact elsewhere; reading on
-    from just below it to end-of-partition gives the exact end everywhere, at the cost of at most one
-    batch. A partition written to all the while may never show its end (each Fetch brings records):
-    then the high watermark of the Fetch that brought a record is its end at that moment, as exact.
-    The reading goes ``_ENDS_AT_ONCE`` partitions at a time: with 1,000 in one assignment, a few took
-    seconds to report their end while the rest took a fraction of one (0.24 s in chunks of 250 against
-    1.8-5.3 s at once, with a mirror fetching the same partitions), and a saga fencing 1,000 partitions
-    gave up on its step. ``consumer`` must have ``enable.partition.eof`` set; its assignment is
-    replaced.
+    Reading on from just below ListOffsets(latest) to end-of-partition gives the end the consumer's own
+    Fetch answers report, at the cost of at most one batch (a broker that answered ListOffsets below
+    its end was met once). A partition written to all the while may never show its end (each Fetch
+    brings records): then the high watermark of the Fetch that brought a record is its end at that
+    moment, as exact. The reading goes ``_ENDS_AT_ONCE`` partitions at a time: with 1,000 in one
+    assignment, a few took seconds to report their end while the rest took a fraction of one (0.24 s
+    in chunks of 250 against 1.8-5.3 s at once, with a mirror fetching the same partitions), and a saga
+    fencing 1,000 partitions gave up on its step. ``consumer`` must have ``enable.partition.eof`` set;
+    its assignment is replaced.
     """
     wanted = list(dict.fromkeys(partitions))
     marks = watermarks(consumer, wanted, timeout_s=timeout_s)

@@ -180,6 +180,12 @@ class KafkaCluster:
             return identity
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StackError(f"kafka-{self.cluster_id}: cannot read {path}: {exc!r}") from exc
+        if len(identity.controllers) != len(self.addresses):
+            raise StackError(
+                f"kafka-{self.cluster_id}: its storage in {self.home} was formatted for "
+                f"{len(identity.controllers)} brokers, and the configuration asks for {len(self.addresses)}; "
+                f"set the number back, or remove {self.home} to start the cluster empty"
+            )
         if identity.version != self.dist.version:
             raise StackError(
                 f"kafka-{self.cluster_id}: its storage in {self.home} was formatted by Apache Kafka "
@@ -189,11 +195,14 @@ class KafkaCluster:
         return dataclasses.replace(identity, controllers=self.controllers or identity.controllers)
 
     def _format(self, node: int, cluster_id: str, properties: Path) -> None:
-        done = subprocess.run(
-            [*self._java(node), "kafka.tools.StorageTool", "format",
-             "-t", str(cluster_id), "-c", str(properties), "--ignore-formatted"],
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+        try:
+            done = subprocess.run(
+                [*self._java(node), "kafka.tools.StorageTool", "format",
+                 "-t", str(cluster_id), "-c", str(properties), "--ignore-formatted"],
+                capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise StackError(f"{self.service_name(node)}: formatting its storage took over 120 s") from None
         if done.returncode != 0:
             said = tail(done.stdout + done.stderr, 8)
             raise StackError(f"{self.service_name(node)}: formatting its storage failed:\n{said}")

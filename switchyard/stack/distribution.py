@@ -8,8 +8,9 @@ SLF4J 1.7 binding for 4.x, whose clients still log through ``slf4j-api`` 1.7; 3.
 its binding with it.
 
 A folder is complete once its ``complete`` marker is written, and only then used: a resolution that fails
-or is cut short leaves nothing behind, and processes resolving the same version at once (test workers)
-take turns behind a lock, so the second finds the first one's folder and asks Maven nothing.
+leaves nothing behind (a process killed meanwhile leaves a scratch folder, ``.<version>-*``), and
+processes resolving at once (test workers) take turns behind one lock, as they share Maven's local
+repository; the second finds the first one's folder and asks Maven nothing.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class KafkaDistribution:
         if self.ready():
             return self
         self.home.mkdir(parents=True, exist_ok=True)
-        with (self.home / f".{self.version}.lock").open("w") as lock:
+        with (self.home / ".lock").open("w") as lock:  # one for all versions: ~/.m2 is shared
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not self.ready():
                 self._resolve(timeout_s)

@@ -116,8 +116,8 @@ async def _frame(reader: asyncio.StreamReader) -> bytes:
 def poisoned_cluster(
     log: Path, groups: set[str], stall: frozenset[str] = frozenset()
 ) -> Iterator[PoisonProxy]:
-    """A Tansu broker of its own that advertises the proxy's address, so every client reaches it through
-    the proxy; the proxy's bootstrap is ``127.0.0.1:<proxy.port>``."""
+    """An Apache Kafka broker of its own that advertises the proxy's address, so every client reaches it
+    through the proxy; the proxy's bootstrap is ``127.0.0.1:<proxy.port>``."""
     advertised = ports.reserve(1)[0]
     broker = PrivateService.kafka(log.parent, advertised=advertised)
     broker.start()

@@ -3,6 +3,8 @@ on one request, ZooKeeper out of reach."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -47,10 +49,11 @@ def test_an_unreachable_broker_closes_the_connections_waiting_on_it(
     try:
         topic = unique("gone")
         kafka.create_topics(broker.connect, [topic], partitions=1)
+        assert kafka.ends_of(broker.connect, [(topic, 0)]) == {(topic, 0): 0}  # led: a Fetch now waits
         client = RawClient(gateway.port)
         client.send(apis.FETCH, 12, **fetch_fields(topic, max_wait_ms=20_000))  # waiting at the broker
         time.sleep(0.5)
-        broker.stop()
+        os.kill(broker.process.pid() or 0, signal.SIGKILL)  # dies: a broker stopped cleanly answers first
         assert client.closed_within(15) < 10
     finally:
         gateway.stop()

@@ -31,6 +31,7 @@ def refusal(path: Path) -> str:
     try:
         with pytest.raises(StackError) as refused:
             stack.up(timeout_s=120)
+        assert not list(stack.state_dir.glob("*.pid")), "up left a process running"
     finally:
         stack.down()
     return str(refused.value)
@@ -51,7 +52,9 @@ def kill(stack: Stack, name: str) -> None:
     pid = process.pid()
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
     while process.pid() is not None or health.port_open(service.host, service.port):
+        assert time.monotonic() < deadline, f"{name} outlived SIGKILL by 30 s"
         time.sleep(0.05)
 
 
@@ -99,6 +102,7 @@ def test_three_brokers_replicate_and_one_may_die(tmp_path: Path) -> None:
         partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
         assert all(sorted(p.replicas) == [1, 2, 3] for p in partitions)
         assert kafka.produce(bootstrap, topic, records(100, "a")) == 100
+        assert len(read_all(bootstrap, topic, 100)) == 100  # __consumer_offsets made while all three are up
 
         kill(stack, "kafka-solo-1")  # two of three remain: a quorum, and min.insync.replicas met
         assert kafka.produce(bootstrap, topic, records(100, "b")) == 100
@@ -127,7 +131,6 @@ def test_the_older_line_runs_and_storage_keeps_its_version(tmp_path: Path) -> No
     del data["stack"]["clusters"]["solo"]["version"]  # now the default, 4.x
     path.write_text(yaml.safe_dump(data))
     assert f"formatted by Apache Kafka {OLDER}, and the configuration asks for 4." in refusal(path)
-    assert not list((tmp_path / "state").glob("*.pid"))
 
 
 def test_a_version_maven_cannot_resolve_stops_up_with_the_reason(tmp_path: Path) -> None:
@@ -160,4 +163,3 @@ def test_a_broker_that_will_not_start_is_reported_with_its_reason(
     refused = refusal(cluster_config(tmp_path, properties=properties))
     assert f"kafka-solo: {when}" in refused
     assert reason in refused  # the broker's own words, not only the frames of its stack trace
-    assert not list((tmp_path / "state").glob("*.pid"))

@@ -216,7 +216,7 @@ class BrokerDirectory:
             finally:
                 upstream.close()
             first = not self.brokers[cluster]
-            self.brokers[cluster] = {b.node_id: (b.host, b.port) for b in metadata.brokers}
+            self._learn(cluster, metadata.brokers)
             self.metrics.reachable[cluster] = True
             if was is False:
                 log.info("gateway %s: cluster %s reachable again (%s)", self._id, cluster, address)

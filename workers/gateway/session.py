@@ -786,7 +786,7 @@ class ClientSession:
                 self._rejoins[group] = (asyncio.get_running_loop().create_future(), session_s)
         try:
             upstream = self._upstream(resolution.cluster, node, long_poll=key in apis.LONG_POLLS)
-        except Shielded as closed:  # shielded since this request was decided
+        except UpstreamError as closed:  # shielded since this request was decided, or its broker gone
             return self._refused(request, context.expects_response, closed)
         inflight = self.gateway.inflight
         ticket = inflight.start(
@@ -1073,8 +1073,9 @@ class ClientSession:
     def _refused(
         self, request: Request, expects_response: bool, closed: UpstreamError
     ) -> Awaitable[bytes | None]:
-        """The answer to a request whose broker connection was closed on purpose before it was sent: the
-        retriable error where its API has one, else ``closed`` raised (the client connection closes)."""
+        """The answer to a request whose broker connection was closed on purpose before it was sent, or
+        whose broker the cluster's metadata no longer lists: the retriable error where its API has one,
+        else ``closed`` raised (the client connection closes)."""
         if not expects_response:
             return _ready(None)
         refused = self._unanswerable(request)
