@@ -58,7 +58,7 @@ def leader(admin: AdminClient, topic: str, partition: int) -> int:
 
 
 @pytest.mark.xfail(
-    strict=True,  # 4 runs of 4 failed: a run that passes means the defect is mended, and must say so
+    strict=True,  # 8 runs of 8 failed: a run that passes means the defect is mended, and must say so
     reason="issue 36, open: after a partition's leader moved away and back, librdkafka's Fetch of it "
     "through the gateway is answered FENCED_LEADER_EPOCH for good (a raw Fetch v12 without an epoch, "
     "through the same virtual broker, is answered with the records)",
