@@ -22,7 +22,6 @@ from switchyard.errors import CopyDiverged, DrainTimeout, FenceBroken, GroupActi
 from switchyard.mirror.control import reverse_link
 from switchyard.mirror.groups import (
     about,
-    commit_as_member,
     committed_offsets,
     group_state,
     idle,
@@ -149,14 +148,7 @@ class MirrorActivities:
         # attempt died holding ends now
         with writers.turn(after_own_attempt=info.attempt > 1):
             report = sync_groups(source, target, link.copies, maps, groups=request.groups)
-            written = len(report.written)
-            for group, offsets in report.refused.items():
-                beat(f"joining {group} on {link.target} to commit its offsets")
-                settings = self.deps.config.mirror.consumer
-                commit_as_member(self.deps.bootstrap(link.target), group, offsets, settings=settings)
-                written += len(offsets)
-                report.in_step.append(group)
-        return GroupsSynced(written, report.unchanged, report.skipped, report.in_step)
+        return GroupsSynced(len(report.written), report.unchanged, report.skipped, report.in_step)
 
     def _wait_idle(self, cluster: str, groups: list[str], timeout_s: float) -> None:
         admin = self.deps.admin(cluster)

@@ -16,14 +16,11 @@ saga's final sync, after the drain — one at a time (:mod:`switchyard.mirror.wr
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import (
-    Consumer,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     KafkaError,
@@ -60,9 +57,6 @@ class GroupSyncReport:
     """Why a group or partition was not synced this time (it is retried at the next sync)."""
     in_step: list[str] = field(default_factory=list)
     """The groups whose offsets on the target now match the source's, written or already so."""
-    refused: dict[str, list[GroupOffset]] = field(default_factory=dict)
-    """Groups the target would not take an admin commit for although it reports them without members
-    (Tansu: a group that ever had members keeps refusing): see :func:`commit_as_member`."""
 
 
 def sync_groups(
@@ -160,8 +154,9 @@ def _write_group(
             if tp.error is not None
         ]
         if any(e.code() in _REFUSED_AS_ACTIVE for e in errors):
-            report.refused[group] = changed
-            return
+            raise KafkaOperationError(
+                f"a member joined on the target as its offsets were written: {errors[0]}"
+            )
         if errors:
             raise KafkaOperationError(f"offsets not written on the target: {errors[0]}")
         report.written.extend(changed)
@@ -182,35 +177,6 @@ _REFUSED_AS_ACTIVE = (
     KafkaError.ILLEGAL_GENERATION,
     KafkaError.REBALANCE_IN_PROGRESS,
 )
-
-
-def commit_as_member(
-    bootstrap: str,
-    group: str,
-    offsets: Iterable[GroupOffset],
-    *,
-    settings: Mapping[str, Any],
-    timeout_s: float = 60,
-) -> None:
-    """Commit ``offsets`` by joining ``group`` (as a consumer of their topics) and committing with its
-    generation: for a broker that refuses an admin commit to a group it reports without members. Only
-    called then; on Apache Kafka an empty group takes the admin commit and this never runs."""
-    wanted = [TopicPartition(o.topic, o.partition, o.target) for o in offsets]
-    consumer = Consumer(
-        {**settings, "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
-    )
-    try:
-        consumer.subscribe(sorted({tp.topic for tp in wanted}))
-        deadline = time.monotonic() + timeout_s
-        while not consumer.assignment():
-            if time.monotonic() > deadline:
-                raise KafkaOperationError(
-                    f"group {group}: not joined in {timeout_s:g}s to commit its offsets"
-                )
-            consumer.poll(0.2)
-        consumer.commit(offsets=wanted, asynchronous=False)
-    finally:
-        consumer.close()
 
 
 def list_groups(admin: AdminClient, timeout_s: float = 10.0) -> list[str]:
@@ -240,6 +206,5 @@ def group_state(admin: AdminClient, group: str, timeout_s: float = 10.0) -> tupl
 
 
 def idle(state: ConsumerGroupState, members: int) -> bool:
-    """No member: nothing commits there that a carried offset would overwrite. (The member count
-    decides, not the state: Tansu keeps reporting a group Stable after its last member expired.)"""
+    """No member: nothing commits there that a carried offset would overwrite."""
     return not members

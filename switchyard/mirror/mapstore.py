@@ -30,8 +30,8 @@ TopicPartitionKey = tuple[str, int]
 
 
 def ensure_map_topic(admin: AdminClient) -> None:
-    """Create the map topic, compacted, where it is missing (before anything reads it: Tansu and
-    brokers with auto-creation would otherwise create it on first read, uncompacted)."""
+    """Create the map topic, compacted, where it is missing (before anything reads it: a broker
+    with auto-creation on would otherwise create it on first read, uncompacted)."""
     if MAP_TOPIC in admin.list_topics(timeout=10).topics:
         return
     for future in admin.create_topics([NewTopic(MAP_TOPIC, 1, config=MAP_TOPIC_CONFIG)]).values():

@@ -10,7 +10,6 @@ import signal
 import time
 import uuid
 
-import pytest
 from confluent_kafka import Producer
 
 from switchyard import kafka
@@ -26,12 +25,6 @@ from tests.helpers.services import PrivateService, live_on_brokers, private_brok
 ACTOR = "user:test"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 36, open: on Apache Kafka the mirror's session meets the frozen source's metadata "
-    "time-out and restarts before the loss is measured; the new session reports no partitions, so "
-    "measure_loss falls back to the copied end and the RPO reads 0 instead of 4 and 3",
-)
 def test_a_failover_moves_clients_at_once_and_accounts_for_every_record_left_behind(
     live: Live, routing: RoutingStore, brokers: tuple[PrivateService, PrivateService]
 ) -> None:

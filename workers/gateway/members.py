@@ -21,8 +21,8 @@ class Member:
     """The gateway has had the cluster it joined on forget it (``ClientSession._moved``)."""
     cut: bool = False
     """Its JoinGroup was answered early and still waits at the broker: the gateway removes it once the
-    broker answers (``ClientSession._leave_once_joined``), not before — on Tansu a LeaveGroup while a
-    member's join waits keeps it as the group's leader-to-be, and the next round then never ends."""
+    broker answers (``ClientSession._leave_once_joined``), not before: until then the broker may make it
+    the round's leader, and only a leader's SyncGroup ends a round."""
     rejoining: bool = False
     """Its client has asked to join the group again, on another cluster: told to rejoin once more (a
     Heartbeat of the old membership sent meanwhile), it would rebalance again after (``QUIET``)."""

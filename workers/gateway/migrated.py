@@ -124,8 +124,7 @@ class Arithmetic:
     def _exhausted(client: int, answer: Fetched) -> bool:
         """Whether an origin answer without records says the origin holds nothing at or past ``client``:
         its high watermark is there. An empty answer below it is no proof — records may wait for a
-        transaction's end, be cut short, or (Tansu) not be gathered within the wait — so it is answered
-        empty, and the reader asks again."""
+        transaction's end or be cut short — so it is answered empty, and the reader asks again."""
         return not answer.records and answer.high_watermark <= client
 
     def from_target(self, answer: Fetched) -> Fetched:

@@ -51,9 +51,7 @@ for every part."""
 _MOST_WAIT = timedelta(seconds=5)
 _ORIGIN_WAIT = timedelta(milliseconds=100)
 """The longest an origin read waits: the origin takes no more writes, so a broker holding it longer waits
-for nothing — but a broker that gathers records only while it waits (Tansu, asked to wait 0 or 1 ms,
-may answer no partition or no record) needs a moment; an empty answer below the origin's high watermark
-is asked again."""
+for nothing; an empty answer below the origin's high watermark is asked again."""
 
 
 class Touch(enum.Enum):

@@ -73,8 +73,8 @@ _MEMBER_APIS = frozenset({apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis
 """Requests naming the member that sends them (LeaveGroup v3+ names members in a list)."""
 _LEAVE_AGAIN_S = 0.5
 NO_PARTITIONS = b"\x00\x00" + b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff"
-"""A consumer-protocol assignment (version 0) of no partitions and no user data: not empty bytes, which
-Tansu takes as no assignment (its SyncGroup then waits most of a session time-out to answer)."""
+"""A consumer-protocol assignment (version 0) of no partitions and no user data: well formed for every
+client, where empty bytes are left to each client's reading."""
 _ANSWER_SLACK_S = 30.0
 """How long past a join's rebalance time-out its answer is still awaited (``_leave_once_joined``)."""
 _OUTLIVING: set[asyncio.Task[None]] = set()
@@ -644,9 +644,9 @@ class ClientSession:
         """A JoinGroup answered early (``InFlight``) still waits at the broker, which makes its member one
         of the group when the round ends. So its answer is awaited — over the connection it was asked on,
         kept past this session — and a member that has moved since is removed then, not before
-        (``Member.cut``): Tansu, asked to remove a member whose join waits, keeps it as the round's
-        leader, and a round whose leader never assigns never ends (chaos runs' consumers stalled for
-        minutes). A member the round made its leader first ends the round, assigning nothing."""
+        (``Member.cut``), whatever a broker makes of a member removed while its join waits: a round
+        whose leader never assigns never ends (chaos runs' consumers stalled for minutes). A member the
+        round made its leader first ends the round, assigning nothing."""
         body = request.body
         group = body.group_id
         limit_s = float(getattr(body, "rebalance_timeout", body.session_timeout).total_seconds())
@@ -715,7 +715,7 @@ class ClientSession:
         version = self.gateway.brokers.version(apis.SYNC_GROUP, 5)
         entry = element_type(request_schema(apis.SYNC_GROUP, version), "assignments")
         nothing = tuple(make(entry, member_id=m.member_id, assignment=NO_PARTITIONS) for m in joined.members)
-        fields: dict[str, Any] = {  # an assignment for every member, of no partitions: Tansu insists
+        fields: dict[str, Any] = {  # an assignment for every member, of no partitions
             "generation_id": joined.generation_id,
             "member_id": joined.member_id,
             "assignments": nothing,

@@ -82,6 +82,10 @@ class LinkCopier:
         self._clients: CopyClients | None = None
         self._maps: dict[Key, OffsetMap] = {}
         self._final: dict[Key, PartitionCopy] = {}
+        self._left: dict[Key, PartitionCopy] = {}
+        """What the last session to hold partitions held, as it ended: shown until a new session is given
+        partitions. A source cluster gone away ends sessions, and the new one can take nothing up; what
+        the mirror last saw of the source is then what a failover measures its loss by."""
         self._publish_due = threading.Event()
         """Set when the status is due; each session has its own (see _session)."""
         self.finished = threading.Event()
@@ -105,7 +109,7 @@ class LinkCopier:
         """The current status of every partition this copier holds (for metrics; any thread)."""
         now = time.time()
         state = "promoted" if self.finished.is_set() else "paused" if self._paused else "copying"
-        shown = self._final if self.finished.is_set() else self._partitions
+        shown = self._final if self.finished.is_set() else {**self._left, **self._partitions}
         return [st.status(state, now) for _, st in sorted(dict(shown).items())]
 
     def _current(self) -> tuple[list[PartitionStatus], str | None]:
@@ -240,6 +244,8 @@ class LinkCopier:
         if self._clients is not None:
             self._clients.close(self.link.id, stopping=self._stop.is_set())
         self._clients = None
+        if self._partitions:
+            self._left = dict(self._partitions)
         self._partitions.clear()
 
     # ---- partitions come and go
@@ -257,6 +263,7 @@ class LinkCopier:
         assert self._clients is not None
         probe, source_probe = self._clients.probe, self._clients.source_probe
         keys = [(tp.topic, tp.partition) for tp in partitions]
+        self._left = {}  # the group has spoken: what this session holds is all this process shows
         ends = kafka.log_ends(probe, keys)
         source_ends = kafka.log_ends(source_probe, keys)
         starts = kafka.watermarks(source_probe, keys, timeout_s=10)
