@@ -82,28 +82,19 @@ class ProducerIds:
 
     async def remember(self, identity: Identity, producer_id: int, translation: Translation) -> Translation:
         """Store where ``translation``'s partitions' sequences start, a first batch having set one, before
-        that batch is sent. Another process that stored a start for a partition first wins: the
-        translation to send with is returned."""
+        that batch is sent. Another process that stored a start for a partition first wins (its starts
+        are merged into ``translation``, which the caller compares with what it used); another process
+        that moved the producer to another id wins too: the translation to send with is returned."""
         key = (identity, producer_id)
         while (known := self._known.get(key)) is not None and known.route.translation is translation:
             if await self._save(key, known.route, known.version):
                 known.version += 1
                 return translation
-            stored = await self._load(key, known.epoch)
-            if (
-                stored is None
-                or stored.route.translation is None
-                or stored.route.cluster != known.route.cluster
-            ):
+            stored = await self._load(key, known.epoch)  # theirs merged into ours where the same id
+            if stored is None or stored.route.cluster != known.route.cluster:
                 return translation  # moved on meanwhile: the cluster's answer to this batch says so
-            theirs = stored.route.translation
-            if theirs.producer_id != translation.producer_id:
-                return theirs
-            merged = {**translation.first_sequence, **theirs.first_sequence}
-            if merged == theirs.first_sequence:
-                return theirs
-            translation = dataclasses.replace(theirs, first_sequence=merged)
-            stored.route = dataclasses.replace(stored.route, translation=translation)
+            if stored.route.translation is not translation:
+                return stored.route.translation or translation
         return translation
 
     async def take(self, cluster: str) -> Translation:
@@ -134,9 +125,29 @@ class ProducerIds:
         if route is None:
             self._known.pop(key, None)
             return None
-        known = _Known(route, version, epoch)
+        known = _Known(self._shared(key, route), version, epoch)
         self._keep(key, known)
         return known
+
+    def _shared(self, key: Key, route: ProducerRoute) -> ProducerRoute:
+        """``route`` as read from the store, with the translation this process already writes with where
+        it is the same one, the stored starts added to it (theirs win): every request of the process
+        shares one translation. With a copy, a start one request set and is storing would be unseen by
+        the next, which would start that partition's sequences at 0 again — a batch the cluster then
+        takes for a duplicate of the first and acknowledges without writing it."""
+        current = self._known.get(key)
+        mine = current.route.translation if current is not None else None
+        theirs = route.translation
+        if (
+            mine is None
+            or theirs is None
+            or current is None
+            or current.route.cluster != route.cluster
+            or mine.producer_id != theirs.producer_id
+        ):
+            return route
+        mine.first_sequence.update(theirs.first_sequence)
+        return dataclasses.replace(route, translation=mine)
 
     async def _save(self, key: Key, route: ProducerRoute, version: int) -> bool:
         """Store ``route`` over ``version``; False if another wrote first. ZooKeeper out of reach, it is

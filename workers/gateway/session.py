@@ -1026,8 +1026,9 @@ class ClientSession:
             frame = self._translated(request, translation)
             if len(translation.first_sequence) == known:
                 return frame
+            used = dict(translation.first_sequence)
             stored = await producers.remember(identity, producer[0], translation)
-            if stored is translation:
+            if stored is translation and stored.first_sequence.items() >= used.items():
                 return frame
             translation = stored  # another process stored first: its starts are the ones
         return request.frame
