@@ -282,6 +282,9 @@ class Split:
                         base_offset=_shifted(partition.base_offset, arithmetic),
                         log_start_offset=_shifted(getattr(partition, "log_start_offset", -1), arithmetic),
                     )
+                if getattr(partition, "current_leader", None) is not None:  # a hint naming a real node:
+                    hint = dataclasses.replace(partition.current_leader, leader_id=-1, leader_epoch=-1)
+                    partition = dataclasses.replace(partition, current_leader=hint)  # Metadata says instead
                 answered.append(partition)
             topics.append(make(topic_cls, name=topic.name, partition_responses=tuple(answered)))
         return make(cls, responses=tuple(topics))

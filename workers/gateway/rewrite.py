@@ -3,7 +3,9 @@
 Metadata (brokers, controller, partition leaders and replicas), FindCoordinator (the coordinator),
 DescribeCluster (brokers, controller) and DescribeTopicPartitions (leaders and replicas) come back from
 a real cluster naming its real nodes; each real node id becomes its virtual id, and each address the
-gateway's own for that virtual broker.
+gateway's own for that virtual broker. So does a Produce answer (v10+) that hints at a partition's new
+leader (KIP-951: its id, and the addresses of the brokers it names): a client that took the hint as sent
+would connect to the real broker, around the gateway.
 """
 
 from __future__ import annotations
@@ -40,7 +42,19 @@ def real_nodes(api_key: int, body: Any) -> set[int]:
                       *(p.last_known_elr or ()), *p.offline_replicas)
             if n >= 0
         }  # fmt: skip
+    if api_key == apis.PRODUCE:
+        return {e.node_id for e in getattr(body, "node_endpoints", ())} | {
+            p.current_leader.leader_id
+            for t in body.responses
+            for p in t.partition_responses
+            if getattr(p, "current_leader", None) is not None and p.current_leader.leader_id >= 0
+        }
     return set()
+
+
+def leader_hints(body: Any) -> bool:
+    """Whether a Produce answer names brokers (KIP-951): most name none, and go back untouched."""
+    return bool(real_nodes(apis.PRODUCE, body))
 
 
 def rewrite(api_key: int, body: Any, virtual: Mapping[int, int], address: Address, *, cluster_id: str) -> Any:
@@ -92,6 +106,29 @@ def rewrite(api_key: int, body: Any, virtual: Mapping[int, int], address: Addres
             return body
         host, port = address(vid(body.node_id))
         return dataclasses.replace(body, node_id=vid(body.node_id), host=host, port=port)
+    if api_key == apis.PRODUCE:
+        endpoints = []
+        for e in getattr(body, "node_endpoints", ()):
+            host, port = address(vid(e.node_id))
+            endpoints.append(dataclasses.replace(e, node_id=vid(e.node_id), host=host, port=port))
+        responses = tuple(
+            dataclasses.replace(
+                t,
+                partition_responses=tuple(
+                    _replace(  # its epoch unknown, as every epoch clients see (see topic_identity)
+                        p,
+                        current_leader=dataclasses.replace(
+                            p.current_leader, leader_id=vid(p.current_leader.leader_id), leader_epoch=-1
+                        ),
+                    )
+                    if getattr(p, "current_leader", None) is not None
+                    else p
+                    for p in t.partition_responses
+                ),
+            )
+            for t in body.responses
+        )
+        return _replace(body, responses=responses, node_endpoints=tuple(endpoints))
     if api_key == apis.DESCRIBE_CLUSTER:
         brokers = []
         for b in body.brokers:

@@ -58,7 +58,7 @@ from workers.gateway.protocol import (
     request_schema,
     with_size,
 )
-from workers.gateway.rewrite import BROKER_NAMING
+from workers.gateway.rewrite import BROKER_NAMING, leader_hints
 from workers.gateway.sasl import Credentials, SaslError
 from workers.gateway.shared import Shared
 from workers.gateway.upstream import Overdue, Shielded, Upstream, UpstreamError
@@ -359,6 +359,8 @@ class ClientSession:
             frame = replace_body(request, dataclasses.replace(request.body, member_id=""))
         elif request.api_key == apis.JOIN_GROUP:
             self._joining(request, decision.cluster)
+        elif request.api_key == apis.FETCH and (epochless := topic_identity.epochless_fetch(request.body)):
+            frame = replace_body(request, epochless)
         return await self._forward(incoming, frame, snapshot, resolution, decision.node)
 
     async def _split(
@@ -869,12 +871,32 @@ class ClientSession:
             self.gateway.inflight.finish(ticket)
         answered = time.perf_counter()
         cluster = upstream.cluster
+        produced = await self._learn(request, frame, cluster, identity, ticket.epoch)
+        if produced is not None and leader_hints(produced):
+            reply = encode_response(
+                request, await self.gateway.brokers.rewrite(apis.PRODUCE, produced, cluster)
+            )
+        else:
+            reply = await self._presented(request, frame, cluster)
+        attributes = {"api": api_name(request.api_key)}
+        self.gateway.metrics.upstream_latency.record(answered - sent, attributes)
+        added = (time.perf_counter() - received) - (answered - sent)
+        self.gateway.metrics.added_latency.record(added, attributes)
+        return reply
+
+    async def _learn(
+        self, request: Request, frame: bytes, cluster: str, identity: Identity, epoch: int
+    ) -> Any:
+        """What the gateway keeps from an answer (acknowledged writes, issued producer ids, members and
+        their rounds); a Produce answer is returned decoded (else None)."""
         if request.api_key == apis.PRODUCE:
-            self.gateway.acked.note(cluster, request.body, decode_response(request, frame))
-        elif request.api_key == apis.INIT_PRODUCER_ID:
+            produced = decode_response(request, frame)
+            self.gateway.acked.note(cluster, request.body, produced)
+            return produced
+        if request.api_key == apis.INIT_PRODUCER_ID:
             issued = decode_response(request, frame)
             if issued.producer_id >= 0:
-                await self.gateway.producers.issued(identity, issued.producer_id, cluster, ticket.epoch)
+                await self.gateway.producers.issued(identity, issued.producer_id, cluster, epoch)
         elif request.api_key == apis.SYNC_GROUP:
             synced = decode_response(request, frame)
             rejoin = self._rejoins.get(request.body.group_id)
@@ -886,12 +908,7 @@ class ClientSession:
             if joined.error_code in (ErrorCode.none, ErrorCode.member_id_required) and joined.member_id:
                 member = Member(cluster, float(request.body.session_timeout.total_seconds()))
                 self.gateway.members.joined(request.body.group_id, joined.member_id, member)
-        reply = await self._presented(request, frame, cluster)
-        attributes = {"api": api_name(request.api_key)}
-        self.gateway.metrics.upstream_latency.record(answered - sent, attributes)
-        added = (time.perf_counter() - received) - (answered - sent)
-        self.gateway.metrics.added_latency.record(added, attributes)
-        return reply
+        return None
 
     async def _presented(self, request: Request, frame: bytes, cluster: str) -> bytes:
         """A broker's answer as the client gets it: naming virtual brokers only, migrated partitions led
