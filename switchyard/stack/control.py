@@ -17,6 +17,7 @@ from switchyard.config import Config
 from switchyard.errors import PortInUseError, StackError
 from switchyard.stack import health, services
 from switchyard.stack.brokers import KafkaCluster
+from switchyard.stack.class_archive import ensure_class_archive
 from switchyard.stack.deployment import Deployment
 from switchyard.stack.distribution import KafkaDistribution
 from switchyard.stack.health import Health
@@ -54,6 +55,7 @@ class Stack:
             if not dist.ready():
                 progress(f"kafka {dist.version}: resolving its jars from Maven Central into {dist.folder}")
             dist.ensure()
+            ensure_class_archive(dist, progress)
         return sorted(wanted, key=lambda d: d.version)
 
     def up(self, *, timeout_s: float = 90.0, progress: Progress = lambda _: None) -> list[ServiceStatus]:

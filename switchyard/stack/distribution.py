@@ -16,10 +16,13 @@ repository; the second finds the first one's folder and asks Maven nothing.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +56,12 @@ class KafkaDistribution:
     def major(self) -> int:
         return int(self.version.split(".")[0])
 
+    def class_archive(self, java: str) -> Path:
+        """Where the broker's class-data archive for ``java`` (a binary's path) is kept: an archive is
+        only good for the JVM build that made it (see :mod:`switchyard.stack.class_archive`)."""
+        key = hashlib.sha256(os.path.realpath(java).encode()).hexdigest()[:12]
+        return self.folder / f"broker-{key}.jsa"
+
     def ready(self) -> bool:
         return (self.folder / _COMPLETE).exists()
 
@@ -61,12 +70,19 @@ class KafkaDistribution:
         Maven could not find."""
         if self.ready():
             return self
-        self.home.mkdir(parents=True, exist_ok=True)
-        with (self.home / ".lock").open("w") as lock:  # one for all versions: ~/.m2 is shared
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with self.locked():
             if not self.ready():
                 self._resolve(timeout_s)
         return self
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """The distributions' one lock (one for all versions: Maven's local repository is shared), held
+        while a folder or an archive in it is made."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with (self.home / ".lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
 
     def _resolve(self, timeout_s: float) -> None:
         mvn = shutil.which("mvn")

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -172,19 +172,25 @@ class WebhookProcess(SwitchyardProcess):
             return False
 
 
-def own_gateway(gateway_id: str) -> Any:
+def own_gateway(
+    gateway_id: str, overrides: Callable[[pytest.FixtureRequest], dict[str, str]] = lambda _: {}
+) -> Any:
     """A module fixture ``gateway``: a gateway of the module's own on the shared stack's routing tree,
-    stopped after the module. In the module: ``gateway = own_gateway("gw-...")``."""
+    stopped after the module. In the module: ``gateway = own_gateway("gw-...")``; ``overrides`` gives
+    its environment's settings (from the module's other fixtures, through the request)."""
 
     @pytest.fixture(scope="module", name="gateway")
     def fixture(
-        routing: RoutingStore, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
+        routing: RoutingStore,
+        stack_config: Config,
+        tmp_path_factory: pytest.TempPathFactory,
+        request: pytest.FixtureRequest,
     ) -> Iterator[GatewayProcess]:
         assert stack_config.source is not None
         logs = tmp_path_factory.mktemp(gateway_id)
         process = GatewayProcess(
             stack_config.source, root=routing.layout.root, gateway_id=gateway_id,
-            log=logs / f"{gateway_id}.log",
+            log=logs / f"{gateway_id}.log", overrides=overrides(request),
         )  # fmt: skip
         process.start()
         try:

@@ -1,12 +1,10 @@
-"""The stack's Apache Kafka clusters on their own: storage kept across stops and kills, three brokers
-replicating, the 3.9 line beside 4.x, and `stack up` refusing what it cannot run with the reason."""
+"""The stack's Apache Kafka clusters on their own: storage kept across stops and kills, the 3.9 line
+beside 4.x, and `stack up` refusing what it cannot run with the reason (three brokers: see
+test_three_brokers)."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,12 +12,10 @@ from typing import Any
 
 import pytest
 import yaml
-from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
 from switchyard.errors import StackError
-from switchyard.stack import Stack, health
-from tests.helpers.clusters import cluster_config, cluster_stack
+from tests.helpers.clusters import cluster_config, cluster_stack, kill, read_all, records
 from tests.helpers.stacks import KAFKA_DIST
 
 OLDER = "3.9.2"
@@ -44,29 +40,6 @@ def solo(tmp_path: Path) -> Iterator[Path]:
     cluster_stack(path).down()
 
 
-def kill(stack: Stack, name: str) -> None:
-    """SIGKILL, and wait until it is gone and its port closed: a JVM's main thread shows as a zombie
-    while its other threads still exit, holding the process's sockets a moment longer."""
-    service = next(s for s in stack.services if s.name == name)
-    process = stack.process(service)
-    pid = process.pid()
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while process.pid() is not None or health.port_open(service.host, service.port):
-        assert time.monotonic() < deadline, f"{name} outlived SIGKILL by 30 s"
-        time.sleep(0.05)
-
-
-def records(n: int, tag: str) -> list[kafka.Record]:
-    return [kafka.Record(f"{tag}-{i}".encode(), f"value-{tag}-{i}".encode()) for i in range(n)]
-
-
-def read_all(bootstrap: str, topic: str, count: int) -> list[bytes]:
-    got = kafka.consume(bootstrap, topic, group=f"g-{uuid.uuid4().hex[:8]}", count=count)
-    return sorted(r.key or b"" for r in got)
-
-
 def test_records_survive_a_stop_and_a_kill(solo: Path) -> None:
     stack = cluster_stack(solo)
     stack.up(timeout_s=120)
@@ -86,29 +59,6 @@ def test_records_survive_a_stop_and_a_kill(solo: Path) -> None:
     )
     ends = kafka.ends_of(bootstrap, [(topic, p) for p in range(3)])
     assert sum(ends.values()) == 500
-
-
-def test_three_brokers_replicate_and_one_may_die(tmp_path: Path) -> None:
-    path = cluster_config(tmp_path, brokers=3)
-    stack = cluster_stack(path)
-    try:
-        stack.up(timeout_s=120)
-        assert [s.name for s in stack.services] == ["kafka-solo-1", "kafka-solo-2", "kafka-solo-3"]
-        bootstrap = stack.config.clusters["solo"].bootstrap
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        assert sorted(b.id for b in admin.list_topics(timeout=10).brokers.values()) == [1, 2, 3]
-        topic = f"triple-{uuid.uuid4().hex[:8]}"
-        kafka.create_topics(bootstrap, [topic], partitions=3, config={"min.insync.replicas": "2"})
-        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
-        assert all(sorted(p.replicas) == [1, 2, 3] for p in partitions)
-        assert kafka.produce(bootstrap, topic, records(100, "a")) == 100
-        assert len(read_all(bootstrap, topic, 100)) == 100  # __consumer_offsets made while all three are up
-
-        kill(stack, "kafka-solo-1")  # two of three remain: a quorum, and min.insync.replicas met
-        assert kafka.produce(bootstrap, topic, records(100, "b")) == 100
-        assert len(read_all(bootstrap, topic, 200)) == 200
-    finally:
-        stack.down()
 
 
 def test_the_older_line_runs_and_storage_keeps_its_version(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
-"""A partition's leadership moves on a three-broker cluster while an application writes and reads through
-the gateway: the application sees nothing but retriable errors, loses nothing and never learns a real
-broker's address."""
+"""A three-broker cluster, shared by this module: replication with one broker killed, and a partition's
+leadership moving while an application writes and reads through the gateway — the application sees
+nothing but retriable errors, loses nothing and never learns a real broker's address."""
 
 from __future__ import annotations
 
@@ -10,17 +10,16 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import ElectionType, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
-from switchyard.config import Config
-from switchyard.routing.store import RoutingStore
 from switchyard.stack import Stack
-from tests.helpers.clusters import SOLO, cluster_config, cluster_stack
-from tests.helpers.processes import GatewayProcess
+from tests.helpers.clusters import SOLO, cluster_config, cluster_stack, discard, kill, read_all, records
+from tests.helpers.processes import GatewayProcess, own_gateway
 
 RECORDS = 3000
 
@@ -33,29 +32,46 @@ def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.up(timeout_s=120)
         yield stack
     finally:
-        stack.down()
+        discard(stack)
 
 
-@pytest.fixture(scope="module")
-def gateway(
-    three: Stack, routing: RoutingStore, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[GatewayProcess]:
-    """A gateway whose default cluster, ``primary``, is the three-broker cluster."""
-    assert stack_config.source is not None
-    process = GatewayProcess(
-        stack_config.source, root=routing.layout.root, gateway_id="gw-leaders",
-        log=tmp_path_factory.mktemp("gw") / "gateway.log",
-        overrides={"SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP": three.config.clusters[SOLO].bootstrap},
-    )  # fmt: skip
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+def _on_three(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The gateway's default cluster, ``primary``, is the three-broker cluster."""
+    three: Stack = request.getfixturevalue("three")
+    return {"SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP": three.config.clusters[SOLO].bootstrap}
+
+
+gateway = own_gateway("gw-leaders", _on_three)
+
+
+def _partitions(admin: AdminClient, topic: str) -> list[Any]:
+    return list(admin.list_topics(topic, timeout=10).topics[topic].partitions.values())
 
 
 def leader(admin: AdminClient, topic: str, partition: int) -> int:
     return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader)
+
+
+def test_three_brokers_replicate_and_one_may_die(three: Stack) -> None:
+    assert [s.name for s in three.services] == ["kafka-solo-1", "kafka-solo-2", "kafka-solo-3"]
+    bootstrap = three.config.clusters[SOLO].bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert sorted(b.id for b in admin.list_topics(timeout=10).brokers.values()) == [1, 2, 3]
+    topic = f"triple-{uuid.uuid4().hex[:8]}"
+    kafka.create_topics(bootstrap, [topic], partitions=3, config={"min.insync.replicas": "2"})
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+    assert all(sorted(p.replicas) == [1, 2, 3] for p in partitions)
+    assert kafka.produce(bootstrap, topic, records(100, "a")) == 100
+    assert len(read_all(bootstrap, topic, 100)) == 100  # __consumer_offsets made while all three are up
+
+    kill(three, "kafka-solo-1")  # two of three remain: a quorum, and min.insync.replicas met
+    assert kafka.produce(bootstrap, topic, records(100, "b")) == 100
+    assert len(read_all(bootstrap, topic, 200)) == 200
+    three.up(timeout_s=120)  # whole again for the module's next test
+    deadline = time.monotonic() + 60
+    while any(len(p.isrs) < 3 for p in _partitions(admin, topic)):
+        assert time.monotonic() < deadline, "broker 1 never caught up"
+        time.sleep(0.5)
 
 
 def test_a_leader_moves_while_clients_write_through_the_gateway(
