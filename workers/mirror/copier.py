@@ -83,9 +83,10 @@ class LinkCopier:
         self._maps: dict[Key, OffsetMap] = {}
         self._final: dict[Key, PartitionCopy] = {}
         self._left: dict[Key, PartitionCopy] = {}
-        """What the last session to hold partitions held, as it ended: shown until a new session is given
-        partitions. A source cluster gone away ends sessions, and the new one can take nothing up; what
-        the mirror last saw of the source is then what a failover measures its loss by."""
+        """The partitions given up (revoked, lost, or the session ended), as last seen: shown until the
+        group next gives this process partitions. A source cluster gone away takes a session's partitions
+        and ends it, and the next session can take nothing up; what the mirror last saw of the source is
+        then what a failover measures its loss by."""
         self._publish_due = threading.Event()
         """Set when the status is due; each session has its own (see _session)."""
         self.finished = threading.Event()
@@ -241,12 +242,17 @@ class LinkCopier:
         log.info("link %s promoted: copying stopped", self.link.id)
 
     def _close(self) -> None:
+        self._let_go(list(self._partitions))
         if self._clients is not None:
             self._clients.close(self.link.id, stopping=self._stop.is_set())
         self._clients = None
-        if self._partitions:
-            self._left = dict(self._partitions)
-        self._partitions.clear()
+
+    def _let_go(self, keys: list[Key]) -> None:
+        """This session holds these partitions no more; they are shown as last seen (``_left``)."""
+        for key in keys:
+            st = self._partitions.pop(key, None)
+            if st is not None:
+                self._left[key] = st
 
     # ---- partitions come and go
 
@@ -294,8 +300,7 @@ class LinkCopier:
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._clients is not None:
             self._clients.producer.flush(30)  # our writes land before another process resumes from the target
-        for tp in partitions:
-            self._partitions.pop((tp.topic, tp.partition), None)
+        self._let_go([(tp.topic, tp.partition) for tp in partitions])
 
     def _follow_pause(self) -> None:
         assert self._clients is not None
