@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,20 @@ def test_a_cluster_id_never_starts_like_an_option(monkeypatch: pytest.MonkeyPatc
     draws = iter([b"\xfb" + bytes(15), b"\x00" * 16])  # the first encodes to "-w...", the second to "AAAA..."
     monkeypatch.setattr(os, "urandom", lambda n: next(draws))
     assert new_cluster_id() == "A" * 22
+
+
+def test_a_broker_maps_the_class_archive_once_it_is_made(tmp_path: Path) -> None:
+    """The archive is only good for the JVM that made it, so it is named after that JVM's binary; a
+    broker maps it when it is there and starts without it when not."""
+    kafka = cluster(tmp_path, 1)
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no java on the path")
+    archive = kafka.dist.class_archive(java)
+    assert archive.parent == kafka.dist.folder
+    assert kafka.dist.class_archive("/some/other/jdk/bin/java") != archive
+    assert not any(a.startswith("-XX:SharedArchiveFile") for a in kafka.argv(1))
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    archive.write_bytes(b"made by a broker's exit")
+    assert f"-XX:SharedArchiveFile={archive}" in kafka.argv(1)
+    assert "-XX:TieredStopAtLevel=1" in kafka.argv(1)
