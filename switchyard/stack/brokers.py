@@ -225,10 +225,6 @@ def new_cluster_id() -> str:
             return found
 
 
-def free_address(host: str) -> tuple[str, int]:
-    return free_addresses(host, 1)[0]
-
-
 def free_addresses(host: str, count: int) -> list[tuple[str, int]]:
     """``count`` ports free on ``host`` now (the kernel's choice, from its ephemeral range)."""
     sockets = [socket.socket() for _ in range(count)]

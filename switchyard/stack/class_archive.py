@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from switchyard.stack.brokers import KafkaCluster, free_address
+from switchyard.stack.brokers import KafkaCluster, free_addresses
 from switchyard.stack.distribution import KafkaDistribution
 from switchyard.stack.services import brokers
 
@@ -57,11 +57,12 @@ def ensure_class_archive(
 def _make(dist: KafkaDistribution, archive: Path) -> None:
     with tempfile.TemporaryDirectory(prefix=".archive-", dir=dist.home) as work:
         scratch = Path(work) / archive.name
+        client, controller = free_addresses("127.0.0.1", 2)  # held together: never the same port twice
         cluster = KafkaCluster(
             cluster_id="archive",
             dist=dist,
-            addresses=[free_address("127.0.0.1")],
-            controllers=[free_address("127.0.0.1")],
+            addresses=[client],
+            controllers=[controller],
             home=Path(work) / "kafka",
             heap="256m",
             jvm_options=[f"-XX:ArchiveClassesAtExit={scratch}"],
