@@ -57,7 +57,7 @@ class PartitionActivities:
         store, key = self.deps.store, (request.topic, request.partition)
         origin = AdminClient({"bootstrap.servers": self.deps.bootstrap(request.origin)})
         target = AdminClient({"bootstrap.servers": self.deps.bootstrap(request.target)})
-        create_copies(origin, target, {request.topic: self._partitions(request)})
+        create_copies(origin, target, {request.topic: self._partitions(request)})  # leaving out: logged
         done = self._done(request, "hold")
         if done is None:
             base = self.deps.ends(request.target, [key])[key]

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
@@ -20,21 +21,49 @@ class TopicSyncError(KafkaOperationError):
     """A topic cannot be set up on the target (the message says why)."""
 
 
-def create_copies(source: AdminClient, target: AdminClient, partitions: Mapping[str, int]) -> None:
+def create_copies(source: AdminClient, target: AdminClient, partitions: Mapping[str, int]) -> dict[str, str]:
     """Create each topic on ``target`` with its number of ``partitions`` and the source's settings; one
-    that exists already is left as it is."""
+    that exists already is left as it is. A topic whose settings the target refuses (one an older or newer
+    version does not know) is created without the refused ones rather than not at all: its records matter
+    more. Returns, per such topic, what was left out and the target's reason."""
     if not partitions:
-        return
+        return {}
     configs = topic_configs(source, list(partitions))
     futures = target.create_topics(
         [NewTopic(name, count, config=configs.get(name, {})) for name, count in partitions.items()]
     )
+    left_out: dict[str, str] = {}
     for name, future in futures.items():
         try:
             future.result(30)
-        except Exception as exc:
-            if "already exists" not in str(exc).lower() and "TOPIC_ALREADY_EXISTS" not in str(exc):
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            if code != KafkaError.INVALID_CONFIG or not configs.get(name):
                 raise TopicSyncError(f"cannot create topic {name} on the target: {exc}") from exc
+            left_out[name] = _create_without_refused(target, name, partitions[name], configs[name])
+            log.warning("topic %s: created on the target without %s", name, left_out[name])
+    return left_out
+
+
+def _create_without_refused(target: AdminClient, name: str, count: int, settings: dict[str, str]) -> str:
+    """Find the settings the target refuses one by one (validation only), create the topic without them
+    and say which they were, with the target's reason."""
+    refused: dict[str, str] = {}
+    for key, value in settings.items():
+        try:
+            alone = NewTopic(name, count, config={key: value})
+            target.create_topics([alone], validate_only=True)[name].result(30)
+        except KafkaException as exc:
+            refused[key] = exc.args[0].str()
+    kept = {key: value for key, value in settings.items() if key not in refused}
+    try:
+        target.create_topics([NewTopic(name, count, config=kept)])[name].result(30)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise TopicSyncError(f"cannot create topic {name} on the target: {exc}") from exc
+    return "; ".join(f"{key}={settings[key]} (the target: {why})" for key, why in sorted(refused.items()))
 
 
 def topic_configs(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, str]]:

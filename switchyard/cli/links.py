@@ -75,6 +75,8 @@ def status(ctx: click.Context, link_id: str) -> None:
     for member in members:
         if member.link_error:
             click.echo(f"{member.member}: {member.link_error}", err=True)
+        for note in member.notes:
+            click.echo(f"{member.member}: {note}", err=True)
         for p in member.partitions:
             fetched = p.fetched_at.isoformat(timespec="seconds") if p.fetched_at else "never"
             rows.append(

@@ -59,6 +59,9 @@ class MemberStatus:
     partitions: tuple[PartitionStatus, ...] = ()
     link_error: str | None = None
     """A problem of the whole link on this member (source unreachable, ...), with its retry."""
+    notes: tuple[str, ...] = ()
+    """What is copied differently from the source while the records flow: a topic setting or ACLs the
+    target refused."""
 
     def to_json(self) -> bytes:
         raw = asdict(self)
@@ -77,7 +80,7 @@ class MemberStatus:
             for p in raw["partitions"]
         )
         return cls(raw["member"], raw["host"], datetime.fromisoformat(raw["updated_at"]), partitions,
-                   raw.get("link_error"))  # fmt: skip
+                   raw.get("link_error"), tuple(raw.get("notes", ())))  # fmt: skip
 
 
 def members_path(layout: Layout, link_id: str) -> str:

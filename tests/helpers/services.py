@@ -87,9 +87,17 @@ class PrivateService:
         return cls(directory, zookeeper, "zookeeper")
 
     @classmethod
-    def kafka(cls, directory: Path, *, advertised: int | None = None) -> PrivateService:
-        """An Apache Kafka broker (one KRaft node); ``advertised``: the port of a proxy in front of it,
-        where clients are sent."""
+    def kafka(
+        cls,
+        directory: Path,
+        *,
+        advertised: int | None = None,
+        version: str | None = None,
+        properties: dict[str, str] | None = None,
+    ) -> PrivateService:
+        """An Apache Kafka broker (one KRaft node) of ``version`` (the default's if None), with
+        ``properties`` over the stack's own; ``advertised``: the port of a proxy in front of it, where
+        clients are sent."""
         from switchyard.config import DEFAULT_KAFKA_VERSION
         from switchyard.stack.brokers import KafkaCluster
         from switchyard.stack.distribution import KafkaDistribution
@@ -98,12 +106,15 @@ class PrivateService:
         def make(home: Path, host: str, port: int) -> Any:
             cluster = KafkaCluster(
                 cluster_id="private",
-                dist=KafkaDistribution(DEFAULT_KAFKA_VERSION, KAFKA_DIST),
+                dist=KafkaDistribution(version or DEFAULT_KAFKA_VERSION, KAFKA_DIST).ensure(),
                 addresses=[(host, port)],
                 controllers=[(host, ports.reserve_block(1))],
                 home=home,
                 heap="256m",
-                properties={"advertised.listeners": f"PLAINTEXT://{host}:{advertised}"} if advertised else {},
+                properties={
+                    **({"advertised.listeners": f"PLAINTEXT://{host}:{advertised}"} if advertised else {}),
+                    **(properties or {}),
+                },
             )
             return brokers(cluster)[0]
 

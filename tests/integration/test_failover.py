@@ -42,8 +42,12 @@ def test_a_failover_moves_clients_at_once_and_accounts_for_every_record_left_beh
     through = {"client.id": app}
     sent = [kafka.Record(f"k{i}".encode(), f"v{i}".encode(), partition=i % 2) for i in range(200)]
     assert kafka.produce(live.gateway.bootstrap, topic, sent, settings=through) == 200
-    wait_until(
-        lambda: kafka.ends_of(standby.connect, [(topic, 0), (topic, 1)]) == {(topic, 0): 100, (topic, 1): 100}
+    copied = [(topic, 0), (topic, 1)]
+    wait_until(  # the mirror creates the topic on the standby first: until then it has no ends to list
+        lambda: (
+            kafka.partitions(standby.connect, lambda name: name == topic) == copied
+            and kafka.ends_of(standby.connect, copied) == {(topic, 0): 100, (topic, 1): 100}
+        )
     )
 
     # the copy stops short: the mirror sees the primary's ends, copies nothing more

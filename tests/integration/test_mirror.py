@@ -11,7 +11,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from switchyard.ledger import Ledger
 from switchyard.mirror.control import delete_link, promote_link, reverse_link
 from switchyard.mirror.groups import committed_offsets
 from switchyard.mirror.mapstore import end_record, read_maps, segment_record, store_records
-from switchyard.mirror.status import DrainReport, drain_report, read_status
+from switchyard.mirror.status import drain_report, read_status
 from switchyard.mirror.writers import GroupWriters
 from switchyard.model import LinkState, now
 from switchyard.routing.locks import SagaLocks
@@ -34,49 +33,13 @@ from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import Stack
 from switchyard.threads import Worker
-from tests.helpers.otlp import OtlpReceiver
+from tests.helpers.mirrors import Mirrors, records, unique, wait_drained, wait_group_offset
 from tests.helpers.processes import MirrorProcess, cpu_seconds
 from tests.helpers.records import commit_offset
 from tests.helpers.services import PrivateService
 from tests.helpers.stacks import QUICK_CONSUMER
 
 ACTOR = "user:test"
-
-
-class Mirrors:
-    """Starts mirror processes for this module's routing root; stops whatever is left at the end."""
-
-    def __init__(self, config: Config, routing: RoutingStore, ledger_path: Path, logs: Path) -> None:
-        self.config, self.routing, self.ledger_path, self.logs = config, routing, ledger_path, logs
-        self.running: list[MirrorProcess] = []
-        self.otlp = OtlpReceiver()
-
-    def start(self, name: str = "m1", **overrides: str) -> MirrorProcess:
-        assert self.config.source is not None
-        process = MirrorProcess(
-            self.config.source,
-            root=self.routing.layout.root,
-            name=name,
-            log=self.logs / f"{name}.log",
-            overrides={
-                "SWITCHYARD__LEDGER__URL": f"sqlite:///{self.ledger_path}",
-                "SWITCHYARD__MIRROR__TOPIC_REFRESH_S": "1",
-                "SWITCHYARD__MIRROR__STATUS_INTERVAL_S": "0.5",
-                "SWITCHYARD__MIRROR__GROUP_SYNC_INTERVAL_S": "1",
-                "SWITCHYARD__MIRROR__CONSUMER": "{session.timeout.ms: 6000}",
-                "SWITCHYARD__TELEMETRY__OTLP_ENDPOINT": self.otlp.endpoint,
-                "SWITCHYARD__TELEMETRY__EXPORT_INTERVAL_S": "0.5",
-                **overrides,
-            },
-        )
-        process.start()
-        self.running.append(process)
-        return process
-
-    def stop_all(self) -> None:
-        for process in self.running:
-            process.stop()
-        self.otlp.close()
 
 
 @pytest.fixture
@@ -137,33 +100,6 @@ def link_topic(routing: RoutingStore, prefix: str) -> tuple[str, str]:
     topic, link = unique(prefix), unique("link")
     routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
     return topic, link
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def records(n: int, tag: str = "r") -> list[kafka.Record]:
-    return [
-        kafka.Record(f"k{i}".encode(), f"{tag}-{i}".encode() * 8, headers=(("h", str(i).encode()),))
-        for i in range(n)
-    ]
-
-
-def wait_drained(
-    routing: RoutingStore,
-    link: str,
-    partitions: list[tuple[str, int]],
-    since: datetime,
-    timeout_s: float = 60,
-) -> DrainReport:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        report = drain_report(routing.zk, routing.layout, link, since=since, partitions=partitions)
-        if report.drained:
-            return report
-        assert time.monotonic() < deadline, f"link {link} not drained: {report.waiting}"
-        time.sleep(0.25)
 
 
 def same_records(config: Config, topic: str) -> dict[int, list[kafka.Record]]:
@@ -416,7 +352,7 @@ def test_source_gaps_give_an_exact_offset_map(
     # a group that read 60 records on the source resumes on the target at the 61st, whatever its offset
     group = unique("g")
     commit_offset(primary, group, topic, source[60].offset)
-    translated = _wait_group_offset(standby, group, topic, 60)
+    translated = wait_group_offset(standby, group, topic, 60)
     assert translated == 60 != source[60].offset
     resumed = kafka.consume(standby, topic, group=group, count=1, settings=QUICK_CONSUMER)
     assert (resumed[0].key, resumed[0].value) == (source[60].key, source[60].value)
@@ -456,18 +392,6 @@ def test_aborted_transactions_stay_invisible_on_the_target(
     offset_map = read_maps(standby, link)[(topic, 0)]
     for s, t in zip(source, target, strict=True):
         assert offset_map.target_of(s.offset) == t.offset
-
-
-def _wait_group_offset(bootstrap: str, group: str, topic: str, expected: int, timeout_s: float = 30) -> int:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + timeout_s
-    found = None
-    while time.monotonic() < deadline:
-        found = committed_offsets(admin, group).get((topic, 0))
-        if found == expected:
-            return found
-        time.sleep(0.3)
-    raise AssertionError(f"group {group} on the target: {topic}[0] at {found}, expected {expected}")
 
 
 def test_a_source_position_that_is_gone_is_reported_not_skipped(
@@ -688,14 +612,14 @@ def test_group_offsets_are_carried_only_while_the_group_is_idle_on_the_target(
         commit_offset(primary, busy, topic, 30)
         commit_offset(primary, idle, topic, 20)
         mirrors.start()
-        assert _wait_group_offset(standby, idle, topic, 20) == 20  # the sync ran...
+        assert wait_group_offset(standby, idle, topic, 20) == 20  # the sync ran...
         admin = AdminClient({"bootstrap.servers": standby})
         for _ in range(3):  # ...and keeps running (every second here) without touching the busy group
             member.poll(1.0)
             assert committed_offsets(admin, busy).get((topic, 0)) is None
     finally:
         member.close()
-    assert _wait_group_offset(standby, busy, topic, 30) == 30  # idle now: carried
+    assert wait_group_offset(standby, busy, topic, 30) == 30  # idle now: carried
 
 
 def test_the_carry_leaves_a_sagas_groups_to_it_and_waits_for_its_turn(
@@ -714,7 +638,7 @@ def test_the_carry_leaves_a_sagas_groups_to_it_and_waits_for_its_turn(
     locks, app = SagaLocks(routing.zk, routing.layout), BindingKey.for_app(unique("app"))
     locks.acquire(app, "saga-1", link, [held])
     mirrors.start()
-    assert _wait_group_offset(standby, free, topic, 10) == 10  # the carry runs (every second here)...
+    assert wait_group_offset(standby, free, topic, 10) == 10  # the carry runs (every second here)...
     admin = AdminClient({"bootstrap.servers": standby})
     time.sleep(2)
     assert committed_offsets(admin, held).get((topic, 0)) is None  # ...and leaves the saga's group alone
@@ -723,10 +647,10 @@ def test_the_carry_leaves_a_sagas_groups_to_it_and_waits_for_its_turn(
         commit_offset(primary, free, topic, 20)  # (committed before the turn, a carry could take it first)
         time.sleep(2.5)
         assert committed_offsets(admin, free).get((topic, 0)) == 10  # the carry waits for its turn
-    assert _wait_group_offset(standby, free, topic, 20) == 20
+    assert wait_group_offset(standby, free, topic, 20) == 20
 
     assert locks.release(app, "saga-1")
-    assert _wait_group_offset(standby, held, topic, 10) == 10  # the saga done: carried again
+    assert wait_group_offset(standby, held, topic, 10) == 10  # the saga done: carried again
 
 
 def test_sigterm_during_a_group_join_exits_within_seconds(

@@ -49,6 +49,7 @@ from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.status import PartitionStatus
 from switchyard.model import Link, LinkState
 from switchyard.routing.layout import Layout
+from workers.mirror.acls import sync_acls
 from workers.mirror.carry import GroupCarry
 from workers.mirror.clients import LEAVE_WAIT_S, CopyClients
 from workers.mirror.progress import Key, PartitionCopy, gone
@@ -78,6 +79,10 @@ class LinkCopier:
         """Partitions that must not be copied further (diverged target, vanished source) until restart."""
         self._failure: str | None = None
         self._link_error: str | None = None
+        self._notes: dict[str, str] = {}
+        """What the target refused of the source's topics while their records are copied: topic
+        settings (per topic, from its creation by this process) and ACLs (key "acls", from the latest
+        refresh)."""
         self._paused = False
         self._clients: CopyClients | None = None
         self._maps: dict[Key, OffsetMap] = {}
@@ -113,8 +118,8 @@ class LinkCopier:
         shown = self._final if self.finished.is_set() else {**self._left, **self._partitions}
         return [st.status(state, now) for _, st in sorted(dict(shown).items())]
 
-    def _current(self) -> tuple[list[PartitionStatus], str | None]:
-        return self.statuses(), self._link_error
+    def _current(self) -> tuple[list[PartitionStatus], str | None, tuple[str, ...]]:
+        return self.statuses(), self._link_error, tuple(v for _, v in sorted(dict(self._notes).items()))
 
     def stop(self, timeout_s: float = 30.0, *, forget: bool = False) -> None:
         """End the copy; ``forget`` (the link was removed) also takes a promoted link's final status
@@ -186,8 +191,7 @@ class LinkCopier:
                     self._finish()
                     return
                 if now >= next_refresh:
-                    found = sync_topics(self.link, admin_source, admin_target)
-                    self.source.answered()
+                    found = self._refresh(admin_source, admin_target)
                     if found != topics:
                         topics = found
                         if topics:
@@ -216,6 +220,21 @@ class LinkCopier:
             for helper in helpers:  # before the session's last status, which _run publishes
                 helper.join(LEAVE_WAIT_S if self._stop.is_set() else 30)  # a stopping process waits little
             self._close()
+
+    def _refresh(self, source: AdminClient, target: AdminClient) -> list[str]:
+        """The topics to copy, their copies on the target created, and their ACLs there brought in line."""
+        found, left_out = sync_topics(self.link, source, target)
+        self.source.answered()
+        self._notes.update((topic, f"topic {topic} created without {why}") for topic, why in left_out.items())
+        self._note("acls", sync_acls(source, target, found) if found else None)
+        return found
+
+    def _note(self, key: str, note: str | None) -> None:
+        if note is None:
+            self._notes.pop(key, None)
+        elif self._notes.get(key) != note:
+            log.warning("link %s: %s", self.link.id, note)
+            self._notes[key] = note
 
     def _copy_arrived(self, subscribed: bool) -> None:
         """Copy what has arrived; with nothing subscribed nothing else waits, so wait here: an idle link

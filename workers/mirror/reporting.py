@@ -85,12 +85,12 @@ class StatusNode:
         layout: Layout,
         member: str,
         link_id: Callable[[], str],
-        current: Callable[[], tuple[list[PartitionStatus], str | None]],
+        current: Callable[[], tuple[list[PartitionStatus], str | None, tuple[str, ...]]],
     ) -> None:
         self.zk, self.layout, self.member = zk, layout, member
         self._link_id = link_id
         self._current = current
-        """The partitions' statuses and the link's error, now."""
+        """The partitions' statuses, the link's error and its notes, now."""
         self._lock = threading.Lock()
         self._retired = False
         """Taken down for good (the copier ended, or the link was removed)."""
@@ -109,13 +109,14 @@ class StatusNode:
                 log.exception("link %s: status not published", self._link_id())
 
     def publish(self) -> None:
-        partitions, link_error = self._current()
+        partitions, link_error, notes = self._current()
         status = MemberStatus(
             member=self.member,
             host=f"{os.uname().nodename}:{os.getpid()}",
             updated_at=datetime.fromtimestamp(time.time(), UTC),
             partitions=tuple(partitions),
             link_error=link_error,
+            notes=notes,
         )
         link_id = self._link_id()
         path = member_path(self.layout, link_id, self.member)

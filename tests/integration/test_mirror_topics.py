@@ -1,0 +1,214 @@
+"""What a link carries besides records, from the older Apache Kafka line (3.9) to the default one, both
+with an authorizer on: a source log that starts above 0 (DeleteRecords), partitions the source gains,
+topic settings (one the target refuses), topic ACLs. On brokers of this module's own: their versions and
+their authorizer are not the shared stack's."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.mirror.mapstore import read_maps
+from switchyard.mirror.status import read_status
+from switchyard.model import now
+from switchyard.routing.store import RoutingStore
+from tests.helpers.mirrors import Mirrors, records, unique, wait_drained, wait_group_offset
+from tests.helpers.records import commit_offset
+from tests.helpers.services import PrivateService
+from tests.helpers.stacks import QUICK_CONSUMER
+from workers.mirror.acls import TOPIC_ACLS, exactly
+
+ACTOR = "user:test"
+OLDER = "3.9.2"
+AUTHORIZER = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",  # whoever comes through the plaintext listener: the mirror, the tests
+    "allow.everyone.if.no.acl.found": "true",
+}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """A 3.9 source and a default-version target, each one broker with an authorizer."""
+    directory = tmp_path_factory.mktemp("pair")
+    source = PrivateService.kafka(directory / "source", version=OLDER, properties=AUTHORIZER)
+    target = PrivateService.kafka(directory / "target", properties=AUTHORIZER)
+    with ExitStack() as stack:
+        for broker in (source, target):
+            stack.callback(broker.stop)
+            broker.start()
+        yield source.connect, target.connect
+
+
+@pytest.fixture(scope="module")
+def mirror(
+    stack_config: Config,
+    routing: RoutingStore,
+    ledger_path: object,
+    tmp_path_factory: pytest.TempPathFactory,
+    pair: tuple[str, str],
+) -> Iterator[Mirrors]:
+    """One mirror process for the module, the pair as its primary and standby; each test adds a link."""
+    mirrors = Mirrors(stack_config, routing, ledger_path, tmp_path_factory.mktemp("mirror"))  # type: ignore[arg-type]
+    source, target = pair
+    mirrors.start(
+        SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP=source, SWITCHYARD__CLUSTERS__STANDBY__BOOTSTRAP=target
+    )
+    yield mirrors
+    mirrors.stop_all()
+
+
+def link(routing: RoutingStore, *topics: str) -> str:
+    name = unique("link")
+    routing.create_link(name, "primary", "standby", include=list(topics), actor=ACTOR, reason="t")
+    return name
+
+
+def test_a_source_log_that_starts_above_zero_is_copied_with_an_exact_map(
+    mirror: Mirrors, routing: RoutingStore, pair: tuple[str, str]
+) -> None:
+    """Retention or DeleteRecords leave a source log starting above 0; a producer cannot choose offsets,
+    so the copy starts at 0 and the map places every record — and a group's position with it."""
+    source, target = pair
+    topic = unique("trimmed")
+    kafka.create_topics(source, [topic])
+    kafka.produce(source, topic, records(100))
+    delete_before(source, topic, 40)
+    name = link(routing, topic)
+    wait_drained(routing, name, [(topic, 0)], since=now())
+
+    kafka.produce(source, topic, records(10, "later"))
+    delete_before(source, topic, 80)  # the log start moves on behind the copy: nothing changes for it
+    wait_drained(routing, name, [(topic, 0)], since=now())
+    copy = kafka.read_partitions(target, topic)[0]
+    assert [r.offset for r in copy] == list(range(70))
+    written = records(100)[40:] + records(10, "later")
+    assert [(r.key, r.value) for r in copy] == [(r.key, r.value) for r in written]
+    offset_map = read_maps(target, name)[(topic, 0)]
+    assert [offset_map.target_of(s) for s in range(40, 110)] == list(range(70))
+
+    group = unique("g")
+    commit_offset(source, group, topic, 90)  # the group read up to source offset 89
+    assert wait_group_offset(target, group, topic, 50) == 50
+    resumed = kafka.consume(target, topic, group=group, count=1, settings=QUICK_CONSUMER)
+    assert resumed[0].value == written[50].value
+
+
+def test_partitions_the_source_gains_are_added_and_copied(
+    mirror: Mirrors, routing: RoutingStore, pair: tuple[str, str]
+) -> None:
+    source, target = pair
+    topic = unique("grown")
+    kafka.create_topics(source, [topic], partitions=1)
+    kafka.produce(source, topic, records(50))
+    name = link(routing, topic)
+    wait_drained(routing, name, [(topic, 0)], since=now())
+
+    admin = AdminClient({"bootstrap.servers": source})
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    kafka.produce(source, topic, [kafka.Record(f"k{i}".encode(), b"v", partition=i % 3) for i in range(30)])
+    wait_drained(routing, name, [(topic, p) for p in range(3)], since=now())
+    on_source, on_target = kafka.read_partitions(source, topic), kafka.read_partitions(target, topic)
+    assert {p: len(r) for p, r in on_target.items()} == {0: 60, 1: 10, 2: 10}
+    for partition, written in on_source.items():
+        assert [(r.offset, r.key) for r in on_target[partition]] == [(r.offset, r.key) for r in written]
+
+
+def test_a_setting_the_target_refuses_is_left_out_and_reported_for_that_topic_alone(
+    mirror: Mirrors, routing: RoutingStore, pair: tuple[str, str]
+) -> None:
+    """3.9 knows message.downconversion.enable, 4.x no longer does: the copy is created without it, its
+    other settings kept, its records copied; the link's status says so; the link's other topic is whole."""
+    source, target = pair
+    odd, plain = unique("odd"), unique("plain")
+    kafka.create_topics(source, [plain])
+    admin = AdminClient({"bootstrap.servers": source})
+    settings = {"retention.ms": "86400000", "message.downconversion.enable": "false"}
+    admin.create_topics([NewTopic(odd, 1, config=settings)])[odd].result(30)
+    for topic in (odd, plain):
+        kafka.produce(source, topic, records(20))
+    name = link(routing, odd, plain)
+    wait_drained(routing, name, [(odd, 0), (plain, 0)], since=now())
+
+    assert len(kafka.read_partitions(target, odd)[0]) == len(kafka.read_partitions(target, plain)[0]) == 20
+    on_target = AdminClient({"bootstrap.servers": target})
+    described = on_target.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, odd)])
+    (entries,) = (future.result(10) for future in described.values())
+    assert entries["retention.ms"].value == "86400000"
+    notes = [note for member in read_status(routing.zk, routing.layout, name) for note in member.notes]
+    assert notes == [
+        f"topic {odd} created without message.downconversion.enable=false (the target: "
+        "Unknown topic config name: message.downconversion.enable)"
+    ]
+
+
+def test_topic_acls_follow_the_source_onto_the_target(
+    mirror: Mirrors, routing: RoutingStore, pair: tuple[str, str]
+) -> None:
+    """The bindings covering the link's topics are created on the target, others are not; a grant revoked
+    on the source is revoked on the target."""
+    source, target = pair
+    topic, elsewhere = unique("guarded"), unique("elsewhere")
+    prefix = topic[: len("guarded-")]
+    alice, bob, carol = (
+        acl(topic, "User:alice", AclOperation.READ),
+        acl(prefix, "User:bob", AclOperation.WRITE, ResourcePatternType.PREFIXED),
+        acl(elsewhere, "User:carol", AclOperation.READ),
+    )
+    on_source = AdminClient({"bootstrap.servers": source})
+    for future in on_source.create_acls([alice, bob, carol]).values():
+        future.result(10)
+    kafka.create_topics(source, [topic])
+    kafka.produce(source, topic, records(5))
+    name = link(routing, topic)
+    wait_drained(routing, name, [(topic, 0)], since=now())
+    assert wait_for_acls(target, {alice, bob}) == {alice, bob}  # carol's topic is not the link's
+
+    for future in on_source.delete_acls([exactly(alice)]).values():
+        future.result(10)
+    assert wait_for_acls(target, {bob}) == {bob}
+
+
+def acl(
+    name: str,
+    principal: str,
+    operation: AclOperation,
+    pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+) -> AclBinding:
+    return AclBinding(ResourceType.TOPIC, name, pattern, principal, "*", operation, AclPermissionType.ALLOW)
+
+
+def wait_for_acls(bootstrap: str, expected: set[AclBinding], timeout_s: float = 30) -> set[AclBinding]:
+    """The topic ACLs on ``bootstrap`` once they are ``expected`` (or what they are at the deadline)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = set(admin.describe_acls(TOPIC_ACLS).result(10))
+        if found == expected or time.monotonic() > deadline:
+            return found
+        time.sleep(0.3)
+
+
+def delete_before(bootstrap: str, topic: str, offset: int) -> None:
+    """DeleteRecords: ``topic``[0]'s log starts at ``offset`` from now on."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held: a client collected fails its futures
+    deleted = admin.delete_records([TopicPartition(topic, 0, offset)])
+    (result,) = (future.result(30) for future in deleted.values())
+    assert result.low_watermark == offset, result

@@ -1,0 +1,57 @@
+"""Which topic ACLs a link creates and deletes on its target (pure logic; the brokers' side is in
+tests/integration/test_mirror_topics.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from switchyard.mirror.status import MemberStatus
+from workers.mirror.acls import acl_changes, covers
+
+LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+
+
+def acl(name: str, pattern: ResourcePatternType = LITERAL, principal: str = "User:a") -> AclBinding:
+    return AclBinding(
+        ResourceType.TOPIC, name, pattern, principal, "*", AclOperation.READ, AclPermissionType.ALLOW
+    )
+
+
+def test_a_binding_covers_its_topic_a_prefix_of_it_or_every_topic() -> None:
+    topics = ["orders", "payments"]
+    assert covers(acl("orders"), topics)
+    assert covers(acl("pay", PREFIXED), topics)
+    assert covers(acl("*"), topics)
+    assert not covers(acl("order"), topics)  # a literal name is the whole name
+    assert not covers(acl("ordersx", PREFIXED), topics)
+    assert not covers(acl("invoices"), topics)
+
+
+def test_the_target_gains_what_covers_the_links_topics_and_loses_revoked_literal_grants() -> None:
+    kept, revoked, broad = acl("orders"), acl("orders", principal="User:gone"), acl("ord", PREFIXED)
+    elsewhere, operators_own = acl("invoices"), acl("x", PREFIXED, "User:ops")
+    create, delete = acl_changes(
+        source=[kept, broad, elsewhere], target=[revoked, operators_own, acl("audit")], topics=["orders"]
+    )
+    assert create == sorted([kept, broad])  # not the binding on a topic the link does not copy
+    assert delete == [revoked]  # not a prefixed binding, nor one on a topic the link does not copy
+
+
+def test_a_source_without_any_topic_acl_strips_nothing_from_the_target() -> None:
+    """A broker without an authorizer answers DescribeAcls with no bindings: that is not a revocation."""
+    assert acl_changes(source=[], target=[acl("orders")], topics=["orders"]) == ([], [])
+
+
+def test_a_members_notes_survive_its_status_node() -> None:
+    status = MemberStatus("m1", "h:1", datetime.now(UTC), notes=("topic t created without x=y (...)",))
+    assert MemberStatus.from_json(status.to_json()) == status
+    older = status.to_json().replace(b',"notes":["topic t created without x=y (...)"]', b"")
+    assert MemberStatus.from_json(older).notes == ()  # written by a process from before notes
