@@ -152,38 +152,3 @@ def test_only_answers_with_ids_or_epochs_are_decoded() -> None:
     assert not topic_identity.presents(apis.METADATA, 6)
     assert topic_identity.presents(apis.METADATA, 7)
     assert not topic_identity.presents(apis.LIST_OFFSETS, 3)
-
-
-@pytest.mark.parametrize("version", range(9, apis.VERSION_CAPS[apis.FETCH] + 1))
-def test_a_fetch_naming_a_leader_epoch_is_sent_on_naming_none(version: int) -> None:
-    """librdkafka, told of no epoch, fetches with epoch 0; a partition whose leadership has moved
-    fences that for good, so the gateway sends the Fetch on without one."""
-    cls = request_schema(apis.FETCH, version)
-    topic_cls = element_type(cls, "topics")
-    partition_cls = element_type(topic_cls, "partitions")
-
-    def fetch(*epochs: tuple[int, int]) -> Any:
-        parts = tuple(
-            make(
-                partition_cls, partition=i, current_leader_epoch=c, last_fetched_epoch=f, fetch_offset=40 + i
-            )
-            for i, (c, f) in enumerate(epochs)
-        )
-        return make(cls, topics=(make(topic_cls, topic="orders", partitions=parts),))
-
-    sent = topic_identity.epochless_fetch(fetch((0, NO_EPOCH), (NO_EPOCH, NO_EPOCH), (5, 3)))
-    assert sent is not None
-    read = encodes(sent)
-    assert [(p.partition, p.current_leader_epoch, p.fetch_offset) for p in read.topics[0].partitions] == [
-        (0, NO_EPOCH, 40),
-        (1, NO_EPOCH, 41),
-        (2, NO_EPOCH, 42),
-    ]
-    if (
-        version >= 12
-    ):  # kafka-python names the epoch of the last batch it read, another cluster's after a switch
-        assert {p.last_fetched_epoch for p in read.topics[0].partitions} == {NO_EPOCH}
-        assert topic_identity.epochless_fetch(fetch((NO_EPOCH, 7))) is not None
-    assert (
-        topic_identity.epochless_fetch(fetch((NO_EPOCH, NO_EPOCH), (NO_EPOCH, NO_EPOCH))) is None
-    )  # untouched

@@ -39,6 +39,7 @@ from workers.gateway.blocking import TOPIC_AUTHORIZATION_FAILED, blocked_respons
 from workers.gateway.carry import carried_commit
 from workers.gateway.decision import Action, Decision, decide
 from workers.gateway.entities import element_type, make, replace_known
+from workers.gateway.fetches import forwarded_fetch
 from workers.gateway.holds import hold_limit
 from workers.gateway.inflight import Ticket, own_wait_s
 from workers.gateway.intake import Intake, Lease
@@ -359,8 +360,8 @@ class ClientSession:
             frame = replace_body(request, dataclasses.replace(request.body, member_id=""))
         elif request.api_key == apis.JOIN_GROUP:
             self._joining(request, decision.cluster)
-        elif request.api_key == apis.FETCH and (epochless := topic_identity.epochless_fetch(request.body)):
-            frame = replace_body(request, epochless)
+        elif request.api_key == apis.FETCH and (plain := forwarded_fetch(request.body)):
+            frame = replace_body(request, plain)
         return await self._forward(incoming, frame, snapshot, resolution, decision.node)
 
     async def _split(

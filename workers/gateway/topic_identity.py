@@ -12,11 +12,12 @@ takes that for a truncated log). So, as with the cluster id, the gateway present
   switch back without state every gateway would have to share. A client that knows no epoch does not
   validate positions against one, so it never mistakes a switch for a truncation; what it gives up is
   detecting a log truncated by an unclean leader election on the cluster itself;
-- and a Fetch naming a leader epoch is sent on naming none. librdkafka, told of no epoch, sends a current
-  epoch of 0 (its "unknown" for a broker that reports epochs), which a partition whose leadership ever
-  moved fences (FENCED_LEADER_EPOCH) on every fetch, for good. kafka-python sends the epoch of the last
-  batch it read as ``last_fetched_epoch`` (v12), which after a switch is the other cluster's: the broker
-  would answer with a diverging epoch, and the client take its own position for a truncated log.
+- and a Fetch naming a leader epoch is sent on naming none (:mod:`workers.gateway.fetches`). librdkafka,
+  told of no epoch, sends a current epoch of 0 (its "unknown" for a broker that reports epochs), which a
+  partition whose leadership ever moved fences (FENCED_LEADER_EPOCH) on every fetch, for good. kafka-python
+  sends the epoch of the last batch it read as ``last_fetched_epoch`` (v12), which after a switch
+  is the other cluster's: the broker would answer with a diverging epoch, and the client take its own
+  position for a truncated log.
 """
 
 from __future__ import annotations
@@ -78,24 +79,6 @@ def present(api_key: int, body: Any) -> Any:
         results = tuple(_replace(t, topic_id=_presented_id(t.name, t.topic_id)) for t in body.responses)
         return dataclasses.replace(body, responses=results)
     return body
-
-
-def epochless_fetch(body: Any) -> Any | None:
-    """A Fetch body (v9+) with each partition's current and last fetched leader epochs unknown; None when
-    none names one (the request goes on as received, its bytes untouched)."""
-    if all(
-        getattr(p, "current_leader_epoch", NO_EPOCH) == NO_EPOCH
-        and getattr(p, "last_fetched_epoch", NO_EPOCH) == NO_EPOCH
-        for t in body.topics
-        for p in t.partitions
-    ):
-        return None
-    unknown = {"current_leader_epoch": NO_EPOCH, "last_fetched_epoch": NO_EPOCH}
-    topics = tuple(
-        dataclasses.replace(t, partitions=tuple(_replace(p, **unknown) for p in t.partitions))
-        for t in body.topics
-    )
-    return dataclasses.replace(body, topics=topics)
 
 
 def ids_asked(api_key: int, body: Any) -> set[uuid.UUID]:
