@@ -20,7 +20,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequestTopic
@@ -80,11 +79,6 @@ class Reader:
         self.thread.join(30)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 36, open: on Apache Kafka the reader that ignores the frozen origin stopped at the "
-    "origin's 100 records in one run of two and never read on from the target",
-)
 def test_a_fault_migration_writes_on_at_once_and_no_offset_changes_meaning_when_the_origin_returns(
     live: Live, routing: RoutingStore, brokers: tuple[PrivateService, PrivateService]
 ) -> None:
