@@ -1,7 +1,8 @@
 """A soak: applications of two client libraries producing and consuming through the gateway for a
 bounded stretch (``SWITCHYARD_SOAK_S``: 20 minutes with ``make soak``, 4 in ``make bench``), a switchover
-or switchback saga every ``SWITCHYARD_SOAK_EVERY_S`` (60 s), and a worker, a gateway and a mirror
-restarted between the first switches.
+or switchback saga every ``SWITCHYARD_SOAK_EVERY_S`` (60 s), and a worker, a gateway, a mirror and the
+broker of the cluster the applications are on restarted between the first switches. 5,000 records/s in
+all (``SWITCHYARD_SOAK_RATE`` per application, two applications).
 
 Judged at the end by what the applications saw and what the processes kept: every send reported once and
 acknowledged, every acknowledged record on the final cluster exactly once, none processed twice by the
@@ -33,6 +34,7 @@ from switchyard.config import Config
 from switchyard.errors import KafkaOperationError
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
+from switchyard.stack import Stack
 from tests.helpers.compat import CODECS, ROOT, App, judge, longest_gap, prepare, table, wait_until
 from tests.helpers.live import Live, unique
 from tests.helpers.soak import Instance, Sampler
@@ -43,15 +45,13 @@ SOAK_S = float(os.environ.get("SWITCHYARD_SOAK_S", "240"))
 EVERY_S = float(os.environ.get("SWITCHYARD_SOAK_EVERY_S", "60"))
 OUT = Path(os.environ.get("SWITCHYARD_SOAK_DIR", ROOT / ".state" / "soak"))
 LIBRARIES = ("confluent-kafka", "kafka-python")
-RATE, PARTITIONS = 15, 3
-"""Records per second per application, and its topic's partitions: 5 records/s per partition. A Tansu
-Fetch lists every batch its partitions hold, within the request's wait (docs/testbed.md), so the
-testbed broker slows as it fills: at 33 records/s per partition a read at the log end came back empty
-for good after ~12 minutes, and at 10 the baseline read below took 37 s after 16 minutes and gave up
-after 17."""
+RATE = int(os.environ.get("SWITCHYARD_SOAK_RATE", "2500"))
+"""Records per second per application."""
+PARTITIONS = 6
 BASELINE_GIVE_UP_S = 60
-RESTARTS = ("worker", "gateway", "mirror")
-"""Restarted half way between switches 1-2, 2-3 and 3-4."""
+RESTARTS = ("worker", "gateway", "mirror", "broker")
+"""Restarted half way between switches 1-2, 2-3, 3-4 and 4-5; the broker is the only one of the cluster
+the applications are on, stopped gracefully, as a rolling restart does."""
 FDS_MORE, THREADS_MORE, WATCHES_MORE = 8, 3, 8
 """What a process may hold more of at the last switch than at its first, before it counts as a leak:
 connections to brokers and ZooKeeper come and go with the traffic."""
@@ -77,7 +77,7 @@ class Switch:
     straight from the cluster the switch leaves, as the saga's steps read them; None if it gave up."""
 
 
-def test_soak(live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path) -> None:
+def test_soak(live: Live, routing: RoutingStore, stack: Stack, stack_config: Config, tmp_path: Path) -> None:
     assert live.gateway is not None
     apps = [App(lib, "one gateway", unique("soak"), unique("soak-t"), tmp_path / lib) for lib in LIBRARIES]
     link = prepare(routing, stack_config, apps, partitions=PARTITIONS)
@@ -92,7 +92,7 @@ def test_soak(live: Live, routing: RoutingStore, stack_config: Config, tmp_path:
                     session_ms=QUICK_CONSUMER["session.timeout.ms"])  # fmt: skip
         wait_until("first records", apps, lambda a, s: len(s.acked) >= 100 and s.batches["manual"], 120)
         sampler.start()
-        switches, restarts, outages = drive(live, routing, apps, link, sampler)
+        switches, restarts, outages = drive(live, stack, routing, apps, link, sampler)
         for a in apps:
             a.signal("stop-producing")
         wait_until("the producers' last records", apps, lambda a, s: s.produced is not None, 150)
@@ -129,7 +129,7 @@ def test_soak(live: Live, routing: RoutingStore, stack_config: Config, tmp_path:
 
 
 def drive(
-    live: Live, routing: RoutingStore, apps: list[App], link: str, sampler: Sampler
+    live: Live, stack: Stack, routing: RoutingStore, apps: list[App], link: str, sampler: Sampler
 ) -> tuple[list[Switch], list[tuple[float, str]], list[tuple[float, float]]]:
     """A switch every EVERY_S until SOAK_S has passed, RESTARTS half way between the first ones; the
     switches, when each process was restarted, and the outages the restarts made."""
@@ -154,7 +154,7 @@ def drive(
             wait_till(sampler, next_at - EVERY_S / 2)
             restarts.append((sampler.now(), RESTARTS[number - 1]))
             began = time.time()
-            restart(live, RESTARTS[number - 1])
+            restart(live, stack, RESTARTS[number - 1], on="standby" if number % 2 else "primary")
             print(f"\n{sampler.now() / 60:5.1f} min: {RESTARTS[number - 1]} restarted", end="", flush=True)
             flowing(apps, f"traffic after the {RESTARTS[number - 1]} restart")
             outages.append((began, time.time()))
@@ -224,9 +224,14 @@ def wait_till(sampler: Sampler, at: float) -> None:
     time.sleep(max(at - sampler.now(), 0))
 
 
-def restart(live: Live, what: str) -> None:
-    """Stop one process gracefully (SIGTERM) and start it again, as a rolling restart does."""
-    if what == "worker":
+def restart(live: Live, stack: Stack, what: str, *, on: str) -> None:
+    """Stop one process gracefully (SIGTERM) and start it again, as a rolling restart does; a broker,
+    that of cluster ``on``."""
+    if what == "broker":
+        (broker,) = (s for s in stack.services if s.name == f"kafka-{on}")
+        stack.process(broker).stop()
+        stack.up(timeout_s=120)  # starts what is not running, and waits until it answers
+    elif what == "worker":
         live.workers[-1].stop()
         live.start_worker()
     else:

@@ -42,6 +42,54 @@ producer per codec."""
 
 
 @dataclass
+class Seen:
+    events: list[dict[str, Any]] = field(default_factory=list)
+    acked: dict[int, float] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+    produced: int | None = None
+    """The sends the application attempted (said once its producer is done)."""
+    unreported: int = 0
+    """Records its client gave up waiting for: no report will ever come for them."""
+    reports: Counter[int] = field(default_factory=Counter)
+    """Each record's reports, acknowledgements and failures alike: exactly one each is the promise."""
+    batches: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {"manual": [], "auto": []})
+    errors: list[str] = field(default_factory=list)
+    retried: list[tuple[float, str]] = field(default_factory=list)
+    """(when, what) of each retriable error a poll raised, which the application went on after."""
+
+    _received: dict[str, Counter[int]] = field(
+        default_factory=lambda: {"manual": Counter(), "auto": Counter()}
+    )
+
+    def add(self, events: list[dict[str, Any]]) -> None:
+        self.events += events
+        for e in events:
+            kind = e["k"]
+            if kind == "acked":
+                self.acked[e["v"]] = e["t"]
+                self.reports[e["v"]] += 1
+            elif kind == "failed":
+                self.failed.append(f"{e['v']}: {e['e']}")
+                self.reports[e["v"]] += 1
+            elif kind == "produced":
+                self.produced, self.unreported = e["n"], e.get("unreported", 0)
+            elif kind == "batch":
+                self.batches[e["g"]].append(e)
+                self._received[e["g"]].update(r[2] for r in e["recs"])
+            elif kind == "error":
+                self.errors.append(f"{e['g']}: {e['e']}")
+            elif kind == "retried":
+                self.retried.append((e["t"], f"{e['g']}: {e['e']}"))
+
+    def received(self, group: str) -> Counter[int]:
+        """How many times the group processed each record (the counter itself: read, do not change)."""
+        return self._received[group]
+
+    def first_batch(self, group: str, after: float) -> float | None:
+        return next((b["t"] for b in self.batches[group] if b["t"] > after), None)
+
+
+@dataclass
 class App:
     library: str
     setup: str
@@ -57,6 +105,9 @@ class App:
     """The gateways its clients went through."""
     exit_code: int | None = None
     """How the application ended once told to stop (None: it did not end in time and was killed)."""
+    _seen: Seen = field(default_factory=Seen, repr=False)
+    _read_to: int = field(default=0, repr=False)
+    """How far ``_seen`` has read its events file."""
 
     @property
     def name(self) -> str:
@@ -82,9 +133,17 @@ class App:
         self.process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
     def seen(self) -> Seen:
+        """What it has seen so far: the events it wrote since the last call added to those before (a
+        soak's application writes millions; read whole at every look, they cost more than the look)."""
         path = self.dir / "events.jsonl"
-        lines = path.read_text().splitlines() if path.exists() else []
-        return Seen([json.loads(line) for line in lines if line.endswith("}")])
+        if path.exists():
+            with path.open("rb") as events:
+                events.seek(self._read_to)
+                written = events.read()
+            whole = written[: written.rfind(b"\n") + 1]  # a line still being written waits for the next look
+            self._read_to += len(whole)
+            self._seen.add([json.loads(line) for line in whole.splitlines() if line.endswith(b"}")])
+        return self._seen
 
     def signal(self, what: str) -> None:
         (self.dir / what).touch()
@@ -125,47 +184,6 @@ class App:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
-
-
-@dataclass
-class Seen:
-    events: list[dict[str, Any]]
-    acked: dict[int, float] = field(default_factory=dict)
-    failed: list[str] = field(default_factory=list)
-    produced: int | None = None
-    """The sends the application attempted (said once its producer is done)."""
-    unreported: int = 0
-    """Records its client gave up waiting for: no report will ever come for them."""
-    reports: Counter[int] = field(default_factory=Counter)
-    """Each record's reports, acknowledgements and failures alike: exactly one each is the promise."""
-    batches: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {"manual": [], "auto": []})
-    errors: list[str] = field(default_factory=list)
-    retried: list[tuple[float, str]] = field(default_factory=list)
-    """(when, what) of each retriable error a poll raised, which the application went on after."""
-
-    def __post_init__(self) -> None:
-        for e in self.events:
-            kind = e["k"]
-            if kind == "acked":
-                self.acked[e["v"]] = e["t"]
-                self.reports[e["v"]] += 1
-            elif kind == "failed":
-                self.failed.append(f"{e['v']}: {e['e']}")
-                self.reports[e["v"]] += 1
-            elif kind == "produced":
-                self.produced, self.unreported = e["n"], e.get("unreported", 0)
-            elif kind == "batch":
-                self.batches[e["g"]].append(e)
-            elif kind == "error":
-                self.errors.append(f"{e['g']}: {e['e']}")
-            elif kind == "retried":
-                self.retried.append((e["t"], f"{e['g']}: {e['e']}"))
-
-    def received(self, group: str) -> Counter[int]:
-        return Counter(r[2] for b in self.batches[group] for r in b["recs"])
-
-    def first_batch(self, group: str, after: float) -> float | None:
-        return next((b["t"] for b in self.batches[group] if b["t"] > after), None)
 
 
 def longest_gap(times: list[float], since: float, until: float) -> float:
