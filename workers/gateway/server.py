@@ -136,8 +136,8 @@ class Gateway:
         )
 
     async def stop(self, *, grace_s: float = 5.0) -> None:
-        """Stop listening, end every client connection (their waiting requests fail, so clients retry
-        elsewhere), deregister."""
+        """Stop listening, end every client connection once the answers on their way are written (those
+        still waiting after ``grace_s`` fail, so their clients retry elsewhere), deregister."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -150,12 +150,13 @@ class Gateway:
         await asyncio.to_thread(self.view.stop)
 
     async def _end(self, session: ClientSession, grace_s: float) -> None:
-        session.close()
         task = session.task
         if task is None:
+            session.close()
             return
+        session.finish(grace_s)
         try:
-            await asyncio.wait_for(asyncio.shield(task), grace_s)
+            await asyncio.wait_for(asyncio.shield(task), grace_s + 1)
         except TimeoutError:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

@@ -17,14 +17,13 @@ brokers or clusters, or are answered by the gateway itself.
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -124,6 +123,8 @@ class ClientSession:
         self._resolved_in: RoutingSnapshot | None = None
         self._answering: set[asyncio.Task[bytes | None]] = set()
         """Answers on their way from brokers; each holds an in-flight ticket until it settles."""
+        self._finish_within: float | None = None
+        """Set by ``finish``: how long the answers still on their way may take before the end."""
         self._retired: list[Upstream] = []
         """Broker connections left behind by a long poll answered early; closed when their answers are in."""
         self._outliving: set[Upstream] = set()
@@ -136,9 +137,14 @@ class ClientSession:
         self._released: asyncio.Future[bool] | None = None
         """Set when the latest held request has been let go (the next held one waits for it): whether a
         Produce among those held before was answered with the retriable error."""
-        self._held: collections.deque[asyncio.Event] = collections.deque()
-        """One event per request held now, oldest first: set, it lets that request go with the
-        retriable error at once (see ``_make_room``)."""
+        self._held: dict[asyncio.Event, None] = {}
+        """One event per request held now: set, it lets that request go with the retriable error at once
+        (see ``_make_room``)."""
+        self._waiting: dict[asyncio.Event, None] = {}
+        """Those of ``_held`` not let go yet, oldest first. Dicts, not lists: a producer that does not
+        wait for its answers (librdkafka's default) has a thousand requests held on one connection within
+        a few seconds at thousands of records/s, and scanning them on every request stalled the gateway
+        for a minute (the soak)."""
         self._progress = asyncio.Event()
         """Set when an answer is taken to be written or a hold ends: the reader may have room again."""
         self._unanswered = 0
@@ -179,7 +185,8 @@ class ClientSession:
                 if self._closing:
                     break
         except (FrameError, SaslError) as exc:
-            log.warning("closing connection from %s: %s", self.peer, exc)
+            if self._finish_within is None:  # finishing, a frame half read is let go unsaid
+                log.warning("closing connection from %s: %s", self.peer, exc)
         except UpstreamError as exc:
             log.warning("closing connection from %s: upstream failed: %s", self.peer, exc)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
@@ -194,6 +201,8 @@ class ClientSession:
         """Fail what still waits on brokers, let the writer end, give back every request's bytes."""
         self._ending = True
         replies.put_nowait(None)
+        if self._finish_within is not None and self._answering:
+            await asyncio.wait(set(self._answering), timeout=self._finish_within)
         for upstream in [*self._upstreams.values(), *self._retired]:
             if upstream not in self._outliving:
                 upstream.close()  # fails whatever still waits on a broker...
@@ -206,8 +215,17 @@ class ClientSession:
         self.writer.close()
 
     def close(self) -> None:
-        """End the connection (gateway shutdown): the reader sees the end of the stream."""
+        """End the connection at once: the reader sees the end of the stream."""
         self.writer.close()
+
+    def finish(self, within_s: float) -> None:
+        """End the connection as a graceful shutdown does: read no further request, give the answers on
+        their way up to ``within_s`` to arrive and be written, then close. Cut short, a Produce written by
+        its broker and not answered is sent again by its client, and a producer that is not idempotent
+        writes it twice (the soak saw 17 records doubled at a gateway's restart)."""
+        self._finish_within = within_s
+        cast(asyncio.Transport, self.writer.transport).pause_reading()  # no data after the end below
+        self.reader.feed_eof()
 
     def drop_upstreams(self, clusters: set[str]) -> None:
         """Close this connection's broker connections to ``clusters``: what waits on them fails, and the
@@ -291,7 +309,7 @@ class ClientSession:
             if decision.action is Action.HOLD:
                 self.gateway.metrics.blocked.add(api_name(key), incoming.identity.app or "-")
             let_go = asyncio.Event()
-            self._held.append(let_go)
+            self._held[let_go] = self._waiting[let_go] = None
             return self._later(self._hold(incoming, snapshot, let_go))
         return await self._carry_out(incoming, decision, snapshot, resolution)
 
@@ -434,7 +452,8 @@ class ClientSession:
                 decision = self._decide(incoming, snapshot, resolution)
             answer = await self._carry_out(incoming, decision, snapshot, resolution)
         finally:
-            self._held.remove(let_go)
+            self._held.pop(let_go, None)
+            self._waiting.pop(let_go, None)
             self._progress.set()
             if not released.done():
                 released.set_result(after_refused or (refused and produce))
@@ -445,7 +464,7 @@ class ClientSession:
         awaited besides the held ones. Held requests never stop the reading: past ``max_held`` the oldest
         is let go. Unread, the client's next requests would age where the gateway cannot see them — past
         the client's time-out, resent behind themselves, and both copies sent on when the block ends."""
-        if len(self._held) > limits.max_held:
+        if len(self._waiting) > limits.max_held:
             self._make_room(limits.max_held)
         while replies.qsize() - len(self._held) >= limits.max_in_flight and not writer.done():
             self._progress.clear()
@@ -453,8 +472,9 @@ class ClientSession:
 
     def _make_room(self, most: int) -> None:
         """Let the oldest held requests go, with the retriable error, until at most ``most`` wait."""
-        waiting = [let_go for let_go in self._held if not let_go.is_set()]
-        for let_go in waiting[: len(waiting) - most]:
+        while len(self._waiting) > most:
+            let_go = next(iter(self._waiting))
+            del self._waiting[let_go]
             let_go.set()
 
     def _session_s(self, request: Request) -> float | None:
