@@ -215,11 +215,14 @@ def broker_read_s(bootstrap: str, partitions: list[tuple[str, int]]) -> float | 
 
 
 def flowing(apps: list[App], what: str) -> None:
-    """Until every application has had 2 s of records acknowledged and processed since now."""
-    since = time.time()
+    """Until every application has had 2 s of records acknowledged and 2 s processed since now. Processed
+    since, not caught up: at this rate a consumer reads about as fast as its application writes, and
+    what it fell behind by at a switch it makes up only once the writing stops (judged then)."""
+    before = {a.app: (len(s.acked), sum(s.received("manual").values())) for a in apps if (s := a.seen())}
     wait_until(what, apps,
-               lambda a, s: sum(t > since for t in s.acked.values()) >= 2 * RATES[a.library]
-               and len(s.received("manual")) >= len(s.acked) - 2 * RATES[a.library], 120)  # fmt: skip
+               lambda a, s: len(s.acked) - before[a.app][0] >= 2 * RATES[a.library]
+               and sum(s.received("manual").values()) - before[a.app][1] >= 2 * RATES[a.library],
+               120)  # fmt: skip
 
 
 def wait_till(sampler: Sampler, at: float) -> None:
