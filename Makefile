@@ -58,7 +58,8 @@ integration: setup
 bench: setup
 	$(BIN)/pytest tests/bench -s $(PYTEST_ARGS)
 
-# 20 minutes of traffic through the gateway, a switch every minute, a worker, gateway and mirror restart;
+# 20 minutes of traffic through the gateway at 5,000 records/s, a switch every minute, a worker, gateway,
+# mirror and broker restart;
 # `make bench` runs the same for 4 minutes. Figures and a plot land in .state/soak/.
 SOAK_S ?= 1200
 soak: setup
