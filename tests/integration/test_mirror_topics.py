@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -61,12 +62,12 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
 def mirror(
     stack_config: Config,
     routing: RoutingStore,
-    ledger_path: object,
+    ledger_path: Path,
     tmp_path_factory: pytest.TempPathFactory,
     pair: tuple[str, str],
 ) -> Iterator[Mirrors]:
     """One mirror process for the module, the pair as its primary and standby; each test adds a link."""
-    mirrors = Mirrors(stack_config, routing, ledger_path, tmp_path_factory.mktemp("mirror"))  # type: ignore[arg-type]
+    mirrors = Mirrors(stack_config, routing, ledger_path, tmp_path_factory.mktemp("mirror"))
     source, target = pair
     mirrors.start(
         SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP=source, SWITCHYARD__CLUSTERS__STANDBY__BOOTSTRAP=target

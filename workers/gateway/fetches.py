@@ -32,22 +32,13 @@ def forwarded_fetch(body: Any) -> Any | None:
         for t in body.topics
         for p in t.partitions
     )
-    session_id = getattr(body, "session_id", NO_SESSION)
-    in_session = (session_id, getattr(body, "session_epoch", SESSIONLESS_EPOCH)) != (
-        NO_SESSION,
-        SESSIONLESS_EPOCH,
-    )
-    session = in_session or bool(getattr(body, "forgotten_topics_data", ()))
+    asked = (getattr(body, "session_id", NO_SESSION), getattr(body, "session_epoch", SESSIONLESS_EPOCH))
+    session = asked != (NO_SESSION, SESSIONLESS_EPOCH) or bool(getattr(body, "forgotten_topics_data", ()))
     if not epochs and not session:
         return None
+    unknown = {"current_leader_epoch": NO_EPOCH, "last_fetched_epoch": NO_EPOCH}
     topics = tuple(
-        replace_known(
-            t,
-            partitions=tuple(
-                replace_known(p, current_leader_epoch=NO_EPOCH, last_fetched_epoch=NO_EPOCH)
-                for p in t.partitions
-            ),
-        )
+        replace_known(t, partitions=tuple(replace_known(p, **unknown) for p in t.partitions))
         for t in body.topics
     )
     return replace_known(
