@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_commit.v8.request import OffsetCommitRequestPartition, OffsetCommitRequestTopic
 
@@ -27,6 +28,8 @@ from tests.helpers.services import PrivateService
 from tests.integration.test_gateway_limits import fetch_fields
 from workers.gateway import apis
 from workers.gateway.entities import make
+
+ACTOR = "user:test"
 
 
 def unique(prefix: str) -> str:
@@ -142,3 +145,56 @@ def test_no_epoch_is_acknowledged_while_zookeeper_is_out_of_reach(
         proxy.thaw()
         gateway.stop()
         proxy.close()
+
+
+def test_an_idempotent_producer_switched_to_a_cluster_that_never_issued_an_id_keeps_its_connection(
+    routing: RoutingStore, stack_config: Config, tmp_path: Path
+) -> None:
+    """A broker that has issued no producer id yet answers the first InitProducerId with
+    COORDINATOR_LOAD_IN_PROGRESS while it gets a block of ids from its controller. The gateway, taking an
+    id there for a producer a switch moved, asks again; before, it closed the client's connection, and
+    a held batch behind the one that failed set the partition's sequences past it (fatal to librdkafka,
+    once in ten migrations)."""
+    standby = PrivateService.kafka(tmp_path / "fresh")  # its own: the shared one has issued ids already
+    standby.start()
+    assert stack_config.source is not None
+    gateway = GatewayProcess(
+        stack_config.source, root=routing.layout.root, gateway_id=unique("gw"), log=tmp_path / "gw.log",
+        overrides={"SWITCHYARD__CLUSTERS__STANDBY__BOOTSTRAP": standby.connect},
+    )  # fmt: skip
+    gateway.start()
+    try:
+        app, topic = unique("fresh"), unique("ids")
+        for bootstrap in (stack_config.clusters["primary"].bootstrap, standby.connect):
+            kafka.create_topics(bootstrap, [topic], partitions=1)
+        key = BindingKey.for_app(app)
+        bound = routing.set_binding(key, "primary", actor=ACTOR, reason="t")
+        wait_for_acks(routing.zk, routing.layout, bound, timeout_s=10)
+        producer = Producer(
+            {"bootstrap.servers": gateway.bootstrap, "client.id": f"{app}@p", "enable.idempotence": True}
+        )
+        failed: list[str] = []
+
+        def delivered(error: object, _: object) -> None:
+            if error is not None:
+                failed.append(str(error))
+
+        def send(values: range) -> None:
+            for value in values:
+                producer.produce(topic, str(value).encode(), on_delivery=delivered)
+            assert producer.flush(30) == 0
+
+        send(range(100))
+        switched = routing.set_binding(key, "standby", actor=ACTOR, reason="t")
+        wait_for_acks(routing.zk, routing.layout, switched, timeout_s=10)
+        send(range(100, 200))
+        assert failed == []
+        assert [int(r.value or b"") for r in kafka.read_partitions(standby.connect, topic)[0]] == list(
+            range(100, 200)
+        )
+        said = gateway.log.read_text()
+        assert "InitProducerId failed" not in said
+        assert "closing connection" not in said
+    finally:
+        gateway.stop()
+        standby.stop()

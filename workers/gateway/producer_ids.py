@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -27,6 +28,11 @@ from workers.gateway.upstream import UpstreamError
 
 log = logging.getLogger(__name__)
 _REMEMBERED = 100_000
+_NOT_YET = frozenset(
+    {ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available, ErrorCode.not_coordinator}
+)
+_TAKE_WITHIN_S = 10.0
+"""Well inside a client's request time-out (30 s by default in the Java client and librdkafka)."""
 Key = tuple[Identity, int]
 
 
@@ -98,22 +104,31 @@ class ProducerIds:
         return translation
 
     async def take(self, cluster: str) -> Translation:
-        """A producer id of the gateway's own on ``cluster``."""
-        upstream = self.brokers.upstream(cluster, None)
-        try:
-            answer = await upstream.ask(
-                apis.INIT_PRODUCER_ID,
-                self.brokers.version(apis.INIT_PRODUCER_ID),
-                transactional_id=None,
-                transaction_timeout=timedelta(minutes=1),
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-        finally:
-            upstream.close()
-        if answer.error_code != ErrorCode.none:
-            raise UpstreamError(f"{cluster}: InitProducerId failed: {answer.error_code.name}")
-        return Translation(answer.producer_id, answer.producer_epoch)
+        """A producer id of the gateway's own on ``cluster``, asked again while the broker is still
+        getting a block of ids from its controller: a broker that never issued an id answers its first
+        InitProducerId with COORDINATOR_LOAD_IN_PROGRESS, and failing there closed the client's
+        connection at the first batch a switch moved."""
+        deadline = time.monotonic() + _TAKE_WITHIN_S
+        pause = 0.05
+        while True:
+            upstream = self.brokers.upstream(cluster, None)
+            try:
+                answer = await upstream.ask(
+                    apis.INIT_PRODUCER_ID,
+                    self.brokers.version(apis.INIT_PRODUCER_ID),
+                    transactional_id=None,
+                    transaction_timeout=timedelta(minutes=1),
+                    producer_id=-1,
+                    producer_epoch=-1,
+                )
+            finally:
+                upstream.close()
+            if answer.error_code == ErrorCode.none:
+                return Translation(answer.producer_id, answer.producer_epoch)
+            if answer.error_code not in _NOT_YET or time.monotonic() + pause > deadline:
+                raise UpstreamError(f"{cluster}: InitProducerId failed: {answer.error_code.name}")
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     async def _load(self, key: Key, epoch: int) -> _Known | None:
         try:

@@ -414,14 +414,15 @@ class ClientSession:
         A held request is never sent on once its hold time is over, whatever the routing says by then:
         its client may have given up on it and sent it again, and both would be written. It gets the
         retriable error instead (and sooner when the connection holds too many, ``_make_room``); ``let_go``
-        set does that at once. A Produce held behind one answered so is answered so too: sent on, it
-        would reach the broker ahead of the earlier batch's retry, a gap in an idempotent producer's
-        sequence."""
+        set does that at once. A Produce held behind one answered so, or behind one that failed before it
+        was sent, is answered so too: sent on, it would reach the broker ahead of the earlier batch's
+        retry, a gap in an idempotent producer's sequence (and, translated, it would set where the
+        partition's sequences start on the new cluster, past the earlier batch: fatal to the client)."""
         loop = asyncio.get_running_loop()
         before, self._released = self._released, loop.create_future()
         released = self._released
         produce = incoming.request.api_key == apis.PRODUCE
-        refused = after_refused = False
+        refused = after_refused = carried_out = False
         try:
             context, identity = incoming.context, incoming.identity
             most = self.gateway.config.gateway.block_hold_s
@@ -451,12 +452,13 @@ class ClientSession:
             else:
                 decision = self._decide(incoming, snapshot, resolution)
             answer = await self._carry_out(incoming, decision, snapshot, resolution)
+            carried_out = True
         finally:
             self._held.pop(let_go, None)
             self._waiting.pop(let_go, None)
             self._progress.set()
-            if not released.done():
-                released.set_result(after_refused or (refused and produce))
+            if not released.done():  # a Produce that failed unsent is one refused, for those behind it
+                released.set_result(after_refused or (produce and (refused or not carried_out)))
         return await answer
 
     async def _room(self, replies: Replies, limits: GatewayLimitsConfig, writer: asyncio.Task[None]) -> None:
