@@ -13,14 +13,17 @@ link, as the sagas run it, commits are carried and nothing is processed twice (`
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 import uuid
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
 
 from switchyard import kafka
 from switchyard.config import Config
@@ -32,9 +35,13 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.traffic import Traffic
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.processes import GatewayProcess
+from tests.helpers.raw import RawClient
 from tests.helpers.stacks import QUICK_CONSUMER
 from tests.helpers.traffic import judge_consumer, topic_ids
 from tests.integration.test_gateway import gateway  # noqa: F401 - a shared module fixture
+from workers.gateway import apis
+from workers.gateway.entities import element_type, make
+from workers.gateway.protocol import request_schema
 
 PARTITIONS = 3
 
@@ -143,24 +150,57 @@ def test_live_traffic_follows_a_switch(
     print(f"\n{'idempotent' if idempotent else 'plain'} producer: {judge_consumer(traffic)}")
 
 
+def coordinator_port(bootstrap: str, group: str) -> int:
+    client = RawClient(int(bootstrap.rsplit(":", 1)[1]))
+    try:
+        deadline = time.monotonic() + 10
+        while (found := client.answer(client.send(apis.FIND_COORDINATOR, 3, key=group))).error_code:
+            assert time.monotonic() < deadline, found.error_code
+            time.sleep(0.2)
+        return int(found.port)
+    finally:
+        client.close()
+
+
+def silent_member(bootstrap: str, group: str, topic: str, timeout: timedelta) -> RawClient:
+    """A member that joins ``group`` at its coordinator, syncs, and then says nothing: a later member's
+    join waits at the broker until ``timeout`` ends this one."""
+    client = RawClient(coordinator_port(bootstrap, group))
+    subscription = struct.pack(">hih", 0, 1, len(topic)) + topic.encode() + struct.pack(">i", -1)
+    protocols = (make(element_type(request_schema(apis.JOIN_GROUP, 5), "protocols"), name="range",
+                      metadata=subscription),)  # fmt: skip
+    join = {"group_id": group, "session_timeout": timeout, "rebalance_timeout": timeout,
+            "protocol_type": "consumer", "protocols": protocols}  # fmt: skip
+    joined = client.answer(client.send(apis.JOIN_GROUP, 5, member_id="", **join))
+    member_id = joined.member_id  # the first join is told its member id (KIP-394)
+    joined = client.answer(client.send(apis.JOIN_GROUP, 5, member_id=member_id, **join))
+    assert joined.error_code == ErrorCode.none, joined.error_code
+    sync = {"group_id": group, "generation_id": joined.generation_id, "assignments": ()}
+    synced = client.answer(client.send(apis.SYNC_GROUP, 3, member_id=member_id, **sync))
+    assert synced.error_code == ErrorCode.none, synced.error_code
+    return client
+
+
 def test_a_member_whose_join_a_switch_cut_is_removed_from_the_cluster_it_was_joining(
     gateway: GatewayProcess,  # noqa: F811
     routing: RoutingStore,
     stack_config: Config,
     mover: tuple[str, str],
 ) -> None:
-    """A consumer at a 30 s session time-out is still in its first join on the primary (Tansu holds it
-    about 15 s) when its application is switched to the standby. The gateway cuts the join; the broker
-    makes the member one of the group all the same. Its next JoinGroup, on the standby, must have the
-    primary forget it: left there, the group would refuse a switch back's offsets for 30 s (a chaos run
-    held clients 16 s on it) — once the cut join is answered, not before: removed while its join waits,
-    Tansu keeps it as the round's leader, and the group's later rounds never end."""
+    """A consumer at a 30 s session time-out is still in its first join on the primary when its
+    application is switched to the standby: the broker holds the join until the group's other member,
+    silent, is dropped 10 s after it joined. The gateway cuts the join; the broker makes the consumer one
+    of the group all the same when the round ends. The primary must then forget it: left there, the
+    group would refuse a switch back's offsets for 30 s (a chaos run held clients 16 s on it) — once
+    the cut join is answered, not before: a member removed while its join waits can be kept as the
+    round's leader, and the group's later rounds never end (seen on the stand-in broker)."""
     app, topic = mover
     primary = stack_config.clusters["primary"].bootstrap
     key = BindingKey.for_app(app)
     epoch = routing.set_binding(key, "primary", actor="user:test", reason="start")
     wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
     group = f"cut-{uuid.uuid4().hex[:6]}"
+    silent = silent_member(primary, group, topic, timedelta(seconds=10))
     consumer = Consumer(
         {"bootstrap.servers": gateway.bootstrap, "client.id": f"{app}@consumer", "group.id": group,
          "session.timeout.ms": 30_000}
@@ -176,21 +216,25 @@ def test_a_member_whose_join_a_switch_cut_is_removed_from_the_cluster_it_was_joi
     polling.start()
     try:
         admin = AdminClient({"bootstrap.servers": primary})
-        deadline = time.monotonic() + 10
-        while group_state(admin, group)[0] is ConsumerGroupState.EMPTY:  # Tansu: UNKNOWN while joining
+        deadline = time.monotonic() + 8
+        while group_state(admin, group)[0] is not ConsumerGroupState.PREPARING_REBALANCING:
             assert time.monotonic() < deadline, "the consumer never began joining on the primary"
             time.sleep(0.1)
         flipped = routing.set_binding(key, "standby", actor="user:test", reason="flip")
         wait_for_acks(routing.zk, routing.layout, flipped, timeout_s=10)
-        deadline = time.monotonic() + 25  # once the cut join is answered: its round's end, ~15 s here
-        while group_state(admin, group)[0] is not ConsumerGroupState.EMPTY:
+        assert group_state(admin, group)[0] is ConsumerGroupState.PREPARING_REBALANCING  # cut, still waiting
+        deadline = time.monotonic() + 25  # the round ends within 10 s; the consumer's session is 30 s
+        while group_state(admin, group) != (ConsumerGroupState.EMPTY, 0):
             assert time.monotonic() < deadline, "the cut join left its member in the group on the primary"
             time.sleep(0.2)
         offsets = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 0)])
         for future in admin.alter_consumer_group_offsets([offsets]).values():  # a member would refuse it
             assert all(tp.error is None for tp in future.result(10).topic_partitions or ())
     finally:
+        silent.close()
         stop.set()
         polling.join(5)
         threading.Thread(target=consumer.close, daemon=True).start()  # its join on the standby may wait
-    assert f"group {group}: member" in gateway.log.read_text()
+    said = gateway.log.read_text()
+    assert f"group {group}: the cut join of" in said
+    assert f"group {group}: member" in said
