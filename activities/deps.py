@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
 from switchyard import kafka
+from switchyard.admins import Admins
 from switchyard.config import Config
 from switchyard.errors import BindingRefused
 from switchyard.ledger import Ledger
@@ -30,11 +30,14 @@ class Deps:
     zk: KazooClient
     ledger: Ledger
     store: RoutingStore
-    _admins: dict[str, AdminClient] = field(default_factory=dict)
+    admins: Admins = field(init=False)
     _probes: dict[str, tuple[threading.Lock, Consumer]] = field(default_factory=dict)
     _producers: dict[str, Producer] = field(default_factory=dict)
     _maps: dict[str, MapFollower] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.admins = Admins(self.bootstrap)
 
     @classmethod
     def build(cls, config: Config) -> Deps:
@@ -69,23 +72,13 @@ class Deps:
             raise BindingRefused(f"cluster {cluster!r} is not in the configuration")
         return found.bootstrap
 
-    def admin(self, cluster: str) -> AdminClient:
-        with self._lock:
-            return self.admin_unlocked(cluster)
-
-    def admin_unlocked(self, cluster: str) -> AdminClient:
-        admin = self._admins.get(cluster)
-        if admin is None:
-            admin = self._admins[cluster] = AdminClient({"bootstrap.servers": self.bootstrap(cluster)})
-        return admin
-
     def map_producer(self, cluster: str) -> Producer:
         """An idempotent producer for offset-map records on ``cluster``, kept (one takes 0.5-1 s to start,
         and the flip stores final positions while clients are held); the map topic made sure of once."""
         with self._lock:
             producer = self._producers.get(cluster)
             if producer is None:
-                ensure_map_topic(self.admin_unlocked(cluster))
+                ensure_map_topic(self.admins.get(cluster))
                 producer = Producer(
                     {"bootstrap.servers": self.bootstrap(cluster), "enable.idempotence": True}
                 )

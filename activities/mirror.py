@@ -140,23 +140,26 @@ class MirrorActivities:
         link = self.deps.link(request.link)
         self._wait_idle(link.target, request.groups, request.idle_timeout_s)
         maps = self.deps.link_records(link.target, link.id).maps
-        source, target = self.deps.admin(link.source), self.deps.admin(link.target)
         info = activity.info()
         writer = f"saga {info.workflow_id} {info.workflow_run_id}"  # a later run on the same keys is another
         writers = GroupWriters(self.deps.zk, self.deps.store.layout, link.id, writer)
+        admins = self.deps.admins
         # a carry the mirror began before the saga's lock ends first; a turn this saga's own earlier
         # attempt died holding ends now
-        with writers.turn(after_own_attempt=info.attempt > 1):
+        with (
+            writers.turn(after_own_attempt=info.attempt > 1),
+            admins.asking(link.source) as source,
+            admins.asking(link.target) as target,
+        ):
             report = sync_groups(source, target, link.copies, maps, groups=request.groups)
         return GroupsSynced(len(report.written), report.unchanged, report.skipped, report.in_step)
 
     def _wait_idle(self, cluster: str, groups: list[str], timeout_s: float) -> None:
-        admin = self.deps.admin(cluster)
         deadline = time.monotonic() + timeout_s
         while True:
             active = {}
             for group in groups:
-                with about(group):
+                with about(group), self.deps.admins.asking(cluster) as admin:
                     active[group] = group_state(admin, group)
             active = {g: s for g, s in active.items() if not idle(*s)}
             if not active:
@@ -201,11 +204,11 @@ class MirrorActivities:
         self, source: str, target: str, maps: dict[Key, OffsetMap], keys: dict[Key, int], groups: list[str]
     ) -> list[str]:
         found = []
-        target_admin = self.deps.admin(target)
+        admins = self.deps.admins
         for group in groups:
-            with about(group):
+            with about(group), admins.asking(target) as target_admin, admins.asking(source) as source_admin:
                 theirs = committed_offsets(target_admin, group)
-                ours = committed_offsets(self.deps.admin(source), group)
+                ours = committed_offsets(source_admin, group)
             for key, offset in ours.items():
                 if key not in keys or offset < 0:
                     continue

@@ -29,6 +29,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+from switchyard.admins import failed_in_client
 from switchyard.errors import KafkaOperationError
 from switchyard.mirror.offsets import OffsetMap
 
@@ -57,6 +58,8 @@ class GroupSyncReport:
     """Why a group or partition was not synced this time (it is retried at the next sync)."""
     in_step: list[str] = field(default_factory=list)
     """The groups whose offsets on the target now match the source's, written or already so."""
+    failed_in_client: bool = False
+    """A group was skipped for a request that failed in the client (see :mod:`switchyard.admins`)."""
 
 
 def sync_groups(
@@ -95,6 +98,7 @@ def sync_groups(
             if groups is not None:
                 raise
             report.skipped.append(str(exc))
+            report.failed_in_client = report.failed_in_client or failed_in_client(exc)
     return report
 
 

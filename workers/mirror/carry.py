@@ -7,9 +7,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
+from switchyard.admins import Admins
 from switchyard.mirror.groups import sync_groups
 from switchyard.mirror.writers import GroupWriters
 from switchyard.model import Link, LinkState
@@ -33,30 +33,33 @@ class GroupCarry:
         self._copying = copying
         """The partitions this process copies now (a copy of the table: the copy loop changes it)."""
 
-    def every(
-        self, interval_s: float, source: AdminClient, target: AdminClient, session_over: threading.Event
-    ) -> None:
+    def every(self, interval_s: float, admins: Admins, session_over: threading.Event) -> None:
         while not session_over.wait(interval_s):
             if self._copying() and self._link().state is LinkState.RUNNING:
-                self.once(source, target)
+                self.once(admins)
 
-    def once(self, source: AdminClient, target: AdminClient) -> None:
+    def once(self, admins: Admins) -> None:
         """Carry the groups' offsets for the partitions this process copies (each process its own)."""
         link = self._link()
         copying = {k: st for k, st in self._copying().items() if not st.error}
         writers = GroupWriters(self.zk, self.layout, link.id, f"mirror:{self.member}")
         try:
-            report = sync_groups(
-                source,
-                target,
-                link.copies,
-                {k: st.offset_map for k, st in copying.items()},
-                {k: st.mirrored() for k, st in copying.items()},
-                turn=writers.carry,
-            )
+            with admins.asking(link.source) as source, admins.asking(link.target) as target:
+                report = sync_groups(
+                    source,
+                    target,
+                    link.copies,
+                    {k: st.offset_map for k, st in copying.items()},
+                    {k: st.mirrored() for k, st in copying.items()},
+                    turn=writers.carry,
+                )
         except Exception as exc:  # groups are synced again at the next interval; copying goes on
             log.warning("link %s: group offsets not synced: %s", link.id, exc)
             return
+        if report.failed_in_client:  # which side failed is not told: both clients are made anew
+            admins.retire(link.source, source)
+            admins.retire(link.target, target)
+            log.warning("link %s: group offsets not all synced: %s", link.id, "; ".join(report.skipped))
         if report.written:
             groups = sorted({w.group for w in report.written})
             log.info(

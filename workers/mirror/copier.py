@@ -43,6 +43,7 @@ from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
 from switchyard import kafka
+from switchyard.admins import Admins
 from switchyard.config import Config
 from switchyard.mirror.mapstore import MAP_TOPIC, ensure_map_topic, read_maps, segment_record
 from switchyard.mirror.offsets import OffsetMap
@@ -158,14 +159,13 @@ class LinkCopier:
         source = self.config.clusters[link.source].bootstrap
         target = self.config.clusters[link.target].bootstrap
         self._failure = None
-        admin_target = AdminClient({"bootstrap.servers": target})
-        ensure_map_topic(admin_target)
+        admins = Admins(lambda cluster: self.config.clusters[cluster].bootstrap)  # this session's
+        ensure_map_topic(admins.get(link.target))
         self._maps = read_maps(target, link.id)
         self._clients = clients = CopyClients.connect(
             settings, link.id, self.member, source=source, target=target, stats=self.source.from_stats
         )
         consumer, producer = clients.consumer, clients.producer
-        admin_source = AdminClient({"bootstrap.servers": source})
         topics: list[str] = []
         next_refresh = next_status = 0.0
         session_over = threading.Event()
@@ -174,11 +174,7 @@ class LinkCopier:
             threading.Thread(target=target, args=args, name=f"mirror-{name}-{link.id}", daemon=True)
             for name, target, args in (
                 # off the copy loop: listing a source's groups can take long; a ZooKeeper write waits
-                (
-                    "groups",
-                    self.carry.every,
-                    (settings.group_sync_interval_s, admin_source, admin_target, session_over),
-                ),
+                ("groups", self.carry.every, (settings.group_sync_interval_s, admins, session_over)),
                 ("status", self.status.when_due, (due, session_over)),
             )
         ]
@@ -191,7 +187,7 @@ class LinkCopier:
                     self._finish()
                     return
                 if now >= next_refresh:
-                    found = self._refresh(admin_source, admin_target)
+                    found = self._refresh(admins.get(link.source), admins.get(link.target))
                     if found != topics:
                         topics = found
                         if topics:
