@@ -10,14 +10,18 @@ mirror's own report of how far it read says the rest.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
+from confluent_kafka.admin import AdminClient
 from temporalio import activity
 
 from activities.deps import Deps, Key
 from activities.pulse import beat
 from activities.recorded import step
 from switchyard import kafka
+from switchyard.admins import Admins
 from switchyard.errors import CopyDiverged, DrainTimeout, FenceBroken, GroupActive
 from switchyard.mirror.control import reverse_link
 from switchyard.mirror.groups import (
@@ -51,6 +55,7 @@ from switchyard.sagas.steps import (
 _DRAIN_POLL_S = 0.05
 _LONG_AGO = datetime.min.replace(tzinfo=UTC)
 _MAPS_AGE_S = 2.0
+T = TypeVar("T")
 
 
 class MirrorActivities:
@@ -143,15 +148,15 @@ class MirrorActivities:
         info = activity.info()
         writer = f"saga {info.workflow_id} {info.workflow_run_id}"  # a later run on the same keys is another
         writers = GroupWriters(self.deps.zk, self.deps.store.layout, link.id, writer)
-        admins = self.deps.admins
         # a carry the mirror began before the saga's lock ends first; a turn this saga's own earlier
         # attempt died holding ends now
-        with (
-            writers.turn(after_own_attempt=info.attempt > 1),
-            admins.asking(link.source) as source,
-            admins.asking(link.target) as target,
-        ):
-            report = sync_groups(source, target, link.copies, maps, groups=request.groups)
+        with writers.turn(after_own_attempt=info.attempt > 1):
+            report = self.deps.admins.retried(
+                (link.source, link.target),
+                lambda clients, timeout_s: sync_groups(
+                    clients[0], clients[1], link.copies, maps, groups=request.groups, timeout_s=timeout_s
+                ),
+            )
         return GroupsSynced(len(report.written), report.unchanged, report.skipped, report.in_step)
 
     def _wait_idle(self, cluster: str, groups: list[str], timeout_s: float) -> None:
@@ -159,8 +164,8 @@ class MirrorActivities:
         while True:
             active = {}
             for group in groups:
-                with about(group), self.deps.admins.asking(cluster) as admin:
-                    active[group] = group_state(admin, group)
+                with about(group):
+                    active[group] = _of_group(self.deps.admins, cluster, group_state, group)
             active = {g: s for g, s in active.items() if not idle(*s)}
             if not active:
                 return
@@ -206,9 +211,9 @@ class MirrorActivities:
         found = []
         admins = self.deps.admins
         for group in groups:
-            with about(group), admins.asking(target) as target_admin, admins.asking(source) as source_admin:
-                theirs = committed_offsets(target_admin, group)
-                ours = committed_offsets(source_admin, group)
+            with about(group):
+                theirs = _of_group(admins, target, committed_offsets, group)
+                ours = _of_group(admins, source, committed_offsets, group)
             for key, offset in ours.items():
                 if key not in keys or offset < 0:
                     continue
@@ -273,3 +278,8 @@ class MirrorActivities:
 
 def _since(when: str) -> datetime:
     return datetime.fromisoformat(when) if when else _LONG_AGO
+
+
+def _of_group(admins: Admins, cluster: str, read: Callable[[AdminClient, str, float], T], group: str) -> T:
+    """What ``read`` says of ``group`` on ``cluster`` (``Admins.retried``: a stale client costs 2 s)."""
+    return admins.retried((cluster,), lambda clients, timeout_s: read(clients[0], group, timeout_s))

@@ -1,30 +1,42 @@
-"""AdminClients kept per cluster, each replaced once a request of it failed.
+"""AdminClients kept per cluster, each replaced once a request of it failed in the client.
 
 An AdminClient is kept because making one costs a connection and a metadata round, and a saga asks the
 same clusters again and again. But a librdkafka (2.16) AdminClient that asked a group request
-(ListConsumerGroupOffsets, DescribeGroups) while the group's broker was down may never get an answer to
-one again once the broker is back: each times out, while its metadata requests are answered and a new
-AdminClient is answered at once (the soak's switch after a broker restart failed on it three times).
-Whether it does depends on how the request failed (timed out, or its connection lost) and when. So a
-request that fails in the client, whichever way, retires its client, and the next makes a new one.
+(ListConsumerGroupOffsets, DescribeConsumerGroups) while the group's broker was down may never get an
+answer to one again once the broker is back: each times out, while its metadata requests are answered
+and a new AdminClient is answered at once (the soak's switch after a broker restart failed on it three
+times). Whether it does depends on how the request failed (timed out, or its connection lost) and when.
+So a request asked through :meth:`Admins.asking` that fails in the client, whichever way, retires its
+client, and the next makes a new one; an error the broker answered does not. It may have done so without
+asking anything while the broker was down (the soak's worker, idle through the restart): a saga's step
+asks a kept client with a short time-out and, failing, asks again at once on a new one
+(:meth:`Admins.retried`), so such a client costs its step 2 s, not an attempt.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import TypeVar
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
+
+T = TypeVar("T")
+KEPT_TIMEOUT_S = 2.0
+"""A kept client's time-out in :meth:`Admins.retried`: a healthy cluster answers a group request in
+milliseconds, and a slow one is asked again on a new client with the whole time-out."""
 
 
 def failed_in_client(exc: BaseException | None) -> bool:
-    """Whether ``exc``, or an error it was raised from, is a request that failed in the client (no
-    answer in time, a connection lost, an error the broker answered), not a refusal of Switchyard's."""
+    """Whether ``exc``, or an error it was raised from, is a request that failed in the client: no
+    answer in time, a connection lost (librdkafka's own error codes are negative; a broker's are not)."""
     while exc is not None:
-        if isinstance(exc, (TimeoutError, KafkaException)):
+        if isinstance(exc, TimeoutError):
             return True
+        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+            return bool(exc.args[0].code() < 0)
         exc = exc.__cause__
     return False
 
@@ -52,6 +64,22 @@ class Admins:
             if failed_in_client(exc):
                 self.retire(cluster, admin)
             raise
+
+    def retried(
+        self,
+        clusters: Sequence[str],
+        request: Callable[[list[AdminClient], float], T],
+        timeout_s: float = 10.0,
+    ) -> T:
+        """``request(clients, time-out)`` on the ``clusters``' kept clients at ``KEPT_TIMEOUT_S``; if it
+        fails in the client, once more at once on new ones, at ``timeout_s`` (it must be idempotent)."""
+        try:
+            with ExitStack() as asked:
+                return request([asked.enter_context(self.asking(c)) for c in clusters], KEPT_TIMEOUT_S)
+        except Exception as exc:
+            if not failed_in_client(exc):
+                raise
+        return request([self.get(c) for c in clusters], timeout_s)
 
     def retire(self, cluster: str, admin: AdminClient) -> None:
         """Make the next request to ``cluster`` use a new client, unless ``admin`` was replaced already."""

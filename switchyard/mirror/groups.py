@@ -58,8 +58,9 @@ class GroupSyncReport:
     """Why a group or partition was not synced this time (it is retried at the next sync)."""
     in_step: list[str] = field(default_factory=list)
     """The groups whose offsets on the target now match the source's, written or already so."""
-    failed_in_client: bool = False
-    """A group was skipped for a request that failed in the client (see :mod:`switchyard.admins`)."""
+    failed_in_client: str | None = None
+    """Why the sync stopped early: a request failed in the client (see :mod:`switchyard.admins`), and
+    the groups after it would each wait out their time-out on the same client."""
 
 
 def sync_groups(
@@ -98,7 +99,9 @@ def sync_groups(
             if groups is not None:
                 raise
             report.skipped.append(str(exc))
-            report.failed_in_client = report.failed_in_client or failed_in_client(exc)
+            if failed_in_client(exc):
+                report.failed_in_client = str(exc)
+                break
     return report
 
 

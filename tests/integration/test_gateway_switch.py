@@ -201,6 +201,7 @@ def test_a_member_whose_join_a_switch_cut_is_removed_from_the_cluster_it_was_joi
     wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
     group = f"cut-{uuid.uuid4().hex[:6]}"
     silent = silent_member(primary, group, topic, timedelta(seconds=10))
+    joined_at = time.monotonic()
     consumer = Consumer(
         {"bootstrap.servers": gateway.bootstrap, "client.id": f"{app}@consumer", "group.id": group,
          "session.timeout.ms": 30_000}
@@ -222,7 +223,10 @@ def test_a_member_whose_join_a_switch_cut_is_removed_from_the_cluster_it_was_joi
             time.sleep(0.1)
         flipped = routing.set_binding(key, "standby", actor="user:test", reason="flip")
         wait_for_acks(routing.zk, routing.layout, flipped, timeout_s=10)
-        assert group_state(admin, group)[0] is ConsumerGroupState.PREPARING_REBALANCING  # cut, still waiting
+        waited = time.monotonic() - joined_at  # the silent member's 10 s end the round
+        assert group_state(admin, group)[0] is ConsumerGroupState.PREPARING_REBALANCING, (
+            f"the round ended before the flip, {waited:.1f} s after the silent member joined"
+        )
         deadline = time.monotonic() + 25  # the round ends within 10 s; the consumer's session is 30 s
         while group_state(admin, group) != (ConsumerGroupState.EMPTY, 0):
             assert time.monotonic() < deadline, "the cut join left its member in the group on the primary"

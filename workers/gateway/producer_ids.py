@@ -33,6 +33,8 @@ _NOT_YET = frozenset(
 )
 _TAKE_WITHIN_S = 10.0
 """Well inside a client's request time-out (30 s by default in the Java client and librdkafka)."""
+_UNREADY_SPELL_S = 60.0
+"""A cluster last unready longer ago than this is given the whole time again."""
 Key = tuple[Identity, int]
 
 
@@ -53,6 +55,8 @@ class ProducerIds:
         self._new_routes: dict[str, asyncio.Lock] = {}
         """One per cluster: a producer's first batches there take one id, and a slow cluster holds up
         only the producers moving to it."""
+        self._unready: dict[str, float] = {}
+        """Per cluster: since when it has answered InitProducerId with "not yet" (``take``)."""
 
     async def issued(self, identity: Identity, producer_id: int, cluster: str, epoch: int) -> None:
         """``cluster`` issued ``producer_id`` to the client (its InitProducerId answer): stored before
@@ -107,9 +111,13 @@ class ProducerIds:
         """A producer id of the gateway's own on ``cluster``, asked again while the broker is still
         getting a block of ids from its controller: a broker that never issued an id answers its first
         InitProducerId with COORDINATOR_LOAD_IN_PROGRESS, and failing there closed the client's
-        connection at the first batch a switch moved."""
-        deadline = time.monotonic() + _TAKE_WITHIN_S
-        pause = 0.05
+        connection at the first batch a switch moved. The time allowed is the cluster's, not each
+        take's: producers queued behind one that gave up ask once each, not for as long again."""
+        now = time.monotonic()
+        since = self._unready.get(cluster)
+        if since is None or now - since > _UNREADY_SPELL_S:
+            since = now
+        deadline, pause = since + _TAKE_WITHIN_S, 0.05
         while True:
             upstream = self.brokers.upstream(cluster, None)
             try:
@@ -124,7 +132,10 @@ class ProducerIds:
             finally:
                 upstream.close()
             if answer.error_code == ErrorCode.none:
+                self._unready.pop(cluster, None)
                 return Translation(answer.producer_id, answer.producer_epoch)
+            if answer.error_code in _NOT_YET:
+                self._unready[cluster] = since
             if answer.error_code not in _NOT_YET or time.monotonic() + pause > deadline:
                 raise UpstreamError(f"{cluster}: InitProducerId failed: {answer.error_code.name}")
             await asyncio.sleep(pause)

@@ -358,7 +358,7 @@ class ClientSession:
             if action is not Action.HOLD:  # a held request was counted when it was held
                 self.gateway.metrics.blocked.add(api_name(request.api_key), incoming.identity.app or "-")
             error = TOPIC_AUTHORIZATION_FAILED if action is Action.REFUSE else None
-            return _ready(encode_response(request, blocked_response(request, request.body, error)))
+            return _unsent(encode_response(request, blocked_response(request, request.body, error)))
         if action is Action.CARRY:
             assert decision.source is not None
             return self._later(self._carry(incoming, snapshot, resolution, decision.source))
@@ -414,10 +414,11 @@ class ClientSession:
         A held request is never sent on once its hold time is over, whatever the routing says by then:
         its client may have given up on it and sent it again, and both would be written. It gets the
         retriable error instead (and sooner when the connection holds too many, ``_make_room``); ``let_go``
-        set does that at once. A Produce held behind one answered so, or behind one that failed before it
-        was sent, is answered so too: sent on, it would reach the broker ahead of the earlier batch's
-        retry, a gap in an idempotent producer's sequence (and, translated, it would set where the
-        partition's sequences start on the new cluster, past the earlier batch: fatal to the client)."""
+        set does that at once. A Produce held behind one answered so, or with another error of the
+        gateway's own, or behind one that failed before it was sent, is answered so too: sent on, it
+        would reach the broker ahead of the earlier batch's retry, a gap in an idempotent producer's
+        sequence (and, translated, it would set where the partition's sequences start on the new
+        cluster, past the earlier batch: fatal to the client)."""
         loop = asyncio.get_running_loop()
         before, self._released = self._released, loop.create_future()
         released = self._released
@@ -452,12 +453,12 @@ class ClientSession:
             else:
                 decision = self._decide(incoming, snapshot, resolution)
             answer = await self._carry_out(incoming, decision, snapshot, resolution)
-            carried_out = True
+            carried_out = not isinstance(answer, _Unsent)
         finally:
             self._held.pop(let_go, None)
             self._waiting.pop(let_go, None)
             self._progress.set()
-            if not released.done():  # a Produce that failed unsent is one refused, for those behind it
+            if not released.done():  # a Produce answered here or failed, unsent, is refused, for those behind
                 released.set_result(after_refused or (produce and (refused or not carried_out)))
         return await answer
 
@@ -1118,11 +1119,11 @@ class ClientSession:
         whose broker the cluster's metadata no longer lists: the retriable error where its API has one,
         else ``closed`` raised (the client connection closes)."""
         if not expects_response:
-            return _ready(None)
+            return _unsent(None)
         refused = self._unanswerable(request)
         if refused is None:
             raise closed
-        return _ready(refused)
+        return _unsent(refused)
 
     def _unanswerable(self, request: Request) -> bytes | None:
         """A request whose cluster was shielded under it, answered with the retriable error where its
@@ -1230,5 +1231,16 @@ def _dropped(future: asyncio.Future[bytes]) -> None:
 
 def _ready(value: Any) -> Awaitable[Any]:
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
+
+
+class _Unsent(asyncio.Future[Any]):
+    """An answer the gateway gave a request it did not send on (an error the client retries): a Produce
+    held behind it is not sent either (``_hold``)."""
+
+
+def _unsent(value: Any) -> _Unsent:
+    future = _Unsent(loop=asyncio.get_running_loop())
     future.set_result(value)
     return future

@@ -59,7 +59,7 @@ class GroupCarry:
         if report.failed_in_client:  # which side failed is not told: both clients are made anew
             admins.retire(link.source, source)
             admins.retire(link.target, target)
-            log.warning("link %s: group offsets not all synced: %s", link.id, "; ".join(report.skipped))
+            log.warning("link %s: group offsets synced in part: %s", link.id, report.failed_in_client)
         if report.written:
             groups = sorted({w.group for w in report.written})
             log.info(
