@@ -59,6 +59,8 @@ def read_process(name: str, pid: int, t: float) -> Sample | None:
     except (FileNotFoundError, ProcessLookupError):
         return None
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    if "VmRSS" not in fields:  # exiting: a zombie keeps its status, without memory
+        return None
     rss_kib = int(fields["VmRSS"].split()[0])
     return Sample(t, name, pid, rss_kib / 1024, fds, int(fields["Threads"]))
 
