@@ -15,6 +15,7 @@ asks a kept client with a short time-out and, failing, asks again at once on a n
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -23,6 +24,7 @@ from typing import TypeVar
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 KEPT_TIMEOUT_S = 2.0
 """A kept client's time-out in :meth:`Admins.retried`: a healthy cluster answers a group request in
@@ -79,6 +81,7 @@ class Admins:
         except Exception as exc:
             if not failed_in_client(exc):
                 raise
+            log.warning("%s: asking again on new admin clients: %r", ", ".join(clusters), exc)
         return request([self.get(c) for c in clusters], timeout_s)
 
     def retire(self, cluster: str, admin: AdminClient) -> None:
