@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -50,7 +51,19 @@ def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
     if args.session_ms:
         settings |= {"session.timeout.ms": args.session_ms, "heartbeat.interval.ms": 1000}
     consumer = Consumer({**settings, **({"enable.auto.commit": False} if manual else {})})
-    consumer.subscribe([args.topic])
+    group_kind = "manual" if manual else "auto"
+
+    def rebalanced(what: str) -> Callable[[Any, list[Any]], None]:
+        """Noted only, for reading a run afterwards; the client assigns and unassigns as by default."""
+        return lambda _, partitions: events("rebalance", g=group_kind, what=what,
+                                            parts=[p.partition for p in partitions])  # fmt: skip
+
+    consumer.subscribe(
+        [args.topic],
+        on_assign=rebalanced("assign"),
+        on_revoke=rebalanced("revoke"),
+        on_lost=rebalanced("lost"),
+    )
     while not events.stopping():
         messages = consumer.consume(500, 0.2)
         for m in messages:
