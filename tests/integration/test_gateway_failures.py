@@ -7,6 +7,8 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -36,20 +38,32 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+@contextmanager
+def gateway_on_private(
+    routing: RoutingStore, stack_config: Config, tmp_path: Path, cluster: str
+) -> Iterator[tuple[PrivateService, GatewayProcess]]:
+    """A broker of the test's own as ``cluster``, and a gateway routing to it; both stopped after."""
+    broker = PrivateService.kafka(tmp_path / cluster)
+    broker.start()
+    assert stack_config.source is not None
+    gateway = GatewayProcess(
+        stack_config.source, root=routing.layout.root, gateway_id=unique("gw"), log=tmp_path / "gw.log",
+        overrides={f"SWITCHYARD__CLUSTERS__{cluster.upper()}__BOOTSTRAP": broker.connect},
+    )  # fmt: skip
+    try:
+        gateway.start()
+        yield broker, gateway
+    finally:
+        gateway.stop()
+        broker.stop()
+
+
 def test_an_unreachable_broker_closes_the_connections_waiting_on_it(
     routing: RoutingStore, stack_config: Config, tmp_path: Path
 ) -> None:
     """A client waiting on a broker that dies is disconnected, so it reconnects and retries; it is never
     left with an open connection and a request nobody will answer."""
-    broker = PrivateService.kafka(tmp_path)
-    broker.start()
-    assert stack_config.source is not None
-    gateway = GatewayProcess(
-        stack_config.source, root=routing.layout.root, gateway_id=unique("gw"), log=tmp_path / "gw.log",
-        overrides={"SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP": broker.connect},
-    )  # fmt: skip
-    gateway.start()
-    try:
+    with gateway_on_private(routing, stack_config, tmp_path, "primary") as (broker, gateway):
         topic = unique("gone")
         kafka.create_topics(broker.connect, [topic], partitions=1)
         assert kafka.ends_of(broker.connect, [(topic, 0)]) == {(topic, 0): 0}  # led: a Fetch now waits
@@ -58,9 +72,6 @@ def test_an_unreachable_broker_closes_the_connections_waiting_on_it(
         time.sleep(0.5)
         os.kill(broker.process.pid() or 0, signal.SIGKILL)  # dies: a broker stopped cleanly answers first
         assert client.closed_within(15) < 10
-    finally:
-        gateway.stop()
-        broker.stop()
 
 
 def test_a_request_its_broker_never_answers_holds_a_switch_up_for_seconds_only(
@@ -155,15 +166,8 @@ def test_an_idempotent_producer_switched_to_a_cluster_that_never_issued_an_id_ke
     id there for a producer a switch moved, asks again; before, it closed the client's connection, and
     a held batch behind the one that failed set the partition's sequences past it (fatal to librdkafka,
     once in ten migrations)."""
-    standby = PrivateService.kafka(tmp_path / "fresh")  # its own: the shared one has issued ids already
-    standby.start()
-    assert stack_config.source is not None
-    gateway = GatewayProcess(
-        stack_config.source, root=routing.layout.root, gateway_id=unique("gw"), log=tmp_path / "gw.log",
-        overrides={"SWITCHYARD__CLUSTERS__STANDBY__BOOTSTRAP": standby.connect},
-    )  # fmt: skip
-    gateway.start()
-    try:
+    # its own standby: the shared one has issued ids already
+    with gateway_on_private(routing, stack_config, tmp_path, "standby") as (standby, gateway):
         app, topic = unique("fresh"), unique("ids")
         for bootstrap in (stack_config.clusters["primary"].bootstrap, standby.connect):
             kafka.create_topics(bootstrap, [topic], partitions=1)
@@ -195,6 +199,3 @@ def test_an_idempotent_producer_switched_to_a_cluster_that_never_issued_an_id_ke
         said = gateway.log.read_text()
         assert "InitProducerId failed" not in said
         assert "closing connection" not in said
-    finally:
-        gateway.stop()
-        standby.stop()
