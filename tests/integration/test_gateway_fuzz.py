@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import random
 import struct
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -75,6 +76,7 @@ class Steady:
         self.failed: list[str] = []
         self.received: set[int] = set()
         self.running = True
+        self.flushed = threading.Event()
         self.workers = [
             Worker(self._produce, name="steady-producer"),
             Worker(self._consume, name="steady-consumer"),
@@ -90,11 +92,14 @@ class Steady:
             else:
                 self.failed.append(str(err))
 
-        while self.running:
-            producer.produce(self.topic, str(sent).encode(), on_delivery=delivered)
-            sent += 1
-            producer.poll(0.005)
-        assert producer.flush(30) == 0
+        try:
+            while self.running:
+                producer.produce(self.topic, str(sent).encode(), on_delivery=delivered)
+                sent += 1
+                producer.poll(0.005)
+            assert producer.flush(30) == 0
+        finally:
+            self.flushed.set()  # only now is ``acked`` whole: the consumer waits for this, then for all of it
 
     def _consume(self) -> None:
         consumer = Consumer(
@@ -108,7 +113,12 @@ class Steady:
         )
         consumer.subscribe([self.topic])
         try:
-            while self.running or not set(self.acked) <= self.received:
+            deadline = float("inf")
+            while time.monotonic() < deadline:
+                if self.flushed.is_set():  # every ack is in: read until all of them are, for at most 60 s
+                    if set(self.acked) <= self.received:
+                        break
+                    deadline = min(deadline, time.monotonic() + 60)
                 for message in consumer.consume(500, 0.2):
                     if message.error() is None:
                         self.received.add(int(message.value() or b"-1"))
