@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
-from confluent_kafka.admin import AdminClient
+import threading
+import time
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ClusterMetadata
 from confluent_kafka.cimpl import NewPartitions
 
 from switchyard.model import Link
 from switchyard.topic_copies import TopicSyncError, create_copies
 
+LIST_S, LIST_SLICE_S = 10.0, 1.0
 
-def sync_topics(link: Link, source: AdminClient, target: AdminClient) -> tuple[list[str], dict[str, str]]:
+
+def sync_topics(
+    link: Link, source: AdminClient, target: AdminClient, stopping: threading.Event
+) -> tuple[list[str], dict[str, str]]:
     """The source topics the link copies, each created on the target with as many partitions; and per
     topic created just now without some of its settings, which (see ``create_copies``)."""
     wanted = {
         name: len(meta.partitions)
-        for name, meta in source.list_topics(timeout=10).topics.items()
+        for name, meta in listed(source, stopping).topics.items()
         if meta.error is None and link.copies(name)
     }
-    existing = {name: len(meta.partitions) for name, meta in target.list_topics(timeout=10).topics.items()}
+    existing = {name: len(meta.partitions) for name, meta in listed(target, stopping).topics.items()}
     left_out = create_copies(source, target, {n: count for n, count in wanted.items() if n not in existing})
     short = {name: count for name, count in wanted.items() if name in existing and existing[name] < count}
     if short:
@@ -31,3 +39,15 @@ def sync_topics(link: Link, source: AdminClient, target: AdminClient) -> tuple[l
                     f"source, and the target cannot add partitions: {exc}"
                 ) from exc
     return sorted(wanted), left_out
+
+
+def listed(admin: AdminClient, stopping: threading.Event) -> ClusterMetadata:
+    """A cluster's topics, asked for up to ``LIST_S`` in slices: a mirror told to stop does not wait out
+    a cluster that is gone (it did, 10 s, holding up its process's exit)."""
+    deadline = time.monotonic() + LIST_S
+    while True:
+        try:
+            return admin.list_topics(timeout=LIST_SLICE_S)
+        except KafkaException:
+            if stopping.is_set() or time.monotonic() + LIST_SLICE_S > deadline:
+                raise
