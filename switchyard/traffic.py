@@ -329,10 +329,11 @@ def first_out_of_order(batches: list[Batch]) -> str | None:
     return None
 
 
-def debug_log(app: str) -> logging.Logger:
-    """librdkafka's debug log of one application, to a file of its own (SWITCHYARD_TRAFFIC_DEBUG)."""
+def debug_log(app: str, directory: Path | None = None) -> logging.Logger:
+    """librdkafka's debug log of one application, to a file of its own (SWITCHYARD_TRAFFIC_DEBUG), in
+    ``directory`` (the temporary directory when none)."""
     logger = logging.getLogger(f"switchyard.traffic.{app}")
-    handler = logging.FileHandler(Path(tempfile.gettempdir()) / f"traffic-{app}.log")
+    handler = logging.FileHandler((directory or Path(tempfile.gettempdir())) / f"traffic-{app}.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
+from switchyard.traffic import debug_log
 from tests.compat.app_io import Events, arguments, paced, parts, per_codec, run_all, value_of
 
 
@@ -50,8 +53,10 @@ def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
     }
     if args.session_ms:
         settings |= {"session.timeout.ms": args.session_ms, "heartbeat.interval.ms": 1000}
-    consumer = Consumer({**settings, **({"enable.auto.commit": False} if manual else {})})
     group_kind = "manual" if manual else "auto"
+    if debug := os.environ.get("SWITCHYARD_TRAFFIC_DEBUG"):  # librdkafka's own account, beside the events
+        settings |= {"debug": debug, "logger": debug_log(f"{args.app}-{group_kind}", Path(args.dir))}
+    consumer = Consumer({**settings, **({"enable.auto.commit": False} if manual else {})})
 
     def rebalanced(what: str) -> Callable[[Any, list[Any]], None]:
         """Noted only, for reading a run afterwards; the client assigns and unassigns as by default."""
