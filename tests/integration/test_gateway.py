@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
@@ -196,3 +197,32 @@ def test_a_broken_link_planted_in_zookeeper_is_ignored_and_traffic_goes_on(
     assert kafka.produce(gateway.bootstrap, topic, records(20), settings={"client.id": app}) == 20
     only_on(stack_config, "standby", topic, 20)
     assert f"link {link} is ignored: pattern 'mir[(' is not a regular expression" in gateway.log.read_text()
+
+
+def test_records_read_through_the_gateway_carry_no_leader_epoch(
+    gateway: GatewayProcess, stack_config: Config
+) -> None:
+    """A batch's header names the leader epoch of the cluster that wrote it, and librdkafka commits a
+    position only when it is newer than its last commit, epochs compared before offsets: switched to a
+    cluster of lower epochs, it would commit nothing until its group rejoined, then read again from its
+    last commit. Through the gateway, every record comes with no epoch; read directly, with one."""
+    topic = unique("epochs")
+    kafka.create_topics(gateway.bootstrap, [topic], partitions=2)
+    assert kafka.produce(gateway.bootstrap, topic, records(300)) == 300
+
+    def epochs(bootstrap: str) -> set[int | None]:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("epochs")})
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])
+        got: list[int | None] = []
+        try:
+            for _ in range(20):  # at most ~20 s
+                got += [m.leader_epoch() for m in consumer.consume(300, 1) if m.error() is None]
+                if len(got) >= 300:
+                    break
+        finally:
+            consumer.close()
+        assert len(got) == 300
+        return set(got)
+
+    assert epochs(gateway.bootstrap) == {None}
+    assert None not in epochs(stack_config.clusters["primary"].bootstrap)

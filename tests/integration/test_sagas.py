@@ -12,7 +12,13 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
@@ -76,12 +82,21 @@ def saga_trace(otlp: OtlpReceiver, workflow: str, activities: set[str], timeout_
 
 
 def test_a_switchover_and_its_switchback_lose_and_double_nothing(
-    live: Live, routing: RoutingStore, stack_config: Config, otlp: OtlpReceiver
+    live: Live, routing: RoutingStore, stack_config: Config, stack: Stack, otlp: OtlpReceiver
 ) -> None:
+    """The primary's broker is restarted first, so its leader epochs are higher than the standby's copy's:
+    librdkafka compares epochs before offsets when it decides whether a position is new enough to commit,
+    and once shown the standby's lower ones it committed nothing until it rejoined there, then processed
+    again what it had read meanwhile (``workers/gateway/fetches.py``)."""
     assert live.gateway is not None
     app, topic, link = prepare(live, routing, stack_config)
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
-    traffic = Traffic(live.gateway.bootstrap, app, topic, unique("group"), idempotent=True)
+    stack.process(next(s for s in stack.services if s.name == "kafka-primary")).stop()
+    stack.up()
+    # a heartbeat every 10 s: after the flip it reads on from the standby, as joined on the primary, for
+    # seconds before it is told to rejoin (at the default 3 s, a held heartbeat often tells it at once)
+    traffic = Traffic(live.gateway.bootstrap, app, topic, unique("group"), idempotent=True,
+                      consumer_settings={"heartbeat.interval.ms": 10_000})  # fmt: skip
     traffic.start()
     try:
         traffic.wait_for(300)
@@ -104,6 +119,7 @@ def test_a_switchover_and_its_switchback_lose_and_double_nothing(
         traffic.stop()
 
     judge_sends(traffic, primary)  # what was written on the standby came back along the reverse link
+    assert first_epoch(primary, topic) > first_epoch(standby, topic) == 0  # as meant: the standby's lower
     print(f"\nswitchover and back: {judge_consumer(traffic, carried=True)}")
     ends = kafka.ends_of(primary, [(topic, p) for p in range(3)])
     committed = committed_offsets(AdminClient({"bootstrap.servers": primary}), traffic.group)
@@ -132,6 +148,18 @@ def test_a_switchover_and_its_switchback_lose_and_double_nothing(
             if span.name.startswith("RunActivity:"):  # begun by the workflow's StartActivity
                 assert by_id[span.parent_id].name == span.name.replace("Run", "Start", 1)
                 assert by_id[by_id[span.parent_id].parent_id] == started, span
+
+
+def first_epoch(bootstrap: str, topic: str) -> int | None:
+    """The leader epoch partition 0's first record was written in, read directly from the cluster."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("epoch")})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    try:
+        message = consumer.consume(1, 10)[0]
+        assert message.error() is None, message.error()
+        return message.leader_epoch()
+    finally:
+        consumer.close()
 
 
 def holds_each_once(bootstrap: str, topic: str, acked: list[int]) -> None:

@@ -71,6 +71,30 @@ def rebased(records: bytes, found: list[Batch], delta: int, *, leader_epoch: int
     return bytes(out)
 
 
+def unknown_epochs(records: bytearray, start: int = 0, end: int | None = None) -> None:
+    """Set the leader epoch of each v2 batch in ``records[start:end]`` to unknown (-1), in place; a
+    cut-short tail too, when its header is there. An older message's header has no epoch: left as is.
+    (An entry's length is at the same place in every format.)"""
+    end = len(records) if end is None else end
+    at = start
+    while at + MAGIC_AT < end:
+        (length,) = _INT.unpack_from(records, at + LENGTH_AT)
+        if records[at + MAGIC_AT] == 2:
+            _INT.pack_into(records, at + EPOCH_AT, -1)
+        if length <= 0:
+            return
+        at += 12 + length
+
+
+def without_epochs(records: bytes) -> bytes:
+    """``records`` with each batch's leader epoch unknown (see :func:`unknown_epochs`)."""
+    if len(records) <= MAGIC_AT:
+        return records
+    out = bytearray(records)
+    unknown_epochs(out)
+    return bytes(out)
+
+
 def below(found: list[Batch], limit: int) -> list[Batch]:
     """The leading batches that end below ``limit``: a batch reaching it, and all after, are left out."""
     kept = []

@@ -66,6 +66,38 @@ def check_response_header(buffer: bytes, *, flexible: bool) -> int:
     return _tags({})(buffer, position, len(buffer)) if flexible else position
 
 
+# ---- a frame walked by hand (workers.gateway.fetches), each length checked as above
+
+
+def skipped(buffer: bytes, position: int, size: int) -> int:
+    """Where what follows ``size`` bytes from ``position`` starts."""
+    return _need(buffer, position, size, len(buffer))
+
+
+def array_length(buffer: bytes, position: int, *, flexible: bool) -> tuple[int, int]:
+    """An array's element count (a null one counts 0) and where its elements start."""
+    count, after = _count(buffer, position, len(buffer), flexible, 1, nullable=True)
+    return max(count, 0), after
+
+
+def after_string(buffer: bytes, position: int, *, flexible: bool) -> int:
+    """Where what follows a (nullable) string starts."""
+    if flexible:
+        return _compact_length(buffer, position, len(buffer), nullable=True)
+    return _legacy_length(buffer, position, len(buffer), 1, nullable=True)
+
+
+def bytes_field(buffer: bytes, position: int, *, flexible: bool) -> tuple[int, int]:
+    """Where a (nullable) bytes field's content starts and ends: the same place when null or empty."""
+    size, start = _length(buffer, position, len(buffer), flexible)
+    return start, _payload(size, start, len(buffer), position, nullable=True)
+
+
+def after_tags(buffer: bytes, position: int) -> int:
+    """Where what follows a tagged-field section starts."""
+    return _tags({})(buffer, position, len(buffer))
+
+
 # ---- primitives of the walk
 
 
@@ -110,17 +142,23 @@ def _payload(size: int, after: int, end: int, position: int, *, nullable: bool) 
     return _need(b"", after, size, end)
 
 
+def _length(buffer: bytes, position: int, end: int, flexible: bool) -> tuple[int, int]:
+    """An int32 length, or a compact one (an unsigned varint, one more than the length), and where what
+    it measures starts."""
+    if flexible:
+        encoded, after = _uvarint(buffer, position, end)
+        return encoded - 1, after
+    after = _need(buffer, position, 4, end)
+    (size,) = _I32.unpack_from(buffer, position)
+    return int(size), after
+
+
 def _count(
     buffer: bytes, position: int, end: int, flexible: bool, element_size: int, *, nullable: bool
 ) -> tuple[int, int]:
     """An array's element count (-1 for null, where ``nullable``) and where its elements start, checked
     against the bytes left: each element takes at least ``element_size`` bytes."""
-    if flexible:
-        encoded, after = _uvarint(buffer, position, end)
-        count = encoded - 1
-    else:
-        after = _need(buffer, position, 4, end)
-        (count,) = _I32.unpack_from(buffer, position)
+    count, after = _length(buffer, position, end, flexible)
     if count < -1:
         raise BoundsError(f"array length {count} at {position}")
     if count == -1 and not nullable:

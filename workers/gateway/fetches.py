@@ -1,8 +1,15 @@
-"""A Fetch as the gateway sends it on: without what belongs to neither cluster nor to the gateway's
-routing — the client's leader epochs and its fetch session.
+"""A Fetch as the gateway sends it on, and its answer as the client gets it: without what belongs to
+neither cluster nor to the gateway's routing — leader epochs and the fetch session.
 
 - Leader epochs go as unknown (see :mod:`workers.gateway.topic_identity` for why the gateway presents
-  none, and what librdkafka and kafka-python send when told of none).
+  none, and what librdkafka and kafka-python send when told of none), in the request and in the
+  answer's record batches, whose headers carry the epoch of the cluster that wrote them. A client keeps
+  that epoch with its position and commits it; librdkafka commits only a position newer than its last
+  commit, and compares epochs before offsets. Switched to a cluster whose epochs are lower, it would
+  find every position it reads older than the one it committed on the other cluster, commit nothing
+  (``_NO_OFFSET``) until its group rejoins there, and read again from its last commit: records
+  processed twice. The epoch lies outside the batch's CRC, so it is rewritten in place, without
+  decoding the answer.
 - Fetch sessions (KIP-227) are not let through: each Fetch goes as a full fetch outside any session, so
   brokers answer with no session and clients keep sending full fetches. A session lets a client leave
   out the partitions whose position did not change, and the broker keeps reading them; through the
@@ -16,6 +23,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from workers.gateway import batches
+from workers.gateway.bounds import (
+    BoundsError,
+    after_string,
+    after_tags,
+    array_length,
+    bytes_field,
+    check_response_header,
+    skipped,
+)
 from workers.gateway.entities import replace_known
 
 NO_EPOCH = -1
@@ -44,3 +61,55 @@ def forwarded_fetch(body: Any) -> Any | None:
     return replace_known(
         body, topics=topics, session_id=NO_SESSION, session_epoch=SESSIONLESS_EPOCH, forgotten_topics_data=()
     )
+
+
+FLEXIBLE_FROM, TOPIC_IDS_FROM = 12, 13
+
+
+def answer_without_epochs(frame: bytes, version: int) -> bytes:
+    """A Fetch answer (a frame without its size) with each record batch's leader epoch unknown. An
+    answer that does not read as a Fetch of ``version`` goes as the broker wrote it."""
+    try:
+        spans = _records(frame, version)
+    except BoundsError:
+        return frame
+    if not spans:
+        return frame
+    out = bytearray(frame)
+    for start, end in spans:
+        batches.unknown_epochs(out, start, end)
+    return bytes(out)
+
+
+def _records(frame: bytes, version: int) -> list[tuple[int, int]]:
+    """Where each partition's records lie in a Fetch answer (header included), by the answer's layout
+    at ``version``: lengths are read and checked, nothing is decoded."""
+    flexible = version >= FLEXIBLE_FROM
+    at = check_response_header(frame, flexible=flexible)
+    at = skipped(
+        frame, at, (4 if version >= 1 else 0) + (6 if version >= 7 else 0)
+    )  # throttle; error, session
+    spans = []
+    topics, at = array_length(frame, at, flexible=flexible)
+    for _ in range(topics):
+        if version >= TOPIC_IDS_FROM:
+            at = skipped(frame, at, 16)
+        else:
+            at = after_string(frame, at, flexible=flexible)
+        partitions, at = array_length(frame, at, flexible=flexible)
+        for _ in range(partitions):
+            at = skipped(
+                frame, at, 14 + (8 if version >= 4 else 0) + (8 if version >= 5 else 0)
+            )  # index … log start
+            if version >= 4:  # aborted transactions: producer id, first offset
+                aborted, at = array_length(frame, at, flexible=flexible)
+                for _ in range(aborted):
+                    at = skipped(frame, at, 16)
+                    at = after_tags(frame, at) if flexible else at
+            at = skipped(frame, at, 4 if version >= 11 else 0)  # the preferred read replica
+            start, at = bytes_field(frame, at, flexible=flexible)
+            if at > start:
+                spans.append((start, at))
+            at = after_tags(frame, at) if flexible else at
+        at = after_tags(frame, at) if flexible else at
+    return spans

@@ -27,7 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from switchyard.model import PartitionMigration
 from switchyard.routing.snapshot import RoutingSnapshot
-from workers.gateway import apis
+from workers.gateway import apis, batches
 from workers.gateway.entities import element_type, make, replace_known
 from workers.gateway.migrated import LATEST, Arithmetic, Fetched, Listed, Read, Side
 from workers.gateway.protocol import Request, response_schema
@@ -597,7 +597,7 @@ def _fetched(partition: Any) -> Fetched:
         partition.high_watermark,
         getattr(partition, "last_stable_offset", -1),
         getattr(partition, "log_start_offset", -1),
-        partition.records or b"",
+        batches.without_epochs(partition.records or b""),
         tuple(
             (a.producer_id, a.first_offset) for a in getattr(partition, "aborted_transactions", None) or ()
         ),

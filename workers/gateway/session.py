@@ -38,7 +38,7 @@ from workers.gateway.blocking import TOPIC_AUTHORIZATION_FAILED, blocked_respons
 from workers.gateway.carry import carried_commit
 from workers.gateway.decision import Action, Decision, decide
 from workers.gateway.entities import element_type, make, replace_known
-from workers.gateway.fetches import forwarded_fetch
+from workers.gateway.fetches import answer_without_epochs, forwarded_fetch
 from workers.gateway.holds import hold_limit
 from workers.gateway.inflight import Ticket, own_wait_s
 from workers.gateway.intake import Intake, Lease
@@ -936,7 +936,9 @@ class ClientSession:
 
     async def _presented(self, request: Request, frame: bytes, cluster: str) -> bytes:
         """A broker's answer as the client gets it: naming virtual brokers only, migrated partitions led
-        where they moved, topics named as clients know them."""
+        where they moved, topics named as clients know them, record batches of no leader epoch."""
+        if request.api_key == apis.FETCH:
+            return with_size(answer_without_epochs(frame, request.api_version))
         naming = request.api_key in BROKER_NAMING
         if not naming and not topic_identity.presents(request.api_key, request.api_version):
             return with_size(frame)
