@@ -155,7 +155,7 @@ def test_an_answers_record_batches_reach_the_client_with_no_leader_epoch(version
     tail = built(4, 230, 3)[:70]  # cut short by the broker's size limit, its header whole
     two, cut = built(1, 100, 3) + built(0, 103, 2), built(3, 200, 4) + tail
     frame = fetch_answer(version, (0, two), (1, None), (2, b""), (3, cut))
-    presented = answer_without_epochs(frame, version)
+    presented = answer_without_epochs(frame, version)[4:]  # given sized
     assert len(presented) == len(frame)
 
     sent, got = read_answer(version, frame), read_answer(version, presented)
@@ -178,5 +178,5 @@ def test_an_answers_record_batches_reach_the_client_with_no_leader_epoch(version
 
 def test_an_answer_that_does_not_read_as_a_fetch_goes_as_written() -> None:
     frame = fetch_answer(12, (0, built(0, 0, 2)))
-    assert answer_without_epochs(frame[:-30], 12) == frame[:-30]
-    assert answer_without_epochs(frame, 12) != frame
+    assert answer_without_epochs(frame[:-30], 12)[4:] == frame[:-30]
+    assert answer_without_epochs(frame, 12)[4:] != frame

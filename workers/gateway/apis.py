@@ -43,7 +43,7 @@ ends); a newer epoch that routes them elsewhere answers them at once (see worker
 
 VERSION_CAPS = {
     PRODUCE: 12,  # v13+ names topics by id; routing needs names
-    FETCH: 12,
+    FETCH: 12,  # v13+ names topics by id, v16+ real brokers: its answers are not rewritten but for epochs
     OFFSET_COMMIT: 9,
     OFFSET_FETCH: 7,  # v8+ batches several groups into one request
     FIND_COORDINATOR: 3,  # v4+ batches several keys into one request

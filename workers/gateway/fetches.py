@@ -21,6 +21,7 @@ neither cluster nor to the gateway's routing — leader epochs and the fetch ses
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from workers.gateway import batches
@@ -34,6 +35,7 @@ from workers.gateway.bounds import (
     skipped,
 )
 from workers.gateway.entities import replace_known
+from workers.gateway.protocol import with_size
 
 NO_EPOCH = -1
 NO_SESSION, SESSIONLESS_EPOCH = 0, -1
@@ -63,22 +65,31 @@ def forwarded_fetch(body: Any) -> Any | None:
     )
 
 
+log = logging.getLogger(__name__)
 FLEXIBLE_FROM, TOPIC_IDS_FROM = 12, 13
 
 
+_unwalked: set[int] = set()
+"""The versions whose answer did not walk, told of once."""
+
+
 def answer_without_epochs(frame: bytes, version: int) -> bytes:
-    """A Fetch answer (a frame without its size) with each record batch's leader epoch unknown. An
-    answer that does not read as a Fetch of ``version`` goes as the broker wrote it."""
+    """A Fetch answer (a frame without its size) as the client gets it: sized, each record batch's
+    leader epoch unknown. An answer that does not read as a Fetch of ``version`` goes as the broker
+    wrote it."""
     try:
         spans = _records(frame, version)
-    except BoundsError:
-        return frame
+    except BoundsError as exc:
+        if version not in _unwalked:  # once: an answer this misreads, it misreads every time
+            log.warning("a Fetch v%d answer passed with its leader epochs: %s", version, exc)
+            _unwalked.add(version)
+        return with_size(frame)
     if not spans:
-        return frame
+        return with_size(frame)
     out = bytearray(frame)
     for start, end in spans:
         batches.unknown_epochs(out, start, end)
-    return bytes(out)
+    return with_size(out)  # one copy more than an answer passed as it came, not two
 
 
 def _records(frame: bytes, version: int) -> list[tuple[int, int]]:

@@ -192,7 +192,7 @@ def replace_body(request: Request, body: Any) -> bytes:
     return out.getvalue()
 
 
-def with_size(frame: bytes) -> bytes:
+def with_size(frame: bytes | bytearray) -> bytes:
     return _SIZE.pack(len(frame)) + frame
 
 

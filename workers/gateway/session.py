@@ -938,7 +938,7 @@ class ClientSession:
         """A broker's answer as the client gets it: naming virtual brokers only, migrated partitions led
         where they moved, topics named as clients know them, record batches of no leader epoch."""
         if request.api_key == apis.FETCH:
-            return with_size(answer_without_epochs(frame, request.api_version))
+            return answer_without_epochs(frame, request.api_version)
         naming = request.api_key in BROKER_NAMING
         if not naming and not topic_identity.presents(request.api_key, request.api_version):
             return with_size(frame)

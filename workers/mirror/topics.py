@@ -42,12 +42,15 @@ def sync_topics(
 
 
 def listed(admin: AdminClient, stopping: threading.Event) -> ClusterMetadata:
-    """A cluster's topics, asked for up to ``LIST_S`` in slices: a mirror told to stop does not wait out
-    a cluster that is gone (it did, 10 s, holding up its process's exit)."""
+    """A cluster's topics, asked for up to ``LIST_S`` in growing slices (1, 2, 4 s, then what is left):
+    a mirror told to stop does not wait out a cluster that is gone (it did, 10 s, holding up its
+    process's exit), and a cluster slow to answer still has most of the time for one answer."""
     deadline = time.monotonic() + LIST_S
+    slice_s = LIST_SLICE_S
     while True:
         try:
-            return admin.list_topics(timeout=LIST_SLICE_S)
+            return admin.list_topics(timeout=min(slice_s, max(deadline - time.monotonic(), 0.1)))
         except KafkaException:
-            if stopping.is_set() or time.monotonic() + LIST_SLICE_S > deadline:
+            if stopping.is_set() or time.monotonic() >= deadline - 0.1:
                 raise
+        slice_s *= 2
