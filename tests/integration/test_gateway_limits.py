@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
 from kio.schema.metadata.v12.request import MetadataRequestTopic
@@ -272,9 +272,32 @@ def test_huge_frames_from_many_connections_stay_within_the_memory_budget(start_g
 
 
 def test_sigterm_under_traffic_ends_cleanly(start_gateway: Start, stack_config: Config) -> None:
-    gateway = start_gateway()
+    """A consumer in a group, and a producer writing as fast as it can when the signal comes: its
+    connection's unread bytes past what the stream reader buffers, so the reader has paused the
+    socket, and resumes it as the requests already read are carried out (which, after the end of
+    the stream was marked, failed the transport and cut the answers on their way: the soak's 655
+    records written twice at a gateway's restart)."""
+    gateway = start_gateway(limits__max_in_flight="2")  # the socket's bytes wait unread sooner
     topic, app = unique("term"), unique("term")
     kafka.create_topics(stack_config.clusters["primary"].bootstrap, [topic], partitions=2)
+    writing = threading.Event()
+
+    def write() -> None:
+        producer = Producer({"bootstrap.servers": gateway.bootstrap, "client.id": app,
+                             "linger.ms": 20, "message.timeout.ms": 5000})  # fmt: skip
+        value = b"v" * 10_000
+        try:
+            while gateway.process is not None and gateway.process.poll() is None:
+                try:
+                    producer.produce(topic, value)
+                except BufferError:
+                    producer.poll(0.01)
+                producer.poll(0)
+                writing.set()
+        finally:
+            producer.flush(10)
+
+    writer = threading.Thread(target=write, daemon=True)
     consumer = Consumer(
         {
             "bootstrap.servers": gateway.bootstrap,
@@ -293,10 +316,14 @@ def test_sigterm_under_traffic_ends_cleanly(start_gateway: Start, stack_config: 
             consumer.poll(0.2)
             assert time.monotonic() < deadline
         assert gateway.process is not None
+        writer.start()
+        assert writing.wait(30)
+        time.sleep(1.5)  # going at full speed
         gateway.process.send_signal(signal.SIGTERM)
         assert gateway.process.wait(15) == 0
     finally:
         consumer.close()
+        writer.join(30)
     log = gateway.log.read_text()
     assert "Traceback" not in log, log[-3000:]
 

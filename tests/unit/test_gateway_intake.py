@@ -4,12 +4,14 @@ answered early when a newer epoch routes them elsewhere."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import struct
 from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
+import uvloop
 
 from switchyard.config import GatewayLimitsConfig
 from switchyard.routing.snapshot import RoutingSnapshot
@@ -261,3 +263,51 @@ def test_a_request_s_own_wait_is_its_timeout_field() -> None:
     assert own_wait_s(SimpleNamespace(timeout=datetime.timedelta(seconds=-1))) == 0
     assert own_wait_s(SimpleNamespace(group_id="g")) == 0
     assert own_wait_s(SimpleNamespace(timeout=datetime.timedelta(days=24))) == 30  # a client's word, bounded
+
+
+def test_an_ended_intake_reads_nothing_more_and_its_connection_stays_up_for_the_answers() -> None:
+    """A graceful stop ends a connection's requests while its client floods it: the stream reader had
+    paused the socket itself (its buffer full), and would resume it as the buffer empties. The intake
+    gives no further frame, and the transport stays open for the answers on their way (on uvloop, as
+    the gateway runs)."""
+
+    async def scenario() -> tuple[list[object], bool, object]:
+        problems: list[object] = []
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _, context: problems.append(context["message"])
+        )
+        outcome: asyncio.Future[tuple[bool, object]] = asyncio.get_running_loop().create_future()
+        stop = asyncio.Event()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while len(reader._buffer) < 2 * (1 << 16):  # type: ignore[attr-defined]  # paused, full
+                await asyncio.sleep(0.01)
+            ended = intake(reader)
+            ended.end(writer.transport)  # type: ignore[arg-type]
+            got = await ended.next_frame()
+            await asyncio.sleep(0.3)  # the buffer emptied of nothing, the client still writing
+            outcome.set_result((writer.transport.is_closing(), got))
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _, client = await asyncio.open_connection("127.0.0.1", port)
+
+        async def flood() -> None:
+            with contextlib.suppress(ConnectionError):
+                while not stop.is_set():
+                    client.write(sized(FRAME) * 3000)
+                    await client.drain()
+
+        flooding = asyncio.create_task(flood())
+        closing, got = await asyncio.wait_for(outcome, 10)
+        stop.set()
+        flooding.cancel()
+        client.close()
+        server.close()
+        return problems, closing, got
+
+    problems, closing, got = uvloop.run(scenario())
+    assert got is None
+    assert not closing
+    assert problems == []

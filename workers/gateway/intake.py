@@ -110,6 +110,15 @@ class Intake:
         self._frame_began: float | None = None
         self._frame_size: int | None = None
 
+    def end(self, transport: asyncio.Transport) -> None:
+        """Read no further request, whatever the socket and the buffer still hold: ``next_frame`` gives
+        None from now on. An end-of-stream mark would not do: the reader resumes a socket it paused
+        itself (its buffer full) as the buffer empties, and bytes arriving after the mark fail the
+        transport, with the answers on their way (the soak's 655 records written twice at a gateway's
+        graceful restart)."""
+        transport.pause_reading()
+        self.reader.set_exception(asyncio.IncompleteReadError(b"", None))
+
     async def next_frame(self) -> tuple[bytes, Lease] | None:
         """The next whole frame and its lease on the budgets; None at a clean end of stream."""
         try:

@@ -219,13 +219,13 @@ class ClientSession:
         self.writer.close()
 
     def finish(self, within_s: float) -> None:
-        """End the connection as a graceful shutdown does: read no further request, give the answers on
+        """End the connection as a graceful shutdown does: read no further request (those read in part
+        or not yet are left to the client to send again: none reached a broker), give the answers on
         their way up to ``within_s`` to arrive and be written, then close. Cut short, a Produce written by
         its broker and not answered is sent again by its client, and a producer that is not idempotent
         writes it twice (the soak saw 17 records doubled at a gateway's restart)."""
         self._finish_within = within_s
-        cast(asyncio.Transport, self.writer.transport).pause_reading()  # no data after the end below
-        self.reader.feed_eof()
+        self.intake.end(cast(asyncio.Transport, self.writer.transport))
 
     def drop_upstreams(self, clusters: set[str]) -> None:
         """Close this connection's broker connections to ``clusters``: what waits on them fails, and the
