@@ -83,10 +83,17 @@ def test_soak(live: Live, routing: RoutingStore, stack: Stack, stack_config: Con
     assert live.gateway is not None
     apps = [App(lib, "one gateway", unique("soak"), unique("soak-t"), tmp_path / lib) for lib in LIBRARIES]
     link = prepare(routing, stack_config, apps, partitions=PARTITIONS)
+    brokers = {
+        f"broker {s.name.removeprefix('kafka-')}": s for s in stack.services if s.name.startswith("kafka-")
+    }
     sampler = Sampler(
         {"gateway": lambda: pid(live.gateway), "mirror": lambda: pid(live.mirror),
          "worker": lambda: pid(live.workers[-1])},
         stack_config.zookeeper.connect,
+        watched={
+            **{a.library: (lambda a=a: pid(a)) for a in apps},  # type: ignore[misc]
+            **{name: (lambda s=s: stack.process(s).pid()) for name, s in brokers.items()},  # type: ignore[misc]
+        },
     )  # fmt: skip
     try:
         for a in apps:
@@ -248,7 +255,7 @@ def restart(live: Live, stack: Stack, what: str, *, on: str) -> None:
 
 
 def process_row(instance: Instance) -> dict[str, Any]:
-    quiet = instance.quiet
+    quiet, cpu = instance.quiet, instance.cpu_percent()
     slope = instance.rss_slope_mib_per_h(after_s=instance.lived_s / 2)
     return {
         "process": instance.name,
@@ -258,6 +265,7 @@ def process_row(instance: Instance) -> dict[str, Any]:
         "RSS slope 2nd half MiB/h": "-" if slope is None else f"{slope:+.1f}",
         "fds quiet first/last": f"{quiet[0].fds}/{quiet[-1].fds}" if quiet else "-",
         "threads quiet first/last": f"{quiet[0].threads}/{quiet[-1].threads}" if quiet else "-",
+        "CPU % median/max": f"{statistics.median(cpu):.0f}/{max(cpu):.0f}" if cpu else "-",
     }
 
 
@@ -268,7 +276,7 @@ def leaks(sampler: Sampler) -> list[str]:
     third switch (its first two, one each way, open the clients it keeps for both clusters); memory that
     grew through the second half of the life of a process that lived through most of the soak."""
     found = []
-    for instance in sampler.instances:
+    for instance in (i for i in sampler.instances if i.judged):
         half = instance.samples[0].t + instance.lived_s / 2 if instance.samples else 0.0
         quiet = [s for s in instance.quiet[2:] if s.t >= half]
         if len(quiet) >= 2:

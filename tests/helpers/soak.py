@@ -1,5 +1,5 @@
-"""What a soak watches of the processes it runs: memory, open files and threads sampled every few
-seconds from the kernel's accounting, ZooKeeper's watch count, and the judgement of each series."""
+"""What a soak watches of the processes it runs: memory, open files, threads and CPU time sampled every
+few seconds from the kernel's accounting, ZooKeeper's watch count, and the judgement of each series."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
 
 @dataclass
 class Sample:
@@ -21,6 +23,8 @@ class Sample:
     rss_mib: float
     fds: int
     threads: int
+    cpu_s: float
+    """User and system CPU seconds since the process began."""
 
 
 @dataclass
@@ -32,6 +36,13 @@ class Instance:
     samples: list[Sample] = field(default_factory=list)
     quiet: list[Sample] = field(default_factory=list)
     """Samples taken just before each switch, when nothing else moves: the leak checks compare these."""
+    judged: bool = True
+    """Whether its series are judged for leaks (else watched only: the brokers, the applications)."""
+
+    def cpu_percent(self) -> list[float]:
+        """Its CPU use between consecutive samples, in percent of one core."""
+        pairs = zip(self.samples, self.samples[1:], strict=False)
+        return [100 * (b.cpu_s - a.cpu_s) / (b.t - a.t) for a, b in pairs if b.t > a.t]
 
     @property
     def lived_s(self) -> float:
@@ -55,6 +66,7 @@ def read_process(name: str, pid: int, t: float) -> Sample | None:
     """A sample of process ``pid`` from /proc (None: it is gone)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text()
         fds = len(os.listdir(f"/proc/{pid}/fd"))
     except (FileNotFoundError, ProcessLookupError):
         return None
@@ -62,7 +74,9 @@ def read_process(name: str, pid: int, t: float) -> Sample | None:
     if "VmRSS" not in fields:  # exiting: a zombie keeps its status, without memory
         return None
     rss_kib = int(fields["VmRSS"].split()[0])
-    return Sample(t, name, pid, rss_kib / 1024, fds, int(fields["Threads"]))
+    ticks = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    cpu_s = (int(ticks[11]) + int(ticks[12])) / _TICKS_PER_S  # utime, stime
+    return Sample(t, name, pid, rss_kib / 1024, fds, int(fields["Threads"]), cpu_s)
 
 
 def zk_watches(connect: str) -> int:
@@ -82,12 +96,19 @@ def zk_watches(connect: str) -> int:
 
 class Sampler:
     """Samples every process ``pids`` names (name -> its pid now, None while it is down) every
-    ``every_s`` in a thread of its own, and ZooKeeper's watches with them."""
+    ``every_s`` in a thread of its own, and ZooKeeper's watches with them; ``watched`` names processes
+    sampled the same way but not judged for leaks."""
 
     def __init__(
-        self, pids: dict[str, Callable[[], int | None]], zk_connect: str, *, every_s: float = 5.0
+        self,
+        pids: dict[str, Callable[[], int | None]],
+        zk_connect: str,
+        *,
+        watched: dict[str, Callable[[], int | None]] | None = None,
+        every_s: float = 5.0,
     ) -> None:
         self.pids, self.zk_connect, self.every_s = pids, zk_connect, every_s
+        self.watched = watched or {}
         self.began = time.monotonic()
         self.instances: list[Instance] = []
         self.watches: list[tuple[float, int]] = []
@@ -109,22 +130,22 @@ class Sampler:
         """Sample every process now (``quiet``: also as a leak-check point)."""
         t = self.now()
         with self._lock:
-            for name, pid_of in self.pids.items():
+            for name, pid_of in (self.pids | self.watched).items():
                 pid = pid_of()
                 found = read_process(name, pid, t) if pid else None
                 if found is None:
                     continue
-                instance = self._instance(name, found.pid)
+                instance = self._instance(name, found.pid, judged=name in self.pids)
                 instance.samples.append(found)
                 if quiet:
                     instance.quiet.append(found)
             self.watches.append((t, zk_watches(self.zk_connect)))
 
-    def _instance(self, name: str, pid: int) -> Instance:
+    def _instance(self, name: str, pid: int, *, judged: bool) -> Instance:
         for instance in reversed(self.instances):
             if instance.name == name and instance.pid == pid:
                 return instance
-        instance = Instance(name, pid)
+        instance = Instance(name, pid, judged=judged)
         self.instances.append(instance)
         return instance
 
