@@ -324,7 +324,7 @@ def check_picture(path: Path) -> None:
 
     pixels = matplotlib.image.imread(str(path))
     height, width = pixels.shape[:2]
-    assert (width, height) == (1400, 1200), (width, height)
-    for band in range(3):  # the three panels, top to bottom: something other than white in each
-        panel = pixels[band * height // 3 : (band + 1) * height // 3, :, :3]
+    assert (width, height) == (1400, 1600), (width, height)
+    for band in range(4):  # the four panels, top to bottom: something other than white in each
+        panel = pixels[band * height // 4 : (band + 1) * height // 4, :, :3]
         assert (panel < 0.9).any(axis=2).mean() > 0.01, f"panel {band + 1} of {path} is empty"

@@ -1,5 +1,5 @@
-"""The soak's picture: memory and open files of every process over time, and the pause of every switch,
-restarts marked."""
+"""The soak's picture: memory and open files of the product's processes over time, the CPU of every
+process watched (the applications and brokers too), and the pause of every switch, restarts marked."""
 
 from __future__ import annotations
 
@@ -20,19 +20,25 @@ COLOURS = {"gateway": "tab:blue", "mirror": "tab:green", "worker": "tab:orange"}
 def plot(
     path: Path, sampler: Sampler, switches: list[dict[str, Any]], restarts: list[tuple[float, str]]
 ) -> None:
-    figure, (memory, files, pauses) = plt.subplots(3, 1, figsize=(14, 12), dpi=100, sharex=True)
+    figure, (memory, files, cpu, pauses) = plt.subplots(4, 1, figsize=(14, 16), dpi=100, sharex=True)
     labelled: set[str] = set()
+    names = list(dict.fromkeys(i.name for i in sampler.instances))
     for instance in sampler.instances:
         minutes = [s.t / 60 for s in instance.samples]
         label = None if instance.name in labelled else instance.name
         labelled.add(instance.name)
-        colour = COLOURS.get(instance.name)
-        memory.plot(minutes, [s.rss_mib for s in instance.samples], color=colour, label=label)
-        files.plot(minutes, [s.fds for s in instance.samples], color=colour, label=label)
+        colour = COLOURS.get(instance.name, f"C{3 + names.index(instance.name)}")
+        cpu.plot(minutes[1:], instance.cpu_percent(), color=colour, label=label, linewidth=0.8)
+        if instance.judged:  # a broker's heap and files are the JVM's business: not judged, not drawn
+            memory.plot(minutes, [s.rss_mib for s in instance.samples], color=colour, label=label)
+            files.plot(minutes, [s.fds for s in instance.samples], color=colour, label=label)
     memory.set_ylabel("resident memory (MiB)")
     memory.set_ylim(bottom=0)
     memory.legend(loc="lower right")
     memory.set_title(f"soak: {len(switches)} switches in {sampler.now() / 60:.0f} minutes")
+    cpu.set_ylabel("CPU (% of one core)")
+    cpu.set_ylim(bottom=0)
+    cpu.legend(loc="upper right", ncol=4, fontsize=8)
     files.set_ylabel("open file descriptors")
     files.set_ylim(bottom=0)
     watches = files.twinx()
@@ -57,7 +63,7 @@ def plot(
     pauses.set_xlabel("minutes")
     pauses.set_ylim(0, top)
     pauses.legend(loc="upper left")
-    for axis in (memory, files, pauses):
+    for axis in (memory, files, cpu, pauses):
         axis.grid(alpha=0.3)
         for t, what in restarts:
             axis.axvline(t / 60, color="grey", linestyle="--", linewidth=0.8)
