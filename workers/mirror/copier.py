@@ -252,7 +252,9 @@ class LinkCopier:
         remaining = self._clients.producer.flush(30)
         if remaining or self._failure:
             raise MirrorError(f"promoted, but {remaining} records were not acknowledged: {self._failure}")
-        self._final = dict(self._partitions)  # the last status stays: what was copied, for good
+        # the last status stays, for good: what was copied, the partitions let go included (a source
+        # that froze took the group's session with it, and the failover measured its loss as nothing)
+        self._final = {**self._left, **self._partitions}
         self.finished.set()
         log.info("link %s promoted: copying stopped", self.link.id)
 
