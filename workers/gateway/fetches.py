@@ -37,7 +37,11 @@ from workers.gateway.bounds import (
 from workers.gateway.entities import replace_known
 from workers.gateway.protocol import with_size
 
+log = logging.getLogger(__name__)
 NO_EPOCH = -1
+FLEXIBLE_FROM, TOPIC_IDS_FROM = 12, 13
+_unwalked: set[int] = set()
+"""The Fetch versions whose answer did not walk, told of once."""
 NO_SESSION, SESSIONLESS_EPOCH = 0, -1
 """A session id and epoch that ask for a full fetch and no session (KIP-227's "legacy" fetch)."""
 
@@ -65,14 +69,6 @@ def forwarded_fetch(body: Any) -> Any | None:
     )
 
 
-log = logging.getLogger(__name__)
-FLEXIBLE_FROM, TOPIC_IDS_FROM = 12, 13
-
-
-_unwalked: set[int] = set()
-"""The versions whose answer did not walk, told of once."""
-
-
 def answer_without_epochs(frame: bytes, version: int) -> bytes:
     """A Fetch answer (a frame without its size) as the client gets it: sized, each record batch's
     leader epoch unknown. An answer that does not read as a Fetch of ``version`` goes as the broker
@@ -97,9 +93,9 @@ def _records(frame: bytes, version: int) -> list[tuple[int, int]]:
     at ``version``: lengths are read and checked, nothing is decoded."""
     flexible = version >= FLEXIBLE_FROM
     at = check_response_header(frame, flexible=flexible)
-    at = skipped(
-        frame, at, (4 if version >= 1 else 0) + (6 if version >= 7 else 0)
-    )  # throttle; error, session
+    throttle_error_session = (4 if version >= 1 else 0) + (6 if version >= 7 else 0)
+    at = skipped(frame, at, throttle_error_session)
+    index_to_log_start = 14 + (8 if version >= 4 else 0) + (8 if version >= 5 else 0)  # index, error, ends
     spans = []
     topics, at = array_length(frame, at, flexible=flexible)
     for _ in range(topics):
@@ -109,9 +105,7 @@ def _records(frame: bytes, version: int) -> list[tuple[int, int]]:
             at = after_string(frame, at, flexible=flexible)
         partitions, at = array_length(frame, at, flexible=flexible)
         for _ in range(partitions):
-            at = skipped(
-                frame, at, 14 + (8 if version >= 4 else 0) + (8 if version >= 5 else 0)
-            )  # index … log start
+            at = skipped(frame, at, index_to_log_start)
             if version >= 4:  # aborted transactions: producer id, first offset
                 aborted, at = array_length(frame, at, flexible=flexible)
                 for _ in range(aborted):

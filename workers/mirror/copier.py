@@ -116,8 +116,12 @@ class LinkCopier:
         """The current status of every partition this copier holds (for metrics; any thread)."""
         now = time.time()
         state = "promoted" if self.finished.is_set() else "paused" if self._paused else "copying"
-        shown = self._final if self.finished.is_set() else {**self._left, **self._partitions}
+        shown = self._final if self.finished.is_set() else self._last_seen()
         return [st.status(state, now) for _, st in sorted(dict(shown).items())]
+
+    def _last_seen(self) -> dict[Key, PartitionCopy]:
+        """Every partition as last seen: held by this session, or let go since the last one held it."""
+        return {**self._left, **self._partitions}
 
     def _current(self) -> tuple[list[PartitionStatus], str | None, tuple[str, ...]]:
         return self.statuses(), self._link_error, tuple(v for _, v in sorted(dict(self._notes).items()))
@@ -254,7 +258,7 @@ class LinkCopier:
             raise MirrorError(f"promoted, but {remaining} records were not acknowledged: {self._failure}")
         # the last status stays, for good: what was copied, the partitions let go included (a source
         # that froze took the group's session with it, and the failover measured its loss as nothing)
-        self._final = {**self._left, **self._partitions}
+        self._final = self._last_seen()
         self.finished.set()
         log.info("link %s promoted: copying stopped", self.link.id)
 
