@@ -29,6 +29,7 @@ from workers.gateway.moved import Moved
 from workers.gateway.protocol import known_versions
 from workers.gateway.session import ClientSession, Listener
 from workers.gateway.shared import Shared
+from workers.gateway.upstream import Upstream
 from workers.gateway.usage import UsageTracker
 
 READ = sorted(apis.BLOCKABLE | {apis.METADATA, apis.FIND_COORDINATOR, apis.DELETE_TOPICS})
@@ -86,8 +87,23 @@ async def _nowhere(*_: Any) -> Any:
     raise AssertionError("these requests go to no broker")
 
 
-async def exchange(gateway: Gateway, *frames: bytes) -> list[bytes]:
-    """Send ``frames`` on one connection to a session; the answers until the session closes it."""
+class AtOneAddress(Brokers):
+    """A broker directory whose every broker is one address (a stand-in broker's)."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__()
+        self.port = port
+
+    def real_address(self, _cluster: str, _node: int | None) -> tuple[str, int]:
+        return "127.0.0.1", self.port
+
+    def upstream(self, cluster: str, node: int | None, _credentials: Any = None) -> Upstream:
+        return Upstream("127.0.0.1", self.port, max_frame_bytes=1 << 20, cluster=cluster, node=node)
+
+
+async def serving(gateway: Gateway) -> tuple[asyncio.Server, int, asyncio.Event]:
+    """A server whose connections are sessions of ``gateway``: it, its port, and an event set when a
+    session ends."""
     ended = asyncio.Event()
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -97,7 +113,12 @@ async def exchange(gateway: Gateway, *frames: bytes) -> list[bytes]:
             ended.set()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    return server, server.sockets[0].getsockname()[1], ended
+
+
+async def exchange(gateway: Gateway, *frames: bytes) -> list[bytes]:
+    """Send ``frames`` on one connection to a session; the answers until the session closes it."""
+    server, port, ended = await serving(gateway)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     for frame in frames:
         writer.write(struct.pack(">i", len(frame)) + frame)

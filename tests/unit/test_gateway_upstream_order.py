@@ -1,11 +1,19 @@
-"""Requests sent over one broker connection leave in the order they were sent, also while it connects."""
+"""Requests sent over one broker connection leave in the order they were sent, also while it connects;
+none goes over another once one failed under requests."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
+from typing import cast
 
-from workers.gateway.upstream import Upstream
+import pytest
+
+from tests.helpers.sessions import AtOneAddress, Gateway
+from workers.gateway.session import ClientSession, Listener
+from workers.gateway.shared import Shared
+from workers.gateway.upstream import Upstream, UpstreamError
 
 
 def test_requests_sent_while_the_connection_is_made_leave_in_the_order_they_were_sent() -> None:
@@ -43,3 +51,42 @@ def test_requests_sent_while_the_connection_is_made_leave_in_the_order_they_were
         return arrived
 
     assert asyncio.run(scenario()) == [1, 2, 3]
+
+
+def test_a_connection_that_failed_under_a_request_is_not_replaced_but_one_closed_idle_is() -> None:
+    """A request behind one whose broker connection failed must not go out over a new connection ahead
+    of the failed one's retry (an idempotent producer's batches out of order): the session refuses it,
+    and its client connection closes. A connection the broker closed while nothing waited is replaced."""
+
+    async def scenario() -> tuple[bool, bool, str, bool]:
+        async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1)  # the first request's first byte: the broker dies under it
+            writer.close()
+
+        server = await asyncio.start_server(broker, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        gateway = Gateway()
+        gateway.brokers = AtOneAddress(port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        session = ClientSession(cast(Shared, gateway), Listener(), reader, writer)
+
+        failed = session._upstream("primary", 1, long_poll=False)
+        answer = await failed.send(struct.pack(">hhih", 3, 9, 1, -1), 1, expects_response=True)
+        assert answer is not None
+        with contextlib.suppress(UpstreamError):
+            await asyncio.wait_for(answer, 5)
+        with pytest.raises(UpstreamError) as refused:
+            session._upstream("primary", 1, long_poll=False)
+
+        idle = session._upstream("primary", 2, long_poll=False)
+        await idle.send(struct.pack(">hhih", 3, 9, 2, -1), 2, expects_response=False)
+        while not idle.closed:  # the broker closes it; nothing waited for an answer
+            await asyncio.sleep(0.01)
+        replaced = session._upstream("primary", 2, long_poll=False) is not idle
+        writer.close()
+        server.close()
+        return failed.broke, idle.broke, str(refused.value), replaced
+
+    failed_broke, idle_broke, refusal, replaced = asyncio.run(scenario())
+    assert (failed_broke, idle_broke, replaced) == (True, False, True)
+    assert "closed the connection" in refusal

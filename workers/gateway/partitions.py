@@ -19,7 +19,7 @@ import asyncio
 import dataclasses
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -114,11 +114,11 @@ def named(request: Request) -> list[tuple[str, list[int]]]:
 class Brokers(Protocol):
     """How a split reaches the clusters (the session's broker connections, the gateway's leaders)."""
 
-    async def ask(
+    async def send(
         self, cluster: str, node: int | None, request: Request, body: Any, *, long_poll: bool
-    ) -> Any:
-        """Send ``body`` as a request of ``request``'s API and version; its answer (None when the
-        request expects none)."""
+    ) -> Awaitable[Any]:
+        """Write ``body`` to the broker now, as a request of ``request``'s API and version, after what
+        was sent before it; its answer to come (None when the request expects none)."""
 
     async def leader(self, cluster: str, topic: str, partition: int) -> int | None: ...
 
@@ -161,11 +161,18 @@ class Split:
         self.cluster, self.node = cluster, node
         self.brokers = brokers
 
-    async def answer(self) -> Any:
-        """The client's answer (None for a Produce with acks=0)."""
-        key = self.request.api_key
-        if key == apis.PRODUCE:
+    async def sent(self) -> Awaitable[Any]:
+        """The client's answer to come (None for a Produce with acks=0). A Produce's parts are written to
+        their brokers before this returns, as a forwarded request is before the next is read: an
+        idempotent producer's batches must reach a broker in the order it sent them, and a batch sent
+        after its client's connection ended would be written ahead of the retry of one before it (the
+        broker then refuses that retry as out of order, which is fatal to the client)."""
+        if self.request.api_key == apis.PRODUCE:
             return await self._produce()
+        return self._read()
+
+    async def _read(self) -> Any:
+        key = self.request.api_key
         if key == apis.FETCH:
             return await self._fetch()
         if key == apis.LIST_OFFSETS:
@@ -193,16 +200,36 @@ class Split:
     async def _ask_parts(
         self, parts: dict[Part, list[tuple[str, Any]]], build: Callable[[list[tuple[str, Any]], Part], Any]
     ) -> dict[Part, Any]:
-        """Send each part (its (topic, partition entry) list, made a request body by ``build``) to its
-        broker at once; the answers, or the error a part failed with, by part. A quick part (one that
-        waits for nothing) goes over a connection no long poll waits on."""
+        """Send each part, then wait for every answer (``_send_parts``, ``_answers``)."""
+        return await self._answers(await self._send_parts(parts, build))
 
-        async def one(part: Part, entries: list[tuple[str, Any]]) -> Any:
+    async def _send_parts(
+        self, parts: dict[Part, list[tuple[str, Any]]], build: Callable[[list[tuple[str, Any]], Part], Any]
+    ) -> dict[Part, Awaitable[Any] | Exception]:
+        """Write each part (its (topic, partition entry) list, made a request body by ``build``) to its
+        broker, one after the other; by part, its answer to come or the error its sending failed with. A
+        quick part (one that waits for nothing) goes over a connection no long poll waits on."""
+        sent: dict[Part, Awaitable[Any] | Exception] = {}
+        for part, entries in parts.items():
             cluster, quick, node = part
-            body = build(entries, part)
-            return await self.brokers.ask(cluster, node, self.request, body, long_poll=not quick)
+            try:
+                sent[part] = await self.brokers.send(
+                    cluster, node, self.request, build(entries, part), long_poll=not quick
+                )
+            except Exception as exc:
+                sent[part] = exc
+        return sent
 
-        found = await asyncio.gather(*(one(p, e) for p, e in parts.items()), return_exceptions=True)
+    async def _answers(self, sent: dict[Part, Awaitable[Any] | Exception]) -> dict[Part, Any]:
+        """The answers to the parts sent, or the error a part failed with, by part."""
+
+        async def one(answer: Awaitable[Any] | Exception) -> Any:
+            if isinstance(answer, Exception):
+                raise answer
+            return await answer
+
+        parts = list(sent)
+        found = await asyncio.gather(*(one(sent[p]) for p in parts), return_exceptions=True)
         for part, answer in zip(parts, found, strict=True):
             if isinstance(answer, BaseException) and not isinstance(answer, Exception):
                 raise answer  # a cancellation
@@ -216,7 +243,7 @@ class Split:
 
     # ---- Produce
 
-    async def _produce(self) -> Any:
+    async def _produce(self) -> Awaitable[Any]:
         body = self.body
         parts: dict[Part, list[tuple[str, Any]]] = {}
         placed: dict[tuple[str, int], tuple[Part | None, PartitionMigration | None]] = {}
@@ -239,7 +266,15 @@ class Split:
             topics = _grouped(type(body.topic_data[0]), "partition_data", entries, name_field="name")
             return dataclasses.replace(body, topic_data=topics)
 
-        answers = await self._ask_parts(parts, build)
+        return self._produced(placed, await self._send_parts(parts, build))
+
+    async def _produced(
+        self,
+        placed: dict[tuple[str, int], tuple[Part | None, PartitionMigration | None]],
+        sent: dict[Part, Awaitable[Any] | Exception],
+    ) -> Any:
+        body = self.body
+        answers = await self._answers(sent)
         for answer in answers.values():
             if isinstance(answer, Exception) and not isinstance(answer, Shielded):
                 raise answer  # its outcome is unknown: as when a forward fails

@@ -149,6 +149,8 @@ class ClientSession:
         """Set when an answer is taken to be written or a hold ends: the reader may have room again."""
         self._unanswered = 0
         self._ending = False
+        self._gone = False
+        """Set as the session closes its broker connections: no request is sent for it from then on."""
         self.task: asyncio.Task[Any] | None = None
         """The task running this session (set by the gateway, which ends it at shutdown)."""
         config = gateway.config.gateway
@@ -203,6 +205,7 @@ class ClientSession:
         replies.put_nowait(None)
         if self._finish_within is not None and self._answering:
             await asyncio.wait(set(self._answering), timeout=self._finish_within)
+        self._gone = True
         for upstream in [*self._upstreams.values(), *self._retired]:
             if upstream not in self._outliving:
                 upstream.close()  # fails whatever still waits on a broker...
@@ -365,14 +368,7 @@ class ClientSession:
         if action is Action.ADOPT:
             return self._later(self._adopt(incoming, snapshot, resolution, decision.node))
         if action is Action.SPLIT:
-            ticket = self.gateway.inflight.start(  # in flight from its decision, not from the task's start
-                snapshot.epoch,
-                self._still_routed(snapshot, incoming.identity, incoming.context.topics,
-                                   incoming.context.group, resolution),
-                long_poll=request.api_key == apis.FETCH,
-                what=(request.api_key, incoming.identity, decision.cluster, "split"),
-            )  # fmt: skip
-            return self._later(self._split(incoming, decision, snapshot, ticket))
+            return await self._split(incoming, decision, snapshot, resolution)
         frame = request.frame
         if moved and request.api_key == apis.JOIN_GROUP:  # a new member where it goes, as a broker insists
             frame = replace_body(request, dataclasses.replace(request.body, member_id=""))
@@ -383,18 +379,34 @@ class ClientSession:
         return await self._forward(incoming, frame, snapshot, resolution, decision.node)
 
     async def _split(
-        self, incoming: Incoming, decision: Decision, snapshot: RoutingSnapshot, ticket: Ticket
-    ) -> bytes | None:
+        self, incoming: Incoming, decision: Decision, snapshot: RoutingSnapshot, resolution: Resolution
+    ) -> Awaitable[bytes | None]:
         """Carry out a request naming migrated partitions part by part (see
-        :mod:`workers.gateway.partitions`); in flight like a forwarded one (``ticket``), and a Fetch among
-        them answered early when a newer epoch routes it otherwise."""
+        :mod:`workers.gateway.partitions`): a Produce's parts written now, as a forwarded request is; in
+        flight like a forwarded one, and answered early when a newer epoch routes it otherwise."""
         request = incoming.request
+        ticket = self.gateway.inflight.start(  # in flight from its decision, not from its answer's task
+            snapshot.epoch,
+            self._still_routed(snapshot, incoming.identity, incoming.context.topics,
+                               incoming.context.group, resolution),
+            long_poll=request.api_key == apis.FETCH,
+            what=(request.api_key, incoming.identity, decision.cluster, "split"),
+        )  # fmt: skip
         split = Split(
             request, self.gateway.moved.of(snapshot), decision.cluster, decision.node,
             _SplitBrokers(self, snapshot, incoming),
         )  # fmt: skip
         try:
-            answering = asyncio.ensure_future(split.answer())
+            answering = asyncio.ensure_future(await split.sent())
+        except BaseException:
+            self.gateway.inflight.finish(ticket)
+            raise
+        return self._later(self._split_answer(request, answering, ticket))
+
+    async def _split_answer(
+        self, request: Request, answering: asyncio.Future[Any], ticket: Ticket
+    ) -> bytes | None:
+        try:
             if ticket.superseded is not None:
                 await asyncio.wait((answering, ticket.superseded), return_when=asyncio.FIRST_COMPLETED)
                 if not answering.done():
@@ -1136,12 +1148,19 @@ class ClientSession:
 
     def _upstream(self, cluster: str, node: int | None, *, long_poll: bool) -> Upstream:
         """This session's connection to a broker; :class:`Shielded` for a cluster shielded now (it is not
-        contacted at all: a request decided just before the shield must not reach it)."""
+        contacted at all: a request decided just before the shield must not reach it). :class:`UpstreamError`
+        once the session has closed its broker connections, and for one that failed under requests: sent
+        over another, a request behind them would reach the broker ahead of their retries (an idempotent
+        producer's batches out of order, fatal to the client); the client connection closes instead."""
         snapshot = self.gateway.view.snapshot
         if snapshot.shielded(cluster):
             raise Shielded(f"cluster {cluster} is {snapshot.clusters[cluster].state}")
+        if self._gone:  # a request carried out late (a split's part) is not sent for a client gone
+            raise UpstreamError(f"the connection from {self.peer} has ended: nothing more is sent for it")
         key = (cluster, node, long_poll)
         upstream = self._upstreams.get(key)
+        if upstream is not None and upstream.broke:  # those behind a lost request are not sent either
+            raise upstream.closed_by()
         if upstream is not None and (upstream.host, upstream.port) != self.gateway.brokers.real_address(
             cluster, node
         ):  # the broker moved (restarted elsewhere): what is in flight is answered, the rest goes there
@@ -1164,19 +1183,25 @@ class _SplitBrokers:
         self.session, self.snapshot, self.incoming = session, snapshot, incoming
         self.gateway = session.gateway
 
-    async def ask(
+    async def send(
         self, cluster: str, node: int | None, request: Request, body: Any, *, long_poll: bool
-    ) -> Any:
+    ) -> Awaitable[Any]:
         fields = {f.name: getattr(body, f.name) for f in dataclasses.fields(body)}
         upstream = self.session._upstream(cluster, node, long_poll=long_poll)
         if request.api_key == apis.PRODUCE and body.acks == 0:
             own = encode_request(apis.PRODUCE, request.api_version, fields, client_id="switchyard-gateway")
             await upstream.send(own.frame, own.correlation_id, expects_response=False)
-            return None
-        answer = await upstream.ask(request.api_key, request.api_version, **fields)
-        if request.api_key == apis.PRODUCE:
+            return _ready(None)
+        answering = await upstream.request(request.api_key, request.api_version, **fields)
+        if request.api_key != apis.PRODUCE:
+            return answering
+
+        async def noted() -> Any:
+            answer = await answering
             self.gateway.acked.note(cluster, body, answer)
-        return answer
+            return answer
+
+        return noted()
 
     async def leader(self, cluster: str, topic: str, partition: int) -> int | None:
         return await self.gateway.moved.leaders.leader(cluster, topic, partition)

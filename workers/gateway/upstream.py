@@ -79,6 +79,10 @@ class Upstream:
         self._error: Exception | None = None
         self.retired = False
         """Takes no new requests; closes once the waiting ones are answered."""
+        self.broke = False
+        """It failed under requests (waiting for answers, or for the connection): their outcome unknown
+        or they were never sent, those sent after them must not go out over another connection either
+        (:meth:`ClientSession._upstream`)."""
 
     async def send(
         self, frame: bytes, correlation_id: int, *, expects_response: bool
@@ -90,11 +94,23 @@ class Upstream:
         await self._connect()
         return await self._ask(api_key, version, **fields)
 
-    async def _ask(self, api_key: int, version: int, **fields: Any) -> Any:
+    async def request(self, api_key: int, version: int, **fields: Any) -> Awaitable[Any]:
+        """Write a request of the gateway's own now, after those sent before it; its decoded answer to
+        come (``ask`` waits for it at once)."""
+        await self._connect()
+        return self._ask(api_key, version, **fields)
+
+    def _ask(self, api_key: int, version: int, **fields: Any) -> asyncio.Task[Any]:
         request = encode_request(api_key, version, fields, client_id="switchyard-gateway")
         future = self._enqueue(request.frame, request.correlation_id, expects_response=True)
         assert future is not None
-        return decode_response(request, await asyncio.wait_for(future, self.connect_timeout_s))
+
+        async def answer() -> Any:
+            return decode_response(request, await asyncio.wait_for(future, self.connect_timeout_s))
+
+        task = asyncio.ensure_future(answer())
+        task.add_done_callback(_seen)
+        return task
 
     def _enqueue(
         self, frame: bytes, correlation_id: int, *, expects_response: bool
@@ -120,7 +136,7 @@ class Upstream:
         up would be written before them: for an idempotent producer's batches, a gap the broker refuses
         with OUT_OF_ORDER_SEQUENCE_NUMBER, which is fatal to the client.)"""
         if self.closed:
-            raise self._closed_by()
+            raise self.closed_by()
         if self._ready and not self._in_line:
             return
         self._in_line += 1
@@ -132,7 +148,7 @@ class Upstream:
     async def _connected(self) -> None:
         async with self._connecting:
             if self.closed:
-                raise self._closed_by()
+                raise self.closed_by()
             if self._ready:
                 return
             loop = asyncio.get_running_loop()
@@ -142,10 +158,13 @@ class Upstream:
                     loop.create_connection(lambda: wire, self.host, self.port), self.connect_timeout_s
                 )
             except (OSError, TimeoutError) as exc:
-                raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
+                error = UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc!r}")
+                self._fail(error)
+                self.broke = True
+                raise error from exc
             if self.closed:  # given up on while it connected
                 transport.close()
-                raise self._closed_by()
+                raise self.closed_by()
             self._transport = transport
             if self.login is not None:
                 try:
@@ -174,7 +193,7 @@ class Upstream:
         if self.retired and not self._waiting:
             self._fail(UpstreamError(f"{self.host}:{self.port}: retired"))
 
-    def _closed_by(self) -> UpstreamError:
+    def closed_by(self) -> UpstreamError:
         """Why the connection is closed: the error it was closed with (Shielded, Overdue, ...)."""
         if isinstance(self._error, UpstreamError):
             return self._error
@@ -183,6 +202,7 @@ class Upstream:
     def _fail(self, error: Exception) -> None:
         if not self.closed:
             self._error = error
+            self.broke = bool(self._waiting) and not isinstance(error, Shielded | Overdue)
         self.closed = True
         while self._waiting:
             _, future = self._waiting.popleft()
@@ -199,6 +219,12 @@ class Upstream:
     def close(self, error: UpstreamError | None = None) -> None:
         """Close now, failing what waits with ``error`` (by default: closed by the gateway)."""
         self._fail(error or UpstreamError(f"connection to {self.host}:{self.port} closed by the gateway"))
+
+
+def _seen(task: asyncio.Task[Any]) -> None:
+    """An answer nobody waits for any more (its request given up on): its failure is not news."""
+    if not task.cancelled():
+        task.exception()
 
 
 class _Wire(asyncio.Protocol):
