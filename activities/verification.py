@@ -3,8 +3,8 @@
 A job takes minutes, so the activity heartbeats (with the job's progress) every few seconds; a saga that
 is cancelled, or a worker that lost its activity, stops the job — the heartbeat is where the cancellation
 arrives, and the job's whole process group is killed. A failed job fails the activity with Spark's own
-error lines (not retryable: the same spec would fail the same way); a failure to reach ZooKeeper or the
-ledger is left retryable.
+error lines (not retryable: the same spec would fail the same way); a failure to reach ZooKeeper, the
+ledger or a broker before the job runs is left retryable.
 
 Each activity is idempotent by its ``run_id`` (the saga picks it, so a retry records the same run).
 """
@@ -21,8 +21,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.deps import Deps
+from activities.errors import to_temporal
 from activities.pulse import beat
 from switchyard.config import Config
+from switchyard.errors import SwitchyardError
 from switchyard.model import Link
 from switchyard.sagas import steps
 from switchyard.sagas.steps import LostWindowOutcome, LostWindowRequest, VerifyOutcome, VerifyRequest
@@ -121,6 +123,8 @@ async def _heartbeating(work: Callable[[_Job], Result]) -> Result:
                 continue
     except VerificationError as exc:
         raise ApplicationError(str(exc), type="SparkJobFailed", non_retryable=True) from exc
+    except SwitchyardError as exc:  # before the job: a refusal is final, a broker out of reach is retried
+        raise to_temporal(exc) from None
     except asyncio.CancelledError:
         job.cancelled.set()  # run_job kills the job's process group and returns
         await asyncio.gather(running, return_exceptions=True)

@@ -16,6 +16,7 @@ from typing import Any, cast
 from switchyard import temporal
 from switchyard.config import Config, SagaKind
 from switchyard.errors import SwitchyardError
+from switchyard.sagas.failures import reason
 from switchyard.sagas.requests import ApprovalPoint, Kind, Policy, Progress
 
 WORKFLOW_TYPES = {
@@ -136,7 +137,7 @@ async def follow(
         ended = details[0] if details and isinstance(details[0], dict) else None  # a saga's own result
         for line in describe(ended) if ended else []:
             say(line)
-        message = f"saga {workflow_id} ended without the switch: {getattr(cause, 'message', cause)}"
+        message = f"saga {workflow_id} ended without the switch: {reason(cause)}"
         raise SagaFailed(message, ended) from None
     found = result if isinstance(result, dict) else asdict(result)
     for line in describe(found):

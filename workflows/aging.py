@@ -19,10 +19,11 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from workflows.base import HEARTBEAT_S, RETRY, Result, SagaAbandoned, SagaWorkflow, reason
+from workflows.base import HEARTBEAT_S, RETRY, Result, SagaAbandoned, SagaWorkflow
 
 with workflow.unsafe.imports_passed_through():
     from switchyard.sagas import steps
+    from switchyard.sagas.failures import reason
     from switchyard.sagas.ids import origin_retirement_id
     from switchyard.sagas.requests import (
         AgingReport,

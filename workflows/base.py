@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
-from temporalio.exceptions import TimeoutError as StepTimeout
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from switchyard.sagas import steps
+    from switchyard.sagas.failures import reason
     from switchyard.sagas.ids import (
         KEYS_ATTRIBUTE,
         KIND_ATTRIBUTE,
@@ -35,7 +35,10 @@ Result = TypeVar("Result")
 
 RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
 """Retry what can be retried quickly, for as long as the step's schedule-to-close time allows."""
-ONCE = RetryPolicy(maximum_attempts=1)
+SPARK_JOB = RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0, maximum_attempts=3)
+"""A Spark step: tried again when what comes before its job failed (a broker just back, as after a
+failover, may refuse its first reads); the job's own failure is not retried (``SparkJobFailed``: it ran
+for minutes and would fail the same way), and a run recorded in the ledger is not run again."""
 HEARTBEAT_S = 4.0
 """Every step heartbeats each second while it runs (``activities/pulse.py``): a step whose worker died is
 given to another within this, not after its whole start-to-close time — while clients may be held."""
@@ -252,33 +255,8 @@ async def guarded(guard: Awaitable[Any], work: Awaitable[Any]) -> tuple[Any, Any
     raise checking.exception()  # type: ignore[misc]  # outside the handler: its cause chain stays its own
 
 
-def error_type(exc: BaseException) -> str:
-    """The type of the activity's own error (Switchyard's error class name), or ""."""
-    cause: BaseException | None = exc
-    while isinstance(cause, ActivityError | StepTimeout) and cause.cause is not None:
-        cause = cause.cause
-    return cause.type or "" if isinstance(cause, ApplicationError) else ""
-
-
 def _failed(task: asyncio.Future[Any]) -> bool:
     return task.done() and not task.cancelled() and task.exception() is not None
-
-
-def reason(exc: BaseException) -> str:
-    """What went wrong, as an operator reads it: the activity's own error, not Temporal's wrapping; for a
-    step that gave up, the time-out and the last attempt's error."""
-    cause: BaseException | None = exc
-    while isinstance(cause, ActivityError) and cause.cause is not None:
-        cause = cause.cause
-    if isinstance(cause, StepTimeout):
-        kind = cause.type.name.lower().replace("_", "-") if cause.type is not None else "time-out"
-        last = f": {reason(cause.cause)}" if cause.cause is not None else ""
-        return f"gave up ({kind} time-out){last}"
-    if isinstance(cause, ApplicationError):
-        return f"{cause.type}: {cause.message}" if cause.type else cause.message
-    if isinstance(cause, CancelledError | asyncio.CancelledError):
-        return "cancelled"
-    return str(cause) or type(cause).__name__
 
 
 def millis(delta: timedelta) -> int:

@@ -21,7 +21,7 @@ from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
-from workflows.base import ONCE, SagaAbandoned, SagaWorkflow, reason
+from workflows.base import SPARK_JOB, SagaAbandoned, SagaWorkflow
 
 with workflow.unsafe.imports_passed_through():
     from switchyard.sagas import steps
@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         drill_app,
         drill_topic,
     )
+    from switchyard.sagas.failures import reason
     from switchyard.sagas.ids import saga_id
     from switchyard.sagas.requests import ApprovalPoint, Kind, SagaResult, SwitchRequest
     from switchyard.sagas.steps import Drained, DrainRequest, Partition, VerifyOutcome, VerifyRequest
@@ -170,8 +171,9 @@ class Drill(SagaWorkflow):
             )
         verify = VerifyRequest(f"{workflow.info().run_id}-verify", links[-1], [setup.topic], [])
         checked = await self._step(
-            "verify (Spark)", steps.VERIFY, verify, VerifyOutcome, timeout_s=3600, heartbeat_s=30, retry=ONCE
-        )
+            "verify (Spark)", steps.VERIFY, verify, VerifyOutcome, timeout_s=3600, heartbeat_s=30,
+            retry=SPARK_JOB,
+        )  # fmt: skip
         result.verification = VerifyFigures(
             checked.verdict, checked.records, checked.extra_records, checked.divergent_partitions,
             checked.wrong_groups,
@@ -185,7 +187,7 @@ class Drill(SagaWorkflow):
         asked = CanaryRequest(setup, request.rate_per_s)
         running = self._step(
             "canary", steps.DRILL_CANARY, asked, CanaryFindings, timeout_s=asked.longest_s + CANARY_SLACK_S,
-            heartbeat_s=30, retry=ONCE,
+            heartbeat_s=30, retry=SPARK_JOB,
         )  # fmt: skip  # once: a canary started again would miss what the first saw
         canary = asyncio.ensure_future(running)
         try:

@@ -16,12 +16,13 @@ from datetime import timedelta
 
 from temporalio import workflow
 
-from workflows.base import HEARTBEAT_S, ONCE, RETRY, SagaWorkflow, millis, reason
+from workflows.base import HEARTBEAT_S, RETRY, SPARK_JOB, SagaWorkflow, millis
 from workflows.compensation import Compensations
 from workflows.planned import FOREVER_S
 
 with workflow.unsafe.imports_passed_through():
     from switchyard.sagas import steps
+    from switchyard.sagas.failures import reason
     from switchyard.sagas.requests import ApprovalPoint, Kind, SagaResult, SwitchRequest
     from switchyard.sagas.steps import (
         Acked,
@@ -143,15 +144,17 @@ class Failover(SagaWorkflow):
                 return
             await workflow.sleep(PROBE_EVERY_S)
         find = LostWindowRequest(f"{workflow.info().run_id}-lost", plan.link)
-        window = await self._step(
-            "lost window",
-            steps.FIND_LOST_WINDOW,
-            find,
-            LostWindowOutcome,
-            timeout_s=3600,
-            heartbeat_s=30,
-            retry=ONCE,
-        )
+        try:
+            window = await self._step(
+                "lost window", steps.FIND_LOST_WINDOW, find, LostWindowOutcome, timeout_s=3600,
+                heartbeat_s=30, retry=SPARK_JOB,
+            )  # fmt: skip
+        except Exception as exc:  # past the flip the clients are moved: the saga switched all the same
+            result.detail += (
+                f"; lost window not measured ({reason(exc)}): "
+                f"switchyard reconcile find {plan.link} --parquet DIR"
+            )
+            return
         result.lost_window_records = window.records
         result.detail += f"; lost window measured on {plan.source}: {window.records} records"
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from workflows.base import SagaAbandoned, reason
+from workflows.base import SagaAbandoned
 from workflows.planned import FOREVER_S, PlannedSwitch
 from workflows.planned import STEPS as SWITCH_STEPS
 
 with workflow.unsafe.imports_passed_through():
     from switchyard.sagas import steps
+    from switchyard.sagas.failures import reason
     from switchyard.sagas.ids import migration_link
     from switchyard.sagas.requests import Kind, MigrationRequest, SagaResult, SwitchRequest
     from switchyard.sagas.steps import (

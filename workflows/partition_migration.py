@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from workflows.base import SagaAbandoned, SagaWorkflow, millis, reason
+from workflows.base import SagaAbandoned, SagaWorkflow, millis
 from workflows.compensation import Compensations
 
 with workflow.unsafe.imports_passed_through():
     from switchyard.sagas import steps
+    from switchyard.sagas.failures import reason
     from switchyard.sagas.requests import ApprovalPoint, Kind, PartitionMigrationRequest, SagaResult
     from switchyard.sagas.steps import (
         OriginChecked,

@@ -20,19 +20,18 @@ from temporalio import workflow
 
 from workflows.base import (
     HEARTBEAT_S,
-    ONCE,
     RETRY,
+    SPARK_JOB,
     SagaAbandoned,
     SagaWorkflow,
-    error_type,
     guarded,
     millis,
-    reason,
 )
 from workflows.compensation import Compensations
 
 with workflow.unsafe.imports_passed_through():
     from switchyard.sagas import steps
+    from switchyard.sagas.failures import error_type, reason
     from switchyard.sagas.requests import (
         ApprovalPoint,
         Policy,
@@ -183,7 +182,7 @@ class PlannedSwitch(SagaWorkflow):
         if policy.spark_verify:
             spark = await self._step(
                 "verify (Spark)", steps.VERIFY, VerifyRequest(f"{workflow.info().run_id}-verify", plan.link),
-                VerifyOutcome, timeout_s=3600, heartbeat_s=30, retry=ONCE,
+                VerifyOutcome, timeout_s=3600, heartbeat_s=30, retry=SPARK_JOB,
             )  # fmt: skip  # once: a job cut short is not run again with clients held; it compensates
             if spark.verdict != "clean":
                 raise SagaAbandoned(

@@ -381,6 +381,37 @@ def test_a_failover_flips_at_once_shields_and_measures_the_loss(sagas: Sagas) ->
     assert calls[-1] == steps.FIND_LOST_WINDOW
 
 
+def _failover_once_the_old_primary_answers(sagas: Sagas) -> Any:
+    async def scenario(s: Sagas) -> Any:
+        handle = await s.start("Failover", SwitchRequest(["orders"], policy=Policy(recovery_wait_s=60)))
+        await until(handle, lambda p: any(st.name == "probe old primary" for st in p.steps))
+        sagas.script.reachable = True
+        return await handle.result()
+
+    return sagas.run(scenario)
+
+
+def test_a_lost_window_whose_first_reads_fail_is_measured_on_a_second_attempt(sagas: Sagas) -> None:
+    """The old primary, just back, may refuse the job's first reads (a failover in CI met this)."""
+    sagas.script.fail[steps.FIND_LOST_WINDOW] = [retryable("KafkaOperationError", "leader not available")]
+    result = _failover_once_the_old_primary_answers(sagas)
+    assert (result.outcome, result.lost_window_records) == ("switched", 14)
+    assert sagas.script.calls.count(steps.FIND_LOST_WINDOW) == 2
+
+
+def test_a_lost_window_that_cannot_be_measured_leaves_the_failover_switched_and_says_how_to_measure_it(
+    sagas: Sagas,
+) -> None:
+    sagas.script.fail[steps.FIND_LOST_WINDOW] = refused("SparkJobFailed", "the export job failed")
+    result = _failover_once_the_old_primary_answers(sagas)
+    assert result.outcome == "switched"  # its clients are on the standby: the failover happened
+    assert result.lost_window_records is None
+    assert "lost window not measured (SparkJobFailed: the export job failed)" in result.detail
+    assert "switchyard reconcile find" in result.detail
+    assert sagas.script.calls.count(steps.FIND_LOST_WINDOW) == 1  # the job's own failure is not retried
+    assert [s.state for s in result.steps if s.name == "lost window"] == ["failed"]
+
+
 MIGRATION = [steps.TOPIC_USERS, steps.PREPARE_MIGRATION, *PLANNED]
 
 
