@@ -17,7 +17,7 @@ PURE = {
 CONTRACT = "switchyard.sagas"
 ALLOWED = {
     "workflows": PURE | {"temporalio", "workflows", CONTRACT},
-    CONTRACT: PURE | {CONTRACT},
+    CONTRACT: PURE | {CONTRACT, "temporalio.exceptions"},  # how a saga's failure reads (no I/O in it)
 }
 
 
