@@ -322,6 +322,9 @@ class LinkCopier:
         if self._clients is not None:
             self._clients.producer.flush(30)  # our writes land before another process resumes from the target
         self._let_go([(tp.topic, tp.partition) for tp in partitions])
+        if partitions:
+            log.info("link %s: %d partitions let go (the group's rebalance, or its session ended)",
+                     self.link.id, len(partitions))  # fmt: skip
 
     def _follow_pause(self) -> None:
         assert self._clients is not None
