@@ -2,11 +2,12 @@
 
 Each broker of a cluster is a KRaft node that is broker and controller at once, listening for clients on
 its address of ``clusters.<id>.bootstrap`` and for the quorum on its ``controllers`` address. Its storage
-is formatted once, under ``<state_dir>/kafka/<cluster>/node-<id>``, so ``stack down`` and ``stack up``, or
-a broker killed and started again, keep every record. The cluster's identity (its id, the version that
-formatted it, its controller listeners) is kept beside the nodes in ``cluster.json``; a configuration that
-asks for another version than the one that formatted the storage is refused, naming both, rather than
-started on storage it may not read.
+is formatted once (copied from a template the storage tool formats once per version), under
+``<state_dir>/kafka/<cluster>/node-<id>``, so ``stack down`` and ``stack up``, or a broker killed and
+started again, keep every record. The cluster's identity (its id, the version that formatted it, its
+controller listeners) is kept beside the nodes in ``cluster.json``; a configuration that asks for another
+version than the one that formatted the storage is refused, naming both, rather than started on storage
+it may not read.
 
 Sized for two cores shared with everything else: a small heap, one GC thread of each kind, two network
 and two I/O threads, one partition and as many replicas as brokers (up to 3) for the internal topics,
@@ -23,6 +24,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,6 +204,46 @@ class KafkaCluster:
         return dataclasses.replace(identity, controllers=self.controllers or identity.controllers)
 
     def _format(self, node: int, cluster_id: str, properties: Path) -> None:
+        """Format this node's storage: a copy of the version's formatted template, its identity written
+        in (a JVM started for the storage tool costs more CPU than the broker's first seconds, and the
+        test suite makes dozens of clusters); a cluster with settings of its own is formatted by the
+        tool itself, as those may change what it writes."""
+        if self.properties:
+            self._run_storage_tool(node, cluster_id, properties)
+            return
+        data = self.node_dir(node) / "data"
+        shutil.copytree(self._template(), data)
+        (data / "meta.properties").write_text(
+            f"node.id={node}\ndirectory.id={new_cluster_id()}\nversion=1\ncluster.id={cluster_id}\n"
+        )
+
+    def _template(self) -> Path:
+        """The storage the tool formats for a static quorum's node (a metadata checkpoint of the
+        version's features, and meta.properties), made once per version beside its jars. Only
+        ``meta.properties`` tells clusters and nodes apart: the checkpoint differs by its timestamps."""
+        template = self.dist.folder / "formatted"
+        if template.exists():
+            return template
+        made = Path(tempfile.mkdtemp(prefix="formatting-", dir=self.dist.folder))
+        try:
+            properties = made / "server.properties"
+            properties.write_text(
+                "process.roles=broker,controller\nnode.id=1\ncontroller.quorum.voters=1@127.0.0.1:9093\n"
+                "controller.listener.names=CONTROLLER\n"
+                "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093\n"
+                f"log.dirs={made / 'data'}\n"
+            )
+            self._run_storage_tool(1, new_cluster_id(), properties)
+            try:
+                (made / "data").rename(template)
+            except OSError:  # another process made it meanwhile
+                if not template.exists():
+                    raise
+        finally:
+            shutil.rmtree(made, ignore_errors=True)
+        return template
+
+    def _run_storage_tool(self, node: int, cluster_id: str, properties: Path) -> None:
         try:
             done = subprocess.run(
                 [*self._java(node), "kafka.tools.StorageTool", "format",
