@@ -35,10 +35,13 @@ Result = TypeVar("Result")
 
 RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
 """Retry what can be retried quickly, for as long as the step's schedule-to-close time allows."""
+ONCE = RetryPolicy(maximum_attempts=1)
+"""A Spark step while clients are held: a job cut short is not run again, lengthening the hold."""
 SPARK_JOB = RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0, maximum_attempts=3)
-"""A Spark step: tried again when what comes before its job failed (a broker just back, as after a
-failover, may refuse its first reads); the job's own failure is not retried (``SparkJobFailed``: it ran
-for minutes and would fail the same way), and a run recorded in the ledger is not run again."""
+"""A Spark step with no client held: tried again when its worker died or what comes before its job failed
+(a broker just back, as after a failover, may refuse the first reads). The job's own failure is not
+retried (``SparkJobFailed``: it would fail the same way), and a run recorded in the ledger is not run
+again."""
 HEARTBEAT_S = 4.0
 """Every step heartbeats each second while it runs (``activities/pulse.py``): a step whose worker died is
 given to another within this, not after its whole start-to-close time — while clients may be held."""

@@ -20,8 +20,8 @@ from temporalio import workflow
 
 from workflows.base import (
     HEARTBEAT_S,
+    ONCE,
     RETRY,
-    SPARK_JOB,
     SagaAbandoned,
     SagaWorkflow,
     guarded,
@@ -182,7 +182,7 @@ class PlannedSwitch(SagaWorkflow):
         if policy.spark_verify:
             spark = await self._step(
                 "verify (Spark)", steps.VERIFY, VerifyRequest(f"{workflow.info().run_id}-verify", plan.link),
-                VerifyOutcome, timeout_s=3600, heartbeat_s=30, retry=SPARK_JOB,
+                VerifyOutcome, timeout_s=3600, heartbeat_s=30, retry=ONCE,
             )  # fmt: skip  # once: a job cut short is not run again with clients held; it compensates
             if spark.verdict != "clean":
                 raise SagaAbandoned(
