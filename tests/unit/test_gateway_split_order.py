@@ -1,5 +1,5 @@
-"""A Produce naming a migrated partition (split by the gateway) reaches its broker in the order its client
-sent it, and never after the client's connection ended.
+"""A Produce naming a migrated partition (split by the gateway) is written before the next request is
+read, so it reaches its broker in the order its client sent it, and never after the client left.
 
 Once, the second of two such Produce requests waited for its partition's leader in a task of its own
 while the first was sent; the client closed its connection, the session closed its broker connections
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -61,6 +62,8 @@ class StandInBroker:
     def __init__(self) -> None:
         self.arrived: list[int] = []
         """Over which connection (numbered from 1) each request came, in the order they came."""
+        self.senders: list[str] = []
+        """The client id in each request's header, in the order they came."""
         self.connections = 0
         self.server: asyncio.Server | None = None
 
@@ -74,8 +77,10 @@ class StandInBroker:
         try:
             while True:
                 (size,) = struct.unpack(">i", await reader.readexactly(4))
-                await reader.readexactly(size)
+                frame = await reader.readexactly(size)
                 self.arrived.append(number)
+                (length,) = struct.unpack_from(">h", frame, 8)  # after key, version, correlation id
+                self.senders.append(frame[10 : 10 + length].decode())
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
 
@@ -85,41 +90,61 @@ class ToStandIn(AtOneAddress):
         return api_key == apis.PRODUCE or super().offers(api_key, api_version)
 
 
+async def _gateway(broker: StandInBroker) -> tuple[Gateway, asyncio.Event]:
+    """A gateway whose topics ``quick`` and ``slow`` (partition 0 of each migrated, primary to standby)
+    and ``plain`` (not migrated) are all at ``broker``; the leader of ``slow`` is told once the event is
+    set."""
+    port = await broker.start()
+    slow_topic_answered = asyncio.Event()
+
+    async def metadata(_cluster: str, topic: str) -> Any:
+        if topic == "slow":
+            await slow_topic_answered.wait()
+        partition = SimpleNamespace(partition_index=0, leader_id=NODE)
+        return SimpleNamespace(topics=[SimpleNamespace(name=topic, partitions=[partition])])
+
+    async def no_producer_ids(_cluster: str) -> Any:
+        raise AssertionError("these producers are not idempotent")
+
+    key = BindingKey.for_app("orders")
+    gateway = Gateway({key: Binding("primary", 1, BindingState.ACTIVE, datetime.now(UTC), "test")})
+    gateway.view.snapshot = RoutingSnapshot(
+        2, dict(gateway.view.snapshot.bindings),
+        migrations={PartitionId(t, 0): migrated(t) for t in ("quick", "slow")},
+    )  # fmt: skip
+    gateway.moved = Moved(metadata, no_producer_ids)
+    gateway.brokers = ToStandIn(port)
+    gateway.links = SimpleNamespace(mirrored=lambda *_: False)  # type: ignore[attr-defined]
+    return gateway, slow_topic_answered
+
+
+async def _sent(
+    broker: StandInBroker, *topics: str
+) -> tuple[asyncio.Server, asyncio.Event, asyncio.StreamWriter, asyncio.Event]:
+    """``_gateway``'s sessions served (the server, and an event set when a session ends), and a client
+    connection that sent a Produce to each of ``topics``; with ``_gateway``'s event."""
+    gateway, slow_topic_answered = await _gateway(broker)
+    server, port, ended = await serving(gateway)
+    _, client = await asyncio.open_connection("127.0.0.1", port)
+    for number, topic in enumerate(topics, 1):
+        frame = produce(topic, number)
+        client.write(struct.pack(">i", len(frame)) + frame)
+    return server, ended, client, slow_topic_answered
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    async def done() -> None:
+        while not check():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(done(), 5)
+
+
 def test_a_split_produce_waiting_for_its_leader_is_sent_in_order_and_never_after_its_client_left() -> None:
     async def scenario() -> StandInBroker:
         broker = StandInBroker()
-        port = await broker.start()
-        slow_topic_answered = asyncio.Event()
-
-        async def metadata(_cluster: str, topic: str) -> Any:
-            if topic == "slow":
-                await slow_topic_answered.wait()
-            partition = SimpleNamespace(partition_index=0, leader_id=NODE)
-            return SimpleNamespace(topics=[SimpleNamespace(name=topic, partitions=[partition])])
-
-        async def no_producer_ids(_cluster: str) -> Any:
-            raise AssertionError("these producers are not idempotent")
-
-        key = BindingKey.for_app("orders")
-        gateway = Gateway({key: Binding("primary", 1, BindingState.ACTIVE, datetime.now(UTC), "test")})
-        gateway.view.snapshot = RoutingSnapshot(
-            2, dict(gateway.view.snapshot.bindings),
-            migrations={PartitionId(t, 0): migrated(t) for t in ("quick", "slow")},
-        )  # fmt: skip
-        gateway.moved = Moved(metadata, no_producer_ids)
-        gateway.brokers = ToStandIn(port)
-        gateway.links = SimpleNamespace(mirrored=lambda *_: False)  # type: ignore[attr-defined]
-
-        server, port_of_sessions, ended = await serving(gateway)
-        _, client = await asyncio.open_connection("127.0.0.1", port_of_sessions)
-        for frame in (produce("quick", 1), produce("slow", 2)):
-            client.write(struct.pack(">i", len(frame)) + frame)
-
-        async def first_arrived() -> None:  # the first is at the broker; the second waits for its leader
-            while not broker.arrived:
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(first_arrived(), 5)
+        server, ended, client, slow_topic_answered = await _sent(broker, "quick", "slow")
+        await _until(lambda: len(broker.arrived) == 1)  # the first is there; the second waits for its leader
         client.close()  # the client gives up on both (it sends them again on a new connection)
         await asyncio.sleep(0.2)
         slow_topic_answered.set()
@@ -131,6 +156,24 @@ def test_a_split_produce_waiting_for_its_leader_is_sent_in_order_and_never_after
         return broker
 
     broker = asyncio.run(scenario())
-    print("ARRIVED", broker.arrived, broker.connections)
     assert broker.arrived in ([1], [1, 1])  # the second right behind the first, if at all
     assert broker.connections == 1  # never over another connection, after the client left
+
+
+def test_a_split_produce_is_written_before_the_next_request_is_read() -> None:
+    """A Produce split by the gateway waits for its partition's leader; the plain Produce the client sent
+    after it reaches the broker after it, as it would behind a forwarded one."""
+
+    async def scenario() -> list[str]:
+        broker = StandInBroker()
+        server, _, client, slow_topic_answered = await _sent(broker, "slow", "plain")
+        await asyncio.sleep(0.2)
+        slow_topic_answered.set()
+        await _until(lambda: len(broker.senders) == 2)
+        client.close()
+        server.close()
+        assert broker.server is not None
+        broker.server.close()
+        return broker.senders
+
+    assert asyncio.run(scenario()) == ["switchyard-gateway", "orders"]  # the split one (the gateway's own)

@@ -58,7 +58,7 @@ def test_a_connection_that_failed_under_a_request_is_not_replaced_but_one_closed
     of the failed one's retry (an idempotent producer's batches out of order): the session refuses it,
     and its client connection closes. A connection the broker closed while nothing waited is replaced."""
 
-    async def scenario() -> tuple[bool, bool, str, bool]:
+    async def scenario() -> tuple[bool, bool, str, bool, bool]:
         async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await reader.read(1)  # the first request's first byte: the broker dies under it
             writer.close()
@@ -77,16 +77,21 @@ def test_a_connection_that_failed_under_a_request_is_not_replaced_but_one_closed
             await asyncio.wait_for(answer, 5)
         with pytest.raises(UpstreamError) as refused:
             session._upstream("primary", 1, long_poll=False)
+        client_closed = writer.is_closing()  # the client connects again and resends them all in order
 
         idle = session._upstream("primary", 2, long_poll=False)
         await idle.send(struct.pack(">hhih", 3, 9, 2, -1), 2, expects_response=False)
-        while not idle.closed:  # the broker closes it; nothing waited for an answer
-            await asyncio.sleep(0.01)
+
+        async def closed_idle() -> None:  # the broker closes it; nothing waited for an answer
+            while not idle.closed:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(closed_idle(), 5)
         replaced = session._upstream("primary", 2, long_poll=False) is not idle
         writer.close()
         server.close()
-        return failed.broke, idle.broke, str(refused.value), replaced
+        return failed.broke, idle.broke, str(refused.value), replaced, client_closed
 
-    failed_broke, idle_broke, refusal, replaced = asyncio.run(scenario())
-    assert (failed_broke, idle_broke, replaced) == (True, False, True)
+    failed_broke, idle_broke, refusal, replaced, client_closed = asyncio.run(scenario())
+    assert (failed_broke, idle_broke, replaced, client_closed) == (True, False, True, True)
     assert "closed the connection" in refusal

@@ -203,12 +203,14 @@ class ClientSession:
         """Fail what still waits on brokers, let the writer end, give back every request's bytes."""
         self._ending = True
         replies.put_nowait(None)
-        if self._finish_within is not None and self._answering:
-            await asyncio.wait(set(self._answering), timeout=self._finish_within)
-        self._gone = True
-        for upstream in [*self._upstreams.values(), *self._retired]:
-            if upstream not in self._outliving:
-                upstream.close()  # fails whatever still waits on a broker...
+        try:
+            if self._finish_within is not None and self._answering:
+                await asyncio.wait(set(self._answering), timeout=self._finish_within)
+        finally:  # cancelled there (the gateway's shutdown), nothing more is sent for it either
+            self._gone = True
+            for upstream in [*self._upstreams.values(), *self._retired]:
+                if upstream not in self._outliving:
+                    upstream.close()  # fails whatever still waits on a broker...
         await asyncio.gather(*self._answering, return_exceptions=True)  # ...so these settle
         await asyncio.gather(writer_task, return_exceptions=True)
         while not replies.empty():
@@ -1159,7 +1161,8 @@ class ClientSession:
             raise UpstreamError(f"the connection from {self.peer} has ended: nothing more is sent for it")
         key = (cluster, node, long_poll)
         upstream = self._upstreams.get(key)
-        if upstream is not None and upstream.broke:  # those behind a lost request are not sent either
+        if upstream is not None and upstream.broke:  # those behind a lost request are not sent either:
+            self.close()  # the client connects again, and resends them all in order
             raise upstream.closed_by()
         if upstream is not None and (upstream.host, upstream.port) != self.gateway.brokers.real_address(
             cluster, node
@@ -1193,15 +1196,13 @@ class _SplitBrokers:
             await upstream.send(own.frame, own.correlation_id, expects_response=False)
             return _ready(None)
         answering = await upstream.request(request.api_key, request.api_version, **fields)
-        if request.api_key != apis.PRODUCE:
-            return answering
+        if request.api_key == apis.PRODUCE:
+            answering.add_done_callback(functools.partial(self._noted, cluster, body))
+        return answering
 
-        async def noted() -> Any:
-            answer = await answering
-            self.gateway.acked.note(cluster, body, answer)
-            return answer
-
-        return noted()
+    def _noted(self, cluster: str, body: Any, answering: asyncio.Task[Any]) -> None:
+        if not answering.cancelled() and answering.exception() is None:
+            self.gateway.acked.note(cluster, body, answering.result())
 
     async def leader(self, cluster: str, topic: str, partition: int) -> int | None:
         return await self.gateway.moved.leaders.leader(cluster, topic, partition)

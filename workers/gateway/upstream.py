@@ -94,7 +94,7 @@ class Upstream:
         await self._connect()
         return await self._ask(api_key, version, **fields)
 
-    async def request(self, api_key: int, version: int, **fields: Any) -> Awaitable[Any]:
+    async def request(self, api_key: int, version: int, **fields: Any) -> asyncio.Task[Any]:
         """Write a request of the gateway's own now, after those sent before it; its decoded answer to
         come (``ask`` waits for it at once)."""
         await self._connect()
@@ -158,9 +158,11 @@ class Upstream:
                     loop.create_connection(lambda: wire, self.host, self.port), self.connect_timeout_s
                 )
             except (OSError, TimeoutError) as exc:
+                if self.closed:  # closed on purpose (shielded, overdue) while it connected
+                    raise self.closed_by() from exc
                 error = UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc!r}")
                 self._fail(error)
-                self.broke = True
+                self.broke = True  # those in line were never sent
                 raise error from exc
             if self.closed:  # given up on while it connected
                 transport.close()
@@ -187,6 +189,7 @@ class Upstream:
             error = UpstreamError(f"{self.host}:{self.port} answered out of order")
             future.set_exception(error)
             self._fail(error)
+            self.broke = True  # that request's outcome is unknown too
             return
         if not future.done():
             future.set_result(frame)
