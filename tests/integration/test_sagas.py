@@ -108,7 +108,7 @@ def test_a_switchover_and_its_switchback_lose_and_double_nothing(
         assert routing.binding(BindingKey.for_app(app)).cluster == "standby"  # type: ignore[union-attr]
         # the standby is the application's cluster now: it must hold everything, once. (The switchback
         # copies back only what was written after the flip, so the primary alone cannot tell.)
-        holds_each_once(standby, topic, list(traffic.acked))
+        holds_each_once(standby, topic, list(traffic.acked), traffic, primary)
 
         back = live.cli("switchback", app, "--wait", "--reason", "planned test")
         assert back.returncode == 0, back.stdout + back.stderr
@@ -162,12 +162,27 @@ def first_epoch(bootstrap: str, topic: str) -> int | None:
         consumer.close()
 
 
-def holds_each_once(bootstrap: str, topic: str, acked: list[int]) -> None:
+def holds_each_once(
+    bootstrap: str, topic: str, acked: list[int], traffic: Traffic | None = None, source: str | None = None
+) -> None:
     """Every record in ``acked`` is on the cluster, and no record is there twice (the application may
-    have more acknowledged by the time it is read: those may be there too)."""
+    have more acknowledged by the time it is read: those may be there too). On a failure, where each
+    missing record was acknowledged, and where ``source`` holds it, are named."""
     held = Counter(topic_ids(bootstrap, topic))
     missing, twice = sorted(set(acked) - set(held)), sorted(v for v, n in held.items() if n > 1)
-    assert not missing, f"acknowledged, not on {bootstrap}: {missing[:10]}"
+    where = ""
+    if missing and traffic is not None:
+        at = dict(zip(traffic.acked, traffic.acked_where, strict=False))
+        where = f"; acknowledged at (partition, offset): {[at.get(v) for v in missing[:10]]}"
+        if source is not None:
+            on_source = {
+                int(r.value or b"-1"): (p, r.offset)
+                for p, rs in kafka.read_partitions(source, topic).items()
+                for r in rs
+            }
+            where += f"; on {source} at {[on_source.get(v) for v in missing[:10]]}"
+        where += f"; ends there {kafka.ends_of(bootstrap, [(topic, p) for p in range(3)])}"
+    assert not missing, f"acknowledged, not on {bootstrap}: {missing[:10]}{where}"
     assert not twice, f"twice on {bootstrap}: {twice[:10]}"
 
 
@@ -194,6 +209,7 @@ def test_a_switch_with_the_mirror_lagging_at_the_block_waits_for_the_drain(
             switch = live.cli_in_background("switchover", app, "--link", link, "--wait")
             deadline = time.monotonic() + 60
             while routing.binding(BindingKey.for_app(app)).state is not BindingState.BLOCKED:  # type: ignore[union-attr]
+                assert switch.poll() is None, "it ended before it blocked: " + "".join(switch.communicate())
                 assert time.monotonic() < deadline, "never blocked"
                 time.sleep(0.05)
             source, copy = kafka.ends_of(primary, keys), kafka.ends_of(standby, keys)

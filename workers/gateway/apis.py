@@ -21,7 +21,7 @@ PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS = 11, 12, 13, 14, 15
 SASL_HANDSHAKE, API_VERSIONS, INIT_PRODUCER_ID = 17, 18, 22
-OFFSET_FOR_LEADER_EPOCH, SASL_AUTHENTICATE, DESCRIBE_CLUSTER = 23, 36, 60
+OFFSET_FOR_LEADER_EPOCH, SASL_AUTHENTICATE, DESCRIBE_CLUSTER, DESCRIBE_PRODUCERS = 23, 36, 60, 61
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_TOPIC_PARTITIONS = 19, 20, 75
 GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY = 71, 72
 
@@ -84,7 +84,7 @@ def context_of(request: Request) -> Context:
         return Context(
             _names(t.name for t in body.topic_data),
             expects_response=body.acks != 0,
-            producer=None if body.transactional_id else _producer(body),
+            producer=None if body.transactional_id else producer_of_body(body),
         )
     if key == FETCH:
         return Context(_names(t.topic for t in body.topics))
@@ -106,7 +106,8 @@ def _names(names: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in names if n))  # type: ignore[attr-defined]
 
 
-def _producer(body: Any) -> tuple[int, int] | None:
+def producer_of_body(body: Any) -> tuple[int, int] | None:
+    """(producer id, epoch) of a Produce's first idempotent batch (None: it has none)."""
     for topic in body.topic_data:
         for partition in topic.partition_data:
             found = producer_of(partition.records)

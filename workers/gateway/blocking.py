@@ -78,6 +78,25 @@ def blocked_response(request: Request, body: Any, error: ErrorCode | None = None
     raise ValueError(f"API {key} is not blockable")
 
 
+def produce_refused(request: Request, codes: typing.Mapping[tuple[str, int], ErrorCode]) -> Any:
+    """A Produce answered without being sent: ``codes`` for the partitions it names, the retriable
+    NOT_LEADER_OR_FOLLOWER for the others."""
+    refused = blocked_response(request, request.body)
+    return dataclasses.replace(
+        refused,
+        responses=tuple(
+            dataclasses.replace(
+                t,
+                partition_responses=tuple(
+                    dataclasses.replace(p, error_code=codes.get((t.name, p.index), p.error_code))
+                    for p in t.partition_responses
+                ),
+            )
+            for t in refused.responses
+        ),
+    )
+
+
 def _group(cls: Any, key: int, body: Any, code: ErrorCode) -> Any:
     if key == apis.OFFSET_COMMIT:
         return _per_partition(

@@ -23,7 +23,7 @@ from switchyard.identity import Identity
 from workers.gateway import apis
 from workers.gateway.directory import BrokerDirectory
 from workers.gateway.producer_store import ProducerStore
-from workers.gateway.producers import ProducerRoute, Translation
+from workers.gateway.producers import Origin, ProducerRoute, Translation
 from workers.gateway.upstream import UpstreamError
 
 log = logging.getLogger(__name__)
@@ -84,11 +84,18 @@ class ProducerIds:
             return known.route.translation if known else None
         async with self._new_routes.setdefault(cluster, asyncio.Lock()):
             while (known := await self._load(key, epoch)) is not None and known.route.cluster != cluster:
-                moved = ProducerRoute(cluster, await self.take(cluster))
+                taken = await self.take(cluster)
+                origin = origin_of(known.route, producer_id)
+                moved = ProducerRoute(cluster, dataclasses.replace(taken, origin=origin))
                 if await self._save(key, moved, known.version):
                     self._keep(key, _Known(moved, known.version + 1, epoch))
                     return moved.translation
         return known.route.translation if known else None
+
+    def translating(self, identity: Identity, producer_id: int, cluster: str) -> Translation | None:
+        """The translation this process writes the producer's batches to ``cluster`` with (None: none)."""
+        known = self._known.get((identity, producer_id))
+        return known.route.translation if known is not None and known.route.cluster == cluster else None
 
     async def remember(self, identity: Identity, producer_id: int, translation: Translation) -> Translation:
         """Store where ``translation``'s partitions' sequences start, a first batch having set one, before
@@ -172,7 +179,7 @@ class ProducerIds:
             or mine.producer_id != theirs.producer_id
         ):
             return route
-        mine.first_sequence.update(theirs.first_sequence)
+        mine.merge(theirs)
         return dataclasses.replace(route, translation=mine)
 
     async def _save(self, key: Key, route: ProducerRoute, version: int) -> bool:
@@ -194,3 +201,10 @@ class ProducerIds:
         self._known[key] = known
         while len(self._known) > _REMEMBERED:
             del self._known[next(iter(self._known))]
+
+
+def origin_of(route: ProducerRoute, producer_id: int) -> Origin:
+    """Where ``route`` sent the client's batches, and as whom (``producer_id``: the client's own id)."""
+    if (t := route.translation) is None:
+        return Origin(route.cluster, producer_id)
+    return Origin(route.cluster, t.producer_id, dict(t.first_sequence), t.client_epoch - t.epoch)

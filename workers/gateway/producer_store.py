@@ -27,7 +27,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from switchyard.identity import Identity
 from switchyard.routing.layout import Layout
-from workers.gateway.producers import ProducerRoute, Translation
+from workers.gateway.producers import Origin, ProducerRoute, Translation
 
 STALE_S = 24 * 3600.0
 
@@ -83,10 +83,23 @@ class ProducerStore:
 
 def encode(route: ProducerRoute) -> bytes:
     translation: dict[str, Any] | None = None
-    if route.translation is not None:
-        t = route.translation
-        first = {f"{topic}\0{partition}": seq for (topic, partition), seq in t.first_sequence.items()}
-        translation = {"producer_id": t.producer_id, "epoch": t.epoch, "first_sequence": first}
+    if (t := route.translation) is not None:
+        origin = t.origin
+        translation = {
+            "producer_id": t.producer_id,
+            "epoch": t.epoch,
+            "first_sequence": _keyed(t.first_sequence),
+            "client_epoch": t.client_epoch,
+            "restarted": t.restarted,
+            "origin": None
+            if origin is None
+            else {
+                "cluster": origin.cluster,
+                "producer_id": origin.producer_id,
+                "shift": None if origin.shift is None else _keyed(origin.shift),
+                "epoch_shift": origin.epoch_shift,
+            },
+        }
     return json.dumps({"cluster": route.cluster, "translation": translation}).encode()
 
 
@@ -95,9 +108,28 @@ def decode(data: bytes) -> ProducerRoute:
     found = raw.get("translation")
     translation = None
     if found is not None:
-        first = {}
-        for key, seq in found["first_sequence"].items():
-            topic, _, partition = key.rpartition("\0")
-            first[(topic, int(partition))] = int(seq)
-        translation = Translation(int(found["producer_id"]), int(found["epoch"]), first)
+        origin = None
+        if (was := found.get("origin")) is not None:
+            shift = None if was["shift"] is None else _unkeyed(was["shift"])
+            origin = Origin(str(was["cluster"]), int(was["producer_id"]), shift, int(was["epoch_shift"]))
+        translation = Translation(
+            int(found["producer_id"]),
+            int(found["epoch"]),
+            _unkeyed(found["first_sequence"]),
+            origin,
+            int(found.get("client_epoch", -1)),  # absent in routes stored before epochs were followed
+            bool(found.get("restarted", False)),
+        )
     return ProducerRoute(str(raw["cluster"]), translation)
+
+
+def _keyed(sequences: dict[tuple[str, int], int]) -> dict[str, int]:
+    return {f"{topic}\0{partition}": seq for (topic, partition), seq in sequences.items()}
+
+
+def _unkeyed(stored: dict[str, Any]) -> dict[tuple[str, int], int]:
+    found = {}
+    for key, seq in stored.items():
+        topic, _, partition = key.rpartition("\0")
+        found[(topic, int(partition))] = int(seq)
+    return found

@@ -40,6 +40,7 @@ from workers.gateway.producer_ids import ProducerIds
 from workers.gateway.producer_store import ProducerStore
 from workers.gateway.publishing import Publisher
 from workers.gateway.sasl import SaslError, UsersFile
+from workers.gateway.sequences import Sequences
 from workers.gateway.session import ClientSession, Listener
 from workers.gateway.usage import UsageTracker
 from workers.gateway.vnodes import VirtualNodes
@@ -83,6 +84,8 @@ class Gateway:
         self.members = Members()
         self.moved = Moved(self.brokers.topic_metadata, self.producers.take)
         """Partitions migrations moved: their leaders, and producers' ids on their targets."""
+        self.sequences = Sequences(self.brokers, self.moved.leaders)
+        """Which of a moved producer's batches may go to its new cluster."""
         self._servers: dict[int | None, asyncio.Server] = {}
         self._health: asyncio.Server | None = None
         self._registered = False

@@ -34,7 +34,7 @@ from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway import apis, topic_identity
 from workers.gateway.apis import Context, context_of
-from workers.gateway.blocking import TOPIC_AUTHORIZATION_FAILED, blocked_response
+from workers.gateway.blocking import TOPIC_AUTHORIZATION_FAILED, blocked_response, produce_refused
 from workers.gateway.carry import carried_commit
 from workers.gateway.decision import Action, Decision, decide
 from workers.gateway.entities import element_type, make, replace_known
@@ -60,6 +60,7 @@ from workers.gateway.protocol import (
 )
 from workers.gateway.rewrite import BROKER_NAMING, leader_hints
 from workers.gateway.sasl import Credentials, SaslError
+from workers.gateway.sequences import Unsendable, established
 from workers.gateway.shared import Shared
 from workers.gateway.upstream import Overdue, Shielded, Upstream, UpstreamError
 from workers.gateway.vnodes import RealBroker
@@ -848,6 +849,11 @@ class ClientSession:
         except (Shielded, Overdue) as closed:  # closed on purpose while it connected
             inflight.finish(ticket)
             return self._refused(request, context.expects_response, closed)
+        except Unsendable as refused:  # a moved producer's batch that may not go yet (or never)
+            inflight.finish(ticket)
+            log.debug("%s: Produce answered without sending: %s", identity, refused)
+            refusal = encode_response(request, produce_refused(request, refused.codes))
+            return _unsent(refusal if context.expects_response else None)
         except BaseException:
             inflight.finish(ticket)
             raise
@@ -930,6 +936,10 @@ class ClientSession:
         if request.api_key == apis.PRODUCE:
             produced = decode_response(request, frame)
             self.gateway.acked.note(cluster, request.body, produced)
+            producer = None if request.body.transactional_id else apis.producer_of_body(request.body)
+            moved = producer and self.gateway.producers.translating(identity, producer[0], cluster)
+            if moved:
+                established(moved, produced)
             return produced
         if request.api_key == apis.INIT_PRODUCER_ID:
             issued = decode_response(request, frame)
@@ -1074,21 +1084,31 @@ class ClientSession:
     async def _translate(
         self, request: Request, identity: Identity, producer: tuple[int, int], cluster: str, epoch: int
     ) -> bytes:
-        """The Produce frame to send: as received, or with its producer translated for ``cluster``. Where
-        a first batch sets where a partition's sequences start, that is stored before it is sent."""
+        """The Produce frame to send: as received, or with its producer translated for ``cluster``;
+        :class:`Unsendable` if a batch may not go there now (:mod:`workers.gateway.sequences`). Where a
+        partition's sequences start is stored before a batch is sent by it."""
         producers = self.gateway.producers
         translation = await producers.translation(identity, producer[0], cluster, epoch)
         while translation is not None:
-            known = len(translation.first_sequence)
-            frame = self._translated(request, translation)
-            if len(translation.first_sequence) == known:
-                return frame
-            used = dict(translation.first_sequence)
-            stored = await producers.remember(identity, producer[0], translation)
-            if stored is translation and stored.first_sequence.items() >= used.items():
-                return frame
-            translation = stored  # another process stored first: its starts are the ones
+            known = translation.kept()
+            try:
+                sequences = self.gateway.sequences
+                await sequences.check(request.body, producer[1], translation, cluster, self._reachable)
+                refused = None
+            except Unsendable as exc:
+                refused = exc
+            if (used := translation.kept()) != known:  # stored before anything relies on it
+                stored = await producers.remember(identity, producer[0], translation)
+                if stored is not translation or not stored.kept().covers(used):
+                    translation = stored  # another process stored first: its starts are the ones
+                    continue
+            if refused is not None:
+                raise refused
+            return self._translated(request, translation)
         return request.frame
+
+    def _reachable(self, cluster: str) -> bool:
+        return _askable(self.gateway, self.gateway.view.snapshot, cluster)
 
     def _translated(self, request: Request, translation: Translation) -> bytes:
         body = request.body
@@ -1174,6 +1194,11 @@ class ClientSession:
         return upstream
 
 
+def _askable(gateway: Shared, snapshot: RoutingSnapshot, cluster: str) -> bool:
+    """Whether ``cluster`` may be asked: not shielded in ``snapshot``, nor found unreachable by the probe."""
+    return not snapshot.shielded(cluster) and gateway.metrics.reachable.get(cluster) is not False
+
+
 def _give_up(upstream: Upstream, api_key: int) -> None:
     upstream.close(Overdue(f"{upstream.host}:{upstream.port} did not answer {api_name(api_key)} in time"))
 
@@ -1211,9 +1236,7 @@ class _SplitBrokers:
         self.gateway.moved.leaders.forget(cluster, topic)
 
     def reachable(self, cluster: str) -> bool:
-        return (
-            not self.snapshot.shielded(cluster) and self.gateway.metrics.reachable.get(cluster) is not False
-        )
+        return _askable(self.gateway, self.snapshot, cluster)
 
     async def written(self, cluster: str, topic: str, partition: int, records: bytes | None) -> bytes | None:
         producer = self.incoming.context.producer

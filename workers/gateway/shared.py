@@ -24,6 +24,7 @@ from workers.gateway.members import Members
 from workers.gateway.metrics import Metrics
 from workers.gateway.moved import Moved
 from workers.gateway.producer_ids import ProducerIds
+from workers.gateway.sequences import Sequences
 from workers.gateway.usage import UsageTracker
 
 
@@ -42,4 +43,5 @@ class Shared(Protocol):
     brokers: BrokerDirectory
     answers: LocalAnswers
     producers: ProducerIds
+    sequences: Sequences
     links: LinkLookup
