@@ -14,13 +14,15 @@ from tests.helpers.batches import record_batch
 from workers.gateway import apis
 from workers.gateway.entities import element_type, make
 from workers.gateway.producers import Origin, Translation
-from workers.gateway.protocol import request_schema
-from workers.gateway.sequences import Key, Sequences, Unsendable
+from workers.gateway.protocol import request_schema, response_schema
+from workers.gateway.sequences import Key, Sequences, Unsendable, established
 
 CLIENT_ID, CLIENT_EPOCH = 7, 2
 _SCHEMA = request_schema(apis.PRODUCE, 9)
 _TOPIC = element_type(_SCHEMA, "topic_data")
 _PARTITION = element_type(_TOPIC, "partition_data")
+_RESPONSE_TOPIC = element_type(response_schema(apis.PRODUCE, 9), "responses")
+_RESPONSE_PARTITION = element_type(_RESPONSE_TOPIC, "partition_responses")
 
 
 class Answering(Sequences):
@@ -125,3 +127,57 @@ def test_without_the_old_cluster_the_first_batch_sets_the_start(sequences: Answe
     assert check(sequences, translation, (0, 1029)) == {}
     assert translation.first_sequence == {("t", 0): 1029}
     assert sequences.asked == []
+
+
+def test_the_cluster_judges_the_batches_of_a_partition_it_holds_the_producer_on(sequences: Answering) -> None:
+    """Past 2**30 records the start looks ahead of the batches: a duplicate answered then would lose them."""
+    translation = moved()
+    assert check(sequences, translation, (1, 41)) == {}
+    translation.established.add(("t", 1))
+    assert check(sequences, translation, (1, 41 + 2**30 + 5)) == {}
+
+
+def test_only_a_batch_the_old_cluster_was_asked_about_is_a_duplicate(sequences: Answering) -> None:
+    translation = Translation(4001, 0)  # a failover's: the first batch set the start, a guess
+    assert check(sequences, translation, (0, 1029)) == {}
+    assert check(sequences, translation, (0, 1026)) == {("t", 0): ErrorCode.out_of_order_sequence_number}
+
+
+def test_after_a_bump_the_old_epochs_state_does_not_stand_for_the_new_start(sequences: Answering) -> None:
+    translation = moved()
+    assert check(sequences, translation, (0, 1026)) == {}
+    sequences.held[("standby", 4001)] = {("t", 0): (0, 2)}  # epoch 0's batches, written
+    refused = check(sequences, translation, (0, 3), epoch=CLIENT_EPOCH + 1)
+    assert refused == {("t", 0): ErrorCode.not_leader_or_follower}  # sequence 0 of the new epoch first
+
+
+def test_a_refused_batch_written_through_another_process_lets_those_behind_it_go(
+    sequences: Answering,
+) -> None:
+    translation = moved()
+    assert check(sequences, translation, (1, 41)) == {}
+    translation.established.add(("t", 1))
+    check(sequences, translation, (0, 1029), (1, 44))  # refused whole: 44 is to be resent
+    assert check(sequences, translation, (1, 38)) == {}  # an older batch does not clear the mark...
+    assert check(sequences, translation, (1, 47)) == {("t", 1): ErrorCode.not_leader_or_follower}
+    sequences.held[("standby", 4001)] = {("t", 1): (0, 5)}  # ...44..46 written elsewhere (41 is 0) does
+    assert check(sequences, translation, (1, 47)) == {}
+
+
+def test_an_answer_to_a_left_epoch_establishes_nothing() -> None:
+    translation = moved()
+    translation.follow(CLIENT_EPOCH)
+    answer = make(
+        response_schema(apis.PRODUCE, 9),
+        responses=(
+            make(
+                _RESPONSE_TOPIC,
+                name="t",
+                partition_responses=(make(_RESPONSE_PARTITION, index=0, error_code=ErrorCode.none),),
+            ),
+        ),
+    )
+    established(translation, CLIENT_EPOCH - 1, answer)
+    assert translation.established == set()
+    established(translation, CLIENT_EPOCH, answer)
+    assert translation.established == {("t", 0)}

@@ -207,4 +207,5 @@ def origin_of(route: ProducerRoute, producer_id: int) -> Origin:
     """Where ``route`` sent the client's batches, and as whom (``producer_id``: the client's own id)."""
     if (t := route.translation) is None:
         return Origin(route.cluster, producer_id)
-    return Origin(route.cluster, t.producer_id, dict(t.first_sequence), t.client_epoch - t.epoch)
+    epoch_shift = t.client_epoch - t.epoch if t.client_epoch >= 0 else None  # stored before epochs were
+    return Origin(route.cluster, t.producer_id, dict(t.first_sequence), epoch_shift)

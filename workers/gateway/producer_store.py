@@ -91,6 +91,7 @@ def encode(route: ProducerRoute) -> bytes:
             "first_sequence": _keyed(t.first_sequence),
             "client_epoch": t.client_epoch,
             "restarted": t.restarted,
+            "guessed": _keyed(dict.fromkeys(t.guessed, 0)),
             "origin": None
             if origin is None
             else {
@@ -111,7 +112,9 @@ def decode(data: bytes) -> ProducerRoute:
         origin = None
         if (was := found.get("origin")) is not None:
             shift = None if was["shift"] is None else _unkeyed(was["shift"])
-            origin = Origin(str(was["cluster"]), int(was["producer_id"]), shift, int(was["epoch_shift"]))
+            shifted = was["epoch_shift"]
+            epoch_shift = None if shifted is None else int(shifted)
+            origin = Origin(str(was["cluster"]), int(was["producer_id"]), shift, epoch_shift)
         translation = Translation(
             int(found["producer_id"]),
             int(found["epoch"]),
@@ -119,6 +122,7 @@ def decode(data: bytes) -> ProducerRoute:
             origin,
             int(found.get("client_epoch", -1)),  # absent in routes stored before epochs were followed
             bool(found.get("restarted", False)),
+            set(_unkeyed(found.get("guessed", {}))),
         )
     return ProducerRoute(str(raw["cluster"]), translation)
 

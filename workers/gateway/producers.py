@@ -61,15 +61,16 @@ class Origin:
     shift: dict[tuple[str, int], int] | None = None
     """Per partition, the client's sequence the origin saw as 0 (None: untranslated there, so 0 for
     every partition); a partition missing from it was never written there."""
-    epoch_shift: int = 0
-    """The client's producer epoch less the one the origin saw."""
+    epoch_shift: int | None = 0
+    """The client's producer epoch less the one the origin saw (None: not known, taken as the same)."""
 
     def next_sequence(self, key: tuple[str, int], epoch: int, sequence: int, client_epoch: int) -> int | None:
         """The client's next sequence on partition ``key`` under ``client_epoch``, the origin holding its
         batches up to ``sequence`` in ``epoch`` (its own numbering); None: unknown."""
-        if client_epoch > epoch + self.epoch_shift:  # it bumped its epoch since: every partition from 0
+        seen = epoch + (self.epoch_shift or 0)
+        if self.epoch_shift is not None and client_epoch > seen:  # it bumped since: every partition from 0
             return 0
-        if client_epoch < epoch + self.epoch_shift:
+        if self.epoch_shift is not None and client_epoch < seen:
             return None
         first = 0 if self.shift is None else self.shift.get(key)
         return None if first is None else (sequence + first + 1) % SEQUENCES
@@ -89,6 +90,9 @@ class Translation:
     """The client's producer epoch the starts are for (-1: no batch seen yet)."""
     restarted: bool = False
     """The client bumped its epoch under this translation: its sequences start at 0 on every partition."""
+    guessed: set[tuple[str, int]] = field(default_factory=set)
+    """Partitions whose start the first batch set, the cluster the batches left not asked (a failover's):
+    a batch before it is not known to be written there."""
     established: set[tuple[str, int]] = field(default_factory=set, compare=False)
     """Partitions the new cluster is known to hold this id on (it then checks sequences itself); known
     in this process only, and asked of the cluster when a batch needs it."""
@@ -105,7 +109,7 @@ class Translation:
             return False
         if self.client_epoch >= 0 and client_epoch > self.client_epoch:
             self.epoch += client_epoch - self.client_epoch
-            self.first_sequence, self.origin, self.restarted = {}, None, True
+            self.first_sequence, self.origin, self.restarted, self.guessed = {}, None, True, set()
             self.established, self.refused = set(), {}
         self.client_epoch = client_epoch
         return True
@@ -116,13 +120,15 @@ class Translation:
         if stored.client_epoch > self.client_epoch:
             self.epoch, self.client_epoch = stored.epoch, stored.client_epoch
             self.first_sequence, self.origin = dict(stored.first_sequence), stored.origin
-            self.restarted, self.established, self.refused = stored.restarted, set(), {}
+            self.restarted, self.guessed = stored.restarted, set(stored.guessed)
+            self.established, self.refused = set(), {}
         elif stored.client_epoch == self.client_epoch:
             self.first_sequence.update(stored.first_sequence)
+            self.guessed = (self.guessed - stored.first_sequence.keys()) | stored.guessed
 
     def kept(self) -> Kept:
         """What of it is stored and relied on."""
-        return Kept(self.client_epoch, self.epoch, dict(self.first_sequence))
+        return Kept(self.client_epoch, self.epoch, dict(self.first_sequence), frozenset(self.guessed))
 
 
 @dataclass(frozen=True)
@@ -130,11 +136,13 @@ class Kept:
     client_epoch: int
     epoch: int
     starts: dict[tuple[str, int], int]
+    guessed: frozenset[tuple[str, int]]
 
     def covers(self, used: Kept) -> bool:
         """Whether this (stored) holds what a request ``used`` (another process may have added starts)."""
         same = (self.client_epoch, self.epoch) == (used.client_epoch, used.epoch)
-        return same and self.starts.items() >= used.starts.items()
+        guessed_alike = all((k in self.guessed) == (k in used.guessed) for k in used.starts)
+        return same and self.starts.items() >= used.starts.items() and guessed_alike
 
 
 SEQUENCES = 2**31

@@ -8,16 +8,19 @@ unknown there — the first batch sets the start, as before.
 
 Until the new cluster holds the producer on a partition, only the batch at the start may go there: a
 cluster takes any sequence as the first of a producer it does not know, so a later batch sent first
-would be written with a gap before it. Once it holds it (an answer acknowledged the start, or it says
-so, asked with DescribeProducers when a later batch comes), it checks sequences itself.
+would be written with a gap before it. Once it holds it in the current epoch (an answer acknowledged
+the start, or it says so, asked with DescribeProducers when a later batch comes), it checks that
+partition's sequences itself and the gateway no longer judges them (past 2**30 records the start would
+look ahead of them).
 
 A request with a batch that may not go is answered whole without being sent: NOT_LEADER_OR_FOLLOWER,
 which the client resends in order, except DUPLICATE_SEQUENCE_NUMBER for a batch the origin holds already
-(a retry whose answer was lost; clients count it delivered), OUT_OF_ORDER_SEQUENCE_NUMBER for one cut
-across the start and INVALID_PRODUCER_EPOCH for one of an epoch the client left, as a broker would
-answer each. Nothing on a partition goes past a batch refused so until its resend comes: a request
-pipelined behind it would leave a gap, which the cluster refuses and librdkafka answers by bumping its
-epoch.
+(a retry whose answer was lost; clients count it delivered — only where the origin was asked),
+OUT_OF_ORDER_SEQUENCE_NUMBER for one cut across the start or before a start the first batch set, and
+INVALID_PRODUCER_EPOCH for one of an epoch the client left, as a broker would answer each. Nothing on a
+partition goes past a batch refused so until its resend comes or the new cluster shows it written: a
+request pipelined behind it would leave a gap, which the cluster refuses and librdkafka answers by
+bumping its epoch (or, for the first batch in flight, with a fatal error).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from workers.gateway import apis
 from workers.gateway.directory import BrokerDirectory
 from workers.gateway.entities import element_type, make
 from workers.gateway.leaders import Leaders
-from workers.gateway.producers import Place, Translation, place, sequence_span
+from workers.gateway.producers import SEQUENCES, Place, Translation, place, sequence_span
 from workers.gateway.protocol import request_schema
 from workers.gateway.upstream import UpstreamError
 
@@ -41,11 +44,6 @@ log = logging.getLogger(__name__)
 Key = tuple[str, int]
 ASK_WITHIN_S = 5.0
 """A broker that has not answered DescribeProducers by then counts as unable to tell."""
-_REFUSED = {
-    Place.AHEAD: ErrorCode.not_leader_or_follower,
-    Place.BEHIND: ErrorCode.duplicate_sequence_number,
-    Place.ACROSS: ErrorCode.out_of_order_sequence_number,
-}
 
 
 class Unsendable(Exception):
@@ -71,41 +69,45 @@ class Sequences:
     ) -> None:
         """Set the start of each partition ``body`` (a Produce of the client's ``client_epoch``) writes
         first under ``translation`` on ``cluster``; :class:`Unsendable` if a batch may not go there now."""
-        spans = {
-            (t.name, p.index): span
-            for t in body.topic_data
-            for p in t.partition_data
-            if (span := sequence_span(p.records)) is not None
-        }
+        spans = _spans(body)
         if not translation.follow(client_epoch):  # as the broker answers a fenced epoch
             raise Unsendable(dict.fromkeys(spans, ErrorCode.invalid_producer_epoch))
         new = [key for key in spans if key not in translation.first_sequence]
         if new:
             found = await self._starts(translation, new, reachable)
             for key in new:
-                translation.first_sequence.setdefault(key, found.get(key, spans[key][0]))
+                if key not in translation.first_sequence:
+                    translation.first_sequence[key] = found.get(key, spans[key][0])
+                    if key not in found:
+                        translation.guessed.add(key)
+        unsure = [key for key, span in spans.items() if not self._goes(translation, key, *span)]
+        if not unsure:
+            return
+        held = await self._last(cluster, translation.producer_id, unsure)  # the new cluster asked
         codes: dict[Key, ErrorCode] = {}
-        unsure = []
-        for key, (first, last) in spans.items():
-            refused = translation.refused.get(key)
-            if refused is not None and place(first, last, refused) is Place.AHEAD:
-                codes[key] = _REFUSED[Place.AHEAD]  # behind a refused batch: its resend goes first
-                continue
-            translation.refused.pop(key, None)
-            where = place(first, last, translation.first_sequence[key])
-            if where is Place.AHEAD and key not in translation.established:
-                unsure.append(key)
-            elif where in (Place.BEHIND, Place.ACROSS):
-                codes[key] = _REFUSED[where]
-        if unsure:  # the start written there (through another process, or just now)?
-            holds = await self._last(cluster, translation.producer_id, unsure)
-            translation.established.update(k for k in unsure if k in holds)
-            codes |= {k: _REFUSED[Place.AHEAD] for k in unsure if k not in holds}
-        if codes:  # the whole request is answered: every batch not refused otherwise is to be resent
-            for key, (first, _) in spans.items():
-                if codes.get(key, _REFUSED[Place.AHEAD]) == _REFUSED[Place.AHEAD]:
-                    translation.refused.setdefault(key, first)
+        for key in unsure:
+            code = _judged(translation, key, *spans[key], held.get(key))
+            if code is not None:
+                codes[key] = code
+        if codes:  # the whole request is answered: the batches not refused otherwise are to be resent
+            resent = ErrorCode.not_leader_or_follower
+            _mark(translation, {k: s for k, s in spans.items() if codes.get(k, resent) == resent})
             raise Unsendable(codes)
+
+    @staticmethod
+    def _goes(translation: Translation, key: Key, first: int, last: int) -> bool:
+        """Whether the batches may go without asking the new cluster: none refused before them, and
+        the cluster holds the producer there (it checks them itself) or they are at the start."""
+        mark = translation.refused.get(key)
+        if mark is not None:
+            if place(first, last, mark) is Place.AHEAD:
+                return False  # behind a refused batch: unless that was written since, its resend first
+            if place(first, last, mark) is not Place.BEHIND:
+                del translation.refused[key]  # the resend
+        return (
+            key in translation.established
+            or place(first, last, translation.first_sequence[key]) is Place.START
+        )
 
     async def _starts(
         self, translation: Translation, keys: list[Key], reachable: Callable[[str], bool]
@@ -165,10 +167,60 @@ class Sequences:
             upstream.close()
 
 
-def established(translation: Translation, answer: Any) -> None:
-    """Note the partitions a Produce ``answer`` acknowledged under ``translation``: the cluster holds the
-    producer there, and checks its sequences itself from then on."""
+def established(translation: Translation, client_epoch: int, answer: Any) -> None:
+    """Note the partitions a Produce ``answer`` acknowledged under ``translation``, sent in the client's
+    ``client_epoch``: the cluster holds the producer there, and checks its sequences itself from then on
+    (an answer to a batch of an epoch the client has left since says nothing of the new one)."""
+    if client_epoch != translation.client_epoch:
+        return
     for topic in answer.responses:
         for partition in topic.partition_responses:
             if partition.error_code == ErrorCode.none:
                 translation.established.add((topic.name, partition.index))
+
+
+def mark_refused(translation: Translation, body: Any) -> None:
+    """A Produce of a moved producer answered with the retriable error by the gateway otherwise (held
+    behind one so answered): nothing goes past its batches before their resend."""
+    _mark(translation, _spans(body))
+
+
+def _mark(translation: Translation, spans: dict[Key, tuple[int, int]]) -> None:
+    for key, (first, _) in spans.items():
+        translation.refused.setdefault(key, first)
+
+
+def _spans(body: Any) -> dict[Key, tuple[int, int]]:
+    """Each partition's (first, last) sequence in a Produce (``body``) of an idempotent producer."""
+    return {
+        (t.name, p.index): span
+        for t in body.topic_data
+        for p in t.partition_data
+        if (span := sequence_span(p.records)) is not None
+    }
+
+
+def _judged(
+    translation: Translation, key: Key, first: int, last: int, held: tuple[int, int] | None
+) -> ErrorCode | None:
+    """What batches that could not go unasked get (None: they go), the new cluster holding the producer
+    on the partition at ``held`` (its epoch and last sequence there; None: it does not)."""
+    start = translation.first_sequence[key]
+    if held is not None and held[0] != translation.epoch:
+        held = None  # an older epoch's state: the start of this one is not written
+    mark = translation.refused.get(key)
+    if mark is not None and place(first, last, mark) is Place.AHEAD:
+        if held is None or (held[1] + start - mark) % SEQUENCES >= SEQUENCES // 2:
+            return ErrorCode.not_leader_or_follower  # the refused batch is not written yet
+        del translation.refused[key]  # resent through another process
+    if held is not None:
+        translation.established.add(key)  # it checks them itself from now on
+        return None
+    where = place(first, last, start)
+    if where is Place.START:
+        return None
+    if where is Place.AHEAD:
+        return ErrorCode.not_leader_or_follower
+    if where is Place.BEHIND and key not in translation.guessed:
+        return ErrorCode.duplicate_sequence_number  # the cluster it left holds it
+    return ErrorCode.out_of_order_sequence_number  # as the new cluster would answer

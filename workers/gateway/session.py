@@ -60,7 +60,7 @@ from workers.gateway.protocol import (
 )
 from workers.gateway.rewrite import BROKER_NAMING, leader_hints
 from workers.gateway.sasl import Credentials, SaslError
-from workers.gateway.sequences import Unsendable, established
+from workers.gateway.sequences import Unsendable, established, mark_refused
 from workers.gateway.shared import Shared
 from workers.gateway.upstream import Overdue, Shielded, Upstream, UpstreamError
 from workers.gateway.vnodes import RealBroker
@@ -465,6 +465,8 @@ class ClientSession:
             refused = refused or let_go.is_set() or time.perf_counter() >= deadline
             if refused:
                 decision = Decision(Action.HOLD, resolution.cluster)  # its time is over: the retriable error
+                if produce:
+                    self._refusing(incoming, resolution.cluster)
             else:
                 decision = self._decide(incoming, snapshot, resolution)
             answer = await self._carry_out(incoming, decision, snapshot, resolution)
@@ -937,9 +939,10 @@ class ClientSession:
             produced = decode_response(request, frame)
             self.gateway.acked.note(cluster, request.body, produced)
             producer = None if request.body.transactional_id else apis.producer_of_body(request.body)
-            moved = producer and self.gateway.producers.translating(identity, producer[0], cluster)
-            if moved:
-                established(moved, produced)
+            if producer is not None:
+                moved = self.gateway.producers.translating(identity, producer[0], cluster)
+                if moved is not None:
+                    established(moved, producer[1], produced)
             return produced
         if request.api_key == apis.INIT_PRODUCER_ID:
             issued = decode_response(request, frame)
@@ -1106,6 +1109,14 @@ class ClientSession:
                 raise refused
             return self._translated(request, translation)
         return request.frame
+
+    def _refusing(self, incoming: Incoming, cluster: str) -> None:
+        """A held Produce answered with the retriable error: where its producer's batches are translated,
+        none behind it goes first (:mod:`workers.gateway.sequences`)."""
+        producer = incoming.context.producer
+        moved = producer and self.gateway.producers.translating(incoming.identity, producer[0], cluster)
+        if moved:
+            mark_refused(moved, incoming.request.body)
 
     def _reachable(self, cluster: str) -> bool:
         return _askable(self.gateway, self.gateway.view.snapshot, cluster)
