@@ -38,7 +38,6 @@ from workers.gateway.entities import element_type, make
 from workers.gateway.leaders import Leaders
 from workers.gateway.producers import SEQUENCES, Place, Translation, place, sequence_span
 from workers.gateway.protocol import request_schema
-from workers.gateway.upstream import UpstreamError
 
 log = logging.getLogger(__name__)
 Key = tuple[str, int]
@@ -160,7 +159,7 @@ class Sequences:
         upstream = self.brokers.upstream(cluster, node)
         try:
             return await upstream.ask(apis.DESCRIBE_PRODUCERS, 0, topics=asked)
-        except (UpstreamError, OSError) as exc:
+        except Exception as exc:  # unreachable, or an answer it cannot read: taken as holding nothing
             log.warning("cannot ask broker %d of %s which producers it holds: %r", node, cluster, exc)
             return None
         finally:
