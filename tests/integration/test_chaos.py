@@ -18,6 +18,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,7 @@ def run_trials(
         gateway, py_app, py_topic, unique("group"), idempotent=True, rate_per_s=200, session_s=30
     )
     done: list[Trial] = []
+    timelines: list[str] = []
     js.start(gateway, rate=js_rate, consume=False)
     traffic.start()
     try:
@@ -122,6 +124,7 @@ def run_trials(
             until, until_wall = time.monotonic(), time.time()
             run = routing.ledger.saga_runs(saga_id(keys))[0]
             assert run.result is not None
+            timelines.append(timeline(routing, run.run_id, run.started_at, since_wall))
             done.append(
                 Trial(
                     kind, kill_after, outcome, run.result["pause_ms"] / 1000,
@@ -137,10 +140,21 @@ def run_trials(
     finally:
         js.stop()
         traffic.stop(timeout_s=120)
-    for trial in done:
-        print(trial)
+    for trial, steps in zip(done, timelines, strict=True):
+        print(f"{trial}\n  {steps}")
     judge(live, routing, stack_config, keys, done, js, traffic)
     return done
+
+
+def timeline(routing: RoutingStore, run_id: str, started_at: datetime, since_wall: float) -> str:
+    """When each step attempt that ended ran, in seconds from the saga's start (the kill cuts one short,
+    unrecorded): where a trial's hold went."""
+    offset = started_at.timestamp()
+    steps = " ".join(
+        f"{s.step}#{s.attempt} {s.started_at.timestamp() - offset:.2f}-{s.ended_at.timestamp() - offset:.2f}"
+        for s in routing.ledger.saga_steps(run_id)
+    )
+    return f"started {offset - since_wall:.2f}s after the CLI; {steps}"
 
 
 def judge(

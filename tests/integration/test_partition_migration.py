@@ -31,13 +31,14 @@ from switchyard import kafka, temporal
 from switchyard.acked import acked_end
 from switchyard.config import Config
 from switchyard.keys import BindingKey
-from switchyard.model import LinkState, MigrationMode, MigrationState, PartitionId
-from switchyard.routing import MigrationChange, RoutingStore
+from switchyard.model import LinkState, MigrationState, PartitionId
+from switchyard.routing import RoutingStore
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.sagas.ids import aging_schedule_id, origin_retirement_id, partition_migration_id
 from switchyard.sagas.requests import AgingReport, Decision, Progress
 from switchyard.traffic import Traffic
 from tests.helpers.live import Live, capture, unique
+from tests.helpers.migrations import migrate
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.raw import RawClient
 from tests.helpers.traffic import judge_consumer
@@ -82,21 +83,7 @@ def test_a_smooth_migration_moves_one_partitions_writes_and_keeps_its_offsets_go
     try:
         traffic.wait_for(300)
         held_at = time.monotonic()
-        base = kafka.ends_of(standby, [(topic, MOVED)])[topic, MOVED]
-        begun = routing.apply(
-            [MigrationChange(moved, 0, "primary", "standby", MigrationMode.SMOOTH, MigrationState.MIGRATING,
-                             target_base=base)],
-            actor=ACTOR, reason="smooth migration: hold the partition's writes",
-        )  # fmt: skip
-        wait_for_acks(routing.zk, routing.layout, begun, timeout_s=10)
-        end = kafka.ends_of(primary, [(topic, MOVED)])[topic, MOVED]
-        migrating = routing.migration(moved)
-        assert migrating is not None
-        took = routing.apply(
-            [MigrationChange.of(migrating, state=MigrationState.MIGRATED, end_offset=end, origin_end=end)],
-            actor=ACTOR, reason="smooth migration: its end read, writes go to the target",
-        )  # fmt: skip
-        wait_for_acks(routing.zk, routing.layout, took, timeout_s=10)
+        end = migrate(routing, stack_config, moved, "primary", "standby")
         released_at = time.monotonic()
         traffic.wait_for(600)
     finally:

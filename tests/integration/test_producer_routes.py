@@ -20,10 +20,11 @@ from kio.schema.errors import ErrorCode
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.keys import BindingKey
-from switchyard.model import BindingState
+from switchyard.model import BindingState, PartitionId
 from switchyard.routing import BindingChange, RoutingStore
 from switchyard.routing.gateways import wait_for_acks
 from tests.helpers.batches import record_batch
+from tests.helpers.migrations import migrate
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.raw import RawClient
 from tests.helpers.traffic import topic_ids
@@ -110,6 +111,56 @@ def test_a_moved_producer_writes_on_through_a_restarted_gateway(
     assert max((on_primary + on_standby).values()) == 1
 
 
+class RawProducer:
+    """An idempotent producer's Produce requests over a raw connection to a gateway, one at a time: its
+    batches sent in whatever order a test needs."""
+
+    def __init__(self, gateway: GatewayProcess, app: str) -> None:
+        self.client = RawClient(int(gateway.bootstrap.rsplit(":", 1)[1]), client_id=app)
+        deadline = time.monotonic() + 30
+        while True:  # a broker's first InitProducerId is answered "load in progress" while it gets ids
+            issued = self.client.answer(self.client.send(
+                apis.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout=timedelta(minutes=1),
+                producer_id=-1, producer_epoch=-1,
+            ))  # fmt: skip
+            if issued.error_code != ErrorCode.coordinator_load_in_progress or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert issued.error_code == ErrorCode.none, issued
+        self.producer_id, self.epoch = issued.producer_id, issued.producer_epoch
+
+    def produce(
+        self, topic: str, batches: dict[int, tuple[int, str]], bumped: int = 0
+    ) -> dict[int, ErrorCode]:
+        """One request: per partition, a batch of three records ``tag``0..2 at ``sequence``; the error
+        each partition is answered with."""
+        topic_cls = element_type(request_schema(apis.PRODUCE, 9), "topic_data")
+        partition_cls = element_type(topic_cls, "partition_data")
+        data = make(topic_cls, name=topic, partition_data=tuple(
+            make(partition_cls, index=partition, records=record_batch(
+                self.producer_id, self.epoch + bumped, sequence, [f"{tag}{n}".encode() for n in range(3)]
+            ))
+            for partition, (sequence, tag) in batches.items()
+        ))  # fmt: skip
+        answer = self.client.answer(self.client.send(
+            apis.PRODUCE, 9, transactional_id=None, acks=-1, timeout=timedelta(seconds=30),
+            topic_data=(data,),
+        ))  # fmt: skip
+        return {p.index: ErrorCode(p.error_code) for p in answer.responses[0].partition_responses}
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def values(bootstrap: str, topic: str, partition: int) -> list[bytes | None]:
+    return [r.value for r in kafka.read_partitions(bootstrap, topic).get(partition, [])]
+
+
+def tagged(tags: str) -> list[bytes | None]:
+    """The values of ``RawProducer`` batches tagged ``tags``, in order."""
+    return [f"{t}{n}".encode() for t in tags for n in range(3)]
+
+
 def test_a_moved_producers_sequences_start_where_its_old_cluster_left_them(
     gateway: GatewayProcess, routing: RoutingStore, stack_config: Config
 ) -> None:
@@ -120,31 +171,11 @@ def test_a_moved_producers_sequences_start_where_its_old_cluster_left_them(
     lost three). Here the client's batches come out of order on purpose, and only the one at the old
     cluster's next sequence may go first; a retry of a batch the old cluster holds is a duplicate."""
     app, topic, key, primary, standby = bound_to_primary(routing, stack_config, "starts", 1)
-    client = RawClient(int(gateway.bootstrap.rsplit(":", 1)[1]), client_id=app)
+    client = RawProducer(gateway, app)
     try:
-        deadline = time.monotonic() + 30
-        while True:  # a broker's first InitProducerId is answered "load in progress" while it gets ids
-            issued = client.answer(client.send(
-                apis.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout=timedelta(minutes=1),
-                producer_id=-1, producer_epoch=-1,
-            ))  # fmt: skip
-            if issued.error_code != ErrorCode.coordinator_load_in_progress or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert issued.error_code == ErrorCode.none, issued
-
-        topic_cls = element_type(request_schema(apis.PRODUCE, 9), "topic_data")
-        partition_cls = element_type(topic_cls, "partition_data")
 
         def produce(sequence: int, tag: str, bumped: int = 0) -> ErrorCode:
-            values = [f"{tag}{n}".encode() for n in range(3)]
-            batch = record_batch(issued.producer_id, issued.producer_epoch + bumped, sequence, values)
-            data = make(topic_cls, name=topic, partition_data=(make(partition_cls, index=0, records=batch),))
-            answer = client.answer(client.send(
-                apis.PRODUCE, 9, transactional_id=None, acks=-1, timeout=timedelta(seconds=30),
-                topic_data=(data,),
-            ))  # fmt: skip
-            return ErrorCode(answer.responses[0].partition_responses[0].error_code)
+            return client.produce(topic, {0: (sequence, tag)}, bumped)[0]
 
         assert produce(0, "a") == ErrorCode.none  # a0..a2, on the primary
         move(routing, key, "primary", "standby")
@@ -162,7 +193,54 @@ def test_a_moved_producers_sequences_start_where_its_old_cluster_left_them(
         assert produce(3, "g", bumped=1) == ErrorCode.none
     finally:
         client.close()
-    assert [r.value for r in kafka.read_partitions(primary, topic)[0]] == [b"a0", b"a1", b"a2"]
-    assert [r.value for r in kafka.read_partitions(standby, topic)[0]] == [
-        f"{t}{n}".encode() for t in "bcdeg" for n in range(3)
-    ]
+    assert values(primary, topic, 0) == tagged("a")
+    assert values(standby, topic, 0) == tagged("bcdeg")
+
+
+def test_a_migrated_partitions_sequences_start_where_its_origin_left_them(
+    gateway: GatewayProcess, routing: RoutingStore, stack_config: Config
+) -> None:
+    """The same for a partition migration: the partition's batches go to the target as the gateway's own
+    id there, and only the one at the origin's next sequence may go first."""
+    app, topic, _, primary, standby = bound_to_primary(routing, stack_config, "mstarts", 2)
+    client = RawProducer(gateway, app)
+    try:
+        assert client.produce(topic, {0: (0, "a"), 1: (0, "a")}) == {0: ErrorCode.none, 1: ErrorCode.none}
+        migrate(routing, stack_config, PartitionId(topic, 1), "primary", "standby")
+        # b (3..5) failed on the origin and waits for its retry: c may not go first, nor with it
+        assert client.produce(topic, {1: (6, "c")}) == {1: ErrorCode.not_leader_or_follower}
+        refused = client.produce(topic, {0: (3, "b"), 1: (6, "c")})
+        assert refused == {0: ErrorCode.not_leader_or_follower, 1: ErrorCode.not_leader_or_follower}
+        assert client.produce(topic, {1: (0, "a")}) == {1: ErrorCode.duplicate_sequence_number}
+        assert kafka.ends_of(standby, [(topic, 1)]) == {(topic, 1): 0}
+        assert client.produce(topic, {0: (3, "b"), 1: (3, "b")}) == {0: ErrorCode.none, 1: ErrorCode.none}
+        assert client.produce(topic, {0: (6, "c"), 1: (6, "c")}) == {0: ErrorCode.none, 1: ErrorCode.none}
+    finally:
+        client.close()
+    assert values(primary, topic, 0) == tagged("abc")
+    assert values(primary, topic, 1) == tagged("a")
+    assert values(standby, topic, 1) == tagged("bc")
+
+
+def test_a_switched_producers_writes_split_by_a_migration_stay_translated(
+    gateway: GatewayProcess, routing: RoutingStore, stack_config: Config
+) -> None:
+    """A producer switched to the standby (its batches there as the gateway's own id) and a partition
+    then migrated from the standby: a request naming both partitions is split, and the part left on the
+    standby is written as that id too. Sent as the client's own id, the standby took it for another
+    producer's, and a retry of it sent whole was written again."""
+    app, topic, key, primary, standby = bound_to_primary(routing, stack_config, "split", 2)
+    client = RawProducer(gateway, app)
+    try:
+        assert client.produce(topic, {0: (0, "a"), 1: (0, "a")}) == {0: ErrorCode.none, 1: ErrorCode.none}
+        move(routing, key, "primary", "standby")
+        assert client.produce(topic, {0: (3, "b"), 1: (3, "b")}) == {0: ErrorCode.none, 1: ErrorCode.none}
+        migrate(routing, stack_config, PartitionId(topic, 1), "standby", "primary")
+        assert client.produce(topic, {0: (6, "c"), 1: (6, "c")}) == {0: ErrorCode.none, 1: ErrorCode.none}
+        assert client.produce(topic, {0: (6, "c")}) == {0: ErrorCode.none}  # its answer lost: a retry
+        assert client.produce(topic, {0: (9, "d")}) == {0: ErrorCode.none}
+    finally:
+        client.close()
+    assert values(standby, topic, 0) == tagged("bcd")
+    assert values(standby, topic, 1) == tagged("b")
+    assert values(primary, topic, 1) == tagged("ac")

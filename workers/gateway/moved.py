@@ -5,6 +5,7 @@ write to the migrations' targets as."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ from switchyard.identity import Identity
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.leaders import AskMetadata, Leaders
 from workers.gateway.partitions import Migrations
-from workers.gateway.producers import Translation
+from workers.gateway.producers import Origin, Translation
 
 _REMEMBERED = 100_000
 
@@ -26,7 +27,7 @@ class Moved:
         self.leaders = Leaders(ask_metadata)
         self._producer_id = producer_id
         self._index = Migrations(RoutingSnapshot(0))
-        self._translations: dict[tuple[Identity, int, str], asyncio.Future[Translation]] = {}
+        self._translations: dict[tuple[Identity, int, str, str], asyncio.Future[Translation]] = {}
         self._topics: dict[str, dict[str, tuple[int, ...]]] = {}
         """Per cluster, each topic's partitions' leaders (virtual ids), as its last Metadata answer through
         here said."""
@@ -50,14 +51,20 @@ class Moved:
             self._index = Migrations(snapshot)
         return self._index
 
-    async def translation(self, identity: Identity, producer_id: int, cluster: str) -> Translation:
-        """As whom a client's idempotent producer writes migrated partitions on ``cluster``: an id of
-        the gateway's own there, taken once; each partition's sequences start at 0 on it from the
-        producer's first batch there (a migrated partition is written only there from then on)."""
-        key = (identity, producer_id, cluster)
+    async def translation(
+        self, identity: Identity, producer_id: int, cluster: str, origin: Origin
+    ) -> Translation:
+        """As whom a client's idempotent producer writes partitions migrated from ``origin.cluster`` to
+        ``cluster``: an id of the gateway's own there, taken once. Each partition's sequences start at
+        the client's next sequence by the origin (:mod:`workers.gateway.sequences`); the partition is
+        written only there from then on."""
+        key = (identity, producer_id, cluster, origin.cluster)
         found = self._translations.get(key)
         if found is None or (found.done() and found.exception() is not None):
-            found = self._translations[key] = asyncio.ensure_future(self._producer_id(cluster))
+            found = self._translations[key] = asyncio.ensure_future(self._taken(cluster, origin))
             while len(self._translations) > _REMEMBERED:
                 del self._translations[next(iter(self._translations))]
         return await asyncio.shield(found)
+
+    async def _taken(self, cluster: str, origin: Origin) -> Translation:
+        return dataclasses.replace(await self._producer_id(cluster), origin=origin)

@@ -128,8 +128,10 @@ class Brokers(Protocol):
     def reachable(self, cluster: str) -> bool:
         """Whether ``cluster`` may be contacted (not shielded, not down)."""
 
-    async def written(self, cluster: str, topic: str, partition: int, records: bytes | None) -> bytes | None:
-        """``records`` as they are written to ``cluster`` (an idempotent producer's id translated)."""
+    async def written(self, bodies: dict[Part, Any]) -> dict[Part, Any]:
+        """Each part's Produce body as it is written to its cluster (an idempotent producer's batches
+        translated); :class:`~workers.gateway.sequences.Unsendable` if a batch may not go now: then none
+        goes, and the request is answered whole."""
 
     async def list_offsets(
         self, cluster: str, node: int, request: Request | None, key: tuple[str, int], timestamp: int
@@ -253,20 +255,18 @@ class Split:
                 migration = self._moved(*key)
                 cluster = migration.target if migration is not None else self.cluster
                 node = await self._node(cluster, *key, migrated=migration is not None)
-                entry = given
-                if migration is not None:
-                    records = await self.brokers.written(cluster, topic.name, given.index, given.records)
-                    entry = dataclasses.replace(given, records=records)
                 part: Part | None = None if node is None else (cluster, True, node)
                 placed[key] = part, migration
                 if part is not None:
-                    parts.setdefault(part, []).append((topic.name, entry))
-
-        def build(entries: list[tuple[str, Any]], _: Part) -> Any:
-            topics = _grouped(type(body.topic_data[0]), "partition_data", entries, name_field="name")
-            return dataclasses.replace(body, topic_data=topics)
-
-        return self._produced(placed, await self._send_parts(parts, build))
+                    parts.setdefault(part, []).append((topic.name, given))
+        topic_cls = type(body.topic_data[0])
+        bodies = await self.brokers.written({
+            part: dataclasses.replace(
+                body, topic_data=_grouped(topic_cls, "partition_data", entries, name_field="name")
+            )
+            for part, entries in parts.items()
+        })  # fmt: skip
+        return self._produced(placed, await self._send_parts(parts, lambda _, part: bodies[part]))
 
     async def _produced(
         self,

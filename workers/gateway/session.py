@@ -44,8 +44,9 @@ from workers.gateway.inflight import Ticket, own_wait_s
 from workers.gateway.intake import Intake, Lease
 from workers.gateway.members import Member
 from workers.gateway.migrated import Listed
-from workers.gateway.partitions import Split, listed_of
-from workers.gateway.producers import Translation, translate
+from workers.gateway.partitions import Part, Split, listed_of
+from workers.gateway.producer_ids import origin_of
+from workers.gateway.producers import ProducerRoute, Translation, translate
 from workers.gateway.protocol import (
     FrameError,
     Request,
@@ -397,10 +398,15 @@ class ClientSession:
         )  # fmt: skip
         split = Split(
             request, self.gateway.moved.of(snapshot), decision.cluster, decision.node,
-            _SplitBrokers(self, snapshot, incoming),
+            _SplitBrokers(self, snapshot, incoming, decision.cluster),
         )  # fmt: skip
         try:
             answering = asyncio.ensure_future(await split.sent())
+        except Unsendable as refused:  # a batch that may not go yet (or never): none went
+            self.gateway.inflight.finish(ticket)
+            log.debug("%s: Produce answered without sending: %s", incoming.identity, refused)
+            refusal = encode_response(request, produce_refused(request, refused.codes))
+            return _unsent(refusal if incoming.context.expects_response else None)
         except BaseException:
             self.gateway.inflight.finish(ticket)
             raise
@@ -1088,15 +1094,24 @@ class ClientSession:
         self, request: Request, identity: Identity, producer: tuple[int, int], cluster: str, epoch: int
     ) -> bytes:
         """The Produce frame to send: as received, or with its producer translated for ``cluster``;
-        :class:`Unsendable` if a batch may not go there now (:mod:`workers.gateway.sequences`). Where a
-        partition's sequences start is stored before a batch is sent by it."""
+        :class:`Unsendable` if a batch may not go there now (:mod:`workers.gateway.sequences`)."""
+        translation = await self._checked(request.body, identity, producer, cluster, epoch)
+        if translation is None:
+            return request.frame
+        return replace_body(request, translated(request.body, translation))
+
+    async def _checked(
+        self, body: Any, identity: Identity, producer: tuple[int, int], cluster: str, epoch: int
+    ) -> Translation | None:
+        """The translation ``body`` (a Produce of ``producer``) is written to ``cluster`` with (None: as
+        it is); :class:`Unsendable` if a batch may not go there now. Where a partition's sequences start
+        is stored before a batch is sent by it."""
         producers = self.gateway.producers
         translation = await producers.translation(identity, producer[0], cluster, epoch)
         while translation is not None:
             known = translation.kept()
             try:
-                sequences = self.gateway.sequences
-                await sequences.check(request.body, producer[1], translation, cluster, self._reachable)
+                await self.gateway.sequences.check(body, producer[1], translation, cluster, self._reachable)
                 refused = None
             except Unsendable as exc:
                 refused = exc
@@ -1107,8 +1122,8 @@ class ClientSession:
                     continue
             if refused is not None:
                 raise refused
-            return self._translated(request, translation)
-        return request.frame
+            return translation
+        return None
 
     def _refusing(self, incoming: Incoming, cluster: str) -> None:
         """A held Produce answered with the retriable error: where its producer's batches are translated,
@@ -1120,22 +1135,6 @@ class ClientSession:
 
     def _reachable(self, cluster: str) -> bool:
         return _askable(self.gateway, self.gateway.view.snapshot, cluster)
-
-    def _translated(self, request: Request, translation: Translation) -> bytes:
-        body = request.body
-        topics = tuple(
-            dataclasses.replace(
-                t,
-                partition_data=tuple(
-                    dataclasses.replace(p, records=translate(p.records, translation, t.name, p.index))
-                    if p.records
-                    else p
-                    for p in t.partition_data
-                ),
-            )
-            for t in body.topic_data
-        )
-        return replace_body(request, dataclasses.replace(body, topic_data=topics))
 
     def _resolve(
         self, snapshot: RoutingSnapshot, identity: Identity, topics: tuple[str, ...], group: str | None
@@ -1210,6 +1209,23 @@ def _askable(gateway: Shared, snapshot: RoutingSnapshot, cluster: str) -> bool:
     return not snapshot.shielded(cluster) and gateway.metrics.reachable.get(cluster) is not False
 
 
+def translated(body: Any, translation: Translation) -> Any:
+    """A Produce ``body`` with its batches written as ``translation``'s producer."""
+    topics = tuple(
+        dataclasses.replace(
+            t,
+            partition_data=tuple(
+                dataclasses.replace(p, records=translate(p.records, translation, t.name, p.index))
+                if p.records
+                else p
+                for p in t.partition_data
+            ),
+        )
+        for t in body.topic_data
+    )
+    return dataclasses.replace(body, topic_data=topics)
+
+
 def _give_up(upstream: Upstream, api_key: int) -> None:
     upstream.close(Overdue(f"{upstream.host}:{upstream.port} did not answer {api_name(api_key)} in time"))
 
@@ -1218,9 +1234,13 @@ class _SplitBrokers:
     """How a split request of one session reaches brokers: over the session's connections, as the
     client (its credentials, its producer's translated id)."""
 
-    def __init__(self, session: ClientSession, snapshot: RoutingSnapshot, incoming: Incoming) -> None:
-        self.session, self.snapshot, self.incoming = session, snapshot, incoming
+    def __init__(
+        self, session: ClientSession, snapshot: RoutingSnapshot, incoming: Incoming, routed: str
+    ) -> None:
+        self.session, self.snapshot, self.incoming, self.routed = session, snapshot, incoming, routed
         self.gateway = session.gateway
+        self._writing: dict[str, Translation] = {}
+        """Per cluster, the translation this request's batches are written there with."""
 
     async def send(
         self, cluster: str, node: int | None, request: Request, body: Any, *, long_poll: bool
@@ -1239,6 +1259,9 @@ class _SplitBrokers:
     def _noted(self, cluster: str, body: Any, answering: asyncio.Task[Any]) -> None:
         if not answering.cancelled() and answering.exception() is None:
             self.gateway.acked.note(cluster, body, answering.result())
+            producer, translation = self.incoming.context.producer, self._writing.get(cluster)
+            if producer is not None and translation is not None:
+                established(translation, producer[1], answering.result())
 
     async def leader(self, cluster: str, topic: str, partition: int) -> int | None:
         return await self.gateway.moved.leaders.leader(cluster, topic, partition)
@@ -1249,12 +1272,47 @@ class _SplitBrokers:
     def reachable(self, cluster: str) -> bool:
         return _askable(self.gateway, self.snapshot, cluster)
 
-    async def written(self, cluster: str, topic: str, partition: int, records: bytes | None) -> bytes | None:
-        producer = self.incoming.context.producer
-        if producer is None or not records:
-            return records
-        translation = await self.gateway.moved.translation(self.incoming.identity, producer[0], cluster)
-        return translate(records, translation, topic, partition)
+    async def written(self, bodies: dict[Part, Any]) -> dict[Part, Any]:
+        """An idempotent producer's batches as their clusters take them: to the routed cluster as the
+        request would be forwarded whole; to a migration's target as the gateway's own id there, each
+        partition's sequences starting where the client's left off on the routed cluster, the origin."""
+        producer, identity = self.incoming.context.producer, self.incoming.identity
+        if producer is None:
+            return bodies
+        written, refused, checked = {}, {}, []
+        for part, body in bodies.items():
+            cluster = part[0]
+            try:
+                if cluster == self.routed:
+                    translation = await self.session._checked(
+                        body, identity, producer, cluster, self.snapshot.epoch
+                    )
+                else:
+                    translation = await self._migrated(identity, producer, cluster)
+                    await self.gateway.sequences.check(
+                        body, producer[1], translation, cluster, self.session._reachable
+                    )
+            except Unsendable as exc:
+                refused.update(exc.codes)
+                continue
+            if translation is not None:
+                checked.append((translation, body))
+                self._writing[cluster] = translation
+            written[part] = body if translation is None else translated(body, translation)
+        if refused:  # none is sent: those that could go are resent by the client, nothing before them
+            for translation, body in checked:
+                mark_refused(translation, body)
+            raise Unsendable(refused)
+        return written
+
+    async def _migrated(self, identity: Identity, producer: tuple[int, int], cluster: str) -> Translation:
+        """The translation the producer writes partitions migrated to ``cluster`` with; its origin is
+        the routed cluster, as whom the client writes there."""
+        on_origin = await self.gateway.producers.translation(
+            identity, producer[0], self.routed, self.snapshot.epoch
+        )
+        origin = origin_of(ProducerRoute(self.routed, on_origin), producer[0])
+        return await self.gateway.moved.translation(identity, producer[0], cluster, origin)
 
     async def list_offsets(
         self, cluster: str, node: int, request: Request | None, key: tuple[str, int], timestamp: int
