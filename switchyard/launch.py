@@ -27,9 +27,9 @@ WORKFLOW_TYPES = {
     Kind.PARTITION_MIGRATION: "PartitionMigration",
     Kind.ORIGIN_RETIREMENT: "RetireOriginTopic",
 }
-WORKFLOW_TASK_TIMEOUT = timedelta(seconds=4)
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=2)
 """A worker that dies holding one of the saga's decisions costs this (Temporal's default: 10 s), possibly
-with clients held; the sagas' decisions take milliseconds."""
+with clients held; the sagas' decisions take milliseconds (one slower than this is only tried again)."""
 _POLL_S = 0.5
 Say = Callable[[str], None]
 

@@ -52,7 +52,7 @@ WAIT_AFTER_EVERY_SWITCH = "drill-waits-after-every-switch"
 """The patch that lets the canary see a failed switch's end too (its producer's wait through it)."""
 LIVE_WAIT_S = 180.0
 """How long the canary may take to get its first record through (it fails on its own after 120 s)."""
-CHILD_TASK_TIMEOUT = timedelta(seconds=4)
+CHILD_TASK_TIMEOUT = timedelta(seconds=2)
 """As every saga is started with (``launch.WORKFLOW_TASK_TIMEOUT``)."""
 CANARY_SLACK_S = 300.0
 """The canary's stop and count after its traffic's longest run."""

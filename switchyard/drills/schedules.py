@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 PREFIX = "switchyard-drill-"
 NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 WORKFLOW = "Drill"
-DRILL_TASK_TIMEOUT = timedelta(seconds=4)
+DRILL_TASK_TIMEOUT = timedelta(seconds=2)
 DRILL_LONGEST = timedelta(hours=3)
 """A run still going after this is ended by Temporal: a hung drill would have every later firing skipped.
 Its switches, child workflows of their own, finish on their own."""

@@ -36,9 +36,10 @@ from workers.worker.registry import WORKFLOWS, activities
 log = logging.getLogger(__name__)
 ACTIVITY_THREADS = 32
 GRACE = timedelta(seconds=10)
-STICKY = timedelta(seconds=2)
+STICKY = timedelta(seconds=0.5)
 """How long a saga's next decision waits for the worker that made its last one before any worker may take
-it (Temporal's default: 5 s): a worker killed mid-saga, clients held, costs this once."""
+it (Temporal's default: 5 s): a worker killed mid-saga, clients held, costs this once. A live worker's
+poller takes it at once; one missed costs a replay of the history by whichever worker takes it."""
 APPROVALS_EVERY_S = 15.0
 """How often the sagas waiting for an approval are counted: one visibility query each time."""
 AWAITING_APPROVAL = "awaiting approval"
