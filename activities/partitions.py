@@ -176,9 +176,9 @@ class PartitionActivities:
         return found
 
     def _done(self, request: PartitionStep, name: str) -> int | None:
-        """The epoch of this run's change for step ``name``, if it was committed (a retried step)."""
-        committed = [t for t in self.deps.store.ledger.requested(request_id(name)) if t.status == "committed"]
-        return committed[0].epoch if committed else None
+        """The epoch of this run's change for step ``name``, if it was committed (a retried step; its
+        ledger row settled if its worker died before writing it)."""
+        return self.deps.store.committed_epoch(request_id(name))
 
     def _partitions(self, request: PartitionStep) -> int:
         origin = self.deps.bootstrap(request.origin)

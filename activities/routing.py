@@ -77,8 +77,7 @@ class RoutingActivities:
         they were not bound before. Nothing to do when the block never landed; ``flipped`` when the flip
         landed after all (the saga then goes forward)."""
         store = self.deps.store
-        flip = store.ledger.requested(request_id("flip"))
-        if any(t.status == "committed" for t in flip):
+        if store.committed_epoch(request_id("flip")) is not None:
             return Unblocked(0, flipped=True)
         changes = []
         for text in request.keys:
@@ -111,9 +110,9 @@ class RoutingActivities:
         flip_id = request_id("flip")
         link = deps.link(request.link)
         if link.state is LinkState.PROMOTED:
-            done = [t for t in store.ledger.requested(flip_id) if t.status == "committed"]
-            if done:  # this step's own change, retried after its answer was lost
-                return Flipped(done[0].epoch, self._final(request))
+            done = store.committed_epoch(flip_id)  # its ledger row may be pending: the worker died
+            if done is not None:  # this step's own change, retried after its answer was lost
+                return Flipped(done, self._final(request))
             raise BindingRefused(f"link {link.id} was promoted by someone else")
         final = self._store_final(request)
         bindings = [

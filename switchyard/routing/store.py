@@ -147,7 +147,7 @@ class RoutingStore:
         _well_formed(changes)
         self.recover()
         if request_id is not None:
-            done = self._committed_epoch(request_id)
+            done = self.committed_epoch(request_id)
             if done is not None:
                 return done
         for _ in range(_ATTEMPTS):
@@ -367,8 +367,10 @@ class RoutingStore:
         except KazooException:
             log.warning("could not delete the marker of change %s; it is harmless", txn_id)
 
-    def _committed_epoch(self, request_id: str) -> int | None:
-        """The epoch of the committed attempt of ``request_id``, settling any attempt left pending."""
+    def committed_epoch(self, request_id: str) -> int | None:
+        """The epoch of the committed attempt of ``request_id``, settling any attempt left pending (its
+        writer died between ZooKeeper and the ledger): decided once and for all, so a writer still in
+        flight can no longer land it."""
         for attempt in self.ledger.requested(request_id):
             if attempt.status == "pending":
                 if self._settle(attempt.id):

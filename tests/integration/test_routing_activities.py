@@ -1,0 +1,80 @@
+"""The saga's routing steps retried after their worker died mid-write, on real ZooKeeper and Kafka.
+
+A worker SIGKILLed between a step's ZooKeeper transaction and its ledger row leaves the change made
+and the row pending. The chaos test met it at the flip: the retried flip found the link promoted and
+no committed row, called it someone else's promotion, and the saga unblocked the keys on the source with
+the link promoted under them; the next switch was refused ("no link copies from standby").
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.deps import Deps
+from activities.routing import RoutingActivities
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.errors import LedgerError
+from switchyard.keys import BindingKey
+from switchyard.model import BindingState, LinkState
+from switchyard.routing import BindingChange, RoutingStore
+from switchyard.routing.zk import connect
+from switchyard.sagas.steps import FlipRequest, PartitionEnd, UnblockRequest
+
+ACTOR = "user:test"
+
+
+@pytest.fixture
+def activities(routing: RoutingStore, stack_config: Config) -> Iterator[RoutingActivities]:
+    """The routing steps on dependencies of their own, as a worker builds them, on the test's root."""
+    store = RoutingStore(connect(stack_config), routing.layout.root, routing.ledger)
+    deps = Deps(stack_config, store.zk, routing.ledger, store)
+    yield RoutingActivities(deps)
+    deps.close()
+
+
+def test_a_flip_whose_worker_died_before_its_ledger_row_is_found_made_when_retried(
+    activities: RoutingActivities,
+    routing: RoutingStore,
+    stack_config: Config,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app, topic, link = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("flipped", "flipped-t", "flipped-l"))
+    for cluster in ("primary", "standby"):
+        kafka.create_topics(stack_config.clusters[cluster].bootstrap, [topic], partitions=1)
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
+    key = BindingKey.for_app(app)
+    bound = routing.set_binding(key, "primary", actor=ACTOR, reason="t")
+    blocked = routing.apply(
+        [BindingChange(key, bound, "primary", BindingState.BLOCKED)], actor=ACTOR, reason="t"
+    )
+    flip = FlipRequest(
+        saga_id=f"switchyard:{app}", keys=[str(key)], epochs={str(key): blocked}, source="primary",
+        target="standby", link=link, ends=[PartitionEnd(topic, 0, 0)],
+    )  # fmt: skip
+    env = ActivityEnvironment()
+
+    def lost(*_: object, **__: object) -> None:
+        raise LedgerError("the worker died here")
+
+    monkeypatch.setattr(routing.ledger, "mark_committed", lost)
+    with pytest.raises(ApplicationError, match="LedgerError"):
+        env.run(activities.flip_keys, flip)
+    monkeypatch.undo()
+    made = routing.epoch()
+    assert routing.link(link).state is LinkState.PROMOTED  # type: ignore[union-attr]
+    assert [t.status for t in routing.ledger.pending()] == ["pending"]
+
+    assert env.run(activities.flip_keys, flip).epoch == made  # the retry: its own change, not another's
+    assert routing.ledger.pending() == []
+    assert routing.epoch() == made
+    unblock = UnblockRequest(flip.saga_id, flip.keys, "primary", blocked, acks_timeout_s=10)
+    assert env.run(activities.unblock_keys, unblock).flipped  # a compensation would go forward instead
+    binding = routing.binding(key)
+    assert binding is not None
+    assert (binding.cluster, binding.state) == ("standby", BindingState.ACTIVE)
