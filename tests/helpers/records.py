@@ -24,13 +24,18 @@ def commit_offset(bootstrap: str, group: str, topic: str, offset: int, partition
 def fill_topic(bootstrap: str, topic: str, count: int, *, partitions: int, size: int = 1024) -> None:
     """``count`` records of ``size`` bytes spread round-robin over the partitions, as fast as the broker
     takes them (benchmark set-up); keys are the record numbers, timestamps fixed for the run and
-    increasing."""
+    increasing. Idempotent, so that the same call on two clusters writes the same logs: librdkafka's
+    default producer may resend a batch behind later ones (a million requests in flight), writing a
+    record twice or out of order on one cluster only (a verification bench run found the two copies
+    diverged, the likely cause)."""
     from confluent_kafka import Producer
 
     from switchyard import kafka
 
     kafka.create_topics(bootstrap, [topic], partitions=partitions)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000, "enable.idempotence": True}
+    )
     payload = b"q" * size
     for i in range(count):
         while True:
