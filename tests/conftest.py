@@ -70,7 +70,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """A test marked xfail that failed says why: pytest shows only the mark's reason, and each such
     failure is evidence about the defect the mark stands for (CI keeps only the output)."""
     if report.when == "call" and report.skipped and getattr(report, "wasxfail", None) is not None:
-        sys.stderr.write(f"\n{report.nodeid} failed, as marked:\n{report.longreprtext[-6000:]}\n")
+        printed = "".join(content for title, content in report.sections if "stdout" in title)
+        sys.stderr.write(
+            f"\n{report.nodeid} failed, as marked:\n{report.longreprtext[-6000:]}\n"
+            f"its output, last part:\n{printed[-6000:]}\n"
+        )
 
 
 @pytest.fixture(scope="session")
