@@ -12,6 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from switchyard.identity import Identity
+from switchyard.model import PartitionId
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.leaders import AskMetadata, Leaders
 from workers.gateway.partitions import Migrations
@@ -28,6 +29,11 @@ class Moved:
         self._producer_id = producer_id
         self._index = Migrations(RoutingSnapshot(0))
         self._translations: dict[tuple[Identity, int, str, str], asyncio.Future[Translation]] = {}
+        self.held_here: set[PartitionId] = set()
+        """Partitions this process saw held while their migration's end was read: only for these is
+        the origin's end where a producer's sequences go on. A process that first meets a migration in
+        effect (started since) cannot tell whether its clients wrote to the target through another
+        process's id, so there the first batch sets the start, as for a failover."""
         self._topics: dict[str, dict[str, tuple[int, ...]]] = {}
         """Per cluster, each topic's partitions' leaders (virtual ids), as its last Metadata answer through
         here said."""
@@ -50,6 +56,10 @@ class Moved:
         if self._index.snapshot is not snapshot:
             self._index = Migrations(snapshot)
         return self._index
+
+    def note(self, snapshot: RoutingSnapshot) -> None:
+        """``snapshot`` is applied here: the partitions whose writes it holds are seen held."""
+        self.held_here.update(p for p, m in snapshot.migrations.items() if not m.in_effect)
 
     async def translation(
         self, identity: Identity, producer_id: int, cluster: str, origin: Origin

@@ -128,10 +128,12 @@ class Brokers(Protocol):
     def reachable(self, cluster: str) -> bool:
         """Whether ``cluster`` may be contacted (not shielded, not down)."""
 
-    async def written(self, bodies: dict[Part, Any]) -> dict[Part, Any]:
+    async def written(
+        self, bodies: dict[Part, Any]
+    ) -> tuple[dict[Part, Any], dict[tuple[str, int], ErrorCode]]:
         """Each part's Produce body as it is written to its cluster (an idempotent producer's batches
-        translated); :class:`~workers.gateway.sequences.Unsendable` if a batch may not go now: then none
-        goes, and the request is answered whole."""
+        translated), the parts whose batches may not go now left out; and the error each of their
+        partitions is answered with."""
 
     async def list_offsets(
         self, cluster: str, node: int, request: Request | None, key: tuple[str, int], timestamp: int
@@ -260,18 +262,20 @@ class Split:
                 if part is not None:
                     parts.setdefault(part, []).append((topic.name, given))
         topic_cls = type(body.topic_data[0])
-        bodies = await self.brokers.written({
+        bodies, refused = await self.brokers.written({
             part: dataclasses.replace(
                 body, topic_data=_grouped(topic_cls, "partition_data", entries, name_field="name")
             )
             for part, entries in parts.items()
         })  # fmt: skip
-        return self._produced(placed, await self._send_parts(parts, lambda _, part: bodies[part]))
+        sending = {part: entries for part, entries in parts.items() if part in bodies}
+        return self._produced(placed, await self._send_parts(sending, lambda _, part: bodies[part]), refused)
 
     async def _produced(
         self,
         placed: dict[tuple[str, int], tuple[Part | None, PartitionMigration | None]],
         sent: dict[Part, Awaitable[Any] | Exception],
+        refused: dict[tuple[str, int], ErrorCode],
     ) -> Any:
         body = self.body
         answers = await self._answers(sent)
@@ -302,9 +306,9 @@ class Split:
                         make(
                             partition_cls,
                             index=entry.index,
-                            error_code=NOT_LEADER,
+                            error_code=refused.get(key, NOT_LEADER),
                             base_offset=-1,
-                            log_append_time=-1,
+                            log_append_time=None,
                             log_start_offset=-1,
                         )
                     )

@@ -232,6 +232,7 @@ class Gateway:
     async def _apply(self, snapshot: RoutingSnapshot) -> None:
         """Write ``snapshot``'s epoch into the registration once it is in effect here."""
         epoch = snapshot.epoch
+        self.moved.note(snapshot)
         woken = self.inflight.supersede(snapshot)
         if woken:
             log.info("gateway %s: epoch %d answered %d long polls early", self.id, epoch, woken)

@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from switchyard.config import GatewayLimitsConfig
 from switchyard.identity import Identity, identify
-from switchyard.model import ClusterState
+from switchyard.model import ClusterState, PartitionId
 from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway import apis, topic_identity
@@ -46,7 +46,7 @@ from workers.gateway.members import Member
 from workers.gateway.migrated import Listed
 from workers.gateway.partitions import Part, Split, listed_of
 from workers.gateway.producer_ids import origin_of
-from workers.gateway.producers import ProducerRoute, Translation, translate
+from workers.gateway.producers import ProducerRoute, Translation, sequence_span, translate
 from workers.gateway.protocol import (
     FrameError,
     Request,
@@ -402,11 +402,6 @@ class ClientSession:
         )  # fmt: skip
         try:
             answering = asyncio.ensure_future(await split.sent())
-        except Unsendable as refused:  # a batch that may not go yet (or never): none went
-            self.gateway.inflight.finish(ticket)
-            log.debug("%s: Produce answered without sending: %s", incoming.identity, refused)
-            refusal = encode_response(request, produce_refused(request, refused.codes))
-            return _unsent(refusal if incoming.context.expects_response else None)
         except BaseException:
             self.gateway.inflight.finish(ticket)
             raise
@@ -1272,14 +1267,18 @@ class _SplitBrokers:
     def reachable(self, cluster: str) -> bool:
         return _askable(self.gateway, self.snapshot, cluster)
 
-    async def written(self, bodies: dict[Part, Any]) -> dict[Part, Any]:
+    async def written(
+        self, bodies: dict[Part, Any]
+    ) -> tuple[dict[Part, Any], dict[tuple[str, int], ErrorCode]]:
         """An idempotent producer's batches as their clusters take them: to the routed cluster as the
         request would be forwarded whole; to a migration's target as the gateway's own id there, each
-        partition's sequences starting where the client's left off on the routed cluster, the origin."""
+        partition's sequences starting where the client's left off on the routed cluster, the origin.
+        A part whose batches may not go now is not sent: its partitions' errors are returned instead
+        (the others of that part NOT_LEADER_OR_FOLLOWER, resent by the client, nothing before them)."""
         producer, identity = self.incoming.context.producer, self.incoming.identity
         if producer is None:
-            return bodies
-        written, refused, checked = {}, {}, []
+            return bodies, {}
+        written, refused = {}, {}
         for part, body in bodies.items():
             cluster = part[0]
             try:
@@ -1288,31 +1287,37 @@ class _SplitBrokers:
                         body, identity, producer, cluster, self.snapshot.epoch
                     )
                 else:
-                    translation = await self._migrated(identity, producer, cluster)
+                    translation = await self._migrated(identity, producer, cluster, body)
                     await self.gateway.sequences.check(
                         body, producer[1], translation, cluster, self.session._reachable
                     )
             except Unsendable as exc:
-                refused.update(exc.codes)
+                named = {(t.name, p.index) for t in body.topic_data for p in t.partition_data}
+                refused.update({key: exc.codes.get(key, ErrorCode.not_leader_or_follower) for key in named})
                 continue
             if translation is not None:
-                checked.append((translation, body))
                 self._writing[cluster] = translation
             written[part] = body if translation is None else translated(body, translation)
-        if refused:  # none is sent: those that could go are resent by the client, nothing before them
-            for translation, body in checked:
-                mark_refused(translation, body)
-            raise Unsendable(refused)
-        return written
+        return written, refused
 
-    async def _migrated(self, identity: Identity, producer: tuple[int, int], cluster: str) -> Translation:
-        """The translation the producer writes partitions migrated to ``cluster`` with; its origin is
-        the routed cluster, as whom the client writes there."""
-        on_origin = await self.gateway.producers.translation(
-            identity, producer[0], self.routed, self.snapshot.epoch
-        )
+    async def _migrated(
+        self, identity: Identity, producer: tuple[int, int], cluster: str, body: Any
+    ) -> Translation:
+        """The translation the producer writes ``body``'s partitions (migrated to ``cluster``) with; its
+        origin is the routed cluster, as whom the client writes there. A partition this process did not
+        see held has its start set by its first batch (:attr:`Moved.held_here`)."""
+        moved = self.gateway.moved
+        on_origin = self.gateway.producers.translating(identity, producer[0], self.routed)
         origin = origin_of(ProducerRoute(self.routed, on_origin), producer[0])
-        return await self.gateway.moved.translation(identity, producer[0], cluster, origin)
+        translation = await moved.translation(identity, producer[0], cluster, origin)
+        for topic in body.topic_data:
+            for given in topic.partition_data:
+                key, span = (topic.name, given.index), sequence_span(given.records)
+                fresh = span is not None and key not in translation.first_sequence
+                if fresh and span is not None and PartitionId(*key) not in moved.held_here:
+                    translation.first_sequence[key] = span[0]
+                    translation.guessed.add(key)
+        return translation
 
     async def list_offsets(
         self, cluster: str, node: int, request: Request | None, key: tuple[str, int], timestamp: int
