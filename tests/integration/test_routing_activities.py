@@ -8,6 +8,7 @@ the link promoted under them; the next switch was refused ("no link copies from 
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 
@@ -38,7 +39,9 @@ def activities(routing: RoutingStore, stack_config: Config) -> Iterator[RoutingA
     deps.close()
 
 
+@pytest.mark.parametrize("retried", ["flip", "unblock"])
 def test_a_flip_whose_worker_died_before_its_ledger_row_is_found_made_when_retried(
+    retried: str,
     activities: RoutingActivities,
     routing: RoutingStore,
     stack_config: Config,
@@ -57,7 +60,8 @@ def test_a_flip_whose_worker_died_before_its_ledger_row_is_found_made_when_retri
         saga_id=f"switchyard:{app}", keys=[str(key)], epochs={str(key): blocked}, source="primary",
         target="standby", link=link, ends=[PartitionEnd(topic, 0, 0)],
     )  # fmt: skip
-    env = ActivityEnvironment()
+    env = ActivityEnvironment()  # a run of its own: a step's request id is derived from the run's id
+    env.info = dataclasses.replace(env.info, workflow_run_id=str(uuid.uuid4()))
 
     def lost(*_: object, **__: object) -> None:
         raise LedgerError("the worker died here")
@@ -70,11 +74,13 @@ def test_a_flip_whose_worker_died_before_its_ledger_row_is_found_made_when_retri
     assert routing.link(link).state is LinkState.PROMOTED  # type: ignore[union-attr]
     assert [t.status for t in routing.ledger.pending()] == ["pending"]
 
-    assert env.run(activities.flip_keys, flip).epoch == made  # the retry: its own change, not another's
+    if retried == "flip":  # the retry: its own change, not another's
+        assert env.run(activities.flip_keys, flip).epoch == made
+    else:  # the saga gave the flip up: its compensation finds the flip made, and the saga goes forward
+        unblock = UnblockRequest(flip.saga_id, flip.keys, "primary", blocked, acks_timeout_s=10)
+        assert env.run(activities.unblock_keys, unblock).flipped
     assert routing.ledger.pending() == []
     assert routing.epoch() == made
-    unblock = UnblockRequest(flip.saga_id, flip.keys, "primary", blocked, acks_timeout_s=10)
-    assert env.run(activities.unblock_keys, unblock).flipped  # a compensation would go forward instead
     binding = routing.binding(key)
     assert binding is not None
     assert (binding.cluster, binding.state) == ("standby", BindingState.ACTIVE)
