@@ -68,7 +68,7 @@ class Sequences:
     ) -> None:
         """Set the start of each partition ``body`` (a Produce of the client's ``client_epoch``) writes
         first under ``translation`` on ``cluster``; :class:`Unsendable` if a batch may not go there now."""
-        spans = _spans(body)
+        spans = spans_of(body)
         if not translation.follow(client_epoch):  # as the broker answers a fenced epoch
             raise Unsendable(dict.fromkeys(spans, ErrorCode.invalid_producer_epoch))
         new = [key for key in spans if key not in translation.first_sequence]
@@ -181,7 +181,7 @@ def established(translation: Translation, client_epoch: int, answer: Any) -> Non
 def mark_refused(translation: Translation, body: Any) -> None:
     """A Produce of a moved producer answered with the retriable error by the gateway otherwise (held
     behind one so answered): nothing goes past its batches before their resend."""
-    _mark(translation, _spans(body))
+    _mark(translation, spans_of(body))
 
 
 def _mark(translation: Translation, spans: dict[Key, tuple[int, int]]) -> None:
@@ -189,7 +189,7 @@ def _mark(translation: Translation, spans: dict[Key, tuple[int, int]]) -> None:
         translation.refused.setdefault(key, first)
 
 
-def _spans(body: Any) -> dict[Key, tuple[int, int]]:
+def spans_of(body: Any) -> dict[Key, tuple[int, int]]:
     """Each partition's (first, last) sequence in a Produce (``body``) of an idempotent producer."""
     return {
         (t.name, p.index): span

@@ -46,7 +46,7 @@ from workers.gateway.members import Member
 from workers.gateway.migrated import Listed
 from workers.gateway.partitions import Part, Split, listed_of
 from workers.gateway.producer_ids import origin_of
-from workers.gateway.producers import ProducerRoute, Translation, sequence_span, translate
+from workers.gateway.producers import ProducerRoute, Translation, translate
 from workers.gateway.protocol import (
     FrameError,
     Request,
@@ -61,7 +61,7 @@ from workers.gateway.protocol import (
 )
 from workers.gateway.rewrite import BROKER_NAMING, leader_hints
 from workers.gateway.sasl import Credentials, SaslError
-from workers.gateway.sequences import Unsendable, established, mark_refused
+from workers.gateway.sequences import Unsendable, established, mark_refused, spans_of
 from workers.gateway.shared import Shared
 from workers.gateway.upstream import Overdue, Shielded, Upstream, UpstreamError
 from workers.gateway.vnodes import RealBroker
@@ -1310,13 +1310,10 @@ class _SplitBrokers:
         on_origin = self.gateway.producers.translating(identity, producer[0], self.routed)
         origin = origin_of(ProducerRoute(self.routed, on_origin), producer[0])
         translation = await moved.translation(identity, producer[0], cluster, origin)
-        for topic in body.topic_data:
-            for given in topic.partition_data:
-                key, span = (topic.name, given.index), sequence_span(given.records)
-                fresh = span is not None and key not in translation.first_sequence
-                if fresh and span is not None and PartitionId(*key) not in moved.held_here:
-                    translation.first_sequence[key] = span[0]
-                    translation.guessed.add(key)
+        for key, (first, _) in spans_of(body).items():
+            if key not in translation.first_sequence and PartitionId(*key) not in moved.held_here:
+                translation.first_sequence[key] = first
+                translation.guessed.add(key)
         return translation
 
     async def list_offsets(
