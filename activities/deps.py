@@ -4,6 +4,7 @@ and never a file path in a workflow's history."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,6 +23,9 @@ from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
 
 Key = tuple[str, int]
+log = logging.getLogger(__name__)
+WARM_TIMEOUT_S = 5.0
+"""How long a cluster's metadata may take for its clients to be started ahead of the sagas."""
 
 
 @dataclass
@@ -72,13 +76,45 @@ class Deps:
             raise BindingRefused(f"cluster {cluster!r} is not in the configuration")
         return found.bootstrap
 
+    def warm(self) -> list[threading.Thread]:
+        """Start every cluster's clients now, a thread per cluster, rather than at a saga's first steps:
+        a new idempotent producer takes 0.5-1 s to get its id, and a first read of a map topic reads
+        all of it, both while the first switch after a start holds clients. Best effort: a cluster
+        that does not answer its metadata at once is left to the steps (a failover's dead source
+        must not keep a lock they wait on)."""
+        threads = [
+            threading.Thread(target=self._warm, args=(cluster,), name=f"warm-{cluster}", daemon=True)
+            for cluster in self.config.clusters
+        ]
+        for thread in threads:
+            thread.start()
+        return threads
+
+    def _warm(self, cluster: str) -> None:
+        try:
+            self.admins.get(cluster).list_topics(timeout=WARM_TIMEOUT_S)
+            lock, consumer = self._probe(cluster)
+            with lock:
+                consumer.list_topics(timeout=WARM_TIMEOUT_S)
+            self.map_producer(cluster)
+            self.link_records(cluster, "")
+        except Exception as exc:  # the steps that need the cluster say what is wrong with it
+            log.info("cluster %s: clients not started ahead of the sagas (%s)", cluster, exc)
+        else:
+            log.info("cluster %s: clients started ahead of the sagas", cluster)
+
     def map_producer(self, cluster: str) -> Producer:
         """An idempotent producer for offset-map records on ``cluster``, kept (one takes 0.5-1 s to start,
-        and the flip stores final positions while clients are held); the map topic made sure of once."""
+        and the flip stores final positions while clients are held); the map topic made sure of once,
+        outside the lock (a cluster that does not answer holds up only its own callers)."""
+        with self._lock:
+            producer = self._producers.get(cluster)
+        if producer is not None:
+            return producer
+        ensure_map_topic(self.admins.get(cluster))
         with self._lock:
             producer = self._producers.get(cluster)
             if producer is None:
-                ensure_map_topic(self.admins.get(cluster))
                 producer = Producer(
                     {"bootstrap.servers": self.bootstrap(cluster), "enable.idempotence": True}
                 )
@@ -88,6 +124,11 @@ class Deps:
     def ends(self, cluster: str, keys: Iterable[Key]) -> dict[Key, int]:
         """Each partition's exact log end on ``cluster``, read on a consumer kept for the purpose (a new
         one costs a connection per call, and a saga reads ends several times while clients wait)."""
+        lock, consumer = self._probe(cluster)
+        with lock:
+            return kafka.log_ends(consumer, keys)
+
+    def _probe(self, cluster: str) -> tuple[threading.Lock, Consumer]:
         with self._lock:
             probe = self._probes.get(cluster)
             if probe is None:
@@ -100,9 +141,7 @@ class Deps:
                     }
                 )
                 probe = self._probes[cluster] = (threading.Lock(), consumer)
-        lock, consumer = probe
-        with lock:
-            return kafka.log_ends(consumer, keys)
+            return probe
 
     def link_records(self, cluster: str, link_id: str) -> LinkRecords:
         """A link's offset map and final positions stored on ``cluster``, read on from where the last

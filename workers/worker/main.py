@@ -1,6 +1,7 @@
 """`switchyard worker`: run the sagas and their activities until SIGINT or SIGTERM.
 
-At start it builds what activities share once (:class:`~activities.deps.Deps`), connects to Temporal,
+At start it builds what activities share once (:class:`~activities.deps.Deps`) and starts each
+cluster's clients in the background (:meth:`~activities.deps.Deps.warm`), connects to Temporal,
 registers the search attributes sagas set and keeps the partition migrations' aging schedule
 (:mod:`switchyard.aging_schedule`). On SIGTERM it stops taking new tasks, lets running
 activities finish (up to the grace period; a saga's steps are idempotent, so one cut short is retried
@@ -106,6 +107,7 @@ class ApprovalWatch:
 
 async def run(config: Config) -> None:
     deps = await asyncio.to_thread(Deps.build, config)
+    deps.warm()
     approvals: asyncio.Task[None] | None = None
     try:
         client = await temporal.connect(config)
