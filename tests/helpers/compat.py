@@ -256,6 +256,15 @@ def prepare(routing: RoutingStore, stack_config: Config, apps: list[App], *, par
     return linked(routing, unique("link"), [a.app for a in apps], topics, len(apps) * partitions)
 
 
+def refusals(s: Seen) -> list[str]:
+    """Each refused commit of the committing group, when and why, as its library said it."""
+    return [
+        f"{b['t']:.1f} {b['commit']} ({b.get('why') or 'no message'})"
+        for b in s.batches["manual"]
+        if b["commit"]
+    ]
+
+
 def judge(
     a: App, final: str, other: str, restarts: list[tuple[float, float]] | None = None
 ) -> tuple[dict[str, Any], list[str]]:
@@ -293,7 +302,7 @@ def judge(
         *(["sends failed: " + "; ".join(s.failed[:3])] if s.failed else []),
         *([f"{row['lost']} acknowledged records never processed"] if row["lost"] else []),
         *([f"{row['twice']} records processed twice"] if row["twice"] else []),
-        *([f"commits refused: {dict(unexpected)}"] if unexpected else []),
+        *([f"commits refused: {dict(unexpected)}, first: {refusals(s)[0]}"] if unexpected else []),
         *([f"not on the final cluster exactly once: {sorted(set(s.acked) ^ set(on_final))[:5]}"]
           if set(on_final) != set(s.acked) or max(on_final.values()) > 1 else []),
         *([f"on the cluster left only: {sorted(leaked)[:5]}"] if leaked else []),

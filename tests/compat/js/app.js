@@ -62,15 +62,18 @@ async function consume (group, manual) {
       const recs = batch.messages.map((m) => [batch.partition, Number(m.offset), Number(m.value.toString())])
       if (recs.length === 0) return
       let commit = null
+      let why = null
       if (manual) {
         const next = String(Number(batch.messages[batch.messages.length - 1].offset) + 1)
         try {
           await consumer.commitOffsets([{ topic: batch.topic, partition: batch.partition, offset: next }])
         } catch (err) {
-          commit = err.type || err.name
+          const cause = err.cause || {} // the retrier wraps what the broker answered
+          commit = err.type || cause.type || cause.name || err.name
+          why = err.message
         }
       }
-      event('batch', { g, recs, commit })
+      event('batch', { g, recs, commit, why })
     }
   })
   consumer.on(consumer.events.CRASH, (e) => event('error', { g, e: String(e.payload.error) }))
