@@ -6,9 +6,14 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from datetime import timedelta
 from typing import Any
 
-from workers.gateway.protocol import Request, decode_response, encode_request
+from kio.schema.errors import ErrorCode
+
+from workers.gateway import apis
+from workers.gateway.entities import element_type, make
+from workers.gateway.protocol import Request, decode_response, encode_request, request_schema
 
 
 class RawClient:
@@ -60,3 +65,38 @@ class RawClient:
                 raise EOFError(f"connection closed after {len(data)} of {size} bytes")
             data += chunk
         return bytes(data)
+
+
+def join_group(
+    client: RawClient, group: str, topic: str, timeout: timedelta, member_id: str = ""
+) -> tuple[str, int]:
+    """Join ``group`` subscribed to ``topic`` (as ``member_id``, or as a new member) and sync, assigning
+    nothing, at the broker (or gateway) ``client`` talks to; the member id and generation."""
+    subscription = struct.pack(">hih", 0, 1, len(topic)) + topic.encode() + struct.pack(">i", -1)
+    protocols = (make(element_type(request_schema(apis.JOIN_GROUP, 5), "protocols"), name="range",
+                      metadata=subscription),)  # fmt: skip
+    join = {"group_id": group, "session_timeout": timeout, "rebalance_timeout": timeout,
+            "protocol_type": "consumer", "protocols": protocols}  # fmt: skip
+    joined = client.answer(client.send(apis.JOIN_GROUP, 5, member_id=member_id, **join))
+    assert joined.error_code in (ErrorCode.member_id_required, ErrorCode.none), joined.error_code
+    member_id = joined.member_id  # the first join is told its member id (KIP-394)
+    joined = client.answer(client.send(apis.JOIN_GROUP, 5, member_id=member_id, **join))
+    assert joined.error_code == ErrorCode.none, joined.error_code
+    sync = {"group_id": group, "generation_id": joined.generation_id, "assignments": ()}
+    synced = client.answer(client.send(apis.SYNC_GROUP, 3, member_id=member_id, **sync))
+    assert synced.error_code == ErrorCode.none, synced.error_code
+    return member_id, int(joined.generation_id)
+
+
+def commit_offset(
+    client: RawClient, group: str, member_id: str, generation: int, topic: str, offset: int
+) -> ErrorCode:
+    """Commit ``offset`` of ``topic``'s partition 0 as the member; what the coordinator answered."""
+    schema = request_schema(apis.OFFSET_COMMIT, 8)
+    partition = make(element_type(element_type(schema, "topics"), "partitions"), committed_offset=offset)
+    topics = (make(element_type(schema, "topics"), name=topic, partitions=(partition,)),)
+    answer = client.answer(client.send(
+        apis.OFFSET_COMMIT, 8, group_id=group, generation_id_or_member_epoch=generation,
+        member_id=member_id, topics=topics,
+    ))  # fmt: skip
+    return ErrorCode(answer.topics[0].partitions[0].error_code)

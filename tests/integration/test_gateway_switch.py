@@ -13,7 +13,6 @@ link, as the sagas run it, commits are carried and nothing is processed twice (`
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
 import uuid
@@ -23,7 +22,6 @@ from datetime import timedelta
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
-from kio.schema.errors import ErrorCode
 
 from switchyard import kafka
 from switchyard.config import Config
@@ -35,13 +33,11 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.traffic import Traffic
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.processes import GatewayProcess
-from tests.helpers.raw import RawClient
+from tests.helpers.raw import RawClient, join_group
 from tests.helpers.stacks import QUICK_CONSUMER
 from tests.helpers.traffic import judge_consumer, topic_ids
 from tests.integration.test_gateway import gateway  # noqa: F401 - a shared module fixture
 from workers.gateway import apis
-from workers.gateway.entities import element_type, make
-from workers.gateway.protocol import request_schema
 
 PARTITIONS = 3
 
@@ -166,18 +162,7 @@ def silent_member(bootstrap: str, group: str, topic: str, timeout: timedelta) ->
     """A member that joins ``group`` at its coordinator, syncs, and then says nothing: a later member's
     join waits at the broker until ``timeout`` ends this one."""
     client = RawClient(coordinator_port(bootstrap, group))
-    subscription = struct.pack(">hih", 0, 1, len(topic)) + topic.encode() + struct.pack(">i", -1)
-    protocols = (make(element_type(request_schema(apis.JOIN_GROUP, 5), "protocols"), name="range",
-                      metadata=subscription),)  # fmt: skip
-    join = {"group_id": group, "session_timeout": timeout, "rebalance_timeout": timeout,
-            "protocol_type": "consumer", "protocols": protocols}  # fmt: skip
-    joined = client.answer(client.send(apis.JOIN_GROUP, 5, member_id="", **join))
-    member_id = joined.member_id  # the first join is told its member id (KIP-394)
-    joined = client.answer(client.send(apis.JOIN_GROUP, 5, member_id=member_id, **join))
-    assert joined.error_code == ErrorCode.none, joined.error_code
-    sync = {"group_id": group, "generation_id": joined.generation_id, "assignments": ()}
-    synced = client.answer(client.send(apis.SYNC_GROUP, 3, member_id=member_id, **sync))
-    assert synced.error_code == ErrorCode.none, synced.error_code
+    join_group(client, group, topic, timeout)
     return client
 
 

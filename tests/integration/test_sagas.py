@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -41,7 +43,9 @@ from switchyard.threads import Worker
 from switchyard.traffic import Traffic
 from tests.helpers.live import Live, capture, unique, wait_for_approval
 from tests.helpers.otlp import OtlpReceiver, Span
+from tests.helpers.raw import RawClient, commit_offset, join_group
 from tests.helpers.traffic import judge_consumer, judge_sends, topic_ids
+from workers.gateway import apis
 
 ACTOR = "user:test"
 
@@ -185,6 +189,46 @@ def holds_each_once(
         where += f"; ends there {kafka.ends_of(bootstrap, [(topic, p) for p in partitions])}"
     assert not missing, f"acknowledged, not on {bootstrap}: {missing[:10]}{where}"
     assert not twice, f"twice on {bootstrap}: {twice[:10]}"
+
+
+def test_a_member_switched_over_and_back_before_it_rejoined_commits_on_and_is_told_to_rejoin(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """A member that heartbeats no more often than its switches come (librdkafka's 10 s above) is
+    switched over and back before it rejoins anywhere. The gateway had the primary forget it at the
+    switch over, so back there it is a member of no cluster: its commit is carried from the standby it
+    read last, its heartbeat told to rejoin, and it rejoins as a new member, as a broker insists.
+    Forwarded, the primary refused all three (UNKNOWN_MEMBER_ID: the test above, 6 runs in 6 alone),
+    and the application processed again what it had processed since its last commit."""
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, stack_config, partitions=1)
+    primary = stack_config.clusters["primary"].bootstrap
+    kafka.produce(primary, topic, [kafka.Record(None, b"%d" % i, partition=0) for i in range(10)])
+    group = unique("group")
+    member = RawClient(live.gateway.port, client_id=f"{app}@consumer")
+    try:
+        member_id, generation = join_group(member, group, topic, timedelta(seconds=45))
+        assert commit_offset(member, group, member_id, generation, topic, 4) is ErrorCode.none
+        for kind, more, offset in (("switchover", ("--link", link), 6), ("switchback", (), 10)):
+            run = live.cli(kind, app, *more, "--wait", "--reason", "test")
+            assert run.returncode == 0, run.stdout + run.stderr
+            deadline = time.monotonic() + 30
+            while (code := commit_offset(member, group, member_id, generation, topic, offset)) in RETRIABLE:
+                assert time.monotonic() < deadline, f"after the {kind}, the commit was refused: {code.name}"
+                time.sleep(0.2)  # a coordinator's first load on the new cluster, as clients ask again
+            assert code is ErrorCode.none, f"after the {kind}: {code.name}"
+        beat = member.answer(
+            member.send(apis.HEARTBEAT, 4, group_id=group, generation_id=generation, member_id=member_id)
+        )
+        assert beat.error_code == ErrorCode.rebalance_in_progress
+        rejoined, _ = join_group(member, group, topic, timedelta(seconds=45), member_id)  # new to the primary
+        assert rejoined != member_id
+    finally:
+        member.close()
+    assert committed_offsets(AdminClient({"bootstrap.servers": primary}), group) == {(topic, 0): 10}
+
+
+RETRIABLE = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress})
 
 
 def test_a_switch_with_the_mirror_lagging_at_the_block_waits_for_the_drain(

@@ -21,6 +21,9 @@ the old cluster was copied, and the new cluster's end then):
   window, which the new cluster never got: the offset is held to the new cluster's end at the switch,
   so nothing written there since is skipped (some may be read twice instead).
 
+A member switched over and back before it rejoined anywhere is carried the same way, from the cluster
+it read last: the gateway had the cluster it joined on forget it at the first switch.
+
 Once the member rejoins on the new cluster its commits go through unchanged. A group that already has
 members on the new cluster refuses a commit without a member; the client then gets that refusal, as it
 would have without the carry.

@@ -327,6 +327,12 @@ class ClientSession:
         if request.api_key in (apis.OFFSET_COMMIT, apis.HEARTBEAT) and request.api_version >= 1:
             member = gateway.members.get(request.body.group_id, request.body.member_id)
             joined_on = member.cluster if member is not None else None
+            if member is not None and member.left and joined_on == resolution.cluster:
+                # had the cluster forget it at a switch, and back before it rejoined anywhere (a switch
+                # back within its heartbeat interval): a member of no cluster, which read last where a
+                # link copies from. Forwarded, its commits and heartbeats would be refused
+                # (UNKNOWN_MEMBER_ID), and what it processed since its last commit processed again.
+                joined_on = self._copied_from(snapshot, resolution.cluster, context.topics)
             if joined_on == resolution.cluster or (
                 joined_on is not None
                 and request.api_key == apis.OFFSET_COMMIT
@@ -606,12 +612,8 @@ class ClientSession:
         gateway, cluster = self.gateway, resolution.cluster
         if not member_id or gateway.members.get(group, member_id) is not None:
             return
-        topics = incoming.context.topics
-        sources = [
-            c for c in snapshot.clusters
-            if c != cluster and gateway.links.carrying_link(snapshot, c, cluster, topics) is not None
-        ]  # fmt: skip
-        if len(sources) != 1:
+        source = self._copied_from(snapshot, cluster, incoming.context.topics)
+        if source is None:
             return
         try:
             node = await self._coordinator(cluster, group)
@@ -628,7 +630,16 @@ class ClientSession:
         if any(m.member_id == member_id for m in described.members):
             gateway.members.joined(group, member_id, Member(cluster, None))
         elif described.group_state in ("Empty", "Dead", "Stable"):  # not mid-rebalance: it is not here
-            gateway.members.joined(group, member_id, Member(sources[0], None))
+            gateway.members.joined(group, member_id, Member(source, None))
+
+    def _copied_from(self, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...]) -> str | None:
+        """The one other cluster a link copies ``topics`` from to ``cluster`` (None: none, or several)."""
+        links = self.gateway.links
+        sources = [
+            c for c in snapshot.clusters
+            if c != cluster and links.carrying_link(snapshot, c, cluster, topics) is not None
+        ]  # fmt: skip
+        return sources[0] if len(sources) == 1 else None
 
     def _rejoining(self, request: Request, member: Member | None) -> bool:
         """For a Heartbeat: whether its member, or this connection's consumer, is already joining the
@@ -663,7 +674,7 @@ class ClientSession:
         then, clients held. A JoinGroup marks it rejoining (see ``QUIET``)."""
         group, member_id = request.body.group_id, getattr(request.body, "member_id", "")
         member = self.gateway.members.get(group, member_id) if member_id else None
-        if member is None or member.cluster == now_on:
+        if member is None or (member.cluster == now_on and not member.left):
             return False
         rejoining = member.rejoining or request.api_key == apis.JOIN_GROUP
         self.gateway.members.joined(
