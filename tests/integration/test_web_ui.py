@@ -11,6 +11,7 @@ leaves the checked-in picture alone unless asked.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -68,9 +69,9 @@ def test_sagas_are_approved_and_rejected_from_the_web_ui(
         assert ended.returncode == 0, ended.stdout + ended.stderr
         assert f"switchover switched: {approved_app}" in ended.stdout
         assert "approved before the block by alice: drill window" in ended.stdout
-        page = saga_page(driver, config, approved, "COMPLETED")
-        assert '"outcome": "switched"' in page, page
-        assert "approved before the block by alice: drill window" in page, page
+        shows = ('"outcome": "switched"', "approved before the block by alice: drill window")
+        page = saga_page(driver, config, approved, "COMPLETED", *shows)
+        assert all(s in page for s in shows), page
 
         driver.get(waiting)
         open_from_list(driver, rejected)
@@ -84,9 +85,9 @@ def test_sagas_are_approved_and_rejected_from_the_web_ui(
         ended = live.cli("sagas", "show", rejected, "--follow")
         assert ended.returncode == 8, ended.stdout + ended.stderr
         assert "rejected before the block by bob: not in this window" in ended.stdout
-        page = saga_page(driver, config, rejected, "FAILED")
-        assert "SwitchAbandoned" in page, page
-        assert "rejected before the block by bob: not in this window" in page, page
+        shows = ("SwitchAbandoned", "rejected before the block by bob: not in this window")
+        page = saga_page(driver, config, rejected, "FAILED", *shows)
+        assert all(s in page for s in shows), page
 
     assert is_png(shot), shot
     assert 20_000 < shot.stat().st_size < 5_000_000, shot.stat().st_size
@@ -196,11 +197,14 @@ def submit(driver: WebDriver, dialog: WebElement) -> str:
     return "" if answer is True else str(answer)
 
 
-def saga_page(driver: WebDriver, config: Config, saga: str, status: str) -> str:
-    """The saga's page (the link ``switchyard sagas show`` prints), once it shows ``status``; its text."""
+def saga_page(driver: WebDriver, config: Config, saga: str, status: str, *shows: str) -> str:
+    """The saga's page (the link ``switchyard sagas show`` prints), once it shows ``status`` and each of
+    ``shows`` (the page fills its panels after the status, from the history it loads); its text."""
     driver.get(ui_link(config, saga))
     wait(driver).until(reads(By.CSS_SELECTOR, "[data-testid=workflow-id-heading]", saga))
     wait(driver).until(reads(By.CSS_SELECTOR, "[data-testid=execution-status]", status))
+    with contextlib.suppress(TimeoutException):  # the caller's assertions name what is missing
+        wait(driver).until(lambda d: all(s in d.find_element(By.TAG_NAME, "body").text for s in shows))
     text = driver.find_element(By.TAG_NAME, "body").text
     assert saga in text
     return text
