@@ -15,7 +15,7 @@ from kazoo.client import KazooClient
 from switchyard import kafka
 from switchyard.admins import Admins
 from switchyard.config import Config
-from switchyard.errors import BindingRefused
+from switchyard.errors import BindingRefused, UnknownPartition
 from switchyard.ledger import Ledger
 from switchyard.mirror.mapstore import LinkRecords, MapFollower, ensure_map_topic
 from switchyard.model import Link
@@ -124,9 +124,25 @@ class Deps:
     def ends(self, cluster: str, keys: Iterable[Key]) -> dict[Key, int]:
         """Each partition's exact log end on ``cluster``, read on a consumer kept for the purpose (a new
         one costs a connection per call, and a saga reads ends several times while clients wait)."""
-        lock, consumer = self._probe(cluster)
-        with lock:
-            return kafka.log_ends(consumer, keys)
+        keys, renewed = list(keys), False
+        while True:
+            probe = self._probe(cluster)
+            lock, consumer = probe
+            with lock:
+                if self._probes.get(cluster) is not probe:
+                    continue  # made anew while this waited for it
+                try:
+                    return kafka.log_ends(consumer, keys)
+                except UnknownPartition as exc:
+                    if renewed:
+                        raise
+                    # its metadata may predate the topic (one a partition migration just created), and
+                    # librdkafka kept such a topic unknown for minutes: asked on a new one
+                    log.info("cluster %s: the log-end reader is made anew: %s", cluster, exc)
+                    with self._lock:
+                        del self._probes[cluster]
+                    consumer.close()
+                    renewed = True
 
     def _probe(self, cluster: str) -> tuple[threading.Lock, Consumer]:
         with self._lock:

@@ -47,6 +47,11 @@ class NoSuchTopic(KafkaOperationError):
     """The topic a read was asked for does not exist."""
 
 
+class UnknownPartition(KafkaOperationError):
+    """librdkafka does not know a partition it was asked about: it may not exist, or the client's
+    metadata predates it (a long-lived client can keep a topic created since unknown for minutes)."""
+
+
 class StackError(SwitchyardError):
     """A service of the embedded stack could not be started, stopped or reached."""
 

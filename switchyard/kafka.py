@@ -24,7 +24,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from switchyard.errors import KafkaOperationError, NoSuchTopic
+from switchyard.errors import KafkaOperationError, NoSuchTopic, UnknownPartition
 
 ClientSettings = Mapping[str, Any]
 READ_WAIT_MS = 10
@@ -286,6 +286,11 @@ RETRIABLE = frozenset({
 moment ago and not yet known to every broker), or a broker briefly out of reach."""
 
 
+_UNKNOWN = frozenset(
+    {KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART}
+)
+
+
 def _listed(consumer: Consumer, asked: list[TopicPartition], deadline: float) -> list[TopicPartition]:
     """ListOffsets for every partition of ``asked``, asked again while the answer is one a moment cures."""
     while True:
@@ -297,6 +302,9 @@ def _listed(consumer: Consumer, asked: list[TopicPartition], deadline: float) ->
             answered, failed, error = [], None, exc.args[0]
         if error is None:
             return list(answered)
+        if error.code() in _UNKNOWN:
+            where = f" of {failed.topic}[{failed.partition}]" if failed is not None else ""
+            raise UnknownPartition(f"cannot list the offsets{where}: {error}")
         if error.code() not in RETRIABLE or time.monotonic() > deadline:
             where = f" of {failed.topic}[{failed.partition}]" if failed is not None else ""
             raise KafkaOperationError(f"cannot list the offsets{where}: {error}")

@@ -8,9 +8,12 @@ from __future__ import annotations
 import socket
 import uuid
 
+import pytest
+
 from activities.deps import WARM_TIMEOUT_S, Deps
 from switchyard import kafka
 from switchyard.config import ClusterConfig, Config
+from switchyard.errors import UnknownPartition
 from switchyard.mirror.mapstore import MAP_TOPIC
 from switchyard.routing import RoutingStore
 from switchyard.routing.zk import connect
@@ -43,3 +46,23 @@ def test_a_worker_starts_each_clusters_clients_ahead_and_one_that_does_not_answe
                 assert kafka.partitions(stack_config.clusters[cluster].bootstrap, lambda t: t == MAP_TOPIC)
         finally:
             deps.close()
+
+
+def test_a_topic_created_after_the_end_reader_asked_for_it_is_read_at_once(
+    routing: RoutingStore, stack_config: Config
+) -> None:
+    """The worker's log-end reader is kept, and librdkafka keeps what it learnt of a topic: asked before
+    the topic existed (a partition migration creates its copy on the target, then reads its end), it
+    answered "unknown partition" after the topic was made — one full run's migration failed on it for a
+    minute, every retry. A reader that does not know a partition is made anew and asked once more."""
+    store = RoutingStore(connect(stack_config), routing.layout.root, routing.ledger)
+    deps = Deps(stack_config, store.zk, routing.ledger, store)
+    standby = stack_config.clusters["standby"].bootstrap
+    topic = f"late-{uuid.uuid4().hex[:6]}"
+    try:
+        with pytest.raises(UnknownPartition):
+            deps.ends("standby", [(topic, 0)])
+        kafka.create_topics(standby, [topic], partitions=1)
+        assert deps.ends("standby", [(topic, 0)]) == {(topic, 0): 0}
+    finally:
+        deps.close()
