@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -125,7 +125,9 @@ class MapFollower:
         """The partitions the reader is assigned, each where ``_read_to`` says."""
         settings = {"bootstrap.servers": bootstrap, "group.id": "switchyard-map-follower",
                     "enable.auto.commit": False, "fetch.wait.max.ms": kafka.READ_WAIT_MS}  # fmt: skip
-        self._reader = Consumer({**settings, "auto.offset.reset": "earliest"})
+        # fetching ahead all the while: a fetch the broker holds ends as soon as records arrive, and
+        # held for librdkafka's default 0.5 s it costs an idle cluster 2 requests a second, not 100
+        self._reader = Consumer({**settings, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 500})
         self._probe = Consumer({**settings, "enable.partition.eof": True})
 
     def link(self, link_id: str) -> LinkRecords:
@@ -148,27 +150,43 @@ class MapFollower:
         ends = kafka.log_ends(self._probe, keys, timeout_s=timeout_s)
         if any(starts[k][0] > self._read_to.get(k[1], 0) for k in keys):
             self._latest, self._read_to, self._reading = {}, {}, []
-        if self._reading != [p for _, p in keys]:
-            self._reading = [p for _, p in keys]
-            at = {p: max(self._read_to.get(p, 0), starts[(t, p)][0]) for t, p in keys}
-            self._reader.assign([TopicPartition(MAP_TOPIC, p, at[p]) for p in self._reading])
+        partitions = [p for _, p in keys]
         behind = {p: ends[(t, p)] for t, p in keys if self._read_to.get(p, 0) < ends[(t, p)]}
         deadline = time.monotonic() + timeout_s
-        while any(self._read_to.get(p, 0) < end for p, end in behind.items()):
+        while True:
+            if self._reading != partitions:  # a first read, partitions added, the log start moved, an error
+                at = {p: max(self._read_to.get(p, 0), starts[(t, p)][0]) for t, p in keys}
+                self._reader.assign([TopicPartition(MAP_TOPIC, p, at[p]) for p in partitions])
+                self._reading = partitions
+            if all(self._read_to.get(p, 0) >= end for p, end in behind.items()):
+                return
             if time.monotonic() > deadline:
                 raise KafkaOperationError(f"{self.bootstrap}: {MAP_TOPIC}: not read to its end in time")
-            for message in self._reader.consume(1000, _READ_WAIT_S):
-                if message.error() is not None:
-                    raise KafkaOperationError(f"{self.bootstrap}: {MAP_TOPIC}: {message.error()}")
-                key, value = message.key(), message.value()
-                if key is not None:
-                    if value is None:
-                        self._latest.pop(key, None)
-                    else:
-                        self._latest[key] = value
-                self._read_to[message.partition() or 0] = (message.offset() or 0) + 1
+            self._take()
+
+    def _take(self) -> None:
+        """Apply what the reader holds, up to an error: what came after one is read again (the reader is
+        assigned anew where the reading stands); a broker out of reach is waited for, anything else
+        raised."""
+        for message in self._reader.consume(1000, _READ_WAIT_S):
+            error = message.error()
+            if error is not None:
+                self._reading = []
+                if error.code() in _PASSING:
+                    time.sleep(0.1)
+                    return
+                raise KafkaOperationError(f"{self.bootstrap}: {MAP_TOPIC}: {error}")
+            key, value = message.key(), message.value()
+            if key is not None:
+                if value is None:
+                    self._latest.pop(key, None)
+                else:
+                    self._latest[key] = value
+            self._read_to[message.partition() or 0] = (message.offset() or 0) + 1
 
 
+_PASSING = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT})
+"""Errors an always-assigned reader collects while a broker is out of reach, idle or not."""
 _READ_WAIT_S = 0.01
 """How long one take from the reader waits for its 1,000 records: what it holds is taken at once, and
 a take waits its whole time for fewer (at 0.1 s, each read of a few new records cost 0.1 s)."""
