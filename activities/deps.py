@@ -92,7 +92,8 @@ class Deps:
 
     def _warm(self, cluster: str) -> None:
         try:
-            self.admins.get(cluster).list_topics(timeout=WARM_TIMEOUT_S)
+            with self.admins.asking(cluster) as admin:  # one that failed is not kept
+                admin.list_topics(timeout=WARM_TIMEOUT_S)
             lock, consumer = self._probe(cluster)
             with lock:
                 consumer.list_topics(timeout=WARM_TIMEOUT_S)
@@ -137,7 +138,7 @@ class Deps:
                     if renewed:
                         raise
                     # its metadata may predate the topic (one a partition migration just created), and
-                    # librdkafka kept such a topic unknown for minutes: asked on a new one
+                    # librdkafka kept such a topic unknown for over a minute: asked on a new one
                     log.info("cluster %s: the log-end reader is made anew: %s", cluster, exc)
                     with self._lock:
                         del self._probes[cluster]

@@ -49,7 +49,7 @@ class NoSuchTopic(KafkaOperationError):
 
 class UnknownPartition(KafkaOperationError):
     """librdkafka does not know a partition it was asked about: it may not exist, or the client's
-    metadata predates it (a long-lived client can keep a topic created since unknown for minutes)."""
+    metadata predates it (a long-lived client kept a topic created since unknown for over a minute)."""
 
 
 class StackError(SwitchyardError):

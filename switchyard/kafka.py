@@ -302,12 +302,10 @@ def _listed(consumer: Consumer, asked: list[TopicPartition], deadline: float) ->
             answered, failed, error = [], None, exc.args[0]
         if error is None:
             return list(answered)
-        if error.code() in _UNKNOWN:
+        if error.code() not in RETRIABLE or time.monotonic() > deadline:  # _UNKNOWN is not retriable
             where = f" of {failed.topic}[{failed.partition}]" if failed is not None else ""
-            raise UnknownPartition(f"cannot list the offsets{where}: {error}")
-        if error.code() not in RETRIABLE or time.monotonic() > deadline:
-            where = f" of {failed.topic}[{failed.partition}]" if failed is not None else ""
-            raise KafkaOperationError(f"cannot list the offsets{where}: {error}")
+            raised = UnknownPartition if error.code() in _UNKNOWN else KafkaOperationError
+            raise raised(f"cannot list the offsets{where}: {error}")
         time.sleep(0.1)
 
 

@@ -65,15 +65,19 @@ class Sequences:
         translation: Translation,
         cluster: str,
         reachable: Callable[[str], bool],
+        *,
+        told: Callable[[Key], bool] = lambda _: True,
     ) -> None:
         """Set the start of each partition ``body`` (a Produce of the client's ``client_epoch``) writes
-        first under ``translation`` on ``cluster``; :class:`Unsendable` if a batch may not go there now."""
-        spans = spans_of(body)
+        first under ``translation`` on ``cluster``: where the client left off on the origin, for the
+        partitions the origin can tell that of (``told``), else at the first batch; :class:`Unsendable`
+        if a batch may not go there now."""
+        spans = _spans(body)
         if not translation.follow(client_epoch):  # as the broker answers a fenced epoch
             raise Unsendable(dict.fromkeys(spans, ErrorCode.invalid_producer_epoch))
         new = [key for key in spans if key not in translation.first_sequence]
         if new:
-            found = await self._starts(translation, new, reachable)
+            found = await self._starts(translation, [key for key in new if told(key)], reachable)
             for key in new:
                 if key not in translation.first_sequence:
                     translation.first_sequence[key] = found.get(key, spans[key][0])
@@ -181,7 +185,7 @@ def established(translation: Translation, client_epoch: int, answer: Any) -> Non
 def mark_refused(translation: Translation, body: Any) -> None:
     """A Produce of a moved producer answered with the retriable error by the gateway otherwise (held
     behind one so answered): nothing goes past its batches before their resend."""
-    _mark(translation, spans_of(body))
+    _mark(translation, _spans(body))
 
 
 def _mark(translation: Translation, spans: dict[Key, tuple[int, int]]) -> None:
@@ -189,7 +193,7 @@ def _mark(translation: Translation, spans: dict[Key, tuple[int, int]]) -> None:
         translation.refused.setdefault(key, first)
 
 
-def spans_of(body: Any) -> dict[Key, tuple[int, int]]:
+def _spans(body: Any) -> dict[Key, tuple[int, int]]:
     """Each partition's (first, last) sequence in a Produce (``body``) of an idempotent producer."""
     return {
         (t.name, p.index): span

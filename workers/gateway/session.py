@@ -61,7 +61,7 @@ from workers.gateway.protocol import (
 )
 from workers.gateway.rewrite import BROKER_NAMING, leader_hints
 from workers.gateway.sasl import Credentials, SaslError
-from workers.gateway.sequences import Unsendable, established, mark_refused, spans_of
+from workers.gateway.sequences import Unsendable, established, mark_refused
 from workers.gateway.shared import Shared
 from workers.gateway.upstream import Overdue, Shielded, Upstream, UpstreamError
 from workers.gateway.vnodes import RealBroker
@@ -1298,10 +1298,11 @@ class _SplitBrokers:
                         body, identity, producer, cluster, self.snapshot.epoch
                     )
                 else:
-                    translation = await self._migrated(identity, producer, cluster, body)
+                    translation = await self._migrated(identity, producer, cluster)
                     await self.gateway.sequences.check(
-                        body, producer[1], translation, cluster, self.session._reachable
-                    )
+                        body, producer[1], translation, cluster, self.session._reachable,
+                        told=lambda key: PartitionId(*key) in self.gateway.moved.held_here,
+                    )  # fmt: skip
             except Unsendable as exc:
                 named = {(t.name, p.index) for t in body.topic_data for p in t.partition_data}
                 refused.update({key: exc.codes.get(key, ErrorCode.not_leader_or_follower) for key in named})
@@ -1311,21 +1312,13 @@ class _SplitBrokers:
             written[part] = body if translation is None else translated(body, translation)
         return written, refused
 
-    async def _migrated(
-        self, identity: Identity, producer: tuple[int, int], cluster: str, body: Any
-    ) -> Translation:
-        """The translation the producer writes ``body``'s partitions (migrated to ``cluster``) with; its
-        origin is the routed cluster, as whom the client writes there. A partition this process did not
-        see held has its start set by its first batch (:attr:`Moved.held_here`)."""
-        moved = self.gateway.moved
+    async def _migrated(self, identity: Identity, producer: tuple[int, int], cluster: str) -> Translation:
+        """The translation the producer writes partitions migrated to ``cluster`` with; its origin is
+        the routed cluster, as whom the client writes there. Only for a partition this process saw held
+        can the origin's end tell where its sequences go on (:attr:`Moved.held_here`)."""
         on_origin = self.gateway.producers.translating(identity, producer[0], self.routed)
         origin = origin_of(ProducerRoute(self.routed, on_origin), producer[0])
-        translation = await moved.translation(identity, producer[0], cluster, origin)
-        for key, (first, _) in spans_of(body).items():
-            if key not in translation.first_sequence and PartitionId(*key) not in moved.held_here:
-                translation.first_sequence[key] = first
-                translation.guessed.add(key)
-        return translation
+        return await self.gateway.moved.translation(identity, producer[0], cluster, origin)
 
     async def list_offsets(
         self, cluster: str, node: int, request: Request | None, key: tuple[str, int], timestamp: int
