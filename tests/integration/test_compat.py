@@ -115,12 +115,6 @@ class FlipWatch:
         self._thread.join(5)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 36, open: kafkajs through one gateway once processed 6 records twice after 2 commits "
-    "refused (KafkaJSNonRetriableError, what it wrapped unrecorded then; now named). The switches' holds "
-    "(5-7 s at worst on a loaded machine) are 1.0-1.3 s since the worker starts its clients with itself",
-)
 def test_four_client_libraries_see_nothing_of_a_switchover_through_one_gateway_or_a_pair(
     live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path
 ) -> None:
