@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,17 +63,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         warned = process_warnings(item.config, since=call.start)
         if warned:
             report.sections.append(("Switchyard's processes warned", warned))
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """A test marked xfail that failed says why: pytest shows only the mark's reason, and each such
-    failure is evidence about the defect the mark stands for (CI keeps only the output)."""
-    if report.when == "call" and report.skipped and getattr(report, "wasxfail", None) is not None:
-        printed = "".join(content for title, content in report.sections if "stdout" in title)
-        sys.stderr.write(
-            f"\n{report.nodeid} failed, as marked:\n{report.longreprtext[-6000:]}\n"
-            f"its output, last part:\n{printed[-6000:]}\n"
-        )
 
 
 @pytest.fixture(scope="session")
