@@ -475,11 +475,12 @@ def test_basic_auth_is_taken_as_configured(hook: Webhook) -> None:
         return {"Authorization": f"Basic {encoded}", "Content-Type": "application/json"}
 
     body = encode(am_payload())
-    wrong = hook.post("/alertmanager", body, basic("alertmanager", "nope"))
-    assert (wrong.status_code, wrong.json()["detail"]) == (
-        401,
-        "header Authorization: the basic credentials do not match",
-    )
+    for user, password in [("alertmanager", "nope"), ("someone-else", "pa55"), ("", "pa55")]:
+        wrong = hook.post("/alertmanager", body, basic(user, password))
+        assert (wrong.status_code, wrong.json()["detail"]) == (
+            401,
+            "header Authorization: the basic credentials do not match",
+        ), (user, password)
     garbled = hook.post("/alertmanager", body, {**am_headers(None), "Authorization": "Basic !!"})
     assert (garbled.status_code, garbled.json()["detail"]) == (
         401, "header Authorization: basic credentials are not base64 of user:password"
