@@ -57,6 +57,12 @@ class RawClient:
     def close(self) -> None:
         self.sock.close()
 
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
     def _exactly(self, size: int) -> bytes:
         data = bytearray()
         while len(data) < size:

@@ -9,17 +9,22 @@ import re
 import signal
 import time
 import uuid
+from datetime import timedelta
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
 
 from switchyard import kafka
 from switchyard.keys import BindingKey
+from switchyard.mirror.groups import committed_offsets
 from switchyard.mirror.status import read_status
 from switchyard.model import ClusterState, LinkState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from tests.helpers.live import Live, capture
+from tests.helpers.raw import RawClient, commit_offset, join_group
 from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
 
 ACTOR = "user:test"
@@ -59,6 +64,11 @@ def test_a_failover_moves_clients_at_once_and_accounts_for_every_record_left_beh
     kafka.produce(primary.connect, topic, never_copied)
     wait_until(lambda: seen_ends(routing, link) == {(topic, 0): 104, (topic, 1): 103})
 
+    # a consumer of the application's, a member of its group on the primary, has read all 104 records
+    group = f"{app}-readers"
+    with RawClient(live.gateway.port, client_id=app) as reader:
+        member_id, generation = join_group(reader, group, topic, timedelta(seconds=60))
+
     os.kill(primary.process.pid() or 0, signal.SIGSTOP)  # the primary stops answering, its data kept
     mirror_log = live.logs / "mirror.log"
     wait_until(  # it was the mirror group's coordinator: the group's session ends with it
@@ -92,6 +102,22 @@ def test_a_failover_moves_clients_at_once_and_accounts_for_every_record_left_beh
     assert run.result["lost_window_records"] == 7
     assert sorted(p["copied_to"] for p in run.result["rpo"]) == [100, 100]
     capture(live, run.saga_id, run.run_id, "failover-live")
+
+    # its commit past the copy is carried to the standby held at the standby's end at the failover: the
+    # four records it read beyond the copy never reached the standby, and the standby's record 100 and on
+    # were written since, not read (after a planned switch the same commit would land at 104)
+    assert carried(live, standby.connect, app, group, (member_id, generation), topic, 104) == 100
+
+
+def carried(
+    live: Live, standby: str, app: str, group: str, member: tuple[str, int], topic: str, offset: int
+) -> int | None:
+    """Where ``member``'s commit of ``offset`` (partition 0), made through the gateway, lands on the
+    standby."""
+    assert live.gateway is not None
+    with RawClient(live.gateway.port, client_id=app) as reader:
+        assert commit_offset(reader, group, *member, topic, offset) == ErrorCode.none
+    return committed_offsets(AdminClient({"bootstrap.servers": standby}), group).get((topic, 0))
 
 
 def acknowledged_at(bootstrap: str, client_id: str, topic: str) -> float:
