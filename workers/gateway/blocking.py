@@ -13,13 +13,14 @@ import dataclasses
 import datetime
 import typing
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from workers.gateway import apis
 from workers.gateway.entities import element_type, make
-from workers.gateway.protocol import Request, response_schema
+from workers.gateway.protocol import Request, encode_response, response_schema
 
 NOT_LEADER = ErrorCode.not_leader_or_follower
 NOT_COORDINATOR = ErrorCode.not_coordinator
@@ -28,6 +29,22 @@ TOPIC_AUTHORIZATION_FAILED = ErrorCode.topic_authorization_failed
 TELEMETRY_ASK_AGAIN = datetime.timedelta(seconds=30)
 """How long a client told that no metrics are wanted waits before asking again: librdkafka's own wait
 after a failed ask."""
+
+
+@dataclass(frozen=True)
+class OwnAnswer:
+    """The gateway's answer to a request it does not send on, as a value: what decides it (the routing
+    decision, a hold, a carry, a split) says only which, and the session's writer alone encodes it."""
+
+    error: ErrorCode | None = None
+    """None: the API's retriable error (see above); else this code in the same places."""
+    codes: typing.Mapping[tuple[str, int], ErrorCode] = field(default_factory=dict)
+    """For a Produce: per partition, a code in place of the retriable one (see ``produce_refused``)."""
+
+    def encoded(self, request: Request) -> bytes:
+        if self.codes:
+            return encode_response(request, produce_refused(request, self.codes))
+        return encode_response(request, blocked_response(request, request.body, self.error))
 
 
 def blocked_response(request: Request, body: Any, error: ErrorCode | None = None) -> Any:

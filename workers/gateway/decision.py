@@ -45,10 +45,13 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from switchyard.model import BindingState
 from switchyard.resolution import Resolution
 from workers.gateway import apis
 from workers.gateway.apis import Context
+from workers.gateway.blocking import TOPIC_AUTHORIZATION_FAILED, OwnAnswer
 from workers.gateway.partitions import Touch
 from workers.gateway.vnodes import RealBroker
 
@@ -76,6 +79,22 @@ class Decision:
     """The real broker to forward to (None: the cluster's bootstrap server)."""
     source: str | None = None
     """For ``CARRY``: the cluster the committing member joined on."""
+
+    @property
+    def answer(self) -> OwnAnswer | None:
+        """The gateway's own answer, for an action that answers without sending (a ``HOLD``'s once its
+        time is over)."""
+        return _ANSWERS.get(self.action)
+
+
+_ANSWERS = {
+    Action.REJOIN: OwnAnswer(ErrorCode.rebalance_in_progress),
+    Action.QUIET: OwnAnswer(ErrorCode.none),
+    Action.REFUSE: OwnAnswer(TOPIC_AUTHORIZATION_FAILED),
+    Action.REDIRECT: OwnAnswer(),
+    Action.HOLD: OwnAnswer(),
+    Action.SHIELD: OwnAnswer(),
+}
 
 
 def decide(

@@ -34,7 +34,7 @@ from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway import apis, topic_identity
 from workers.gateway.apis import Context, context_of
-from workers.gateway.blocking import TOPIC_AUTHORIZATION_FAILED, blocked_response, produce_refused
+from workers.gateway.blocking import OwnAnswer
 from workers.gateway.carry import carried_commit
 from workers.gateway.decision import Action, Decision, decide
 from workers.gateway.entities import element_type, make, replace_known
@@ -67,9 +67,11 @@ from workers.gateway.upstream import Overdue, Shielded, Upstream, UpstreamError
 from workers.gateway.vnodes import RealBroker
 
 log = logging.getLogger(__name__)
-REBALANCING = ErrorCode.rebalance_in_progress
-Replies = asyncio.Queue[tuple[Awaitable[bytes | None], Lease] | None]
-"""Each request's answer-to-be, in request order, with its bytes' lease (None: no more)."""
+Reply = bytes | OwnAnswer | None
+"""A request's answer: a broker's (bytes), the gateway's own (encoded by the writer alone), or none."""
+Replies = asyncio.Queue[tuple[Awaitable[Reply], Lease, Request] | None]
+"""Each request's answer-to-be, in request order, with its bytes' lease and the request it answers
+(None: no more)."""
 _LEAVE_ATTEMPTS = 3
 _MEMBER_APIS = frozenset({apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.OFFSET_COMMIT})
 """Requests naming the member that sends them (LeaveGroup v3+ names members in a list)."""
@@ -123,7 +125,7 @@ class ClientSession:
         self._identities: dict[str | None, Identity] = {}
         self._resolved: dict[tuple[Identity, tuple[str, ...], str | None], Resolution] = {}
         self._resolved_in: RoutingSnapshot | None = None
-        self._answering: set[asyncio.Task[bytes | None]] = set()
+        self._answering: set[asyncio.Task[Reply]] = set()
         """Answers on their way from brokers; each holds an in-flight ticket until it settles."""
         self._finish_within: float | None = None
         """Set by ``finish``: how long the answers still on their way may take before the end."""
@@ -180,11 +182,12 @@ class ClientSession:
                 frame, lease = got
                 self._unanswered += 1
                 try:
-                    reply = await self._dispatch(parse_request(frame))
+                    request = parse_request(frame)
+                    reply = await self._dispatch(request)
                 except BaseException:
                     self._answered(lease)
                     raise
-                replies.put_nowait((reply, lease))
+                replies.put_nowait((reply, lease, request))
                 await self._room(replies, limits, writer_task)
                 if self._closing:
                     break
@@ -259,9 +262,11 @@ class ClientSession:
     async def _write(self, replies: Replies) -> None:
         while (item := await replies.get()) is not None:
             self._progress.set()
-            reply, lease = item
+            reply, lease, request = item
             try:
                 data = await reply
+                if isinstance(data, OwnAnswer):  # the one place the gateway's own answers are encoded
+                    data = data.encoded(request)
             except (UpstreamError, FrameError) as exc:
                 if not self._ending:  # else the client left, and its unanswered requests with it
                     log.warning("closing connection from %s: %s", self.peer, exc)
@@ -278,7 +283,7 @@ class ClientSession:
                     await self.writer.drain()
         self.writer.close()
 
-    async def _dispatch(self, request: Request) -> Awaitable[bytes | None]:
+    async def _dispatch(self, request: Request) -> Awaitable[Reply]:
         """Decide, and for a forwarded request write it upstream now; return the awaitable reply."""
         received = time.perf_counter()  # not the loop's clock: uvloop's counts whole milliseconds
         key = request.api_key
@@ -295,7 +300,7 @@ class ClientSession:
             )
         refused = apis.refusal(request)
         if refused is not None:  # the broker's own answer: nothing to route, hold or log
-            return _ready(encode_response(request, blocked_response(request, request.body, refused)))
+            return _ready(OwnAnswer(refused))
         identity = self._identity(request.client_id)
         if topic_identity.ids_asked(key, request.body):
             request = await self._by_name(request, identity)
@@ -352,7 +357,7 @@ class ClientSession:
 
     async def _carry_out(
         self, incoming: Incoming, decision: Decision, snapshot: RoutingSnapshot, resolution: Resolution
-    ) -> Awaitable[bytes | None]:
+    ) -> Awaitable[Reply]:
         """Do what ``decision`` says (a HOLD here is one whose time ran out: the retriable error)."""
         request = incoming.request
         moved = request.api_key in _MEMBER_APIS and self._moved(request, snapshot, decision.cluster)
@@ -364,14 +369,10 @@ class ClientSession:
             return _ready(encode_response(request, metadata))
         if action is Action.DROP:
             return _ready(None)
-        if action in (Action.REJOIN, Action.QUIET):
-            answer = REBALANCING if action is Action.REJOIN else ErrorCode.none
-            return _ready(encode_response(request, blocked_response(request, request.body, answer)))
-        if action in (Action.REDIRECT, Action.REFUSE, Action.HOLD, Action.SHIELD):
-            if action is not Action.HOLD:  # a held request was counted when it was held
+        if decision.answer is not None:
+            if action in (Action.REDIRECT, Action.REFUSE, Action.SHIELD):  # a HOLD's was counted when held
                 self.gateway.metrics.blocked.add(api_name(request.api_key), incoming.identity.app or "-")
-            error = TOPIC_AUTHORIZATION_FAILED if action is Action.REFUSE else None
-            return _unsent(encode_response(request, blocked_response(request, request.body, error)))
+            return _unsent(decision.answer)
         if action is Action.CARRY:
             assert decision.source is not None
             return self._later(self._carry(incoming, snapshot, resolution, decision.source))
@@ -390,7 +391,7 @@ class ClientSession:
 
     async def _split(
         self, incoming: Incoming, decision: Decision, snapshot: RoutingSnapshot, resolution: Resolution
-    ) -> Awaitable[bytes | None]:
+    ) -> Awaitable[Reply]:
         """Carry out a request naming migrated partitions part by part (see
         :mod:`workers.gateway.partitions`): a Produce's parts written now, as a forwarded request is; in
         flight like a forwarded one, and answered early when a newer epoch routes it otherwise."""
@@ -413,23 +414,19 @@ class ClientSession:
             raise
         return self._later(self._split_answer(request, answering, ticket))
 
-    async def _split_answer(
-        self, request: Request, answering: asyncio.Future[Any], ticket: Ticket
-    ) -> bytes | None:
+    async def _split_answer(self, request: Request, answering: asyncio.Future[Any], ticket: Ticket) -> Reply:
         try:
             if ticket.superseded is not None:
                 await asyncio.wait((answering, ticket.superseded), return_when=asyncio.FIRST_COMPLETED)
                 if not answering.done():
                     answering.cancel()
-                    return encode_response(request, blocked_response(request, request.body))
+                    return OwnAnswer()
             body = await answering
         finally:
             self.gateway.inflight.finish(ticket)
         return None if body is None else encode_response(request, body)
 
-    async def _hold(
-        self, incoming: Incoming, snapshot: RoutingSnapshot, let_go: asyncio.Event
-    ) -> bytes | None:
+    async def _hold(self, incoming: Incoming, snapshot: RoutingSnapshot, let_go: asyncio.Event) -> Reply:
         """Wait while the identity is blocked (bounded), then carry out what the routing of that moment
         says. Held requests are let go in the order they came, each after the one before is on its way.
 
@@ -513,7 +510,7 @@ class ClientSession:
 
     async def _carry(
         self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution, source: str
-    ) -> bytes | None:
+    ) -> Reply:
         """Commit on the new cluster what a member that joined on ``source`` commits (see
         :mod:`workers.gateway.carry`); if that cannot be done now, the retriable error."""
         request, cluster = incoming.request, resolution.cluster
@@ -530,7 +527,7 @@ class ClientSession:
                     "commit of group %s not carried from %s to %s (the client retries it): %s",
                     request.body.group_id, source, cluster, exc,
                 )  # fmt: skip
-                return encode_response(request, blocked_response(request, request.body))
+                return OwnAnswer()
             left = snapshot.clusters.get(source)
             planned = left is None or left.state is ClusterState.ACTIVE  # else a failover: see translate
             body = carried_commit(request.body, records, planned=planned)
@@ -538,21 +535,21 @@ class ClientSession:
             if rejoin is not None and not rejoin[0].done():  # refused while the group rebalances
                 body = await self._as_rejoined(rejoin, request, body)
             if self._routed_otherwise_since(incoming, snapshot, resolution):
-                return encode_response(request, blocked_response(request, request.body))
+                return OwnAnswer()
             frame = replace_body(request, body)
             answer = await self._forward(incoming, frame, snapshot, resolution, node)
         return await answer
 
     async def _adopt(
         self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution, node: int | None
-    ) -> bytes | None:
+    ) -> Reply:
         """Send a commit from outside the group once this connection's rejoin is done, as the member it
         rejoined as (see ``ADOPT`` in :mod:`workers.gateway.decision`); as sent if the rejoin takes
         longer than a held request may wait."""
         request = incoming.request
         body = await self._as_rejoined(self._rejoins[request.body.group_id], request, request.body)
         if self._routed_otherwise_since(incoming, snapshot, resolution):
-            return encode_response(request, blocked_response(request, request.body))
+            return OwnAnswer()
         frame = replace_body(request, body)
         return await (await self._forward(incoming, frame, snapshot, resolution, node))
 
@@ -830,7 +827,7 @@ class ClientSession:
         snapshot: RoutingSnapshot,
         resolution: Resolution,
         node: int | None,
-    ) -> Awaitable[bytes | None]:
+    ) -> Awaitable[Reply]:
         """Write ``frame`` to a broker of the resolved cluster now; return its answer-to-be."""
         request, context, identity = incoming.request, incoming.context, incoming.identity
         key = request.api_key
@@ -866,8 +863,7 @@ class ClientSession:
         except Unsendable as refused:  # a moved producer's batch that may not go yet (or never)
             inflight.finish(ticket)
             log.debug("%s: Produce answered without sending: %s", identity, refused)
-            refusal = encode_response(request, produce_refused(request, refused.codes))
-            return _unsent(refusal if context.expects_response else None)
+            return _unsent(OwnAnswer(codes=refused.codes) if context.expects_response else None)
         except BaseException:
             inflight.finish(ticket)
             raise
@@ -877,7 +873,7 @@ class ClientSession:
         answer = self._answer(request, future, upstream, ticket, identity, received=incoming.received)
         return self._later(answer)
 
-    def _later(self, answer: Coroutine[Any, Any, bytes | None]) -> asyncio.Task[bytes | None]:
+    def _later(self, answer: Coroutine[Any, Any, Reply]) -> asyncio.Task[Reply]:
         """Run ``answer`` as a task the session waits for when it ends."""
         task = asyncio.create_task(answer)
         self._answering.add(task)
@@ -910,14 +906,14 @@ class ClientSession:
         identity: Identity,
         *,
         received: float,
-    ) -> bytes:
+    ) -> bytes | OwnAnswer:
         sent = time.perf_counter()
         try:
             if ticket.superseded is not None:
                 await asyncio.wait((future, ticket.superseded), return_when=asyncio.FIRST_COMPLETED)
                 if not future.done():  # a newer epoch routes it elsewhere: answer as that epoch would
                     self._abandon(request, future, upstream)
-                    return encode_response(request, blocked_response(request, request.body))
+                    return OwnAnswer()
             try:
                 frame = await future
             except (Shielded, Overdue):
@@ -1059,7 +1055,7 @@ class ClientSession:
             isr_nodes=(vid,), offline_replicas=(),
         )  # fmt: skip
 
-    def _settled(self, answer: asyncio.Task[bytes | None]) -> None:
+    def _settled(self, answer: asyncio.Task[Reply]) -> None:
         """An answer is in (or failed). Its failure is seen by the writer, if it still waits for it; when
         the connection is already ending nobody will, and that is no error worth a traceback."""
         self._answering.discard(answer)
@@ -1164,9 +1160,7 @@ class ClientSession:
             )
         return identity
 
-    def _refused(
-        self, request: Request, expects_response: bool, closed: UpstreamError
-    ) -> Awaitable[bytes | None]:
+    def _refused(self, request: Request, expects_response: bool, closed: UpstreamError) -> Awaitable[Reply]:
         """The answer to a request whose broker connection was closed on purpose before it was sent, or
         whose broker the cluster's metadata no longer lists: the retriable error where its API has one,
         else ``closed`` raised (the client connection closes)."""
@@ -1177,12 +1171,10 @@ class ClientSession:
             raise closed
         return _unsent(refused)
 
-    def _unanswerable(self, request: Request) -> bytes | None:
+    def _unanswerable(self, request: Request) -> OwnAnswer | None:
         """A request whose cluster was shielded under it, answered with the retriable error where its
         API has one (None: there is none, and the connection closes as on a broker's failure)."""
-        if request.api_key not in apis.SHIELDABLE:
-            return None
-        return encode_response(request, blocked_response(request, request.body))
+        return OwnAnswer() if request.api_key in apis.SHIELDABLE else None
 
     def _upstream(self, cluster: str, node: int | None, *, long_poll: bool) -> Upstream:
         """This session's connection to a broker; :class:`Shielded` for a cluster shielded now (it is not
