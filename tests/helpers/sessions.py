@@ -23,7 +23,7 @@ from workers.gateway.acked import AckedEnds
 from workers.gateway.holds import RoutingChanges
 from workers.gateway.inflight import InFlight
 from workers.gateway.intake import ByteBudget
-from workers.gateway.members import Members
+from workers.gateway.groups.members import Members
 from workers.gateway.metrics import Metrics
 from workers.gateway.moved import Moved
 from workers.gateway.protocol import known_versions

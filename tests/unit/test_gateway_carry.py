@@ -12,7 +12,7 @@ from switchyard.mirror.mapstore import LinkRecords
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway import apis
-from workers.gateway.carry import carried_commit, translate
+from workers.gateway.groups.carry import carried_commit, translate
 from workers.gateway.entities import element_type, make
 from workers.gateway.holds import RoutingChanges, hold_limit
 from workers.gateway.protocol import encode_request, known_versions, parse_request, request_schema

@@ -70,16 +70,16 @@ def test_a_connection_that_failed_under_a_request_is_not_replaced_but_one_closed
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         session = ClientSession(cast(Shared, gateway), Listener(), reader, writer)
 
-        failed = session._upstream("primary", 1, long_poll=False)
+        failed = session.upstream("primary", 1, long_poll=False)
         answer = await failed.send(struct.pack(">hhih", 3, 9, 1, -1), 1, expects_response=True)
         assert answer is not None
         with contextlib.suppress(UpstreamError):
             await asyncio.wait_for(answer, 5)
         with pytest.raises(UpstreamError) as refused:
-            session._upstream("primary", 1, long_poll=False)
+            session.upstream("primary", 1, long_poll=False)
         client_closed = writer.is_closing()  # the client connects again and resends them all in order
 
-        idle = session._upstream("primary", 2, long_poll=False)
+        idle = session.upstream("primary", 2, long_poll=False)
         await idle.send(struct.pack(">hhih", 3, 9, 2, -1), 2, expects_response=False)
 
         async def closed_idle() -> None:  # the broker closes it; nothing waited for an answer
@@ -87,7 +87,7 @@ def test_a_connection_that_failed_under_a_request_is_not_replaced_but_one_closed
                 await asyncio.sleep(0.01)
 
         await asyncio.wait_for(closed_idle(), 5)
-        replaced = session._upstream("primary", 2, long_poll=False) is not idle
+        replaced = session.upstream("primary", 2, long_poll=False) is not idle
         writer.close()
         server.close()
         return failed.broke, idle.broke, str(refused.value), replaced, client_closed

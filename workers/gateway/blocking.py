@@ -47,6 +47,11 @@ class OwnAnswer:
         return encode_response(request, blocked_response(request, request.body, self.error))
 
 
+Reply = bytes | OwnAnswer | None
+"""A request's answer: a broker's (bytes), the gateway's own (encoded by the session's writer alone), or
+none (a request that expects no answer)."""
+
+
 def blocked_response(request: Request, body: Any, error: ErrorCode | None = None) -> Any:
     """The response that refuses ``request`` (its decoded ``body``) with a retriable error, or with
     ``error`` in the same places."""

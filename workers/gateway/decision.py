@@ -15,7 +15,7 @@ sockets and shared state, lets every API be checked against every routing state 
 - ``CARRY``: an OffsetCommit from a group member that joined on another cluster than the one its
   identity is bound to now (it joined before a switch): committed on the new cluster in the form a
   coordinator takes for a group without members, translated through the link's offset map (see
-  :mod:`workers.gateway.carry`), so what the application processed stays committed across the switch;
+  :mod:`workers.gateway.groups.carry`), so what the application processed stays committed across the switch;
 - ``REJOIN``: a Heartbeat from a member that joined on the cluster the identity has left: answered
   here with REBALANCE_IN_PROGRESS, the usual request to rejoin. Forwarded, it would get
   UNKNOWN_MEMBER_ID from a coordinator that never knew the member, and some clients (kafka-python,

@@ -29,11 +29,11 @@ from workers.gateway import readiness
 from workers.gateway.acked import AckedEnds
 from workers.gateway.answers import LocalAnswers
 from workers.gateway.directory import BrokerDirectory
+from workers.gateway.groups.members import Members
 from workers.gateway.holds import RoutingChanges
 from workers.gateway.inflight import InFlight, describe
 from workers.gateway.intake import ByteBudget
 from workers.gateway.links import LinkLookup
-from workers.gateway.members import Members
 from workers.gateway.metrics import Metrics
 from workers.gateway.moved import Moved
 from workers.gateway.producer_ids import ProducerIds

@@ -1,8 +1,10 @@
 """One client connection: read requests, decide for each, forward or answer, reply in request order.
 
 What to do with a request is decided by :func:`workers.gateway.decision.decide`; this module carries it
-out — forwards, answers, holds (:mod:`workers.gateway.holds`), carries commits
-(:mod:`workers.gateway.carry`) — and sees the gateway only through :class:`workers.gateway.shared.Shared`.
+out — forwards, answers, holds (:mod:`workers.gateway.holds`), hands group requests to the connection's
+:class:`~workers.gateway.groups.handling.GroupHandling` — and sees the gateway only through
+:class:`workers.gateway.shared.Shared`. The gateway's own answers are values
+(:class:`~workers.gateway.blocking.OwnAnswer`) that the writer alone encodes.
 
 Every request is resolved against the routing snapshot current when it is read, so after a binding
 changes, no new request of that identity goes to the old cluster; requests already sent are counted
@@ -29,20 +31,19 @@ from kio.schema.errors import ErrorCode
 
 from switchyard.config import GatewayLimitsConfig
 from switchyard.identity import Identity, identify
-from switchyard.model import ClusterState, PartitionId
+from switchyard.model import PartitionId
 from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway import apis, topic_identity
 from workers.gateway.apis import Context, context_of
-from workers.gateway.blocking import OwnAnswer
-from workers.gateway.carry import carried_commit
+from workers.gateway.blocking import OwnAnswer, Reply
 from workers.gateway.decision import Action, Decision, decide
 from workers.gateway.entities import element_type, make, replace_known
 from workers.gateway.fetches import answer_without_epochs, forwarded_fetch
+from workers.gateway.groups.handling import GroupHandling, Send
 from workers.gateway.holds import hold_limit
 from workers.gateway.inflight import Ticket, own_wait_s
 from workers.gateway.intake import Intake, Lease
-from workers.gateway.members import Member
 from workers.gateway.migrated import Listed
 from workers.gateway.partitions import Part, Split, listed_of
 from workers.gateway.producer_ids import origin_of
@@ -63,26 +64,13 @@ from workers.gateway.rewrite import BROKER_NAMING, leader_hints
 from workers.gateway.sasl import Credentials, SaslError
 from workers.gateway.sequences import Unsendable, established, mark_refused
 from workers.gateway.shared import Shared
-from workers.gateway.upstream import Overdue, Shielded, Upstream, UpstreamError
+from workers.gateway.upstream import Overdue, Shielded, Upstream, UpstreamError, dropped
 from workers.gateway.vnodes import RealBroker
 
 log = logging.getLogger(__name__)
-Reply = bytes | OwnAnswer | None
-"""A request's answer: a broker's (bytes), the gateway's own (encoded by the writer alone), or none."""
 Replies = asyncio.Queue[tuple[Awaitable[Reply], Lease, Request] | None]
 """Each request's answer-to-be, in request order, with its bytes' lease and the request it answers
 (None: no more)."""
-_LEAVE_ATTEMPTS = 3
-_MEMBER_APIS = frozenset({apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.OFFSET_COMMIT})
-"""Requests naming the member that sends them (LeaveGroup v3+ names members in a list)."""
-_LEAVE_AGAIN_S = 0.5
-NO_PARTITIONS = b"\x00\x00" + b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff"
-"""A consumer-protocol assignment (version 0) of no partitions and no user data: well formed for every
-client, where empty bytes are left to each client's reading."""
-_ANSWER_SLACK_S = 30.0
-"""How long past a join's rebalance time-out its answer is still awaited (``_leave_once_joined``)."""
-_OUTLIVING: set[asyncio.Task[None]] = set()
-"""Tasks that outlive their session (``_leave_once_joined``): held here so they are not collected."""
 _HIGH_WATER = 256 * 1024
 """Bytes waiting to go to the client before the session waits for them to drain."""
 
@@ -134,10 +122,7 @@ class ClientSession:
         self._outliving: set[Upstream] = set()
         """Retired connections awaiting the answer to a JoinGroup answered early: they outlive the session
         (``_leave_once_joined``)."""
-        self._carrying = asyncio.Lock()
-        self._rejoins: dict[str, tuple[asyncio.Future[tuple[str, int]], float]] = {}
-        """Per group this connection's consumer is (re)joining: set to (member id, generation) by the
-        successful SyncGroup that ends the join; with the session time-out the join asked for."""
+        self.groups = GroupHandling(gateway, self)
         self._released: asyncio.Future[bool] | None = None
         """Set when the latest held request has been let go (the next held one waits for it): whether a
         Produce among those held before was answered with the retriable error."""
@@ -311,7 +296,7 @@ class ClientSession:
         self.gateway.metrics.requests.add(api_name(key), incoming.identity.app or "-", resolution.cluster)
         self.gateway.usage.note(incoming.identity, key, incoming.context)
         if key in (apis.OFFSET_COMMIT, apis.HEARTBEAT) and request.api_version >= 1:
-            await self._find_member(incoming, snapshot, resolution)
+            await self.groups.find_member(request, snapshot, resolution.cluster, context.topics)
             if self.gateway.view.snapshot is not snapshot:  # moved on while the coordinator answered
                 snapshot = self.gateway.view.snapshot
                 resolution = self._resolve(snapshot, incoming.identity, context.topics, context.group)
@@ -322,30 +307,13 @@ class ClientSession:
                 self.gateway.metrics.blocked.add(api_name(key), incoming.identity.app or "-")
             let_go = asyncio.Event()
             self._held[let_go] = self._waiting[let_go] = None
-            return self._later(self._hold(incoming, snapshot, let_go))
+            return self.later(self._hold(incoming, snapshot, let_go))
         return await self._carry_out(incoming, decision, snapshot, resolution)
 
     def _decide(self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution) -> Decision:
         request, context = incoming.request, incoming.context
         gateway = self.gateway
-        joined_on, member = None, None
-        if request.api_key in (apis.OFFSET_COMMIT, apis.HEARTBEAT) and request.api_version >= 1:
-            member = gateway.members.get(request.body.group_id, request.body.member_id)
-            joined_on = member.cluster if member is not None else None
-            if member is not None and member.left and joined_on == resolution.cluster:
-                # had the cluster forget it at a switch, and back before it rejoined anywhere (a switch
-                # back within its heartbeat interval): a member of no cluster, which read last where a
-                # link copies from. Forwarded, its commits and heartbeats would be refused
-                # (UNKNOWN_MEMBER_ID), and what it processed since its last commit processed again.
-                joined_on = self._copied_from(snapshot, resolution.cluster, context.topics)
-            if joined_on == resolution.cluster or (
-                joined_on is not None
-                and request.api_key == apis.OFFSET_COMMIT
-                and gateway.links.carrying_link(snapshot, joined_on, resolution.cluster, context.topics)
-                is None
-            ):
-                joined_on = None
-        rejoining = self._rejoining(request, member)
+        joined_on, rejoining = self.groups.joined_on(request, snapshot, resolution.cluster, context.topics)
         partitions = gateway.moved.of(snapshot).touch(request, resolution.cluster, context.topics)
         return decide(
             request.api_key, context, resolution, self.listener.broker,
@@ -360,7 +328,7 @@ class ClientSession:
     ) -> Awaitable[Reply]:
         """Do what ``decision`` says (a HOLD here is one whose time ran out: the retriable error)."""
         request = incoming.request
-        moved = request.api_key in _MEMBER_APIS and self._moved(request, snapshot, decision.cluster)
+        moved = self.groups.moved(request, snapshot, decision.cluster)
         action = decision.action
         if action is Action.ANSWER:
             metadata = await self.gateway.brokers.local_metadata(request, decision.cluster)
@@ -375,16 +343,21 @@ class ClientSession:
             return _unsent(decision.answer)
         if action is Action.CARRY:
             assert decision.source is not None
-            return self._later(self._carry(incoming, snapshot, resolution, decision.source))
+            send = self._sender(incoming, snapshot, resolution)
+            carried = self.groups.carry(
+                request, snapshot, resolution.cluster, decision.source, incoming.context.topics, send=send
+            )
+            return self.later(carried)
         if action is Action.ADOPT:
-            return self._later(self._adopt(incoming, snapshot, resolution, decision.node))
+            send = self._sender(incoming, snapshot, resolution)
+            return self.later(self.groups.adopt(request, decision.node, send))
         if action is Action.SPLIT:
             return await self._split(incoming, decision, snapshot, resolution)
         frame = request.frame
         if moved and request.api_key == apis.JOIN_GROUP:  # a new member where it goes, as a broker insists
             frame = replace_body(request, dataclasses.replace(request.body, member_id=""))
         elif request.api_key == apis.JOIN_GROUP:
-            self._joining(request, decision.cluster)
+            self.groups.joining(request, decision.cluster)
         elif request.api_key == apis.FETCH and (plain := forwarded_fetch(request.body)):
             frame = replace_body(request, plain)
         return await self._forward(incoming, frame, snapshot, resolution, decision.node)
@@ -412,7 +385,7 @@ class ClientSession:
         except BaseException:
             self.gateway.inflight.finish(ticket)
             raise
-        return self._later(self._split_answer(request, answering, ticket))
+        return self.later(self._split_answer(request, answering, ticket))
 
     async def _split_answer(self, request: Request, answering: asyncio.Future[Any], ticket: Ticket) -> Reply:
         try:
@@ -446,7 +419,7 @@ class ClientSession:
         try:
             context, identity = incoming.context, incoming.identity
             most = self.gateway.config.gateway.block_hold_s
-            limit = hold_limit(incoming.request, most, self._session_s(incoming.request))
+            limit = hold_limit(incoming.request, most, self.groups.session_s(incoming.request))
             deadline = incoming.received + limit
             resolution = self._resolve(snapshot, identity, context.topics, context.group)
             while True:
@@ -501,57 +474,17 @@ class ClientSession:
             del self._waiting[let_go]
             let_go.set()
 
-    def _session_s(self, request: Request) -> float | None:
-        """The session time-out of the member a group request comes from, if the gateway saw it join."""
-        if request.api_key not in apis.GROUP_APIS:
-            return None
-        member = self.gateway.members.get(request.body.group_id, getattr(request.body, "member_id", None))
-        return member.session_timeout_s if member is not None else None
+    def _sender(self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution) -> Send:
+        """How a commit the group handling has waited on (its carry, its member's rejoin) is sent: as
+        ``body`` now, unless the routing moved on meanwhile (``_routed_otherwise_since``)."""
 
-    async def _carry(
-        self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution, source: str
-    ) -> Reply:
-        """Commit on the new cluster what a member that joined on ``source`` commits (see
-        :mod:`workers.gateway.carry`); if that cannot be done now, the retriable error."""
-        request, cluster = incoming.request, resolution.cluster
-        async with self._carrying:  # one at a time, in the order they came: a later commit lands later
-            link = self.gateway.links.carrying_link(snapshot, source, cluster, incoming.context.topics)
-            try:
-                if link is None:
-                    topics = incoming.context.topics
-                    raise UpstreamError(f"no link from {source} to {cluster} copies {topics}")
-                records = await self.gateway.links.link_records(link)
-                node = await self._coordinator(cluster, request.body.group_id)
-            except Exception as exc:
-                log.warning(
-                    "commit of group %s not carried from %s to %s (the client retries it): %s",
-                    request.body.group_id, source, cluster, exc,
-                )  # fmt: skip
-                return OwnAnswer()
-            left = snapshot.clusters.get(source)
-            planned = left is None or left.state is ClusterState.ACTIVE  # else a failover: see translate
-            body = carried_commit(request.body, records, planned=planned)
-            rejoin = self._rejoins.get(request.body.group_id)
-            if rejoin is not None and not rejoin[0].done():  # refused while the group rebalances
-                body = await self._as_rejoined(rejoin, request, body)
+        async def send(body: Any, node: int | None) -> Awaitable[Reply]:
             if self._routed_otherwise_since(incoming, snapshot, resolution):
-                return OwnAnswer()
-            frame = replace_body(request, body)
-            answer = await self._forward(incoming, frame, snapshot, resolution, node)
-        return await answer
+                return _ready(OwnAnswer())
+            frame = replace_body(incoming.request, body)
+            return await self._forward(incoming, frame, snapshot, resolution, node)
 
-    async def _adopt(
-        self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution, node: int | None
-    ) -> Reply:
-        """Send a commit from outside the group once this connection's rejoin is done, as the member it
-        rejoined as (see ``ADOPT`` in :mod:`workers.gateway.decision`); as sent if the rejoin takes
-        longer than a held request may wait."""
-        request = incoming.request
-        body = await self._as_rejoined(self._rejoins[request.body.group_id], request, request.body)
-        if self._routed_otherwise_since(incoming, snapshot, resolution):
-            return OwnAnswer()
-        frame = replace_body(request, body)
-        return await (await self._forward(incoming, frame, snapshot, resolution, node))
+        return send
 
     def _routed_otherwise_since(
         self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution
@@ -566,19 +499,6 @@ class ClientSession:
         still = self._still_routed(snapshot, incoming.identity, context.topics, context.group, resolution)
         return not still(latest)
 
-    async def _as_rejoined(
-        self, rejoin: tuple[asyncio.Future[tuple[str, int]], float], request: Request, body: Any
-    ) -> Any:
-        """``body`` (an OffsetCommit) as the member this connection rejoins as, once the rejoin is done;
-        unchanged if it takes longer than a held request may wait."""
-        joined, session_s = rejoin
-        limit = hold_limit(request, self.gateway.config.gateway.block_hold_s, session_s)
-        try:
-            member_id, generation = await asyncio.wait_for(asyncio.shield(joined), limit)
-        except TimeoutError:
-            return body
-        return dataclasses.replace(body, member_id=member_id, generation_id_or_member_epoch=generation)
-
     async def _by_name(self, request: Request, identity: Identity) -> Request:
         """``request`` naming by name the topics it named by the ids clients see (see
         :mod:`workers.gateway.topic_identity`): routing, and the cluster asked, need names. A shielded
@@ -589,7 +509,7 @@ class ClientSession:
             topics: Iterable[str] = self.gateway.moved.topics(cluster)
         else:
             version = self.gateway.brokers.version(apis.METADATA)
-            answer = await self._upstream(cluster, None, long_poll=False).ask(
+            answer = await self.upstream(cluster, None, long_poll=False).ask(
                 apis.METADATA, version, topics=None, allow_auto_topic_creation=False
             )
             topics = (t.name for t in answer.topics if t.name)
@@ -597,228 +517,14 @@ class ClientSession:
         body = topic_identity.by_name(request.api_key, request.body, names)
         return dataclasses.replace(request, frame=replace_body(request, body))
 
-    async def _find_member(
-        self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution
-    ) -> None:
-        """Where a member this gateway did not see join did join, if its commits could need carrying: it
-        joined through the other gateway of a pair, or before this gateway started. A member the group's
-        coordinator on the bound cluster does not list, in a group settled there, joined on the cluster a
-        link copies its topics from. Remembered either way; left unknown if the answer is unclear."""
-        body = incoming.request.body
-        group, member_id = body.group_id, body.member_id
-        gateway, cluster = self.gateway, resolution.cluster
-        if not member_id or gateway.members.get(group, member_id) is not None:
-            return
-        source = self._copied_from(snapshot, cluster, incoming.context.topics)
-        if source is None:
-            return
-        try:
-            node = await self._coordinator(cluster, group)
-            version = gateway.brokers.version(apis.DESCRIBE_GROUPS, 5)
-            answer = await self._upstream(cluster, node, long_poll=False).ask(
-                apis.DESCRIBE_GROUPS, version, groups=(group,), include_authorized_operations=False
-            )
-        except (UpstreamError, TimeoutError, FrameError) as exc:
-            log.warning("group %s: cannot tell where member %s joined: %s", group, member_id, exc)
-            return
-        (described,) = answer.groups
-        if described.error_code != ErrorCode.none:
-            return
-        if any(m.member_id == member_id for m in described.members):
-            gateway.members.joined(group, member_id, Member(cluster, None))
-        elif described.group_state in ("Empty", "Dead", "Stable"):  # not mid-rebalance: it is not here
-            gateway.members.joined(group, member_id, Member(source, None))
-
-    def _copied_from(self, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...]) -> str | None:
-        """The one other cluster a link copies ``topics`` from to ``cluster`` (None: none, or several)."""
-        links = self.gateway.links
-        sources = [
-            c for c in snapshot.clusters
-            if c != cluster and links.carrying_link(snapshot, c, cluster, topics) is not None
-        ]  # fmt: skip
-        return sources[0] if len(sources) == 1 else None
-
-    def _rejoining(self, request: Request, member: Member | None) -> bool:
-        """For a Heartbeat: whether its member, or this connection's consumer, is already joining the
-        group again. For an OffsetCommit from outside the group: whether this connection's consumer is
-        (see ``ADOPT`` and ``QUIET`` in :mod:`workers.gateway.decision`)."""
-        key, body = request.api_key, request.body
-        if key not in (apis.OFFSET_COMMIT, apis.HEARTBEAT):
-            return False
-        here = body.group_id in self._rejoins and not self._rejoins[body.group_id][0].done()
-        if key == apis.HEARTBEAT:
-            return here or (member is not None and member.rejoining)
-        outside = request.api_version >= 1 and body.generation_id_or_member_epoch < 0 and not body.member_id
-        return here and outside
-
-    def _joining(self, request: Request, cluster: str) -> None:
-        """A JoinGroup naming its member goes to ``cluster``: the member is one there from now on as far
-        as a switch is concerned, answered or not. A join waits for the group's other members, so a
-        switch can cut it (``InFlight``); the broker still makes the member one of the group, and unless
-        the next switch has it forget the member (``_moved``), the group keeps it until its session
-        time-out — and a switch back to that cluster cannot write the group's offsets until then."""
-        body = request.body
-        if body.member_id and self.gateway.members.get(body.group_id, body.member_id) is None:
-            session_s = float(body.session_timeout.total_seconds())
-            self.gateway.members.joined(body.group_id, body.member_id, Member(cluster, session_s))
-
-    def _moved(self, request: Request, snapshot: RoutingSnapshot, now_on: str) -> bool:
-        """Whether the member sending ``request`` joined on another cluster than ``now_on``, where the
-        request goes (it is told to rejoin, its commits are carried, or, as kafkajs does, it rejoins
-        with its old id); if so, have the cluster it joined on forget it now, once. Left there, it would
-        stay a member until its session time-out — up to 45 s at the clients' defaults — and a switch
-        back could not write its group's offsets there (a group takes them only without members) until
-        then, clients held. A JoinGroup marks it rejoining (see ``QUIET``)."""
-        group, member_id = request.body.group_id, getattr(request.body, "member_id", "")
-        member = self.gateway.members.get(group, member_id) if member_id else None
-        if member is None or (member.cluster == now_on and not member.left):
-            return False
-        rejoining = member.rejoining or request.api_key == apis.JOIN_GROUP
-        self.gateway.members.joined(
-            group, member_id, dataclasses.replace(member, left=True, rejoining=rejoining)
-        )
-        if member.left or member.cut:  # a cut join's member goes once its join is answered
-            return True
-        cluster = snapshot.clusters.get(member.cluster)
-        if cluster is not None and cluster.state is ClusterState.ACTIVE:  # a shielded one is not contacted
-            self._later(self._leave(member.cluster, group, member_id))
-        return True
-
     def _abandon(self, request: Request, answer: asyncio.Future[bytes], upstream: Upstream) -> None:
         """Leave the broker's answer to a long poll answered early behind (a join's is still seen to)."""
         if request.api_key == apis.JOIN_GROUP:
-            self._leave_once_joined(request, answer, upstream)
+            self._outliving.add(upstream)
+            self.groups.leave_once_joined(request, answer, upstream)
         else:
-            answer.add_done_callback(_dropped)
+            answer.add_done_callback(dropped)
         self._retire(upstream)
-
-    def _leave_once_joined(self, request: Request, answer: asyncio.Future[bytes], upstream: Upstream) -> None:
-        """A JoinGroup answered early (``InFlight``) still waits at the broker, which makes its member one
-        of the group when the round ends. So its answer is awaited — over the connection it was asked on,
-        kept past this session — and a member that has moved since is removed then, not before
-        (``Member.cut``), whatever a broker makes of a member removed while its join waits: a round
-        whose leader never assigns never ends (chaos runs' consumers stalled for minutes). A member the
-        round made its leader first ends the round, assigning nothing."""
-        body = request.body
-        group = body.group_id
-        limit_s = float(getattr(body, "rebalance_timeout", body.session_timeout).total_seconds())
-        self._outliving.add(upstream)
-        members = self.gateway.members
-        asked = members.get(group, body.member_id)
-        if asked is not None:
-            members.joined(group, body.member_id, dataclasses.replace(asked, cut=True))
-
-        async def leave_once_joined() -> None:
-            joined = None
-            try:
-                joined = decode_response(
-                    request, await asyncio.wait_for(asyncio.shield(answer), limit_s + _ANSWER_SLACK_S)
-                )
-            except (TimeoutError, UpstreamError):
-                pass
-            finally:
-                if not answer.done():
-                    answer.add_done_callback(_dropped)
-                upstream.close()
-            member_id = joined.member_id if joined is not None and joined.member_id else body.member_id
-            member = members.get(group, member_id)
-            if joined is not None:
-                log.info(
-                    "group %s: the cut join of %s on %s ended: %s, generation %d, leader %s",
-                    group, member_id, upstream.cluster, joined.error_code.name, joined.generation_id,
-                    joined.leader or "-",
-                )  # fmt: skip
-            if member is not None and member.cut:
-                members.joined(group, member_id, member := dataclasses.replace(member, cut=False))
-            if joined is not None and joined.error_code == ErrorCode.none and joined.leader == member_id:
-                await self._sync_as_leader(upstream.cluster, group, joined)  # its client never will
-            here = member is not None and not member.left and member.cluster == upstream.cluster
-            if member_id and not here:  # else it still belongs there
-                await self._leave(upstream.cluster, group, member_id)
-
-        task = asyncio.create_task(leave_once_joined())
-        _OUTLIVING.add(task)
-        task.add_done_callback(_OUTLIVING.discard)
-
-    async def _leave(self, cluster: str, group: str, member_id: str) -> None:
-        """LeaveGroup on ``member_id``'s behalf, as an admin client's removal of a member does."""
-        version = self.gateway.brokers.version(apis.LEAVE_GROUP, 5)
-        fields: dict[str, Any] = {"member_id": member_id}
-        if version >= 3:  # members named in a list (KIP-345); a dynamic member by its id alone
-            entry = element_type(request_schema(apis.LEAVE_GROUP, version), "members")
-            named = {"member_id": member_id, "group_instance_id": None}
-            fields = {"members": (make(entry, **named, **({"reason": "switched"} if version >= 5 else {})),)}
-        try:
-            answer = await self._ask_coordinator(cluster, group, apis.LEAVE_GROUP, version, fields)
-        except (UpstreamError, TimeoutError, FrameError) as exc:
-            log.warning("group %s: could not remove member %s from %s: %s", group, member_id, cluster, exc)
-            return
-        errors = {answer.error_code, *(m.error_code for m in getattr(answer, "members", ()))}
-        if errors - {ErrorCode.none, ErrorCode.unknown_member_id}:  # unknown: it had expired already
-            log.warning("group %s: %s did not remove member %s: %s", group, cluster, member_id, errors)
-        else:
-            log.info("group %s: member %s removed from %s, which it left", group, member_id, cluster)
-
-    async def _sync_as_leader(self, cluster: str, group: str, joined: Any) -> None:
-        """End the round ``joined`` (a JoinGroup answer naming its member the leader) on the member's
-        behalf, assigning nothing: the group's other members wait in SyncGroup for their leader's
-        assignment, and a leader whose join was cut never sends it. Its members then join again (the
-        leader's removal follows), and get their partitions from the next round."""
-        version = self.gateway.brokers.version(apis.SYNC_GROUP, 5)
-        entry = element_type(request_schema(apis.SYNC_GROUP, version), "assignments")
-        nothing = tuple(make(entry, member_id=m.member_id, assignment=NO_PARTITIONS) for m in joined.members)
-        fields: dict[str, Any] = {  # an assignment for every member, of no partitions
-            "generation_id": joined.generation_id,
-            "member_id": joined.member_id,
-            "assignments": nothing,
-        }
-        if version >= 3:
-            fields["group_instance_id"] = None
-        if version >= 5:
-            fields["protocol_type"] = getattr(joined, "protocol_type", None) or "consumer"
-            fields["protocol_name"] = joined.protocol_name
-        try:
-            answer = await self._ask_coordinator(cluster, group, apis.SYNC_GROUP, version, fields)
-        except (UpstreamError, TimeoutError, FrameError) as exc:
-            log.warning(
-                "group %s: could not end the round of %s on %s: %s", group, joined.member_id, cluster, exc
-            )
-            return
-        log.info(
-            "group %s: round %d on %s ended for its cut leader %s: %s",
-            group, joined.generation_id, cluster, joined.member_id, answer.error_code.name,
-        )  # fmt: skip
-
-    async def _ask_coordinator(
-        self, cluster: str, group: str, api_key: int, version: int, fields: dict[str, Any]
-    ) -> Any:
-        """Ask ``group``'s coordinator on ``cluster``, over connections of its own (the asking may outlive
-        this session; the flip closes the session's connections, and what was sent just then fails)."""
-        for attempt in range(_LEAVE_ATTEMPTS):
-            opened = [self.gateway.brokers.upstream(cluster, None, self.credentials)]
-            try:
-                node = await self._coordinator(cluster, group, opened[0])
-                opened.append(self.gateway.brokers.upstream(cluster, node, self.credentials))
-                return await opened[1].ask(api_key, version, group_id=group, **fields)
-            except (UpstreamError, TimeoutError, FrameError):
-                if attempt + 1 == _LEAVE_ATTEMPTS:
-                    raise
-                await asyncio.sleep(_LEAVE_AGAIN_S)
-            finally:
-                for upstream in opened:
-                    upstream.close()
-        raise AssertionError("unreachable")
-
-    async def _coordinator(self, cluster: str, group: str, upstream: Upstream | None = None) -> int:
-        """The broker of ``cluster`` that coordinates ``group`` (asked over ``upstream``, else this
-        session's connection to the cluster)."""
-        version = self.gateway.brokers.version(apis.FIND_COORDINATOR, 3)
-        fields: dict[str, Any] = {"key": group} | ({"key_type": 0} if version >= 1 else {})
-        upstream = upstream or self._upstream(cluster, None, long_poll=False)
-        answer = await upstream.ask(apis.FIND_COORDINATOR, version, **fields)
-        if answer.error_code != ErrorCode.none:
-            raise UpstreamError(f"{cluster}: no coordinator for group {group}: {answer.error_code.name}")
-        return int(answer.node_id)
 
     async def _forward(
         self,
@@ -832,12 +538,9 @@ class ClientSession:
         request, context, identity = incoming.request, incoming.context, incoming.identity
         key = request.api_key
         if key == apis.JOIN_GROUP:
-            group = request.body.group_id
-            if group not in self._rejoins or self._rejoins[group][0].done():
-                session_s = float(request.body.session_timeout.total_seconds())
-                self._rejoins[group] = (asyncio.get_running_loop().create_future(), session_s)
+            self.groups.sending(request)
         try:
-            upstream = self._upstream(resolution.cluster, node, long_poll=key in apis.LONG_POLLS)
+            upstream = self.upstream(resolution.cluster, node, long_poll=key in apis.LONG_POLLS)
         except UpstreamError as closed:  # shielded since this request was decided, or its broker gone
             return self._refused(request, context.expects_response, closed)
         inflight = self.gateway.inflight
@@ -871,9 +574,9 @@ class ClientSession:
             inflight.finish(ticket)
             return _ready(None)
         answer = self._answer(request, future, upstream, ticket, identity, received=incoming.received)
-        return self._later(answer)
+        return self.later(answer)
 
-    def _later(self, answer: Coroutine[Any, Any, Reply]) -> asyncio.Task[Reply]:
+    def later(self, answer: Coroutine[Any, Any, Reply]) -> asyncio.Task[Reply]:
         """Run ``answer`` as a task the session waits for when it ends."""
         task = asyncio.create_task(answer)
         self._answering.add(task)
@@ -956,17 +659,8 @@ class ClientSession:
             issued = decode_response(request, frame)
             if issued.producer_id >= 0:
                 await self.gateway.producers.issued(identity, issued.producer_id, cluster, epoch)
-        elif request.api_key == apis.SYNC_GROUP:
-            synced = decode_response(request, frame)
-            rejoin = self._rejoins.get(request.body.group_id)
-            if synced.error_code == ErrorCode.none and rejoin is not None and not rejoin[0].done():
-                rejoin[0].set_result((request.body.member_id, request.body.generation_id))
-        elif request.api_key == apis.JOIN_GROUP:
-            joined = decode_response(request, frame)
-            # a member id required first (KIP-394) is a pending member there already
-            if joined.error_code in (ErrorCode.none, ErrorCode.member_id_required) and joined.member_id:
-                member = Member(cluster, float(request.body.session_timeout.total_seconds()))
-                self.gateway.members.joined(request.body.group_id, joined.member_id, member)
+        elif request.api_key in (apis.SYNC_GROUP, apis.JOIN_GROUP):
+            self.groups.learn(request, frame, cluster)
         return None
 
     async def _presented(self, request: Request, frame: bytes, cluster: str) -> bytes:
@@ -1176,7 +870,7 @@ class ClientSession:
         API has one (None: there is none, and the connection closes as on a broker's failure)."""
         return OwnAnswer() if request.api_key in apis.SHIELDABLE else None
 
-    def _upstream(self, cluster: str, node: int | None, *, long_poll: bool) -> Upstream:
+    def upstream(self, cluster: str, node: int | None, *, long_poll: bool) -> Upstream:
         """This session's connection to a broker; :class:`Shielded` for a cluster shielded now (it is not
         contacted at all: a request decided just before the shield must not reach it). :class:`UpstreamError`
         once the session has closed its broker connections, and for one that failed under requests: sent
@@ -1244,7 +938,7 @@ class _SplitBrokers:
         self, cluster: str, node: int | None, request: Request, body: Any, *, long_poll: bool
     ) -> Awaitable[Any]:
         fields = {f.name: getattr(body, f.name) for f in dataclasses.fields(body)}
-        upstream = self.session._upstream(cluster, node, long_poll=long_poll)
+        upstream = self.session.upstream(cluster, node, long_poll=long_poll)
         if request.api_key == apis.PRODUCE and body.acks == 0:
             own = encode_request(apis.PRODUCE, request.api_version, fields, client_id="switchyard-gateway")
             await upstream.send(own.frame, own.correlation_id, expects_response=False)
@@ -1325,7 +1019,7 @@ class _SplitBrokers:
             timestamp=timestamp,
         )  # fmt: skip
         isolation = getattr(request.body, "isolation_level", 0) if request is not None else 0
-        answer = await self.session._upstream(cluster, node, long_poll=False).ask(
+        answer = await self.session.upstream(cluster, node, long_poll=False).ask(
             apis.LIST_OFFSETS, version, replica_id=-1, isolation_level=isolation,
             topics=(make(topic_cls, name=key[0], partitions=(entry,)),),
         )  # fmt: skip
@@ -1339,12 +1033,6 @@ def _led(partition_cls: Any, index: int, leader: int) -> Any:
     nodes = (leader,)
     return make(partition_cls, partition_index=index, leader_id=leader, leader_epoch=-1, replica_nodes=nodes,
                 isr_nodes=nodes, error_code=error)  # fmt: skip
-
-
-def _dropped(future: asyncio.Future[bytes]) -> None:
-    """The broker's late answer to a long poll already answered: nobody wants it."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _ready(value: Any) -> Awaitable[Any]:

@@ -253,3 +253,9 @@ class _Wire(asyncio.Protocol):
         cut, where = self.frames.cut(), f"{upstream.host}:{upstream.port}"
         why = (f" ({cut})" if cut else "") + (f": {exc!r}" if exc is not None else "")
         upstream._fail(UpstreamError(f"{where} closed the connection{why}"))
+
+
+def dropped(future: asyncio.Future[bytes]) -> None:
+    """A broker's late answer to a request already answered otherwise: nobody wants it."""
+    if not future.cancelled():
+        future.exception()

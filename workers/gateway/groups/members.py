@@ -1,10 +1,10 @@
 """Group members as the gateway saw them join: where (which cluster), and their session time-out.
 
 Where a member joined tells whether its commits must be carried to another cluster after a switch
-(:mod:`workers.gateway.carry`); its session time-out bounds how long its requests may be held while
+(:mod:`workers.gateway.groups.carry`); its session time-out bounds how long its requests may be held while
 its identity is blocked (:mod:`workers.gateway.holds`). Learnt from JoinGroup answers; a member that
 joined through another gateway of a pair, or before this one started, is looked up when it commits or
-heartbeats after a switch (see ``ClientSession._find_member``).
+heartbeats after a switch (see ``GroupHandling.find_member``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ class Member:
     session_timeout_s: float | None
     """None: not seen joining (looked up), so not known."""
     left: bool = False
-    """The gateway has had the cluster it joined on forget it (``ClientSession._moved``)."""
+    """The gateway has had the cluster it joined on forget it (``GroupHandling.moved``)."""
     cut: bool = False
     """Its JoinGroup was answered early and still waits at the broker: the gateway removes it once the
-    broker answers (``ClientSession._leave_once_joined``), not before: until then the broker may make it
+    broker answers (``GroupHandling.leave_once_joined``), not before: until then the broker may make it
     the round's leader, and only a leader's SyncGroup ends a round."""
     rejoining: bool = False
     """Its client has asked to join the group again, on another cluster: told to rejoin once more (a

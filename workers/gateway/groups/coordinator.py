@@ -1,0 +1,109 @@
+"""Requests the gateway makes of a group's coordinator on its own account: finding it, removing a
+member a switch moved (LeaveGroup, as an admin client's removal does), and ending a round for a leader
+whose join a switch cut (SyncGroup assigning nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from workers.gateway import apis
+from workers.gateway.directory import BrokerDirectory
+from workers.gateway.entities import element_type, make
+from workers.gateway.protocol import FrameError, request_schema
+from workers.gateway.sasl import Credentials
+from workers.gateway.upstream import Upstream, UpstreamError
+
+log = logging.getLogger(__name__)
+_ATTEMPTS = 3
+_AGAIN_S = 0.5
+NO_PARTITIONS = b"\x00\x00" + b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff"
+"""A consumer-protocol assignment (version 0) of no partitions and no user data: well formed for every
+client, where empty bytes are left to each client's reading."""
+
+
+async def coordinator(brokers: BrokerDirectory, upstream: Upstream, group: str) -> int:
+    """The broker of ``upstream``'s cluster that coordinates ``group``."""
+    version = brokers.version(apis.FIND_COORDINATOR, 3)
+    fields: dict[str, Any] = {"key": group} | ({"key_type": 0} if version >= 1 else {})
+    answer = await upstream.ask(apis.FIND_COORDINATOR, version, **fields)
+    if answer.error_code != ErrorCode.none:
+        raise UpstreamError(f"{upstream.cluster}: no coordinator for group {group}: {answer.error_code.name}")
+    return int(answer.node_id)
+
+
+class Coordinators:
+    """Asks coordinators of one cluster or another as one client (its credentials), over connections
+    of their own: the asking may outlive the client's session (the flip closes the session's
+    connections, and what was sent over them just then fails)."""
+
+    def __init__(self, brokers: BrokerDirectory, credentials: Credentials | None) -> None:
+        self.brokers, self.credentials = brokers, credentials
+
+    async def leave(self, cluster: str, group: str, member_id: str) -> None:
+        """LeaveGroup on ``member_id``'s behalf; a failure is logged (the member expires there)."""
+        version = self.brokers.version(apis.LEAVE_GROUP, 5)
+        fields: dict[str, Any] = {"member_id": member_id}
+        if version >= 3:  # members named in a list (KIP-345); a dynamic member by its id alone
+            entry = element_type(request_schema(apis.LEAVE_GROUP, version), "members")
+            named = {"member_id": member_id, "group_instance_id": None}
+            fields = {"members": (make(entry, **named, **({"reason": "switched"} if version >= 5 else {})),)}
+        try:
+            answer = await self._ask(cluster, group, apis.LEAVE_GROUP, version, fields)
+        except (UpstreamError, TimeoutError, FrameError) as exc:
+            log.warning("group %s: could not remove member %s from %s: %s", group, member_id, cluster, exc)
+            return
+        errors = {answer.error_code, *(m.error_code for m in getattr(answer, "members", ()))}
+        if errors - {ErrorCode.none, ErrorCode.unknown_member_id}:  # unknown: it had expired already
+            log.warning("group %s: %s did not remove member %s: %s", group, cluster, member_id, errors)
+        else:
+            log.info("group %s: member %s removed from %s, which it left", group, member_id, cluster)
+
+    async def end_round(self, cluster: str, group: str, joined: Any) -> None:
+        """End the round ``joined`` (a JoinGroup answer naming its member the leader) on the member's
+        behalf, assigning nothing: the group's other members wait in SyncGroup for their leader's
+        assignment, and a leader whose join was cut never sends it. Its members then join again (the
+        leader's removal follows), and get their partitions from the next round."""
+        version = self.brokers.version(apis.SYNC_GROUP, 5)
+        entry = element_type(request_schema(apis.SYNC_GROUP, version), "assignments")
+        nothing = tuple(make(entry, member_id=m.member_id, assignment=NO_PARTITIONS) for m in joined.members)
+        fields: dict[str, Any] = {  # an assignment for every member, of no partitions
+            "generation_id": joined.generation_id,
+            "member_id": joined.member_id,
+            "assignments": nothing,
+        }
+        if version >= 3:
+            fields["group_instance_id"] = None
+        if version >= 5:
+            fields["protocol_type"] = getattr(joined, "protocol_type", None) or "consumer"
+            fields["protocol_name"] = joined.protocol_name
+        try:
+            answer = await self._ask(cluster, group, apis.SYNC_GROUP, version, fields)
+        except (UpstreamError, TimeoutError, FrameError) as exc:
+            log.warning(
+                "group %s: could not end the round of %s on %s: %s", group, joined.member_id, cluster, exc
+            )
+            return
+        log.info(
+            "group %s: round %d on %s ended for its cut leader %s: %s",
+            group, joined.generation_id, cluster, joined.member_id, answer.error_code.name,
+        )  # fmt: skip
+
+    async def _ask(self, cluster: str, group: str, api_key: int, version: int, fields: dict[str, Any]) -> Any:
+        for attempt in range(_ATTEMPTS):
+            opened = [self.brokers.upstream(cluster, None, self.credentials)]
+            try:
+                node = await coordinator(self.brokers, opened[0], group)
+                opened.append(self.brokers.upstream(cluster, node, self.credentials))
+                return await opened[1].ask(api_key, version, group_id=group, **fields)
+            except (UpstreamError, TimeoutError, FrameError):
+                if attempt + 1 == _ATTEMPTS:
+                    raise
+                await asyncio.sleep(_AGAIN_S)
+            finally:
+                for upstream in opened:
+                    upstream.close()
+        raise AssertionError("unreachable")

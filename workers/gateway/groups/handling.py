@@ -1,0 +1,309 @@
+"""One client connection's consumer-group requests: what the session asks of them, in one unit.
+
+The session decides each request (:mod:`workers.gateway.decision`) and forwards it; what it needs to
+know of groups, and the group work around a switch, are here: where the sending member joined
+(``joined_on``), whether the connection's consumer is rejoining (``rejoining``), having the cluster a
+moved member left forget it (``moved``), carrying its commits to the new cluster (``carry``, see
+:mod:`workers.gateway.groups.carry`) or sending them as the member it rejoined as (``adopt``), and
+what the gateway learns from group answers (``learn``). The session is seen through
+:class:`Connection` and a ``Send`` for each commit it hands over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from switchyard.model import ClusterState
+from switchyard.routing.snapshot import RoutingSnapshot
+from workers.gateway import apis
+from workers.gateway.blocking import OwnAnswer, Reply
+from workers.gateway.groups.carry import carried_commit
+from workers.gateway.groups.coordinator import Coordinators, coordinator
+from workers.gateway.groups.members import Member
+from workers.gateway.holds import hold_limit
+from workers.gateway.protocol import FrameError, Request, decode_response
+from workers.gateway.sasl import Credentials
+from workers.gateway.shared import Shared
+from workers.gateway.upstream import Upstream, UpstreamError, dropped
+
+log = logging.getLogger(__name__)
+MEMBER_APIS = frozenset({apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.OFFSET_COMMIT})
+"""Requests naming the member that sends them (LeaveGroup v3+ names members in a list)."""
+_ANSWER_SLACK_S = 30.0
+"""How long past a join's rebalance time-out its answer is still awaited (``leave_once_joined``)."""
+_OUTLIVING: set[asyncio.Task[None]] = set()
+"""Tasks that outlive their session (``leave_once_joined``): held here so they are not collected."""
+
+Send = Callable[[Any, int | None], Awaitable[Awaitable[Reply]]]
+"""The session's sending of an OffsetCommit ``body`` to a broker (None: the coordinator) of the cluster
+the commit is routed to: the answer-to-be, or the retriable error if the routing moved on meanwhile."""
+
+
+class Connection(Protocol):
+    """What group handling needs of the client session it serves."""
+
+    credentials: Credentials | None
+
+    def upstream(self, cluster: str, node: int | None, *, long_poll: bool) -> Upstream: ...
+
+    def later(self, answer: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
+
+
+class GroupHandling:
+    def __init__(self, gateway: Shared, connection: Connection) -> None:
+        self.gateway, self.connection = gateway, connection
+        self._carrying = asyncio.Lock()
+        self._rejoins: dict[str, tuple[asyncio.Future[tuple[str, int]], float]] = {}
+        """Per group this connection's consumer is (re)joining: set to (member id, generation) by the
+        successful SyncGroup that ends the join; with the session time-out the join asked for."""
+
+    def joined_on(
+        self, request: Request, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...]
+    ) -> tuple[str | None, bool]:
+        """For a request routed to ``cluster``: the other cluster its member joined on, where that
+        matters (a Heartbeat to be told to rejoin, an OffsetCommit a link can carry), and whether the
+        connection's consumer (or the member) is already rejoining (see ``rejoining``)."""
+        joined_on, member = None, None
+        if request.api_key in (apis.OFFSET_COMMIT, apis.HEARTBEAT) and request.api_version >= 1:
+            member = self.gateway.members.get(request.body.group_id, request.body.member_id)
+            joined_on = member.cluster if member is not None else None
+            if member is not None and member.left and joined_on == cluster:
+                # had the cluster forget it at a switch, and back before it rejoined anywhere (a switch
+                # back within its heartbeat interval): a member of no cluster, which read last where a
+                # link copies from. Forwarded, its commits and heartbeats would be refused
+                # (UNKNOWN_MEMBER_ID), and what it processed since its last commit processed again.
+                joined_on = self._copied_from(snapshot, cluster, topics)
+            if joined_on == cluster or (
+                joined_on is not None
+                and request.api_key == apis.OFFSET_COMMIT
+                and self.gateway.links.carrying_link(snapshot, joined_on, cluster, topics) is None
+            ):
+                joined_on = None
+        return joined_on, self._rejoining(request, member)
+
+    def session_s(self, request: Request) -> float | None:
+        """The session time-out of the member a group request comes from, if the gateway saw it join."""
+        if request.api_key not in apis.GROUP_APIS:
+            return None
+        member = self.gateway.members.get(request.body.group_id, getattr(request.body, "member_id", None))
+        return member.session_timeout_s if member is not None else None
+
+    async def find_member(
+        self, request: Request, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...]
+    ) -> None:
+        """Where a member this gateway did not see join did join, if its commits could need carrying: it
+        joined through the other gateway of a pair, or before this gateway started. A member the group's
+        coordinator on the bound cluster does not list, in a group settled there, joined on the cluster a
+        link copies its topics from. Remembered either way; left unknown if the answer is unclear."""
+        body = request.body
+        group, member_id = body.group_id, body.member_id
+        gateway = self.gateway
+        if not member_id or gateway.members.get(group, member_id) is not None:
+            return
+        source = self._copied_from(snapshot, cluster, topics)
+        if source is None:
+            return
+        try:
+            node = await self._coordinator(cluster, group)
+            version = gateway.brokers.version(apis.DESCRIBE_GROUPS, 5)
+            answer = await self.connection.upstream(cluster, node, long_poll=False).ask(
+                apis.DESCRIBE_GROUPS, version, groups=(group,), include_authorized_operations=False
+            )
+        except (UpstreamError, TimeoutError, FrameError) as exc:
+            log.warning("group %s: cannot tell where member %s joined: %s", group, member_id, exc)
+            return
+        (described,) = answer.groups
+        if described.error_code != ErrorCode.none:
+            return
+        if any(m.member_id == member_id for m in described.members):
+            gateway.members.joined(group, member_id, Member(cluster, None))
+        elif described.group_state in ("Empty", "Dead", "Stable"):  # not mid-rebalance: it is not here
+            gateway.members.joined(group, member_id, Member(source, None))
+
+    def moved(self, request: Request, snapshot: RoutingSnapshot, now_on: str) -> bool:
+        """Whether the member sending ``request`` joined on another cluster than ``now_on``, where the
+        request goes (it is told to rejoin, its commits are carried, or, as kafkajs does, it rejoins
+        with its old id); if so, have the cluster it joined on forget it now, once. Left there, it would
+        stay a member until its session time-out — up to 45 s at the clients' defaults — and a switch
+        back could not write its group's offsets there (a group takes them only without members) until
+        then, clients held. A JoinGroup marks it rejoining (see ``QUIET``)."""
+        if request.api_key not in MEMBER_APIS:
+            return False
+        group, member_id = request.body.group_id, getattr(request.body, "member_id", "")
+        member = self.gateway.members.get(group, member_id) if member_id else None
+        if member is None or (member.cluster == now_on and not member.left):
+            return False
+        rejoining = member.rejoining or request.api_key == apis.JOIN_GROUP
+        self.gateway.members.joined(
+            group, member_id, dataclasses.replace(member, left=True, rejoining=rejoining)
+        )
+        if member.left or member.cut:  # a cut join's member goes once its join is answered
+            return True
+        cluster = snapshot.clusters.get(member.cluster)
+        if cluster is not None and cluster.state is ClusterState.ACTIVE:  # a shielded one is not contacted
+            self.connection.later(self._coordinators().leave(member.cluster, group, member_id))
+        return True
+
+    def joining(self, request: Request, cluster: str) -> None:
+        """A JoinGroup naming its member goes to ``cluster``: the member is one there from now on as far
+        as a switch is concerned, answered or not. A join waits for the group's other members, so a
+        switch can cut it (``InFlight``); the broker still makes the member one of the group, and unless
+        the next switch has it forget the member (``moved``), the group keeps it until its session
+        time-out — and a switch back to that cluster cannot write the group's offsets until then."""
+        body = request.body
+        if body.member_id and self.gateway.members.get(body.group_id, body.member_id) is None:
+            session_s = float(body.session_timeout.total_seconds())
+            self.gateway.members.joined(body.group_id, body.member_id, Member(cluster, session_s))
+
+    def sending(self, request: Request) -> None:
+        """A JoinGroup is sent: this connection's consumer is (re)joining its group until a SyncGroup
+        ends the join (see ``learn``)."""
+        group = request.body.group_id
+        if group not in self._rejoins or self._rejoins[group][0].done():
+            session_s = float(request.body.session_timeout.total_seconds())
+            self._rejoins[group] = (asyncio.get_running_loop().create_future(), session_s)
+
+    def learn(self, request: Request, frame: bytes, cluster: str) -> None:
+        """What a JoinGroup or SyncGroup answer from ``cluster`` tells: a member there, a join done."""
+        if request.api_key == apis.SYNC_GROUP:
+            synced = decode_response(request, frame)
+            rejoin = self._rejoins.get(request.body.group_id)
+            if synced.error_code == ErrorCode.none and rejoin is not None and not rejoin[0].done():
+                rejoin[0].set_result((request.body.member_id, request.body.generation_id))
+        elif request.api_key == apis.JOIN_GROUP:
+            joined = decode_response(request, frame)
+            # a member id required first (KIP-394) is a pending member there already
+            if joined.error_code in (ErrorCode.none, ErrorCode.member_id_required) and joined.member_id:
+                member = Member(cluster, float(request.body.session_timeout.total_seconds()))
+                self.gateway.members.joined(request.body.group_id, joined.member_id, member)
+
+    async def carry(
+        self, request: Request, snapshot: RoutingSnapshot, cluster: str, source: str,
+        topics: tuple[str, ...], *, send: Send,
+    ) -> Reply:  # fmt: skip
+        """Commit on ``cluster`` what a member that joined on ``source`` commits (see
+        :mod:`workers.gateway.groups.carry`); if that cannot be done now, the retriable error."""
+        async with self._carrying:  # one at a time, in the order they came: a later commit lands later
+            link = self.gateway.links.carrying_link(snapshot, source, cluster, topics)
+            try:
+                if link is None:
+                    raise UpstreamError(f"no link from {source} to {cluster} copies {topics}")
+                records = await self.gateway.links.link_records(link)
+                node = await self._coordinator(cluster, request.body.group_id)
+            except Exception as exc:
+                log.warning(
+                    "commit of group %s not carried from %s to %s (the client retries it): %s",
+                    request.body.group_id, source, cluster, exc,
+                )  # fmt: skip
+                return OwnAnswer()
+            left = snapshot.clusters.get(source)
+            planned = left is None or left.state is ClusterState.ACTIVE  # else a failover: see translate
+            body = carried_commit(request.body, records, planned=planned)
+            rejoin = self._rejoins.get(request.body.group_id)
+            if rejoin is not None and not rejoin[0].done():  # refused while the group rebalances
+                body = await self._as_rejoined(rejoin, request, body)
+            answer = await send(body, node)
+        return await answer
+
+    async def adopt(self, request: Request, node: int | None, send: Send) -> Reply:
+        """Send a commit from outside the group once this connection's rejoin is done, as the member it
+        rejoined as (see ``ADOPT`` in :mod:`workers.gateway.decision`); as sent if the rejoin takes
+        longer than a held request may wait."""
+        body = await self._as_rejoined(self._rejoins[request.body.group_id], request, request.body)
+        return await (await send(body, node))
+
+    def leave_once_joined(self, request: Request, answer: asyncio.Future[bytes], upstream: Upstream) -> None:
+        """A JoinGroup answered early (``InFlight``) still waits at the broker, which makes its member one
+        of the group when the round ends. So its answer is awaited — over the connection it was asked on,
+        which the session keeps for it — and a member that has moved since is removed then, not before
+        (``Member.cut``), whatever a broker makes of a member removed while its join waits: a round
+        whose leader never assigns never ends (chaos runs' consumers stalled for minutes). A member the
+        round made its leader first ends the round, assigning nothing."""
+        body = request.body
+        group = body.group_id
+        limit_s = float(getattr(body, "rebalance_timeout", body.session_timeout).total_seconds())
+        members = self.gateway.members
+        asked = members.get(group, body.member_id)
+        if asked is not None:
+            members.joined(group, body.member_id, dataclasses.replace(asked, cut=True))
+        coordinators = self._coordinators()
+
+        async def leave_once_joined() -> None:
+            joined = None
+            try:
+                joined = decode_response(
+                    request, await asyncio.wait_for(asyncio.shield(answer), limit_s + _ANSWER_SLACK_S)
+                )
+            except (TimeoutError, UpstreamError):
+                pass
+            finally:
+                if not answer.done():
+                    answer.add_done_callback(dropped)
+                upstream.close()
+            member_id = joined.member_id if joined is not None and joined.member_id else body.member_id
+            member = members.get(group, member_id)
+            if joined is not None:
+                log.info(
+                    "group %s: the cut join of %s on %s ended: %s, generation %d, leader %s",
+                    group, member_id, upstream.cluster, joined.error_code.name, joined.generation_id,
+                    joined.leader or "-",
+                )  # fmt: skip
+            if member is not None and member.cut:
+                members.joined(group, member_id, member := dataclasses.replace(member, cut=False))
+            if joined is not None and joined.error_code == ErrorCode.none and joined.leader == member_id:
+                await coordinators.end_round(upstream.cluster, group, joined)  # its client never will
+            here = member is not None and not member.left and member.cluster == upstream.cluster
+            if member_id and not here:  # else it still belongs there
+                await coordinators.leave(upstream.cluster, group, member_id)
+
+        task = asyncio.create_task(leave_once_joined())
+        _OUTLIVING.add(task)
+        task.add_done_callback(_OUTLIVING.discard)
+
+    def _rejoining(self, request: Request, member: Member | None) -> bool:
+        """For a Heartbeat: whether its member, or this connection's consumer, is already joining the
+        group again. For an OffsetCommit from outside the group: whether this connection's consumer is
+        (see ``ADOPT`` and ``QUIET`` in :mod:`workers.gateway.decision`)."""
+        key, body = request.api_key, request.body
+        if key not in (apis.OFFSET_COMMIT, apis.HEARTBEAT):
+            return False
+        here = body.group_id in self._rejoins and not self._rejoins[body.group_id][0].done()
+        if key == apis.HEARTBEAT:
+            return here or (member is not None and member.rejoining)
+        outside = request.api_version >= 1 and body.generation_id_or_member_epoch < 0 and not body.member_id
+        return here and outside
+
+    def _copied_from(self, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...]) -> str | None:
+        """The one other cluster a link copies ``topics`` from to ``cluster`` (None: none, or several)."""
+        links = self.gateway.links
+        sources = [
+            c for c in snapshot.clusters
+            if c != cluster and links.carrying_link(snapshot, c, cluster, topics) is not None
+        ]  # fmt: skip
+        return sources[0] if len(sources) == 1 else None
+
+    async def _as_rejoined(
+        self, rejoin: tuple[asyncio.Future[tuple[str, int]], float], request: Request, body: Any
+    ) -> Any:
+        """``body`` (an OffsetCommit) as the member this connection rejoins as, once the rejoin is done;
+        unchanged if it takes longer than a held request may wait."""
+        joined, session_s = rejoin
+        limit = hold_limit(request, self.gateway.config.gateway.block_hold_s, session_s)
+        try:
+            member_id, generation = await asyncio.wait_for(asyncio.shield(joined), limit)
+        except TimeoutError:
+            return body
+        return dataclasses.replace(body, member_id=member_id, generation_id_or_member_epoch=generation)
+
+    async def _coordinator(self, cluster: str, group: str) -> int:
+        upstream = self.connection.upstream(cluster, None, long_poll=False)
+        return await coordinator(self.gateway.brokers, upstream, group)
+
+    def _coordinators(self) -> Coordinators:
+        return Coordinators(self.gateway.brokers, self.connection.credentials)
