@@ -213,7 +213,7 @@ class GatewayConfig(_Section):
     """Where ``GET /health`` and ``GET /ready`` answer, for a load balancer (none: not served)."""
     processes: Annotated[int, Field(ge=1, le=64)] = 1
     """How many processes serve this gateway's ports together (SO_REUSEPORT), one core's worth each;
-    each registers as ``<id>.<i>`` (see workers/gateway/processes.py)."""
+    each registers as ``<id>.<i>`` (see workers/gateway/process/processes.py)."""
     max_frame_bytes: Bytes = 100 * MiB
     block_hold_s: PositiveSeconds = 10.0
     """How long a request of a blocked identity waits for the block to end before it is answered with

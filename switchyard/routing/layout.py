@@ -8,7 +8,7 @@ gateways/<id>               ephemeral: {applied_epoch, stale, host, pid, started
 usage/<gateway id>          ephemeral: which identities used which topics and groups, when (usage.py)
 acked/<gateway id>          how far each partition's writes were acknowledged through it (acked.py)
 producers/<identity>/<id>   an idempotent producer's route: the cluster that issued its id, where its
-                            batches go now and as whom (workers/gateway/producer_store.py)
+                            batches go now and as whom (workers/gateway/producers/store.py)
 links/<id>                  mirror link: {source, target, include, exclude, state, reverse_of, epoch, ...}
 links/<id>/members/<member> ephemeral: one mirror process's partitions and their status
 migrations/<topic>/<partition>

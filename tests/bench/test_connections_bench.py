@@ -19,8 +19,8 @@ from switchyard.table import render
 from tests.helpers.live import unique
 from tests.helpers.processes import GatewayProcess, own_gateway
 from tests.helpers.soak import read_process
-from workers.gateway import apis
-from workers.gateway.protocol import encode_request
+from workers.gateway.framing.protocol import encode_request
+from workers.gateway.routing import apis
 
 COUNTS = (100, 1_000, 5_000)
 OPENING_AT_ONCE = 200

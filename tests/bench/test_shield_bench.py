@@ -37,7 +37,7 @@ from tests.helpers import ports
 from tests.helpers.live import Live, readiness, unique
 from tests.helpers.raw import RawClient
 from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
-from workers.gateway import apis
+from workers.gateway.routing import apis
 
 HEALTH_PORT = ports.reserve(1)[0]
 LIVE_SETTINGS = {"SWITCHYARD__GATEWAY__HEALTH_PORT": str(HEALTH_PORT)}

@@ -20,9 +20,15 @@ from kio.schema.errors import ErrorCode
 from switchyard.stack import health
 from tests.helpers import ports
 from tests.helpers.services import PrivateService
-from workers.gateway import apis
-from workers.gateway.blocking import blocked_response
-from workers.gateway.protocol import Request, decode_response, encode_response, parse_request, with_size
+from workers.gateway.framing.protocol import (
+    Request,
+    decode_response,
+    encode_response,
+    parse_request,
+    with_size,
+)
+from workers.gateway.routing import apis
+from workers.gateway.routing.blocking import blocked_response
 
 POISON = ErrorCode.group_authorization_failed
 

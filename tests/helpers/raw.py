@@ -11,9 +11,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from workers.gateway import apis
-from workers.gateway.entities import element_type, make
-from workers.gateway.protocol import Request, decode_response, encode_request, request_schema
+from workers.gateway.framing.entities import element_type, make
+from workers.gateway.framing.protocol import Request, decode_response, encode_request, request_schema
+from workers.gateway.routing import apis
 
 
 class RawClient:

@@ -18,19 +18,19 @@ from switchyard.keys import BindingKey
 from switchyard.model import Binding
 from switchyard.routing.snapshot import RoutingSnapshot
 from tests.helpers.frames import Encoded, example
-from workers.gateway import apis
-from workers.gateway.acked import AckedEnds
-from workers.gateway.holds import RoutingChanges
-from workers.gateway.inflight import InFlight
-from workers.gateway.intake import ByteBudget
+from workers.gateway.brokers.upstream import Upstream
+from workers.gateway.framing.intake import ByteBudget
+from workers.gateway.framing.protocol import known_versions
 from workers.gateway.groups.members import Members
-from workers.gateway.metrics import Metrics
-from workers.gateway.moved import Moved
-from workers.gateway.protocol import known_versions
+from workers.gateway.migrated.moved import Moved
+from workers.gateway.process.metrics import Metrics
+from workers.gateway.process.usage import UsageTracker
+from workers.gateway.producers.acked import AckedEnds
+from workers.gateway.routing import apis
+from workers.gateway.routing.holds import RoutingChanges
+from workers.gateway.routing.inflight import InFlight
 from workers.gateway.session import ClientSession, Listener
 from workers.gateway.shared import Shared
-from workers.gateway.upstream import Upstream
-from workers.gateway.usage import UsageTracker
 
 READ = sorted(apis.BLOCKABLE | {apis.METADATA, apis.FIND_COORDINATOR, apis.DELETE_TOPICS})
 """The APIs whose bodies the gateway reads."""

@@ -28,8 +28,8 @@ from tests.helpers.proxy import FreezableProxy
 from tests.helpers.raw import RawClient
 from tests.helpers.services import PrivateService
 from tests.integration.test_gateway_limits import fetch_fields
-from workers.gateway import apis
-from workers.gateway.entities import make
+from workers.gateway.framing.entities import make
+from workers.gateway.routing import apis
 
 ACTOR = "user:test"
 

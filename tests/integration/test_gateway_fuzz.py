@@ -37,8 +37,8 @@ from tests.helpers.processes import GatewayProcess
 from tests.helpers.raw import RawClient
 from tests.helpers.services import PrivateService
 from tests.helpers.stacks import QUICK_CONSUMER
-from workers.gateway import apis
-from workers.gateway.protocol import FrameError, decode_response, parse_request
+from workers.gateway.framing.protocol import FrameError, decode_response, parse_request
+from workers.gateway.routing import apis
 
 MEMBERSHIP = {apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.LEAVE_GROUP}
 """Where Kafka answers an empty group id with INVALID_GROUP_ID (GroupCoordinator.isValidGroupId)."""

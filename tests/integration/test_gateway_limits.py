@@ -32,7 +32,7 @@ from switchyard.stack import health
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.raw import RawClient
 from tests.helpers.stacks import QUICK_CONSUMER
-from workers.gateway import apis
+from workers.gateway.routing import apis
 
 ACTOR = "user:test"
 MiB = 1024 * 1024

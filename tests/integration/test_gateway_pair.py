@@ -23,9 +23,9 @@ from switchyard.keys import BindingKey
 from switchyard.routing.gateways import registered, wait_for_acks
 from switchyard.routing.store import RoutingStore
 from tests.helpers.processes import GatewayProcess
-from workers.gateway import apis
-from workers.gateway.entities import make
-from workers.gateway.protocol import decode_response, encode_request, with_size
+from workers.gateway.framing.entities import make
+from workers.gateway.framing.protocol import decode_response, encode_request, with_size
+from workers.gateway.routing import apis
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from switchyard.routing.store import RoutingStore
 from tests.helpers import ports
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.raw import RawClient
-from workers.gateway import apis
+from workers.gateway.routing import apis
 
 PROCESSES = 2
 RECORDS = 3_000

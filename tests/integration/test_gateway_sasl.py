@@ -20,7 +20,7 @@ from switchyard.routing.store import RoutingStore
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.processes import GatewayProcess
 from tests.integration.test_gateway import bind, only_on, records, unique
-from workers.gateway.sasl import user_line
+from workers.gateway.framing.sasl import user_line
 
 PASSWORD = "correct horse battery staple"
 

@@ -37,7 +37,7 @@ from tests.helpers.raw import RawClient, join_group
 from tests.helpers.stacks import QUICK_CONSUMER
 from tests.helpers.traffic import judge_consumer, topic_ids
 from tests.integration.test_gateway import gateway  # noqa: F401 - a shared module fixture
-from workers.gateway import apis
+from workers.gateway.routing import apis
 
 PARTITIONS = 3
 

@@ -32,7 +32,8 @@ from tests.helpers import ports
 from tests.helpers.live import Live, readiness
 from tests.helpers.raw import RawClient
 from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
-from workers.gateway import apis, topic_identity
+from workers.gateway.brokers import topic_identity
+from workers.gateway.routing import apis
 
 MARGIN = 1000
 BEFORE = 100

@@ -43,7 +43,7 @@ from tests.helpers.processes import GatewayProcess
 from tests.helpers.raw import RawClient
 from tests.helpers.traffic import judge_consumer
 from tests.integration.test_gateway import gateway  # noqa: F401 - a shared module fixture
-from workers.gateway import apis
+from workers.gateway.routing import apis
 
 PARTITIONS = 3
 MOVED = 1

@@ -1,5 +1,5 @@
 """An idempotent producer moved by switches keeps writing through a gateway restarted after them: where
-its batches go and as whom is kept in ZooKeeper (``workers.gateway.producer_store``), not in the memory
+its batches go and as whom is kept in ZooKeeper (``workers.gateway.producers.store``), not in the memory
 of the process that moved it. Before, a gateway restarted after a switch over and back sent the client's
 batches on untranslated, the cluster saw its own stale sequences for the id, and kafka-python stopped
 with OUT_OF_ORDER_SEQUENCE_NUMBER (found by the soak)."""
@@ -28,9 +28,9 @@ from tests.helpers.migrations import migrate
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.raw import RawClient
 from tests.helpers.traffic import topic_ids
-from workers.gateway import apis
-from workers.gateway.entities import element_type, make
-from workers.gateway.protocol import request_schema
+from workers.gateway.framing.entities import element_type, make
+from workers.gateway.framing.protocol import request_schema
+from workers.gateway.routing import apis
 
 ACTOR = "user:test"
 BATCH = 150

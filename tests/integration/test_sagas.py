@@ -45,7 +45,7 @@ from tests.helpers.live import Live, capture, unique, wait_for_approval
 from tests.helpers.otlp import OtlpReceiver, Span
 from tests.helpers.raw import RawClient, commit_offset, join_group
 from tests.helpers.traffic import judge_consumer, judge_sends, topic_ids
-from workers.gateway import apis
+from workers.gateway.routing import apis
 
 ACTOR = "user:test"
 
@@ -91,7 +91,7 @@ def test_a_switchover_and_its_switchback_lose_and_double_nothing(
     """The primary's broker is restarted first, so its leader epochs are higher than the standby's copy's:
     librdkafka compares epochs before offsets when it decides whether a position is new enough to commit,
     and once shown the standby's lower ones it committed nothing until it rejoined there, then processed
-    again what it had read meanwhile (``workers/gateway/fetches.py``)."""
+    again what it had read meanwhile (``workers/gateway/brokers/fetches.py``)."""
     assert live.gateway is not None
     app, topic, link = prepare(live, routing, stack_config)
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))

@@ -8,7 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from switchyard.acked import decode, encode
 from tests.unit.test_gateway_batches import built
-from workers.gateway.acked import AckedEnds
+from workers.gateway.producers.acked import AckedEnds
 
 
 def produce(*partitions: tuple[int, bytes]) -> NS:

@@ -37,7 +37,7 @@ from switchyard.alerts.auth import authenticators
 from switchyard.cli import cli
 from switchyard.config import Config, load_config, split_hostport
 from switchyard.errors import ConfigError
-from workers.gateway.server import Gateway
+from workers.gateway.process.server import Gateway
 from workers.mirror.copier import LinkCopier
 from workers.webhook.main import GRACE_S as WEBHOOK_GRACE_S
 from workers.worker.main import GRACE as WORKER_GRACE

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from workers.gateway import batches
+from workers.gateway.framing import batches
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 

@@ -8,8 +8,14 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from workers.gateway import apis, blocking
-from workers.gateway.protocol import Request, decode_response, encode_response, known_versions, request_schema
+from workers.gateway.framing.protocol import (
+    Request,
+    decode_response,
+    encode_response,
+    known_versions,
+    request_schema,
+)
+from workers.gateway.routing import apis, blocking
 
 # API key -> (topics field, partitions field, partition index field or None for a list of ints)
 SHAPES = {

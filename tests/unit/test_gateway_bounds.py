@@ -14,8 +14,8 @@ import pytest
 from kio.schema.index import api_key_map, schema_name_map
 
 from tests.helpers.frames import Encoded, broken, emptied, example, kio_bytes
-from workers.gateway.bounds import BoundsError, check_entity
-from workers.gateway.protocol import FrameError, parse_request
+from workers.gateway.framing.bounds import BoundsError, check_entity
+from workers.gateway.framing.protocol import FrameError, parse_request
 
 
 def schemas(load: Any) -> list[tuple[str, Any]]:

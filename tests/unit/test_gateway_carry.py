@@ -11,11 +11,11 @@ import pytest
 from switchyard.mirror.mapstore import LinkRecords
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.routing.snapshot import RoutingSnapshot
-from workers.gateway import apis
+from workers.gateway.framing.entities import element_type, make
+from workers.gateway.framing.protocol import encode_request, known_versions, parse_request, request_schema
 from workers.gateway.groups.carry import carried_commit, translate
-from workers.gateway.entities import element_type, make
-from workers.gateway.holds import RoutingChanges, hold_limit
-from workers.gateway.protocol import encode_request, known_versions, parse_request, request_schema
+from workers.gateway.routing import apis
+from workers.gateway.routing.holds import RoutingChanges, hold_limit
 
 SHIFTED = LinkRecords(
     maps={("t", 1): OffsetMap([(100, 40)])}, ends={("t", 0): (500, 500), ("t", 1): (180, 120)}

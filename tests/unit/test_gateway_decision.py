@@ -13,11 +13,11 @@ import pytest
 
 from switchyard.model import BindingState
 from switchyard.resolution import Resolution
-from workers.gateway import apis
-from workers.gateway.apis import Context
-from workers.gateway.decision import Action, Decision, decide
-from workers.gateway.protocol import known_versions
-from workers.gateway.vnodes import RealBroker
+from workers.gateway.brokers.vnodes import RealBroker
+from workers.gateway.framing.protocol import known_versions
+from workers.gateway.routing import apis
+from workers.gateway.routing.apis import Context
+from workers.gateway.routing.decision import Action, Decision, decide
 
 KEYS = [key for key in range(100) if known_versions(key) is not None]
 LISTENERS = {  # the bootstrap port, a virtual broker of the bound cluster, one of the cluster left

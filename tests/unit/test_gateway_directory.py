@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from switchyard.config import load_config
-from workers.gateway.directory import BrokerDirectory
-from workers.gateway.upstream import UpstreamError
+from workers.gateway.brokers.directory import BrokerDirectory
+from workers.gateway.brokers.upstream import UpstreamError
 
 
 def directory(tmp_path: Path) -> BrokerDirectory:

@@ -10,9 +10,9 @@ import asyncio
 from typing import Any, cast
 
 from tests.helpers.sessions import Gateway
+from workers.gateway.brokers.upstream import Shielded, UpstreamError
 from workers.gateway.session import ClientSession, Listener
 from workers.gateway.shared import Shared
-from workers.gateway.upstream import Shielded, UpstreamError
 
 
 class StandIn:

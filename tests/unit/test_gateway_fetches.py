@@ -1,5 +1,5 @@
 """A Fetch as the gateway sends it on, and its answer as the client gets it: no leader epochs, no fetch
-session (``workers.gateway.fetches``)."""
+session (``workers.gateway.brokers.fetches``)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,17 @@ from kio.static.primitive import i32
 
 from tests.unit.test_gateway_batches import built
 from tests.unit.test_gateway_topic_identity import encodes
-from workers.gateway import apis, batches
-from workers.gateway.bounds import check_response_header
-from workers.gateway.entities import element_type, make
-from workers.gateway.fetches import NO_EPOCH, answer_without_epochs, forwarded_fetch
-from workers.gateway.protocol import known_versions, request_schema, response_header_schema, response_schema
+from workers.gateway.brokers.fetches import NO_EPOCH, answer_without_epochs, forwarded_fetch
+from workers.gateway.framing import batches
+from workers.gateway.framing.bounds import check_response_header
+from workers.gateway.framing.entities import element_type, make
+from workers.gateway.framing.protocol import (
+    known_versions,
+    request_schema,
+    response_header_schema,
+    response_schema,
+)
+from workers.gateway.routing import apis
 
 VERSIONS = range(7, apis.VERSION_CAPS[apis.FETCH] + 1)
 """From the first with fetch sessions."""

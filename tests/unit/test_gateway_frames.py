@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workers.gateway import apis
-from workers.gateway.apis import context_of
-from workers.gateway.protocol import FrameError, FrameSplitter, parse_request
+from workers.gateway.framing.protocol import FrameError, FrameSplitter, parse_request
+from workers.gateway.routing import apis
+from workers.gateway.routing.apis import context_of
 
 KNOWN = sorted(
     apis.BLOCKABLE | {apis.METADATA, apis.FIND_COORDINATOR, apis.API_VERSIONS, apis.INIT_PRODUCER_ID}

@@ -12,8 +12,8 @@ from kio.schema.errors import ErrorCode
 from switchyard.keys import BindingKey
 from switchyard.model import Binding, BindingState
 from tests.helpers.sessions import Gateway, answered_when, raw
-from workers.gateway import apis
-from workers.gateway.protocol import decode_response, parse_request
+from workers.gateway.framing.protocol import decode_response, parse_request
+from workers.gateway.routing import apis
 
 HOLD_S = 1.0
 IN_FLIGHT = 4

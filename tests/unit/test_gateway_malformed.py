@@ -23,16 +23,17 @@ from switchyard.model import Binding, BindingState
 from switchyard.resolution import resolve
 from tests.helpers.frames import Encoded, emptied, example
 from tests.helpers.sessions import READ, Gateway, exchange, offered, raw
-from workers.gateway import apis, topic_identity
-from workers.gateway.blocking import blocked_response
-from workers.gateway.holds import hold_limit
-from workers.gateway.protocol import (
+from workers.gateway.brokers import topic_identity
+from workers.gateway.framing.protocol import (
     FrameError,
     Request,
     decode_response,
     encode_response,
     parse_request,
 )
+from workers.gateway.routing import apis
+from workers.gateway.routing.blocking import blocked_response
+from workers.gateway.routing.holds import hold_limit
 
 MEMBERSHIP = [apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.LEAVE_GROUP]
 """Where Kafka refuses an empty group id (GroupCoordinator.isValidGroupId): not OffsetCommit and

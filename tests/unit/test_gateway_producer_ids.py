@@ -10,9 +10,9 @@ import threading
 from typing import Any, cast
 
 from switchyard.identity import Identity
-from workers.gateway.producer_ids import ProducerIds
-from workers.gateway.producer_store import ProducerStore, decode, encode
-from workers.gateway.producers import ProducerRoute, Translation
+from workers.gateway.producers.ids import ProducerIds
+from workers.gateway.producers.store import ProducerStore, decode, encode
+from workers.gateway.producers.translation import ProducerRoute, Translation
 
 APP = Identity("payments")
 CLIENT_ID = 7

@@ -8,8 +8,16 @@ import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.gateway.batches import batches
-from workers.gateway.producers import Origin, Place, Translation, place, producer_of, sequence_span, translate
+from workers.gateway.framing.batches import batches
+from workers.gateway.producers.translation import (
+    Origin,
+    Place,
+    Translation,
+    place,
+    producer_of,
+    sequence_span,
+    translate,
+)
 
 
 def batch(producer_id: int, epoch: int, sequence: int, payload: bytes = b"records") -> bytes:

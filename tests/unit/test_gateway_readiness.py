@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Any
 
-from workers.gateway import readiness
+from workers.gateway.process import readiness
 
 
 async def ask(port: int, raw: bytes) -> tuple[int, dict[str, Any]]:

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from workers.gateway.sasl import Credentials, SaslError, ScramClient, UsersFile, parse_plain, user_line
+from workers.gateway.framing.sasl import (
+    Credentials,
+    SaslError,
+    ScramClient,
+    UsersFile,
+    parse_plain,
+    user_line,
+)
 
 
 @pytest.mark.parametrize(

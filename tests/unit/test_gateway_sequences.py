@@ -1,5 +1,6 @@
-"""Which of a moved producer's batches may go to its new cluster (``workers.gateway.sequences``): the
-clusters' answers to DescribeProducers are given here, the rules are the module's own."""
+"""Which of a moved producer's batches may go to its new cluster
+(``workers.gateway.producers.sequences``): the clusters' answers to DescribeProducers are given here, the
+rules are the module's own."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.helpers.batches import record_batch
-from workers.gateway import apis
-from workers.gateway.entities import element_type, make
-from workers.gateway.producers import Origin, Translation
-from workers.gateway.protocol import request_schema, response_schema
-from workers.gateway.sequences import Key, Sequences, Unsendable, established
+from workers.gateway.framing.entities import element_type, make
+from workers.gateway.framing.protocol import request_schema, response_schema
+from workers.gateway.producers.sequences import Key, Sequences, Unsendable, established
+from workers.gateway.producers.translation import Origin, Translation
+from workers.gateway.routing import apis
 
 CLIENT_ID, CLIENT_EPOCH = 7, 2
 _SCHEMA = request_schema(apis.PRODUCE, 9)

@@ -27,10 +27,10 @@ from switchyard.model import (
 )
 from switchyard.routing.snapshot import RoutingSnapshot
 from tests.helpers.sessions import AtOneAddress, Gateway, serving
-from workers.gateway import apis
-from workers.gateway.entities import element_type, make
-from workers.gateway.moved import Moved
-from workers.gateway.protocol import encode_request, request_schema
+from workers.gateway.framing.entities import element_type, make
+from workers.gateway.framing.protocol import encode_request, request_schema
+from workers.gateway.migrated.moved import Moved
+from workers.gateway.routing import apis
 
 NODE = 7
 

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from switchyard.config import load_config
-from workers.gateway.processes import Supervisor
+from workers.gateway.process.processes import Supervisor
 
 # Member 0 does what the test says; member 1 serves until stopped. Each notes its runs and pid.
 STAND_IN = """
 import sys, time
 from pathlib import Path
-from workers.gateway.processes import say_serving
+from workers.gateway.process.processes import say_serving
 notes, plan, member = Path(sys.argv[1]), sys.argv[2], int(sys.argv[-1])
 runs = len(list(notes.glob(f"run-{member}-*"))) + 1
 (notes / f"run-{member}-{runs}").write_text(str(__import__("os").getpid()))

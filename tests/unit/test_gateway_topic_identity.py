@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from kio.serial import entity_reader, entity_writer
 
-from workers.gateway import apis, topic_identity
-from workers.gateway.entities import element_type, make
-from workers.gateway.protocol import known_versions, request_schema, response_schema
-from workers.gateway.rewrite import real_nodes, rewrite
-from workers.gateway.topic_identity import NO_EPOCH, PRESENTED_FROM, ZERO, topic_id
+from workers.gateway.brokers import topic_identity
+from workers.gateway.brokers.rewrite import real_nodes, rewrite
+from workers.gateway.brokers.topic_identity import NO_EPOCH, PRESENTED_FROM, ZERO, topic_id
+from workers.gateway.framing.entities import element_type, make
+from workers.gateway.framing.protocol import known_versions, request_schema, response_schema
+from workers.gateway.routing import apis
 
 REAL_IDS = {"primary": uuid.UUID(int=0xA1), "standby": uuid.UUID(int=0xB2)}
 """Each cluster's own id for topic "orders", as two clusters give them."""

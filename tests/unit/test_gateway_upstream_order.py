@@ -11,9 +11,9 @@ from typing import cast
 import pytest
 
 from tests.helpers.sessions import AtOneAddress, Gateway
+from workers.gateway.brokers.upstream import Upstream, UpstreamError
 from workers.gateway.session import ClientSession, Listener
 from workers.gateway.shared import Shared
-from workers.gateway.upstream import Upstream, UpstreamError
 
 
 def test_requests_sent_while_the_connection_is_made_leave_in_the_order_they_were_sent() -> None:

@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from switchyard.model import MigrationMode, MigrationState, PartitionId, PartitionMigration
-from workers.gateway import batches
-from workers.gateway.migrated import (
+from workers.gateway.framing import batches
+from workers.gateway.migrated.offsets import (
     EARLIEST,
     LATEST,
     MAX_TIMESTAMP,

@@ -3,8 +3,8 @@ any character included."""
 
 from __future__ import annotations
 
-from workers.gateway.producer_store import decode, encode
-from workers.gateway.producers import Origin, ProducerRoute, Translation
+from workers.gateway.producers.store import decode, encode
+from workers.gateway.producers.translation import Origin, ProducerRoute, Translation
 
 
 def test_a_route_comes_back_as_stored() -> None:

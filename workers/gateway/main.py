@@ -16,15 +16,15 @@ import uvloop
 
 from switchyard.cli.base import config_of, loaded_config
 from switchyard.routing.zk import connect, disconnect
-from workers.gateway.processes import (
+from workers.gateway.framing.sasl import user_line
+from workers.gateway.process.processes import (
     Supervisor,
     die_with_supervisor,
     gateway_command_line,
     member_id,
     say_serving,
 )
-from workers.gateway.sasl import user_line
-from workers.gateway.server import Gateway
+from workers.gateway.process.server import Gateway
 
 
 async def serve(gateway: Gateway) -> None:

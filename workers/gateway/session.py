@@ -1,10 +1,10 @@
 """One client connection: read requests, decide for each, forward or answer, reply in request order.
 
-What to do with a request is decided by :func:`workers.gateway.decision.decide`; this module carries it
-out — forwards, answers, holds (:mod:`workers.gateway.holds`), hands group requests to the connection's
-:class:`~workers.gateway.groups.handling.GroupHandling` — and sees the gateway only through
-:class:`workers.gateway.shared.Shared`. The gateway's own answers are values
-(:class:`~workers.gateway.blocking.OwnAnswer`) that the writer alone encodes.
+What to do with a request is decided by :func:`workers.gateway.routing.decision.decide`; this module
+carries it out — forwards, answers, holds (:mod:`workers.gateway.routing.holds`), hands group requests to
+the connection's :class:`~workers.gateway.groups.handling.GroupHandling` — and sees the gateway only
+through :class:`workers.gateway.shared.Shared`. The gateway's own answers are values
+(:class:`~workers.gateway.routing.blocking.OwnAnswer`) that the writer alone encodes.
 
 Every request is resolved against the routing snapshot current when it is read, so after a binding
 changes, no new request of that identity goes to the old cluster; requests already sent are counted
@@ -34,21 +34,14 @@ from switchyard.identity import Identity, identify
 from switchyard.model import PartitionId
 from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
-from workers.gateway import apis, topic_identity
-from workers.gateway.apis import Context, context_of
-from workers.gateway.blocking import OwnAnswer, Reply
-from workers.gateway.decision import Action, Decision, decide
-from workers.gateway.entities import element_type, make, replace_known
-from workers.gateway.fetches import answer_without_epochs, forwarded_fetch
-from workers.gateway.groups.handling import GroupHandling, Send
-from workers.gateway.holds import hold_limit
-from workers.gateway.inflight import Ticket, own_wait_s
-from workers.gateway.intake import Intake, Lease
-from workers.gateway.migrated import Listed
-from workers.gateway.partitions import Part, Split, listed_of
-from workers.gateway.producer_ids import origin_of
-from workers.gateway.producers import ProducerRoute, Translation, translate
-from workers.gateway.protocol import (
+from workers.gateway.brokers import topic_identity
+from workers.gateway.brokers.fetches import answer_without_epochs, forwarded_fetch
+from workers.gateway.brokers.rewrite import BROKER_NAMING, leader_hints
+from workers.gateway.brokers.upstream import Overdue, Shielded, Upstream, UpstreamError, dropped
+from workers.gateway.brokers.vnodes import RealBroker
+from workers.gateway.framing.entities import element_type, make, replace_known
+from workers.gateway.framing.intake import Intake, Lease
+from workers.gateway.framing.protocol import (
     FrameError,
     Request,
     api_name,
@@ -60,12 +53,20 @@ from workers.gateway.protocol import (
     request_schema,
     with_size,
 )
-from workers.gateway.rewrite import BROKER_NAMING, leader_hints
-from workers.gateway.sasl import Credentials, SaslError
-from workers.gateway.sequences import Unsendable, established, mark_refused
+from workers.gateway.framing.sasl import Credentials, SaslError
+from workers.gateway.groups.handling import GroupHandling, Send
+from workers.gateway.migrated.offsets import Listed
+from workers.gateway.migrated.partitions import Part, Split, listed_of
+from workers.gateway.producers.ids import origin_of
+from workers.gateway.producers.sequences import Unsendable, established, mark_refused
+from workers.gateway.producers.translation import ProducerRoute, Translation, translate
+from workers.gateway.routing import apis
+from workers.gateway.routing.apis import Context, context_of
+from workers.gateway.routing.blocking import OwnAnswer, Reply
+from workers.gateway.routing.decision import Action, Decision, decide
+from workers.gateway.routing.holds import hold_limit
+from workers.gateway.routing.inflight import Ticket, own_wait_s
 from workers.gateway.shared import Shared
-from workers.gateway.upstream import Overdue, Shielded, Upstream, UpstreamError, dropped
-from workers.gateway.vnodes import RealBroker
 
 log = logging.getLogger(__name__)
 Replies = asyncio.Queue[tuple[Awaitable[Reply], Lease, Request] | None]
@@ -366,8 +367,8 @@ class ClientSession:
         self, incoming: Incoming, decision: Decision, snapshot: RoutingSnapshot, resolution: Resolution
     ) -> Awaitable[Reply]:
         """Carry out a request naming migrated partitions part by part (see
-        :mod:`workers.gateway.partitions`): a Produce's parts written now, as a forwarded request is; in
-        flight like a forwarded one, and answered early when a newer epoch routes it otherwise."""
+        :mod:`workers.gateway.migrated.partitions`): a Produce's parts written now, as a forwarded request
+        is; in flight like a forwarded one, and answered early when a newer epoch routes it otherwise."""
         request = incoming.request
         ticket = self.gateway.inflight.start(  # in flight from its decision, not from its answer's task
             snapshot.epoch,
@@ -501,7 +502,7 @@ class ClientSession:
 
     async def _by_name(self, request: Request, identity: Identity) -> Request:
         """``request`` naming by name the topics it named by the ids clients see (see
-        :mod:`workers.gateway.topic_identity`): routing, and the cluster asked, need names. A shielded
+        :mod:`workers.gateway.brokers.topic_identity`): routing, and the cluster asked, need names. A shielded
         cluster is not asked: its topics are those the gateway last saw there."""
         snapshot = self.gateway.view.snapshot
         cluster = self._resolve(snapshot, identity, (), None).cluster
@@ -790,7 +791,7 @@ class ClientSession:
         self, request: Request, identity: Identity, producer: tuple[int, int], cluster: str, epoch: int
     ) -> bytes:
         """The Produce frame to send: as received, or with its producer translated for ``cluster``;
-        :class:`Unsendable` if a batch may not go there now (:mod:`workers.gateway.sequences`)."""
+        :class:`Unsendable` if a batch may not go there now (:mod:`workers.gateway.producers.sequences`)."""
         translation = await self._checked(request.body, identity, producer, cluster, epoch)
         if translation is None:
             return request.frame
@@ -823,7 +824,7 @@ class ClientSession:
 
     def _refusing(self, incoming: Incoming, cluster: str) -> None:
         """A held Produce answered with the retriable error: where its producer's batches are translated,
-        none behind it goes first (:mod:`workers.gateway.sequences`)."""
+        none behind it goes first (:mod:`workers.gateway.producers.sequences`)."""
         producer = incoming.context.producer
         moved = producer and self.gateway.producers.translating(incoming.identity, producer[0], cluster)
         if moved:

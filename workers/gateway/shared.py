@@ -4,7 +4,7 @@ A session (:mod:`workers.gateway.session`) sees the gateway only through :class:
 view and what hangs on it, and a few collaborators with one job each — where brokers are
 (:class:`BrokerDirectory`), the answers the gateway gives itself (:class:`LocalAnswers`), idempotent
 producers' ids (:class:`ProducerIds`), mirror links (:class:`LinkLookup`). The gateway process
-(:mod:`workers.gateway.server`) implements it; neither module imports the other.
+(:mod:`workers.gateway.process.server`) implements it; neither module imports the other.
 """
 
 from __future__ import annotations
@@ -13,19 +13,19 @@ from typing import Protocol
 
 from switchyard.config import Config
 from switchyard.routing.view import BindingView
-from workers.gateway.acked import AckedEnds
-from workers.gateway.answers import LocalAnswers
-from workers.gateway.directory import BrokerDirectory
+from workers.gateway.brokers.answers import LocalAnswers
+from workers.gateway.brokers.directory import BrokerDirectory
+from workers.gateway.framing.intake import ByteBudget
 from workers.gateway.groups.members import Members
-from workers.gateway.holds import RoutingChanges
-from workers.gateway.inflight import InFlight
-from workers.gateway.intake import ByteBudget
-from workers.gateway.links import LinkLookup
-from workers.gateway.metrics import Metrics
-from workers.gateway.moved import Moved
-from workers.gateway.producer_ids import ProducerIds
-from workers.gateway.sequences import Sequences
-from workers.gateway.usage import UsageTracker
+from workers.gateway.migrated.moved import Moved
+from workers.gateway.process.metrics import Metrics
+from workers.gateway.process.usage import UsageTracker
+from workers.gateway.producers.acked import AckedEnds
+from workers.gateway.producers.ids import ProducerIds
+from workers.gateway.producers.sequences import Sequences
+from workers.gateway.routing.holds import RoutingChanges
+from workers.gateway.routing.inflight import InFlight
+from workers.gateway.routing.links import LinkLookup
 
 
 class Shared(Protocol):

@@ -10,12 +10,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from workers.gateway import apis
-from workers.gateway.directory import BrokerDirectory
-from workers.gateway.entities import element_type, make
-from workers.gateway.protocol import FrameError, request_schema
-from workers.gateway.sasl import Credentials
-from workers.gateway.upstream import Upstream, UpstreamError
+from workers.gateway.brokers.directory import BrokerDirectory
+from workers.gateway.brokers.upstream import Upstream, UpstreamError
+from workers.gateway.framing.entities import element_type, make
+from workers.gateway.framing.protocol import FrameError, request_schema
+from workers.gateway.framing.sasl import Credentials
+from workers.gateway.routing import apis
 
 log = logging.getLogger(__name__)
 _ATTEMPTS = 3

@@ -1,6 +1,6 @@
 """One client connection's consumer-group requests: what the session asks of them, in one unit.
 
-The session decides each request (:mod:`workers.gateway.decision`) and forwards it; what it needs to
+The session decides each request (:mod:`workers.gateway.routing.decision`) and forwards it; what it needs to
 know of groups, and the group work around a switch, are here: where the sending member joined
 (``joined_on``), whether the connection's consumer is rejoining (``rejoining``), having the cluster a
 moved member left forget it (``moved``), carrying its commits to the new cluster (``carry``, see
@@ -21,16 +21,16 @@ from kio.schema.errors import ErrorCode
 
 from switchyard.model import ClusterState
 from switchyard.routing.snapshot import RoutingSnapshot
-from workers.gateway import apis
-from workers.gateway.blocking import OwnAnswer, Reply
+from workers.gateway.brokers.upstream import Upstream, UpstreamError, dropped
+from workers.gateway.framing.protocol import FrameError, Request, decode_response
+from workers.gateway.framing.sasl import Credentials
 from workers.gateway.groups.carry import carried_commit
 from workers.gateway.groups.coordinator import Coordinators, coordinator
 from workers.gateway.groups.members import Member
-from workers.gateway.holds import hold_limit
-from workers.gateway.protocol import FrameError, Request, decode_response
-from workers.gateway.sasl import Credentials
+from workers.gateway.routing import apis
+from workers.gateway.routing.blocking import OwnAnswer, Reply
+from workers.gateway.routing.holds import hold_limit
 from workers.gateway.shared import Shared
-from workers.gateway.upstream import Upstream, UpstreamError, dropped
 
 log = logging.getLogger(__name__)
 MEMBER_APIS = frozenset({apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.OFFSET_COMMIT})
@@ -213,7 +213,7 @@ class GroupHandling:
 
     async def adopt(self, request: Request, node: int | None, send: Send) -> Reply:
         """Send a commit from outside the group once this connection's rejoin is done, as the member it
-        rejoined as (see ``ADOPT`` in :mod:`workers.gateway.decision`); as sent if the rejoin takes
+        rejoined as (see ``ADOPT`` in :mod:`workers.gateway.routing.decision`); as sent if the rejoin takes
         longer than a held request may wait."""
         body = await self._as_rejoined(self._rejoins[request.body.group_id], request, request.body)
         return await (await send(body, node))
@@ -269,7 +269,7 @@ class GroupHandling:
     def _rejoining(self, request: Request, member: Member | None) -> bool:
         """For a Heartbeat: whether its member, or this connection's consumer, is already joining the
         group again. For an OffsetCommit from outside the group: whether this connection's consumer is
-        (see ``ADOPT`` and ``QUIET`` in :mod:`workers.gateway.decision`)."""
+        (see ``ADOPT`` and ``QUIET`` in :mod:`workers.gateway.routing.decision`)."""
         key, body = request.api_key, request.body
         if key not in (apis.OFFSET_COMMIT, apis.HEARTBEAT):
             return False

@@ -2,7 +2,7 @@
 
 Where a member joined tells whether its commits must be carried to another cluster after a switch
 (:mod:`workers.gateway.groups.carry`); its session time-out bounds how long its requests may be held while
-its identity is blocked (:mod:`workers.gateway.holds`). Learnt from JoinGroup answers; a member that
+its identity is blocked (:mod:`workers.gateway.routing.holds`). Learnt from JoinGroup answers; a member that
 joined through another gateway of a pair, or before this one started, is looked up when it commits or
 heartbeats after a switch (see ``GroupHandling.find_member``).
 """

@@ -1,0 +1,77 @@
+"""What a gateway tells sagas through ZooKeeper besides its acknowledged epoch: what its clients used
+(an ephemeral node: it goes with the gateway) and how far their writes were acknowledged per partition
+(a persistent one: a fault migration chooses its end offset from it after the gateway is gone)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from switchyard.acked import decode as decode_acked
+from switchyard.acked import encode as encode_acked
+from switchyard.routing.layout import Layout
+from switchyard.usage import encode
+from workers.gateway.process.usage import UsageTracker
+from workers.gateway.producers.acked import AckedEnds
+
+log = logging.getLogger(__name__)
+USAGE_EVERY_S = 2.0
+
+
+class Publisher:
+    def __init__(
+        self, zk: KazooClient, layout: Layout, gateway_id: str, usage: UsageTracker, acked: AckedEnds
+    ) -> None:
+        self.zk, self.layout, self.id = zk, layout, gateway_id
+        self.usage, self.acked = usage, acked
+        self._acked_lock = asyncio.Lock()
+
+    async def run(self) -> None:
+        """Every few seconds, what the clients used and how far their writes were acknowledged."""
+        usage = self.layout.usage(self.id)
+        while True:
+            await asyncio.sleep(USAGE_EVERY_S)
+            data = encode(self.usage.uses())
+            try:
+                await asyncio.to_thread(self._write, usage, data, ephemeral=True)
+                await self.publish_acked()
+            except Exception:
+                log.warning("gateway %s: usage not published", self.id, exc_info=True)
+
+    async def publish_acked(self) -> None:
+        """How far each partition's writes were acknowledged, if it changed: every few seconds, and before
+        each epoch is acknowledged, so a saga that waited for the acknowledgements reads it whole (a
+        smooth migration's end must reach it: acks=1 writes may run ahead of the high watermark)."""
+        async with self._acked_lock:  # one write at a time: a later one never carries older ends
+            if not self.acked.changed:
+                return
+            self.acked.changed = False
+            try:
+                await asyncio.to_thread(
+                    self._write, self.layout.acked(self.id), encode_acked(self.acked.ends), ephemeral=False
+                )
+            except BaseException:
+                self.acked.changed = True
+                raise
+
+    def recall_acked(self) -> None:
+        """What this gateway published before a restart: the next publication starts from it, so a
+        restart never lowers the ends a fault migration chooses its end offset from."""
+        try:
+            data, _ = self.zk.get(self.layout.acked(self.id))
+            self.acked.ends.update(decode_acked(data))
+        except NoNodeError:
+            pass
+        except (ValueError, TypeError, AttributeError):
+            log.warning(
+                "gateway %s: its published acknowledged ends are unreadable; starting afresh", self.id
+            )
+
+    def _write(self, path: str, data: bytes, *, ephemeral: bool) -> None:
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            self.zk.create(path, data, ephemeral=ephemeral, makepath=True)

@@ -1,0 +1,2 @@
+"""Idempotent producers across a switch: whose ids, translated where, which batches may go, and what
+was acknowledged."""

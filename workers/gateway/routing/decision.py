@@ -1,0 +1,172 @@
+"""What the gateway does with one request: a pure function of the request, its identity's routing and
+the connection it came in on.
+
+The session carries the decision out (forwards, answers, holds); keeping the choice here, free of
+sockets and shared state, lets every API be checked against every routing state in unit tests.
+
+- ``FORWARD``: to the cluster the identity is bound to, to the listener's broker when the connection
+  came in on a virtual broker of that cluster, else to the cluster's bootstrap server;
+- ``ANSWER``: the gateway answers itself (Metadata with an empty topic list);
+- ``HOLD``: the identity is blocked: the request waits until its routing changes or the hold time
+  passes, and is then answered as the routing of that moment says (see :mod:`workers.gateway.routing.holds`);
+- ``REDIRECT``: a virtual broker of a cluster the identity has left: the retriable error now, so the
+  client looks up where to go;
+- ``REFUSE``: a Produce to a mirror's copy, refused for good (TOPIC_AUTHORIZATION_FAILED);
+- ``CARRY``: an OffsetCommit from a group member that joined on another cluster than the one its
+  identity is bound to now (it joined before a switch): committed on the new cluster in the form a
+  coordinator takes for a group without members, translated through the link's offset map (see
+  :mod:`workers.gateway.groups.carry`), so what the application processed stays committed across the switch;
+- ``REJOIN``: a Heartbeat from a member that joined on the cluster the identity has left: answered
+  here with REBALANCE_IN_PROGRESS, the usual request to rejoin. Forwarded, it would get
+  UNKNOWN_MEMBER_ID from a coordinator that never knew the member, and some clients (kafka-python,
+  aiokafka) then drop their membership at once, from a background thread, so the application's next
+  commit fails before it is even sent; asked to rejoin, they stay members until their next poll;
+- ``QUIET``: such a Heartbeat when the member's connection is already rejoining the group on the new
+  cluster (kafkajs heartbeats its old membership while its new join waits): answered here without
+  error. Asked to rejoin, kafkajs would start a second rebalance once the first ends — one more join
+  round, 15 s at its defaults on the test broker;
+- ``ADOPT``: an OffsetCommit from outside the group (no member, generation -1) on a connection whose
+  consumer is rejoining its group — a client that reset its membership when the new cluster did not
+  know it, and commits what it processed meanwhile; refused while the group rebalances, it is sent
+  once the rejoin is done, as the member the connection rejoined as;
+- ``DROP``: a Produce with acks=0 that may not land: it expects no answer, so nothing is sent;
+- ``SHIELD``: the identity is routed to a shielded (or down) cluster, which is not contacted at all: a
+  partition or group request, a FindCoordinator or an InitProducerId gets a retriable error at once
+  (a Metadata request is answered here, ``ANSWER``), so clients of a dead cluster fail fast and retry
+  instead of waiting out connection time-outs, and the gateway stays healthy for everyone else;
+- ``SPLIT``: a partition request naming a partition a migration moved: split per cluster and broker,
+  answered in client offsets (see :mod:`workers.gateway.migrated.partitions`); a write to a partition whose
+  migration is about to take effect is held like a blocked identity's.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from switchyard.model import BindingState
+from switchyard.resolution import Resolution
+from workers.gateway.brokers.vnodes import RealBroker
+from workers.gateway.migrated.partitions import Touch
+from workers.gateway.routing import apis
+from workers.gateway.routing.apis import Context
+from workers.gateway.routing.blocking import TOPIC_AUTHORIZATION_FAILED, OwnAnswer
+
+
+class Action(enum.Enum):
+    FORWARD = "forward"
+    ANSWER = "answer"
+    HOLD = "hold"
+    REDIRECT = "redirect"
+    REFUSE = "refuse"
+    CARRY = "carry"
+    REJOIN = "rejoin"
+    QUIET = "quiet"
+    ADOPT = "adopt"
+    DROP = "drop"
+    SHIELD = "shield"
+    SPLIT = "split"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    cluster: str
+    node: int | None = None
+    """The real broker to forward to (None: the cluster's bootstrap server)."""
+    source: str | None = None
+    """For ``CARRY``: the cluster the committing member joined on."""
+
+    @property
+    def answer(self) -> OwnAnswer | None:
+        """The gateway's own answer, for an action that answers without sending (a ``HOLD``'s once its
+        time is over)."""
+        return _ANSWERS.get(self.action)
+
+
+_ANSWERS = {
+    Action.REJOIN: OwnAnswer(ErrorCode.rebalance_in_progress),
+    Action.QUIET: OwnAnswer(ErrorCode.none),
+    Action.REFUSE: OwnAnswer(TOPIC_AUTHORIZATION_FAILED),
+    Action.REDIRECT: OwnAnswer(),
+    Action.HOLD: OwnAnswer(),
+    Action.SHIELD: OwnAnswer(),
+}
+
+
+def decide(
+    api_key: int,
+    context: Context,
+    resolution: Resolution,
+    broker: RealBroker | None,
+    *,
+    empty_metadata: bool = False,
+    mirrored: Callable[[str], bool] = lambda _topic: False,
+    joined_on: str | None = None,
+    rejoining: bool = False,
+    partitions: Touch = Touch.NONE,
+    shielded: bool = False,
+) -> Decision:
+    """``broker``: the real broker the connection's listener stands for (None: the bootstrap port);
+    ``empty_metadata``: a Metadata request with an empty topic list; ``mirrored(topic)``: whether the
+    topic on the resolved cluster is a mirror's copy; ``joined_on``: for an OffsetCommit or a
+    Heartbeat, the cluster its member joined on, where the gateway saw the join (None: unknown, no
+    member, or a commit no link could carry from there); ``rejoining``:
+    for an OffsetCommit from outside the group or a Heartbeat, that the connection's consumer is
+    rejoining its group; ``partitions``: what the request has to do with partition migrations;
+    ``shielded``: the resolved cluster is shielded or down."""
+    cluster = resolution.cluster
+    if api_key == apis.METADATA and (empty_metadata or shielded):
+        return Decision(Action.ANSWER, cluster)
+    decision = _decide(
+        api_key, context, resolution, broker, mirrored=mirrored, joined_on=joined_on, rejoining=rejoining,
+        partitions=partitions,
+    )  # fmt: skip
+    if shielded and decision.action in _CONTACTING and api_key in apis.SHIELDABLE:
+        decision = Decision(Action.SHIELD, cluster)
+    if not context.expects_response and decision.action in _ANSWERED_HERE:
+        return Decision(Action.DROP, cluster)
+    return decision
+
+
+_ANSWERED_HERE = frozenset(
+    {Action.HOLD, Action.REDIRECT, Action.REFUSE, Action.REJOIN, Action.QUIET, Action.SHIELD}
+)
+_CONTACTING = frozenset({Action.FORWARD, Action.CARRY, Action.ADOPT})
+
+
+def _decide(
+    api_key: int,
+    context: Context,
+    resolution: Resolution,
+    broker: RealBroker | None,
+    *,
+    mirrored: Callable[[str], bool],
+    joined_on: str | None,
+    rejoining: bool,
+    partitions: Touch,
+) -> Decision:
+    cluster = resolution.cluster
+    if api_key in apis.BLOCKABLE:
+        if resolution.state is BindingState.BLOCKED or partitions is Touch.HELD:
+            return Decision(Action.HOLD, cluster)
+        if partitions is Touch.SPLIT and not (
+            api_key == apis.PRODUCE and any(mirrored(t) for t in context.topics)
+        ):
+            node = broker.node_id if broker is not None and broker.cluster == cluster else None
+            return Decision(Action.SPLIT, cluster, node)
+        if api_key == apis.OFFSET_COMMIT and joined_on is not None and joined_on != cluster:
+            return Decision(Action.CARRY, cluster, source=joined_on)
+        if api_key == apis.HEARTBEAT and joined_on is not None and joined_on != cluster:
+            return Decision(Action.QUIET if rejoining else Action.REJOIN, cluster)
+        if broker is not None and broker.cluster != cluster:
+            return Decision(Action.REDIRECT, cluster)
+        if api_key == apis.OFFSET_COMMIT and rejoining:
+            return Decision(Action.ADOPT, cluster, broker.node_id if broker is not None else None)
+    if api_key == apis.PRODUCE and any(mirrored(t) for t in context.topics):
+        return Decision(Action.REFUSE, cluster)
+    node = broker.node_id if broker is not None and broker.cluster == cluster else None
+    return Decision(Action.FORWARD, cluster, node)
