@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
 from confluent_kafka.cimpl import NewTopic
 
 from switchyard.errors import KafkaOperationError
@@ -67,7 +67,9 @@ def _create_without_refused(target: AdminClient, name: str, count: int, settings
 
 
 def topic_configs(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, str]]:
-    """The source topics' own settings (not defaults, not read-only), to create the copies with."""
+    """The source topics' own settings, to create the copies with: what each topic overrides, not what
+    its brokers set for every topic (copied as overrides, those would stay on the copy whatever the
+    target's brokers are set to), nor read-only or sensitive ones."""
     found: dict[str, dict[str, str]] = {}
     try:
         futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics])
@@ -76,7 +78,10 @@ def topic_configs(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, 
             found[resource.name] = {
                 name: entry.value
                 for name, entry in entries.items()
-                if not entry.is_default and not entry.is_read_only and not entry.is_sensitive and entry.value
+                if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+                and not entry.is_read_only
+                and not entry.is_sensitive
+                and entry.value
             }
     except Exception as exc:  # configs are copied where the broker allows; the data matters more
         log.warning("topic configs not copied (%s): creating with the target's defaults", exc)

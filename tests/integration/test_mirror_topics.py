@@ -17,7 +17,9 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewPartitions,
     NewTopic,
     ResourcePatternType,
@@ -43,13 +45,16 @@ AUTHORIZER = {
     "super.users": "User:ANONYMOUS",  # whoever comes through the plaintext listener: the mirror, the tests
     "allow.everyone.if.no.acl.found": "true",
 }
+BROKER_WIDE = {"log.cleaner.delete.retention.ms": "4321000"}
+"""A broker-level setting of the source's: every topic there shows it (``delete.retention.ms``), as its
+broker's, not its own."""
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """A 3.9 source and a default-version target, each one broker with an authorizer."""
     directory = tmp_path_factory.mktemp("pair")
-    source = PrivateService.kafka(directory / "source", version=OLDER, properties=AUTHORIZER)
+    source = PrivateService.kafka(directory / "source", version=OLDER, properties=AUTHORIZER | BROKER_WIDE)
     target = PrivateService.kafka(directory / "target", properties=AUTHORIZER)
     with ExitStack() as stack:
         for broker in (source, target):
@@ -158,6 +163,36 @@ def test_a_setting_the_target_refuses_is_left_out_and_reported_for_that_topic_al
         f"topic {odd} created without message.downconversion.enable=false (the target: "
         "Unknown topic config name: message.downconversion.enable)"
     ]
+
+
+def test_only_what_the_topic_itself_sets_is_copied_not_its_brokers_settings(
+    mirror: Mirrors, routing: RoutingStore, pair: tuple[str, str]
+) -> None:
+    """A copy made with the source broker's settings as its own would keep them on a target whose brokers
+    are set otherwise, and past any later change of the target's defaults."""
+    source, target = pair
+    topic = unique("overrides")
+    admin = AdminClient({"bootstrap.servers": source})
+    admin.create_topics([NewTopic(topic, 1, config={"retention.bytes": "123456789"})])[topic].result(30)
+    on_source = described(source, topic)
+    assert on_source["delete.retention.ms"].value == "4321000"
+    assert on_source["delete.retention.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    kafka.produce(source, topic, records(5))
+    name = link(routing, topic)
+    wait_drained(routing, name, [(topic, 0)], since=now())
+
+    on_target = described(target, topic)
+    overrides = {n for n, e in on_target.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+    assert overrides == {"retention.bytes"}, overrides
+    assert on_target["retention.bytes"].value == "123456789"
+    assert on_target["delete.retention.ms"].value == "86400000"  # the target's own default
+
+
+def described(bootstrap: str, topic: str) -> dict[str, ConfigEntry]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until answered: a client collected fails
+    futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+    (entries,) = (future.result(10) for future in futures.values())
+    return dict(entries)
 
 
 def test_topic_acls_follow_the_source_onto_the_target(
