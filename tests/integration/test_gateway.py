@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
@@ -23,6 +23,7 @@ from switchyard.stack import health
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.stacks import QUICK_CONSUMER
+from workers.gateway.brokers.vnodes import FIRST_ID
 
 ACTOR = "user:test"
 
@@ -140,12 +141,19 @@ def test_produce_to_a_mirror_topic_is_refused_until_the_link_is_promoted(
     assert sum(len(r) for r in only_on_standby.values()) == 3
 
 
-def test_clients_only_ever_see_virtual_brokers(gateway: GatewayProcess) -> None:
+def test_clients_only_ever_see_virtual_brokers(gateway: GatewayProcess, stack_config: Config) -> None:
     cluster = AdminClient({"bootstrap.servers": gateway.bootstrap}).list_topics(timeout=10)
     assert cluster.cluster_id == "switchyard"
     ports = {b.port for b in cluster.brokers.values()}
     assert ports
     assert all(gateway.port < p < gateway.port + 16 for p in ports), ports
+    real = {
+        node
+        for c in stack_config.clusters.values()
+        for node in AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(timeout=10).brokers
+    }
+    assert all(v >= FIRST_ID for v in cluster.brokers), sorted(cluster.brokers)  # no real id is one of them
+    assert all(r < FIRST_ID for r in real), real
 
 
 def test_api_versions_are_answered_by_the_gateway(gateway: GatewayProcess, stack_config: Config) -> None:
@@ -226,3 +234,38 @@ def test_records_read_through_the_gateway_carry_no_leader_epoch(
 
     assert epochs(gateway.bootstrap) == {None}
     assert None not in epochs(stack_config.clusters["primary"].bootstrap)
+
+
+def test_a_consumer_of_the_new_group_protocol_fails_at_start_not_at_a_switch(
+    gateway: GatewayProcess, stack_config: Config
+) -> None:
+    """KIP-848 groups (``group.protocol=consumer``) are not carried across switches: no hold, no member
+    moved, no commit carried. Such a consumer joined through the gateway and read nothing, told nothing;
+    now its first heartbeat is refused, fatally, and no other API of the newer group protocols (consumer,
+    share, streams) is offered."""
+    ours = health.api_versions("127.0.0.1", gateway.port)
+    theirs = health.api_versions(*split_hostport(stack_config.clusters["primary"].bootstrap))
+    assert {68, 69} <= set(theirs)  # ConsumerGroupHeartbeat and ConsumerGroupDescribe: the brokers have them
+    assert ours[68][1] >= 1  # librdkafka sends none below v1
+    assert not set(ours) & {69, 76, 77, 78, 79, 88, 89}, sorted(ours)
+    topic = f"kip848-{uuid.uuid4().hex[:6]}"
+    kafka.create_topics(stack_config.clusters["primary"].bootstrap, [topic], partitions=1)
+    kafka.produce(gateway.bootstrap, topic, [kafka.Record(b"k", b"v")])
+    consumer = Consumer(
+        {"bootstrap.servers": gateway.bootstrap, "group.id": topic, "group.protocol": "consumer",
+         "auto.offset.reset": "earliest"}
+    )  # fmt: skip
+    told: list[KafkaError] = []
+    try:
+        consumer.subscribe([topic])
+        for _ in range(40):
+            message = consumer.poll(0.5)
+            if message is not None:
+                assert message.error() is not None, "read a record through a group the gateway cannot move"
+                told.append(message.error())
+                break
+    finally:
+        consumer.close()
+    assert told, "told nothing in 20 s"
+    assert told[0].code() == KafkaError._FATAL, told[0]  # the consumer is of no further use: it says so
+    assert "ConsumerGroupHeartbeat fatal error: Broker: API version not supported" in told[0].str()

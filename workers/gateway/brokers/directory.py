@@ -20,7 +20,7 @@ from switchyard import __version__
 from switchyard.config import Config, split_hostport
 from workers.gateway.brokers.rewrite import real_nodes, rewrite
 from workers.gateway.brokers.upstream import Upstream, UpstreamError
-from workers.gateway.brokers.vnodes import RealBroker, VirtualNodes
+from workers.gateway.brokers.vnodes import RealBroker, VirtualNodes, slot
 from workers.gateway.framing.entities import element_type, make
 from workers.gateway.framing.protocol import (
     API_VERSIONS,
@@ -103,7 +103,7 @@ class BrokerDirectory:
 
     def address(self, virtual_id: int) -> tuple[str, int]:
         gateway = self.config.gateway
-        return gateway.advertised_host or gateway.host, gateway.bootstrap_port + virtual_id
+        return gateway.advertised_host or gateway.host, gateway.bootstrap_port + slot(virtual_id)
 
     def real_address(self, cluster: str, node: int | None) -> tuple[str, int]:
         """Where broker ``node`` of ``cluster`` listens (None: any broker, the first bootstrap server).
@@ -237,7 +237,7 @@ class BrokerDirectory:
         """Offer each API at the versions every reachable cluster, kio and the gateway all handle."""
         for key, (their_low, their_high) in theirs.items():
             ours = known_versions(key)
-            if ours is None or key in LOCAL_APIS:
+            if ours is None or key in LOCAL_APIS or key in apis.WITHHELD:
                 continue
             low = max(their_low, ours[0])
             high = min(their_high, ours[1], apis.VERSION_CAPS.get(key, their_high))

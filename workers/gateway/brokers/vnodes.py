@@ -1,13 +1,15 @@
 """Virtual broker ids: one per (cluster, real node id), the same in every gateway instance.
 
-Clients only ever see virtual brokers. Their ids are allocated once in ZooKeeper
-(``vnodes/<cluster>/<node id>`` holds the id; ``vnodes`` holds the next free one, advanced by
+Clients only ever see virtual brokers. Each is allocated a slot once in ZooKeeper
+(``vnodes/<cluster>/<node id>`` holds the slot; ``vnodes`` holds the last one given out, advanced by
 compare-and-set) so that every gateway instance, and a restarted one, answers with the same ids and the
-same ports: virtual broker ``v`` listens on ``bootstrap_port + v``.
+same ports: the broker in slot ``n`` (from 1) has the id ``FIRST_ID + n - 1`` and listens on
+``bootstrap_port + n``.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 
@@ -15,6 +17,19 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from switchyard.routing.layout import Layout
+
+log = logging.getLogger(__name__)
+FIRST_ID = 1 << 30
+"""Virtual ids start far above the node ids of real clusters (operators number KRaft nodes from 0 or 1;
+ZooKeeper-era generated ids start just above ``reserved.broker.max.id``, 1000), so they cannot be taken
+for each other: a real id that reached a client unrewritten (a leader hint of a newer API version) would
+name no broker the client knows, and the client would look the leader up again, through the gateway,
+rather than send to whichever virtual broker had that number."""
+
+
+def slot(virtual_id: int) -> int:
+    """Where ``virtual_id`` listens: ``bootstrap_port`` plus this."""
+    return virtual_id - FIRST_ID + 1
 
 
 @dataclass(frozen=True, order=True)
@@ -37,7 +52,7 @@ class VirtualNodes:
         for cluster in self.zk.get_children(self.folder):
             for node in self.zk.get_children(f"{self.folder}/{cluster}"):
                 data, _ = self.zk.get(f"{self.folder}/{cluster}/{node}")
-                self._remember(RealBroker(cluster, int(node)), int(data))
+                self._remember(RealBroker(cluster, int(node)), FIRST_ID + int(data) - 1)
         return dict(self._by_virtual)
 
     def virtual_id(self, broker: RealBroker) -> int:
@@ -46,12 +61,19 @@ class VirtualNodes:
             known = self._by_real.get(broker)
         if known is not None:
             return known
+        if broker.node_id >= FIRST_ID:
+            log.warning(
+                "cluster %s has a node id of %d: virtual ids start at %d",
+                broker.cluster,
+                broker.node_id,
+                FIRST_ID,
+            )
         path = f"{self.folder}/{broker.cluster}/{broker.node_id}"
         self.zk.ensure_path(f"{self.folder}/{broker.cluster}")
         while True:
             try:
                 data, _ = self.zk.get(path)
-                return self._remember(broker, int(data))
+                return self._remember(broker, FIRST_ID + int(data) - 1)
             except NoNodeError:
                 pass
             counter, stat = self.zk.get(self.folder)
@@ -61,7 +83,7 @@ class VirtualNodes:
             t.create(path, str(allocated).encode())
             results = t.commit()
             if not any(isinstance(r, BadVersionError | NodeExistsError) for r in results):
-                return self._remember(broker, allocated)
+                return self._remember(broker, FIRST_ID + allocated - 1)
 
     def real(self, virtual_id: int) -> RealBroker | None:
         with self._lock:

@@ -27,7 +27,7 @@ from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.view import BindingView
 from workers.gateway.brokers.answers import LocalAnswers
 from workers.gateway.brokers.directory import BrokerDirectory
-from workers.gateway.brokers.vnodes import VirtualNodes
+from workers.gateway.brokers.vnodes import VirtualNodes, slot
 from workers.gateway.framing.intake import ByteBudget
 from workers.gateway.framing.sasl import SaslError, UsersFile
 from workers.gateway.groups.members import Members
@@ -174,7 +174,7 @@ class Gateway:
 
     async def _bind(self, virtual_id: int | None) -> None:
         listener = Listener(virtual_id, self.vnodes.real(virtual_id) if virtual_id is not None else None)
-        port = self.config.gateway.bootstrap_port + (virtual_id or 0)
+        port = self.config.gateway.bootstrap_port + (0 if virtual_id is None else slot(virtual_id))
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             session = ClientSession(self, listener, reader, writer)

@@ -41,6 +41,22 @@ LONG_POLLS = frozenset({FETCH, JOIN_GROUP, SYNC_GROUP})
 """Requests a broker may hold for long (a Fetch up to its max_wait, a join or sync until the rebalance
 ends); a newer epoch that routes them elsewhere answers them at once (workers.gateway.routing.inflight)."""
 
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
+WITHHELD = frozenset({
+    CONSUMER_GROUP_DESCRIBE,  # KIP-848's consumer groups (admin clients fall back to DescribeGroups)
+    76, 77, 78, 79, 90, 91, 92,  # KIP-932's share groups: their heartbeats, reads, acknowledgements, offsets
+    88, 89,  # KIP-1071's streams groups
+})  # fmt: skip
+"""APIs brokers offer and the gateway does not: the groups of the newer protocols, whose members, holds
+and commits it does not handle (the Java client then fails at start, saying the cluster lacks the
+protocol). ConsumerGroupHeartbeat is offered, and refused (``refusal``): librdkafka, not offered it,
+retries for ever and tells the application nothing."""
+NEW_PROTOCOL_REFUSED = (
+    "Switchyard's gateway does not carry consumer groups of the consumer protocol (KIP-848) across "
+    "switches yet: set group.protocol=classic"
+)
+"""Why a ConsumerGroupHeartbeat is refused (the Java client shows its own text for the error instead)."""
+
 VERSION_CAPS = {
     PRODUCE: 12,  # v13+ names topics by id; routing needs names
     FETCH: 12,  # v13+ names topics by id, v16+ real brokers: its answers are not rewritten but for epochs
@@ -64,10 +80,12 @@ class Context:
 
 
 def refusal(request: Request) -> ErrorCode | None:
-    """The error a broker answers ``request`` with before routing could matter, if any: the gateway
-    gives that answer itself, whatever the identity's binding (held or not)."""
+    """The error a broker answers ``request`` with before routing could matter, if any, or the gateway
+    refuses it with whatever the routing: the gateway gives that answer itself (held or not)."""
     if request.api_key in MEMBERSHIP_APIS and not request.body.group_id:
         return ErrorCode.invalid_group_id
+    if request.api_key == CONSUMER_GROUP_HEARTBEAT:  # fatal to both clients at their first heartbeat
+        return ErrorCode.unsupported_version
     return None
 
 

@@ -62,6 +62,9 @@ def blocked_response(request: Request, body: Any, error: ErrorCode | None = None
         return make(cls, error_code=code, node_id=-1, producer_id=-1, producer_epoch=-1)
     if key in apis.GROUP_APIS:
         return _group(cls, key, body, NOT_COORDINATOR if error is None else error)
+    if key == apis.CONSUMER_GROUP_HEARTBEAT:
+        code = NOT_COORDINATOR if error is None else error
+        return make(cls, error_code=code, error_message=apis.NEW_PROTOCOL_REFUSED, member_epoch=-1)
     if key == apis.PUSH_TELEMETRY:
         return make(cls, error_code=ErrorCode.unknown_subscription_id if error is None else error)
     if key == apis.GET_TELEMETRY_SUBSCRIPTIONS:
