@@ -261,6 +261,18 @@ class MirrorConfig(_Section):
     """Extra librdkafka settings for the source consumers (e.g. ``session.timeout.ms``)."""
     producer: dict[str, ClientSettingValue] = Field(default_factory=dict)
     """Extra librdkafka settings for the target producers (e.g. ``linger.ms``)."""
+    principals: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """Principals named otherwise on some cluster, for the ACLs a link copies: per label, the principal's
+    name on each cluster (``{"orders": {"primary": "User:orders", "standby": "User:orders-dr"}}``). A
+    principal not listed has the same name everywhere."""
+
+    def principal_names(self, source: str, target: str) -> dict[str, str]:
+        """A principal's name on ``source`` -> its name on ``target``, where they differ."""
+        return {
+            names[source]: names[target]
+            for names in self.principals.values()
+            if source in names and target in names and names[source] != names[target]
+        }
 
 
 SagaKind = Literal["switchover", "switchback", "failover", "topic-migration", "partition-migration"]
@@ -584,6 +596,17 @@ class Config(_Section):
                 f"the stack can only run a cluster where spark.master points: spark://host:port, not "
                 f"{self.spark.master!r}",
             )
+        return self
+
+    @model_validator(mode="after")
+    def _principals(self) -> Config:
+        for label, names in self.mirror.principals.items():
+            for cluster, principal in names.items():
+                key = f"mirror.principals.{label}.{cluster}"
+                if cluster not in self.clusters:
+                    raise _KeyError(key, f"{cluster!r} is not one of clusters")
+                if ":" not in principal:
+                    raise _KeyError(key, f"{principal!r} is not a principal (type:name, as User:orders)")
         return self
 
     @property

@@ -23,6 +23,7 @@ from switchyard.keys import BindingKey
 from switchyard.routing.gateways import registered, wait_for_acks
 from switchyard.routing.store import RoutingStore
 from tests.helpers.processes import GatewayProcess
+from workers.gateway.brokers.vnodes import slot
 from workers.gateway.framing.entities import make
 from workers.gateway.framing.protocol import decode_response, encode_request, with_size
 from workers.gateway.routing import apis
@@ -62,7 +63,7 @@ def test_both_present_the_same_virtual_brokers(pair: tuple[GatewayProcess, Gatew
     assert (
         {p - one.port for p in seen_one.values()}
         == {p - two.port for p in seen_two.values()}
-        == set(seen_one)
+        == {slot(v) for v in seen_one}
     )
 
 

@@ -75,7 +75,10 @@ def mirror(
     mirrors = Mirrors(stack_config, routing, ledger_path, tmp_path_factory.mktemp("mirror"))
     source, target = pair
     mirrors.start(
-        SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP=source, SWITCHYARD__CLUSTERS__STANDBY__BOOTSTRAP=target
+        SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP=source,
+        SWITCHYARD__CLUSTERS__STANDBY__BOOTSTRAP=target,
+        SWITCHYARD__MIRROR__PRINCIPALS__DAVE__PRIMARY="User:dave",  # dave is someone else on the target
+        SWITCHYARD__MIRROR__PRINCIPALS__DAVE__STANDBY="User:dave-dr",
     )
     yield mirrors
     mirrors.stop_all()
@@ -198,28 +201,32 @@ def described(bootstrap: str, topic: str) -> dict[str, ConfigEntry]:
 def test_topic_acls_follow_the_source_onto_the_target(
     mirror: Mirrors, routing: RoutingStore, pair: tuple[str, str]
 ) -> None:
-    """The bindings covering the link's topics are created on the target, others are not; a grant revoked
-    on the source is revoked on the target."""
+    """The bindings covering the link's topics are created on the target, others are not; a principal
+    the configuration names otherwise on the target is granted there under that name; a grant revoked on
+    the source is revoked on the target."""
     source, target = pair
     topic, elsewhere = unique("guarded"), unique("elsewhere")
     prefix = topic[: len("guarded-")]
-    alice, bob, carol = (
+    alice, bob, carol, dave = (
         acl(topic, "User:alice", AclOperation.READ),
         acl(prefix, "User:bob", AclOperation.WRITE, ResourcePatternType.PREFIXED),
         acl(elsewhere, "User:carol", AclOperation.READ),
+        acl(topic, "User:dave", AclOperation.DESCRIBE),
     )
+    dave_there = acl(topic, "User:dave-dr", AclOperation.DESCRIBE)
     on_source = AdminClient({"bootstrap.servers": source})
-    for future in on_source.create_acls([alice, bob, carol]).values():
+    for future in on_source.create_acls([alice, bob, carol, dave]).values():
         future.result(10)
     kafka.create_topics(source, [topic])
     kafka.produce(source, topic, records(5))
     name = link(routing, topic)
     wait_drained(routing, name, [(topic, 0)], since=now())
-    assert wait_for_acls(target, {alice, bob}) == {alice, bob}  # carol's topic is not the link's
+    granted = {alice, bob, dave_there}  # not carol: her topic is not the link's
+    assert wait_for_acls(target, granted) == granted
 
     for future in on_source.delete_acls([exactly(alice)]).values():
         future.result(10)
-    assert wait_for_acls(target, {bob}) == {bob}
+    assert wait_for_acls(target, {bob, dave_there}) == {bob, dave_there}
 
 
 def acl(

@@ -93,6 +93,14 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
             "mirror.links.l1: source and target are the same cluster",
         ),
         (
+            merged(mirror={"principals": {"orders": {"dr": "User:orders"}}}),
+            "mirror.principals.orders.dr: 'dr' is not one of clusters",
+        ),
+        (
+            merged(mirror={"principals": {"orders": {"primary": "orders"}}}),
+            "mirror.principals.orders.primary: 'orders' is not a principal (type:name, as User:orders)",
+        ),
+        (
             merged(mirror={"links": {"l1": {"source": "primary", "target": "standby", "include": ["(x"]}}}),
             "mirror.links.l1.include.0: not a valid regular expression",
         ),

@@ -539,9 +539,10 @@ def gateway_problems(deploy: Deploy, process: Process, config: Config) -> list[s
         problems.append(f"container port 'bootstrap' must be gateway.bootstrap_port {gateway.bootstrap_port}")
     virtual = sorted(int(name.removeprefix("vb-")) for name in ports if re.fullmatch(r"vb-\d+", name))
     if not virtual or virtual != list(range(1, len(virtual) + 1)):
-        problems.append(f"virtual broker ports must be vb-1..vb-N (ids start at 1), got {virtual}")
+        problems.append(f"virtual broker ports must be vb-1..vb-N (slots start at 1), got {virtual}")
     problems += [
-        f"port vb-{v} is {ports[f'vb-{v}']}, but virtual broker {v} listens on {gateway.bootstrap_port + v}"
+        f"port vb-{v} is {ports[f'vb-{v}']}, but the virtual broker in slot {v} listens on "
+        f"{gateway.bootstrap_port + v}"
         for v in virtual
         if ports[f"vb-{v}"] != gateway.bootstrap_port + v
     ]
@@ -747,7 +748,7 @@ BREAKS = [
           "--config /etc/switchyard.yaml is not in a mounted ConfigMap"),
     Break("config", "a virtual broker's port off by one",
           edit_container(STS, GATEWAY, set_port("vb-2", 9193)),
-          "virtual broker 2 listens on 9194"),
+          "the virtual broker in slot 2 listens on 9194"),
     Break("config", "the health port elsewhere", edit_container(STS, GATEWAY, set_port("health", 8081)),
           "readinessProbe must GET /ready on gateway.health_port"),
     Break("config", "one advertised host for every replica",

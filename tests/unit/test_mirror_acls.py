@@ -13,6 +13,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from switchyard.config import Config
 from switchyard.mirror.status import MemberStatus
 from workers.mirror.acls import acl_changes, covers
 
@@ -55,3 +56,23 @@ def test_a_members_notes_survive_its_status_node() -> None:
     assert MemberStatus.from_json(status.to_json()) == status
     older = status.to_json().replace(b',"notes":["topic t created without x=y (...)"]', b"")
     assert MemberStatus.from_json(older).notes == ()  # written by a process from before notes
+
+
+def test_a_principal_named_otherwise_on_the_target_is_granted_there_under_that_name() -> None:
+    """``mirror.principals``: the standby knows the orders service as User:orders-dr."""
+    grant, theirs = acl("orders", principal="User:orders"), acl("orders", principal="User:orders-dr")
+    others = acl("orders", principal="User:audit")
+    renamed = {"User:orders": "User:orders-dr"}
+    create, delete = acl_changes([grant, others], [grant], ["orders"], renamed)
+    assert (create, delete) == (sorted([theirs, others]), [grant])
+    assert acl_changes([grant, others], [theirs, others], ["orders"], renamed) == ([], [])
+
+
+def test_principals_are_named_per_cluster() -> None:
+    clusters = {"primary": {"bootstrap": "p:9092"}, "standby": {"bootstrap": "s:9092"}}
+    names = {"orders": {"primary": "User:orders", "standby": "User:orders-dr"}, "same": {"primary": "User:x"}}
+    config = Config.model_validate(
+        {"clusters": clusters, "default_cluster": "primary", "mirror": {"principals": names}}
+    )
+    assert config.mirror.principal_names("primary", "standby") == {"User:orders": "User:orders-dr"}
+    assert config.mirror.principal_names("standby", "primary") == {"User:orders-dr": "User:orders"}

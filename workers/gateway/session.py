@@ -122,7 +122,7 @@ class ClientSession:
         """Broker connections left behind by a long poll answered early; closed when their answers are in."""
         self._outliving: set[Upstream] = set()
         """Retired connections awaiting the answer to a JoinGroup answered early: they outlive the session
-        (``_leave_once_joined``)."""
+        (``GroupHandling.leave_once_joined``)."""
         self.groups = GroupHandling(gateway, self)
         self._released: asyncio.Future[bool] | None = None
         """Set when the latest held request has been let go (the next held one waits for it): whether a
@@ -1043,8 +1043,8 @@ def _ready(value: Any) -> Awaitable[Any]:
 
 
 class _Unsent(asyncio.Future[Any]):
-    """An answer the gateway gave a request it did not send on (an error the client retries): a Produce
-    held behind it is not sent either (``_hold``)."""
+    """An answer the gateway gave a request it did not send on (an error the client retries, or a
+    heartbeat's answer of its own): a Produce held behind it is not sent either (``_hold``)."""
 
 
 def _unsent(value: Any) -> _Unsent:

@@ -226,7 +226,8 @@ class LinkCopier:
         found, left_out = sync_topics(self.link, source, target, self._stop)
         self.source.answered()
         self._notes.update((topic, f"topic {topic} created without {why}") for topic, why in left_out.items())
-        self._note("acls", sync_acls(source, target, found) if found else None)
+        principals = self.config.mirror.principal_names(self.link.source, self.link.target)
+        self._note("acls", sync_acls(source, target, found, principals) if found else None)
         return found
 
     def _note(self, key: str, note: str | None) -> None:
