@@ -269,3 +269,4 @@ def test_a_consumer_of_the_new_group_protocol_fails_at_start_not_at_a_switch(
     assert told, "told nothing in 20 s"
     assert told[0].code() == KafkaError._FATAL, told[0]  # the consumer is of no further use: it says so
     assert "ConsumerGroupHeartbeat fatal error: Broker: API version not supported" in told[0].str()
+    assert f"refused a consumer of group '{topic}'" in gateway.log.read_text()  # its operator learns why

@@ -285,7 +285,12 @@ class ClientSession:
                 "(ApiVersions says what is)"
             )
         refused = apis.refusal(request)
-        if refused is not None:  # the broker's own answer: nothing to route, hold or log
+        if refused is not None:  # the broker's own answer, or the gateway's: nothing to route or hold
+            if key == apis.CONSUMER_GROUP_HEARTBEAT:  # the application fails: its operator must learn why
+                log.warning(
+                    "refused a consumer of group %r from %s (client id %r): %s",
+                    request.body.group_id, self.peer, request.client_id, apis.NEW_PROTOCOL_REFUSED,
+                )  # fmt: skip
             return _ready(OwnAnswer(refused))
         identity = self._identity(request.client_id)
         if topic_identity.ids_asked(key, request.body):
