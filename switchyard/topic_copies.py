@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 from confluent_kafka.cimpl import NewTopic
 
 from switchyard.errors import KafkaOperationError
@@ -70,19 +70,59 @@ def topic_configs(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, 
     """The source topics' own settings, to create the copies with: what each topic overrides, not what
     its brokers set for every topic (copied as overrides, those would stay on the copy whatever the
     target's brokers are set to), nor read-only or sensitive ones."""
-    found: dict[str, dict[str, str]] = {}
     try:
-        futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics])
-        for resource, future in futures.items():
-            entries: dict[str, Any] = future.result(10)
-            found[resource.name] = {
-                name: entry.value
-                for name, entry in entries.items()
-                if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
-                and not entry.is_read_only
-                and not entry.is_sensitive
-                and entry.value
-            }
+        return {topic: _own(entries) for topic, entries in _described(admin, topics).items()}
     except Exception as exc:  # configs are copied where the broker allows; the data matters more
         log.warning("topic configs not copied (%s): creating with the target's defaults", exc)
-    return found
+        return {}
+
+
+def follow_settings(source: AdminClient, target: AdminClient, topics: list[str]) -> dict[str, str | None]:
+    """Set on each copy what its source topic sets now and the copy does not (a setting changed on the
+    source after the copy was made). A setting the target does not know (an older or newer version's)
+    is left out, as at creation; one the source no longer sets stays on the copy, where an operator may
+    have set it. Per topic, why its copy's settings could not be set (None: they are in line)."""
+    outcome: dict[str, str | None] = dict.fromkeys(topics)
+    if not topics:
+        return outcome
+    wanted, there = _described(source, topics), _described(target, topics)
+    changes = {}
+    for topic in topics:
+        known, own = there.get(topic, {}), _own(there.get(topic, {}))
+        changed = {k: v for k, v in _own(wanted.get(topic, {})).items() if k in known and own.get(k) != v}
+        if changed:
+            changes[topic] = changed
+    if not changes:
+        return outcome
+    futures = target.incremental_alter_configs([
+        ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in sorted(changed.items())
+        ])
+        for topic, changed in changes.items()
+    ])  # fmt: skip
+    for resource, future in futures.items():
+        topic = resource.name
+        try:
+            future.result(30)
+            log.info("topic %s: its copy's settings follow the source's: %s", topic, changes[topic])
+        except KafkaException as exc:
+            listed = ", ".join(f"{k}={v}" for k, v in sorted(changes[topic].items()))
+            outcome[topic] = f"{listed} not set on the copy (the target: {exc.args[0].str()})"
+    return outcome
+
+
+def _described(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, Any]]:
+    futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics])
+    return {resource.name: future.result(10) for resource, future in futures.items()}
+
+
+def _own(entries: Mapping[str, Any]) -> dict[str, str]:
+    """The settings a topic overrides itself, that may be copied."""
+    return {
+        name: entry.value
+        for name, entry in entries.items()
+        if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        and not entry.is_read_only
+        and not entry.is_sensitive
+        and entry.value
+    }

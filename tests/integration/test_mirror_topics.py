@@ -17,6 +17,7 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     ConfigSource,
@@ -189,6 +190,34 @@ def test_only_what_the_topic_itself_sets_is_copied_not_its_brokers_settings(
     assert overrides == {"retention.bytes"}, overrides
     assert on_target["retention.bytes"].value == "123456789"
     assert on_target["delete.retention.ms"].value == "86400000"  # the target's own default
+
+
+def test_settings_changed_on_the_source_after_the_copy_follow_onto_it(
+    mirror: Mirrors, routing: RoutingStore, pair: tuple[str, str]
+) -> None:
+    """A retention lengthened on the source, once the copy exists, is lengthened on the copy within a
+    topic refresh: the standby must still hold what the primary holds when clients switch to it."""
+    source, target = pair
+    topic = unique("changed")
+    admin = AdminClient({"bootstrap.servers": source})
+    admin.create_topics([NewTopic(topic, 1, config={"retention.ms": "86400000"})])[topic].result(30)
+    kafka.produce(source, topic, records(5))
+    name = link(routing, topic)
+    wait_drained(routing, name, [(topic, 0)], since=now())
+    assert described(target, topic)["retention.ms"].value == "86400000"
+
+    change = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+              for k, v in {"retention.ms": "604800000", "max.message.bytes": "2097152"}.items()]  # fmt: skip
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=change)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    deadline = time.monotonic() + 30
+    while (on_target := described(target, topic))["retention.ms"].value != "604800000":
+        assert time.monotonic() < deadline, "the copy's retention never followed the source's"
+        time.sleep(0.5)
+    assert on_target["max.message.bytes"].value == "2097152"
+    notes = [note for member in read_status(routing.zk, routing.layout, name) for note in member.notes]
+    assert notes == []
 
 
 def described(bootstrap: str, topic: str) -> dict[str, ConfigEntry]:

@@ -223,9 +223,10 @@ class LinkCopier:
 
     def _refresh(self, source: AdminClient, target: AdminClient) -> list[str]:
         """The topics to copy, their copies on the target created, and their ACLs there brought in line."""
-        found, left_out = sync_topics(self.link, source, target, self._stop)
+        found, notes = sync_topics(self.link, source, target, self._stop)
         self.source.answered()
-        self._notes.update((topic, f"topic {topic} created without {why}") for topic, why in left_out.items())
+        for key, note in notes.items():
+            self._note(key, note)
         principals = self.config.mirror.principal_names(self.link.source, self.link.target)
         self._note("acls", sync_acls(source, target, found, principals) if found else None)
         return found

@@ -10,16 +10,18 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata
 from confluent_kafka.cimpl import NewPartitions
 
 from switchyard.model import Link
-from switchyard.topic_copies import TopicSyncError, create_copies
+from switchyard.topic_copies import TopicSyncError, create_copies, follow_settings
 
 LIST_S, LIST_SLICE_S = 10.0, 1.0
 
 
 def sync_topics(
     link: Link, source: AdminClient, target: AdminClient, stopping: threading.Event
-) -> tuple[list[str], dict[str, str]]:
-    """The source topics the link copies, each created on the target with as many partitions; and per
-    topic created just now without some of its settings, which (see ``create_copies``)."""
+) -> tuple[list[str], dict[str, str | None]]:
+    """The source topics the link copies, each created on the target with as many partitions, the
+    settings of those copied before following the source's; and the notes for the link's status (None:
+    none due): per topic created just now without some of its settings, which (see ``create_copies``),
+    per copy whose settings could not follow, why."""
     wanted = {
         name: len(meta.partitions)
         for name, meta in listed(source, stopping).topics.items()
@@ -38,7 +40,16 @@ def sync_topics(
                     f"topic {name} has {existing[name]} partitions on the target and {short[name]} on the "
                     f"source, and the target cannot add partitions: {exc}"
                 ) from exc
-    return sorted(wanted), left_out
+    notes: dict[str, str | None] = {t: f"topic {t} created without {why}" for t, why in left_out.items()}
+    copied = sorted(name for name in wanted if name in existing)
+    try:
+        followed = follow_settings(source, target, copied)
+    except (KafkaException, TimeoutError) as exc:  # the records matter more: copying goes on
+        followed = dict.fromkeys(copied, f"settings not read: {exc}")
+    notes.update(
+        (f"settings {t}", None if why is None else f"topic {t}: {why}") for t, why in followed.items()
+    )
+    return sorted(wanted), notes
 
 
 def listed(admin: AdminClient, stopping: threading.Event) -> ClusterMetadata:
