@@ -1,0 +1,121 @@
+"""A saga's mirror steps on their own, on real Kafka, where a saga's other steps would hide what they do.
+
+The check before the flip must find the target holding exactly what the link copied up to the fenced
+end: in a saga the drain has waited for the target to reach that end already, so a check that let a
+target one record short through would pass every saga test; here nothing drains. The group sync must
+not write a group's offsets on the target while the group has members there (Apache Kafka refuses an
+admin's commit to such a group, and a member's own commits would be overwritten): it waits, and names
+the group when the wait runs out."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka.admin import AdminClient
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.deps import Deps
+from activities.mirror import MirrorActivities
+from switchyard.config import Config
+from switchyard.mirror.groups import committed_offsets, group_state
+from switchyard.routing import RoutingStore
+from switchyard.routing.zk import connect
+from switchyard.sagas.steps import CopyCheckRequest, GroupSyncRequest, PartitionEnd
+from tests.helpers.records import commit_offset, fill_topic
+
+COPIED = 40
+
+
+@pytest.fixture
+def activities(routing: RoutingStore, stack_config: Config) -> Iterator[MirrorActivities]:
+    store = RoutingStore(connect(stack_config), routing.layout.root, routing.ledger)
+    deps = Deps(stack_config, store.zk, routing.ledger, store)
+    yield MirrorActivities(deps)
+    deps.close()
+
+
+@pytest.mark.parametrize(
+    ("on_target", "fenced", "found"),
+    [
+        (COPIED, COPIED, None),
+        (COPIED - 1, COPIED, f"the target holds {COPIED - 1}, fewer than the {COPIED} to copy"),
+        (COPIED + 1, COPIED, f"the target holds {COPIED + 1}, more than the {COPIED} copied"),
+        (COPIED, COPIED - 1, f"the source moved from {COPIED - 1} to {COPIED}"),
+    ],
+    ids=["exact", "one-short", "one-over", "source-moved"],
+)
+def test_the_check_before_the_flip_passes_an_exact_copy_and_names_any_record_off(
+    on_target: int,
+    fenced: int,
+    found: str | None,
+    activities: MirrorActivities,
+    routing: RoutingStore,
+    stack_config: Config,
+) -> None:
+    topic, link = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("checked-t", "checked-l"))
+    fill_topic(stack_config.clusters["primary"].bootstrap, topic, COPIED, partitions=1, size=16)
+    fill_topic(stack_config.clusters["standby"].bootstrap, topic, on_target, partitions=1, size=16)
+    routing.create_link(link, "primary", "standby", include=[topic], actor="user:test", reason="t")
+    check = CopyCheckRequest(link, [PartitionEnd(topic, 0, fenced)])
+    if found is None:
+        assert ActivityEnvironment().run(activities.check_copy, check).verdict == "clean"
+    else:
+        with pytest.raises(ApplicationError, match="CopyDiverged") as refused:
+            ActivityEnvironment().run(activities.check_copy, check)
+        assert f"{topic}[0]: {found}" in str(refused.value)
+
+
+def test_the_group_sync_waits_while_the_group_has_members_on_the_target_and_names_it(
+    activities: MirrorActivities, routing: RoutingStore, stack_config: Config
+) -> None:
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    topic, link = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("synced-t", "synced-l"))
+    group = f"{topic}-readers"
+    for bootstrap in (primary, standby):
+        fill_topic(bootstrap, topic, COPIED, partitions=1, size=16)
+    routing.create_link(link, "primary", "standby", include=[topic], actor="user:test", reason="t")
+    commit_offset(primary, group, topic, 7)
+    admin = AdminClient({"bootstrap.servers": standby})
+    member = Consumer({"bootstrap.servers": standby, "group.id": group, "session.timeout.ms": 6000})
+    member.subscribe([topic])
+    stop = threading.Event()
+
+    def poll() -> None:  # a consumer joins, and stays a member, only while polled
+        while not stop.is_set():
+            member.poll(0.1)
+
+    polling = threading.Thread(target=poll)
+    polling.start()
+    try:
+        deadline = time.monotonic() + 30
+        while _members(admin, group) != 1:
+            assert time.monotonic() < deadline, "the consumer never joined on the standby"
+            time.sleep(0.2)
+        waiting = GroupSyncRequest(link, [group], idle_timeout_s=2)
+        with pytest.raises(ApplicationError, match="GroupActive") as refused:
+            ActivityEnvironment().run(activities.sync_groups, waiting)
+        assert f"still active on standby after 2s: {group} (1 members" in str(refused.value)
+        assert (topic, 0) not in committed_offsets(admin, group)  # nothing written under a member
+    finally:
+        stop.set()
+        polling.join(5)
+        member.close()  # it leaves the group: idle now
+    synced = ActivityEnvironment().run(
+        activities.sync_groups, GroupSyncRequest(link, [group], idle_timeout_s=20)
+    )
+    assert synced.written == 1, synced
+    assert committed_offsets(admin, group) == {(topic, 0): 7}
+
+
+def _members(admin: AdminClient, group: str) -> int | None:
+    """How many members ``group`` has (None: its coordinator cannot tell yet, as while it loads)."""
+    try:
+        return group_state(admin, group)[1]
+    except KafkaException:
+        return None
