@@ -43,7 +43,6 @@ def create_copies(source: AdminClient, target: AdminClient, partitions: Mapping[
             if code != KafkaError.INVALID_CONFIG or not configs.get(name):
                 raise TopicSyncError(f"cannot create topic {name} on the target: {exc}") from exc
             left_out[name] = _create_without_refused(target, name, partitions[name], configs[name])
-            log.warning("topic %s: created on the target without %s", name, left_out[name])
     return left_out
 
 

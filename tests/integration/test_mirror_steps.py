@@ -20,13 +20,12 @@ from confluent_kafka.admin import AdminClient
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.deps import Deps
 from activities.mirror import MirrorActivities
 from switchyard.config import Config
 from switchyard.mirror.groups import committed_offsets, group_state
 from switchyard.routing import RoutingStore
-from switchyard.routing.zk import connect
 from switchyard.sagas.steps import CopyCheckRequest, GroupSyncRequest, PartitionEnd
+from tests.helpers.deps import worker_deps
 from tests.helpers.records import commit_offset, fill_topic
 
 COPIED = 40
@@ -34,10 +33,8 @@ COPIED = 40
 
 @pytest.fixture
 def activities(routing: RoutingStore, stack_config: Config) -> Iterator[MirrorActivities]:
-    store = RoutingStore(connect(stack_config), routing.layout.root, routing.ledger)
-    deps = Deps(stack_config, store.zk, routing.ledger, store)
-    yield MirrorActivities(deps)
-    deps.close()
+    with worker_deps(routing, stack_config) as deps:
+        yield MirrorActivities(deps)
 
 
 @pytest.mark.parametrize(

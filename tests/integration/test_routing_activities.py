@@ -16,7 +16,6 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.deps import Deps
 from activities.routing import RoutingActivities
 from switchyard import kafka
 from switchyard.config import Config
@@ -24,8 +23,8 @@ from switchyard.errors import LedgerError
 from switchyard.keys import BindingKey
 from switchyard.model import BindingState, LinkState
 from switchyard.routing import BindingChange, RoutingStore
-from switchyard.routing.zk import connect
 from switchyard.sagas.steps import FlipRequest, PartitionEnd, UnblockRequest
+from tests.helpers.deps import worker_deps
 
 ACTOR = "user:test"
 
@@ -33,10 +32,8 @@ ACTOR = "user:test"
 @pytest.fixture
 def activities(routing: RoutingStore, stack_config: Config) -> Iterator[RoutingActivities]:
     """The routing steps on dependencies of their own, as a worker builds them, on the test's root."""
-    store = RoutingStore(connect(stack_config), routing.layout.root, routing.ledger)
-    deps = Deps(stack_config, store.zk, routing.ledger, store)
-    yield RoutingActivities(deps)
-    deps.close()
+    with worker_deps(routing, stack_config) as deps:
+        yield RoutingActivities(deps)
 
 
 @pytest.mark.parametrize("retried", ["flip", "unblock"])

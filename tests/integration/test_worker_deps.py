@@ -10,13 +10,13 @@ import uuid
 
 import pytest
 
-from activities.deps import WARM_TIMEOUT_S, Deps
+from activities.deps import WARM_TIMEOUT_S
 from switchyard import kafka
 from switchyard.config import ClusterConfig, Config
 from switchyard.errors import UnknownPartition
 from switchyard.mirror.mapstore import MAP_TOPIC
 from switchyard.routing import RoutingStore
-from switchyard.routing.zk import connect
+from tests.helpers.deps import worker_deps
 
 
 def test_a_worker_starts_each_clusters_clients_ahead_and_one_that_does_not_answer_is_left_alone(
@@ -28,11 +28,9 @@ def test_a_worker_starts_each_clusters_clients_ahead_and_one_that_does_not_answe
             "silent": ClusterConfig(bootstrap=f"127.0.0.1:{silent.getsockname()[1]}"),
         }
         config = stack_config.model_copy(update={"clusters": clusters})
-        store = RoutingStore(connect(config), routing.layout.root, routing.ledger)
-        deps = Deps(config, store.zk, routing.ledger, store)
         topic = f"warm-{uuid.uuid4().hex[:6]}"
         kafka.create_topics(stack_config.clusters["primary"].bootstrap, [topic], partitions=1)
-        try:
+        with worker_deps(routing, config) as deps:
             threads = {t.name: t for t in deps.warm()}
             # a step on a live cluster goes on while the silent one's clients wait for an answer
             assert deps.ends("primary", [(topic, 0)]) == {(topic, 0): 0}
@@ -44,8 +42,6 @@ def test_a_worker_starts_each_clusters_clients_ahead_and_one_that_does_not_answe
                 assert set(started) == {"primary", "standby"}
             for cluster in ("primary", "standby"):
                 assert kafka.partitions(stack_config.clusters[cluster].bootstrap, lambda t: t == MAP_TOPIC)
-        finally:
-            deps.close()
 
 
 def test_a_topic_created_after_the_end_reader_asked_for_it_is_read_at_once(
@@ -55,14 +51,10 @@ def test_a_topic_created_after_the_end_reader_asked_for_it_is_read_at_once(
     the topic existed (a partition migration creates its copy on the target, then reads its end), it
     answered "unknown partition" after the topic was made — one full run's migration failed on it for a
     minute, every retry. A reader that does not know a partition is made anew and asked once more."""
-    store = RoutingStore(connect(stack_config), routing.layout.root, routing.ledger)
-    deps = Deps(stack_config, store.zk, routing.ledger, store)
     standby = stack_config.clusters["standby"].bootstrap
     topic = f"late-{uuid.uuid4().hex[:6]}"
-    try:
+    with worker_deps(routing, stack_config) as deps:
         with pytest.raises(UnknownPartition):
             deps.ends("standby", [(topic, 0)])
         kafka.create_topics(standby, [topic], partitions=1)
         assert deps.ends("standby", [(topic, 0)]) == {(topic, 0): 0}
-    finally:
-        deps.close()

@@ -36,8 +36,14 @@ from workers.gateway.routing import apis
 log = logging.getLogger(__name__)
 CLUSTER_ID = "switchyard"
 """The cluster id clients see, whichever real cluster answers: to them it is one cluster."""
-LOCAL_APIS = {apis.API_VERSIONS: (0, 3), apis.SASL_HANDSHAKE: (1, 1), apis.SASL_AUTHENTICATE: (0, 2)}
-"""SaslHandshake v0 would be followed by unframed tokens; v1 (Kafka 1.0 on) frames them."""
+LOCAL_APIS = {
+    apis.API_VERSIONS: (0, 3),
+    apis.SASL_HANDSHAKE: (1, 1),  # v0 would be followed by unframed tokens; v1 (Kafka 1.0 on) frames them
+    apis.SASL_AUTHENTICATE: (0, 2),
+    apis.CONSUMER_GROUP_HEARTBEAT: (0, 1),  # refused here whatever the brokers (``apis.refusal``)
+}
+"""APIs the gateway answers itself, offered whatever the clusters offer: a 3.9 cluster without KIP-848
+enabled offers no ConsumerGroupHeartbeat, and librdkafka, not offered it, retries silently for ever."""
 SOFTWARE = {
     "client_software_name": "switchyard-gateway",
     "client_software_version": re.sub(r"[^A-Za-z0-9.-]", "-", __version__),

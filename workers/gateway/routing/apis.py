@@ -49,8 +49,8 @@ WITHHELD = frozenset({
 })  # fmt: skip
 """APIs brokers offer and the gateway does not: the groups of the newer protocols, whose members, holds
 and commits it does not handle (the Java client then fails at start, saying the cluster lacks the
-protocol). ConsumerGroupHeartbeat is offered, and refused (``refusal``): librdkafka, not offered it,
-retries for ever and tells the application nothing."""
+protocol). ConsumerGroupHeartbeat is offered, whatever the brokers, and refused (``refusal``):
+librdkafka, not offered it, retries for ever and tells the application nothing."""
 NEW_PROTOCOL_REFUSED = (
     "Switchyard's gateway does not carry consumer groups of the consumer protocol (KIP-848) across "
     "switches yet: set group.protocol=classic"
