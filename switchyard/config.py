@@ -287,6 +287,9 @@ class SagasConfig(_Section):
     approval_timeout_s: PositiveSeconds = 3600.0
     fence_window_s: PositiveSeconds = 0.5
     """After the block, the source's ends must stand still this long."""
+    transaction_wait_s: PositiveSeconds = 10.0
+    """After the block, how long a transaction open on a partition being switched may take to end before
+    the switch is abandoned naming it (the mirror copies committed records only)."""
     drain_timeout_s: PositiveSeconds = 60.0
     group_sync_timeout_s: PositiveSeconds = 30.0
     """How long the keys' groups may take to come over (each idle on the target, its offsets readable)."""

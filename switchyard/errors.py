@@ -161,6 +161,10 @@ class FenceBroken(SagaError):
     """After the block, the source's partition ends kept moving: something writes around the gateway."""
 
 
+class TransactionsOpen(SagaError):
+    """A transaction on a partition being switched did not end in time: the copy cannot pass it."""
+
+
 class DrainTimeout(SagaError):
     """The copy did not reach the source's ends in time."""
 

@@ -15,13 +15,14 @@ from typing import Any
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
 from switchyard.errors import KafkaOperationError, NoSuchTopic, UnknownPartition
@@ -255,6 +256,26 @@ def bounds_of(
     with _probe(bootstrap) as consumer:
         starts = {k: low for k, (low, _) in watermarks(consumer, wanted, timeout_s=10).items()}
         return starts, log_ends(consumer, wanted)
+
+
+def open_transactions(
+    admin: AdminClient, keys: Iterable[tuple[str, int]], *, timeout_s: float = 30.0
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """The partitions with a transaction open, each with (last stable offset, high watermark): records
+    from the first offset of the earliest open transaction on are invisible to a reader of committed
+    records, such as the mirror, until it ends, whoever wrote them."""
+    wanted = [TopicPartition(t, p) for t, p in dict.fromkeys(keys)]
+    if not wanted:
+        return {}
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    ends = {}  # the high watermark first: a write between the two reads then hides no transaction
+    for level in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
+        asked = admin.list_offsets(
+            dict.fromkeys(wanted, latest), isolation_level=level, request_timeout=timeout_s
+        )
+        ends[level] = {(tp.topic, tp.partition): f.result().offset for tp, f in asked.items()}
+    stable, end = ends[IsolationLevel.READ_COMMITTED], ends[IsolationLevel.READ_UNCOMMITTED]
+    return {k: (stable[k], end[k]) for k in sorted(end) if stable[k] < end[k]}
 
 
 _EARLIEST, _LATEST = -2, -1

@@ -52,6 +52,7 @@ def policy_of(config: Config, kind: Kind, **asked: Any) -> Policy:
         approval=ApprovalPoint(sagas.approval.get(cast(SagaKind, kind.value), "none")),
         approval_timeout_s=sagas.approval_timeout_s,
         fence_window_s=sagas.fence_window_s,
+        transaction_wait_s=sagas.transaction_wait_s,
         drain_timeout_s=sagas.drain_timeout_s,
         group_sync_timeout_s=sagas.group_sync_timeout_s,
         acks_timeout_s=sagas.acks_timeout_s,

@@ -1,8 +1,9 @@
 """The planned switch, which the switchover and the switchback both are: the keys move from the cluster
 they are on to the target of the link that copies it, with nothing lost or copied twice.
 
-plan → approval? → lock → block → verify the fence → drain → sync groups → check → approval? →
-flip + promote (the point of no return) → every gateway applied it → reverse link → unlock → record
+plan → approval? → lock → block → open transactions end → verify the fence → drain → sync groups →
+check → approval? → flip + promote (the point of no return) → every gateway applied it → reverse link →
+unlock → record
 
 Before the flip, every failure (and a cancellation, a rejection, an approval not given in time)
 compensates: the keys are unblocked where they were and the lock released; nothing else was changed.
@@ -59,6 +60,8 @@ with workflow.unsafe.imports_passed_through():
         PlanRequest,
         Reversed,
         ReverseRequest,
+        Settled,
+        SettleRequest,
         Unblocked,
         UnblockRequest,
         VerifyOutcome,
@@ -66,11 +69,14 @@ with workflow.unsafe.imports_passed_through():
     )
 
 STEPS = [
-    "plan", "lock", "block", "fence", "drain", "sync groups", "check copy", "flip", "acknowledged",
-    "reverse link", "unlock",
+    "plan", "lock", "block", "settle transactions", "fence", "drain", "sync groups", "check copy", "flip",
+    "acknowledged", "reverse link", "unlock",
 ]  # fmt: skip
 FENCE_BESIDE_COPY = "fence-beside-copy"
 """The patch that runs the fence's window beside drain, group sync and check (less time clients are held)."""
+SETTLE_TRANSACTIONS = "settle-transactions"
+"""The patch that waits for transactions open on the source to end before the fence (sagas started
+before it went straight to the fence)."""
 FOREVER_S = 24 * 3600.0
 """How long a step after the flip keeps being retried: the saga cannot turn back there."""
 CHECK_GIVE_UP_S = 60.0
@@ -172,6 +178,12 @@ class PlannedSwitch(SagaWorkflow):
             "block", steps.BLOCK, block, Blocked, timeout_s=acks_s + 10, give_up_s=acks_s + 30
         )
         unblock.block_epoch = blocked.epoch
+        if workflow.patched(SETTLE_TRANSACTIONS):
+            wait_s = policy.transaction_wait_s
+            await self._step(
+                "settle transactions", steps.SETTLE, SettleRequest(plan.link, plan.partitions, wait_s),
+                Settled, timeout_s=wait_s + 30, give_up_s=wait_s + CHECK_GIVE_UP_S,
+            )  # fmt: skip
 
         fence, drained, synced = await self._fence_beside_copy(plan, policy)
         for state, end in zip(self._progress.partitions, fence.ends, strict=True):

@@ -32,6 +32,8 @@ class Policy:
     """An approval not given in time compensates, as a rejection does."""
     fence_window_s: float = 0.5
     """After the block, the source's ends must stand still this long (a writer around the gateway)."""
+    transaction_wait_s: float = 10.0
+    """After the block, how long a transaction open on a partition being switched may take to end."""
     drain_timeout_s: float = 60.0
     group_sync_timeout_s: float = 30.0
     """The keys' groups must come over within this (idle on the target, their offsets read and written),

@@ -17,6 +17,7 @@ LOCK = "lock_keys"
 UNLOCK = "unlock_keys"
 BLOCK = "block_keys"
 UNBLOCK = "unblock_keys"
+SETTLE = "settle_transactions"
 FENCE = "verify_fence"
 DRAIN = "drain_link"
 SYNC_GROUPS = "sync_groups"
@@ -192,6 +193,20 @@ class Acked:
 
 
 # ---- the mirror
+
+
+@dataclass
+class SettleRequest:
+    link: str
+    partitions: list[Partition]
+    timeout_s: float
+
+
+@dataclass
+class Settled:
+    waited_s: float
+    ended: list[str] = field(default_factory=list)
+    """The partitions that had a transaction open after the block, which ended meanwhile."""
 
 
 @dataclass

@@ -536,3 +536,94 @@ def test_a_saga_terminated_from_outside_leaves_locks_that_sagas_unlock_releases(
     again = live.cli("switchover", app, "--link", link, "--wait")  # nothing left behind stops a new saga
     assert again.returncode == 0, again.stdout + again.stderr
     assert live.cli("sagas", "unlock", app).stdout == f"{app}: not locked\n"
+
+
+@pytest.mark.parametrize("ends", ["committed-during-the-block", "never"])
+def test_a_transaction_open_at_the_block_is_waited_for_and_nothing_behind_it_is_lost(
+    live: Live, routing: RoutingStore, stack_config: Config, ends: str
+) -> None:
+    """Another producer's transaction is open on the application's partition when the switch blocks it:
+    the records the application wrote behind it (acknowledged) are above the last stable offset, where
+    the mirror, reading committed records, cannot copy them until the transaction ends. The saga waits
+    for it (its commit marker lands on the source after the block, which must not pass for a writer
+    around the gateway) and switches with every record copied; a transaction that stays open past
+    ``sagas.transaction_wait_s`` abandons the switch, naming it, and the application goes on where it was."""
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, stack_config, partitions=1)
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    through = {"client.id": app}
+    before = [kafka.Record(b"app", f"before-{i}".encode()) for i in range(20)]
+    assert kafka.produce(live.gateway.bootstrap, topic, before, settings=through) == 20
+    other = Producer({"bootstrap.servers": primary, "transactional.id": unique("other")})
+    other.init_transactions()
+    other.begin_transaction()
+    other.produce(topic, b"in the other producer's transaction")
+    assert other.flush(10) == 0
+    behind = [kafka.Record(b"app", f"behind-{i}".encode()) for i in range(30)]
+    assert kafka.produce(live.gateway.bootstrap, topic, behind, settings=through) == 30
+
+    switch = live.cli_in_background("switchover", app, "--link", link, "--wait")
+    if ends == "committed-during-the-block":
+        deadline = time.monotonic() + 60
+        while routing.binding(BindingKey.for_app(app)).state is not BindingState.BLOCKED:  # type: ignore[union-attr]
+            assert switch.poll() is None, "it ended before it blocked: " + "".join(switch.communicate())
+            assert time.monotonic() < deadline, "never blocked"
+            time.sleep(0.05)
+        time.sleep(1.5)  # the saga waits meanwhile
+        other.commit_transaction(10)
+    out, err = switch.communicate(timeout=180)
+    values = [r.value for r in before + behind]
+    if ends == "never":
+        assert switch.returncode == 8, out + err
+        assert "switchover compensated" in out
+        assert f"TransactionsOpen: {topic}[0]: a transaction open since offset 20" in out, out
+        binding = routing.binding(BindingKey.for_app(app))
+        assert binding is not None
+        assert (binding.cluster, binding.state) == ("primary", BindingState.ACTIVE)
+        other.abort_transaction(10)
+        after = [kafka.Record(b"app", b"after")]
+        assert kafka.produce(live.gateway.bootstrap, topic, after, settings=through) == 1
+        held = [r.value for r in kafka.read_partitions(primary, topic)[0]]
+        assert held == [*values, b"after"]  # read committed: the aborted record is not
+        return
+    assert switch.returncode == 0, out + err
+    assert f"switchover switched: {app}" in out
+    on_standby = [r.value for r in kafka.read_partitions(standby, topic)[0]]
+    assert sorted(on_standby) == sorted([*values, b"in the other producer's transaction"])
+    (run,) = routing.ledger.saga_runs(saga_id([app]))
+    settled = [s for s in routing.ledger.saga_steps(run.run_id) if s.step == "settle_transactions"]
+    assert [s.outcome for s in settled] == ["ok"]
+    capture(live, run.saga_id, run.run_id, "switchover-transaction-settled")
+
+
+def test_a_blocked_transactional_producer_cannot_end_its_transaction_on_the_old_cluster(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """While its identity is blocked, a transaction's commit (EndTxn) is held with its writes: ended on
+    the old cluster after the block, its marker would move the source's end under the fence and the
+    drain. Let go when the block lifts, it commits there."""
+    assert live.gateway is not None
+    app, topic, _link = prepare(live, routing, stack_config, partitions=1)
+    primary = stack_config.clusters["primary"].bootstrap
+    producer = Producer({"bootstrap.servers": live.gateway.bootstrap, "client.id": app,
+                         "transactional.id": unique("txn")})  # fmt: skip
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"in a transaction")
+    assert producer.flush(10) == 0
+    key = BindingKey.for_app(app)
+    wait_for_acks(routing.zk, routing.layout, routing.set_binding(
+        key, "primary", BindingState.BLOCKED, actor=ACTOR, reason="test"), timeout_s=10)  # fmt: skip
+    admin = AdminClient({"bootstrap.servers": primary})
+    committing = Worker(lambda: producer.commit_transaction(60), name="commit")
+    committing.start()
+    time.sleep(2.0)
+    assert kafka.open_transactions(admin, [(topic, 0)]) == {(topic, 0): (0, 1)}  # not ended: held
+    wait_for_acks(routing.zk, routing.layout, routing.set_binding(
+        key, "primary", actor=ACTOR, reason="test"), timeout_s=10)  # fmt: skip
+    committing.join(60)
+    deadline = time.monotonic() + 10  # the coordinator writes the markers after it answered the commit
+    while kafka.open_transactions(admin, [(topic, 0)]):
+        assert time.monotonic() < deadline, "the commit never reached the partition"
+        time.sleep(0.1)
+    assert [r.value for r in kafka.read_partitions(primary, topic)[0]] == [b"in a transaction"]

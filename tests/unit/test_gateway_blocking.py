@@ -25,6 +25,8 @@ SHAPES = {
     apis.OFFSET_FOR_LEADER_EPOCH: ("topics", "partitions", "partition"),
     apis.OFFSET_COMMIT: ("topics", "partitions", "partition_index"),
     apis.OFFSET_FETCH: ("topics", "partition_indexes", None),
+    apis.ADD_PARTITIONS_TO_TXN: ("v3_and_below_topics", "partitions", None),
+    apis.TXN_OFFSET_COMMIT: ("topics", "partitions", "partition_index"),
 }
 
 
@@ -76,7 +78,8 @@ def test_blocked_response_round_trips_and_carries_the_error(key: int, version: i
     frame = encode_response(request, response)
     assert decode_response(request, frame[4:]) == response
     codes = set(error_codes(response)) - {ErrorCode.none}
-    expected = blocking.NOT_COORDINATOR if key in apis.GROUP_APIS else blocking.NOT_LEADER
+    coordinated = apis.GROUP_APIS | apis.TRANSACTION_APIS
+    expected = blocking.NOT_COORDINATOR if key in coordinated else blocking.NOT_LEADER
     assert codes == {expected}
     assert expected.retriable
     per_partition = key in SHAPES and not (key == apis.OFFSET_FETCH and version >= 2)

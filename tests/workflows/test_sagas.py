@@ -24,8 +24,8 @@ from switchyard.sagas.steps import PartitionEnd, PartitionMigrated
 from tests.workflows.conftest import Sagas, capture, refused
 
 PLANNED = [
-    steps.PLAN, steps.LOCK, steps.BLOCK, steps.FENCE, steps.DRAIN, steps.SYNC_GROUPS, steps.CHECK_COPY,
-    steps.FLIP, steps.AWAIT_ACKS, steps.REVERSE, steps.UNLOCK,
+    steps.PLAN, steps.LOCK, steps.BLOCK, steps.SETTLE, steps.FENCE, steps.DRAIN, steps.SYNC_GROUPS,
+    steps.CHECK_COPY, steps.FLIP, steps.AWAIT_ACKS, steps.REVERSE, steps.UNLOCK,
 ]  # fmt: skip
 BEFORE_THE_FLIP_UNDONE = [steps.UNBLOCK, steps.UNLOCK]
 
@@ -114,7 +114,7 @@ def test_a_failure_before_the_flip_unblocks_and_unlocks_in_reverse(sagas: Sagas)
     assert result["outcome"] == "compensated"
     assert "DrainTimeout: link p2s did not copy up to the fenced ends" in result["detail"]
     assert "keys unblocked where they were" in result["detail"]
-    assert sagas.script.steps == [*PLANNED[:5], *BEFORE_THE_FLIP_UNDONE]
+    assert sagas.script.steps == [*PLANNED[:6], *BEFORE_THE_FLIP_UNDONE]
     unblock = sagas.script.requests[steps.UNBLOCK][0]
     assert (unblock.source, unblock.block_epoch, unblock.unbind) == ("primary", 10, [])
 
@@ -128,7 +128,9 @@ def test_a_compensation_leaves_a_key_that_was_not_bound_unbound(sagas: Sagas) ->
     assert unblock.unbind == ["orders@host-9"]  # not pinned to where it resolved when the saga began
 
 
-HELD = [steps.BLOCK, steps.FENCE, steps.DRAIN, steps.SYNC_GROUPS, steps.CHECK_COPY, steps.FLIP]
+HELD = [
+    steps.BLOCK, steps.SETTLE, steps.FENCE, steps.DRAIN, steps.SYNC_GROUPS, steps.CHECK_COPY, steps.FLIP,
+]  # fmt: skip
 """The steps that run while clients are held."""
 
 
@@ -232,6 +234,21 @@ def test_a_broken_fence_is_named_though_the_copy_check_failed_first(sagas: Sagas
     assert script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
 
 
+def test_a_transaction_that_stays_open_abandons_the_switch_before_the_fence_naming_it(sagas: Sagas) -> None:
+    """Nothing behind an open transaction can be copied: the saga waits for it after the block, for the
+    policy's bound, and compensates naming it when it outlasts that."""
+    sagas.script.fail[steps.SETTLE] = refused(
+        "TransactionsOpen", "orders[0]: a transaction open since offset 20 (31 offsets behind it)"
+    )
+    request = SwitchRequest(["orders"], policy=Policy(transaction_wait_s=3.5))
+    kind, result = fails(sagas, "Switchover", request)
+    assert kind == "SwitchAbandoned"
+    named = "at settle transactions: TransactionsOpen: orders[0]: a transaction open since offset 20"
+    assert named in result["detail"]
+    assert sagas.script.steps == [*PLANNED[:4], *BEFORE_THE_FLIP_UNDONE]  # no fence, no drain
+    assert sagas.script.requests[steps.SETTLE][0].timeout_s == 3.5
+
+
 def test_a_failed_copy_check_is_named_when_the_fence_held(sagas: Sagas) -> None:
     sagas.script.fail[steps.CHECK_COPY] = refused("CopyDiverged", "orders[0]: the target holds 120")
     kind, result = fails(sagas, "Switchover", SwitchRequest(["orders"]))
@@ -278,7 +295,7 @@ def test_an_approval_is_only_taken_while_awaited_and_a_rejection_compensates(sag
     assert kind == "SwitchAbandoned"
     assert "rejected before the flip by user:oncall: not during the sale" in result["detail"]
     assert result["approvals"] == ["rejected before the flip by user:oncall: not during the sale"]
-    assert sagas.script.steps == [*PLANNED[:7], *BEFORE_THE_FLIP_UNDONE]
+    assert sagas.script.steps == [*PLANNED[:8], *BEFORE_THE_FLIP_UNDONE]
 
 
 def test_an_approval_lets_the_switch_go_on(sagas: Sagas) -> None:
@@ -475,7 +492,7 @@ def test_a_topic_migration_abandoned_before_the_flip_leaves_the_copy_running(sag
         "keys unblocked where they were; link migrate-orders-to-standby keeps copying (run the migration "
         "again to finish)"
     )
-    assert sagas.script.steps == [*MIGRATION[:7], *BEFORE_THE_FLIP_UNDONE]  # the drain ran beside the fence
+    assert sagas.script.steps == [*MIGRATION[:8], *BEFORE_THE_FLIP_UNDONE]  # the drain ran beside the fence
 
 
 PARTITION = [steps.PLAN_PARTITION, steps.HOLD_PARTITION, steps.MIGRATE_PARTITION, steps.CHECK_ORIGIN]

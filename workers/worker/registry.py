@@ -15,6 +15,7 @@ from activities.partitions import PartitionActivities
 from activities.planning import PlanningActivities
 from activities.records import RecordActivities
 from activities.routing import RoutingActivities
+from activities.transactions import TransactionActivities
 from activities.verification import VerificationActivities
 from workflows.aging import MigrationAging, RetireOriginTopic
 from workflows.drill import Drill
@@ -32,6 +33,7 @@ ACTIVITY_CLASSES = (
     PlanningActivities,
     RoutingActivities,
     MirrorActivities,
+    TransactionActivities,
     MigrationActivities,
     PartitionActivities,
     AgingActivities,

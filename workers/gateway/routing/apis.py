@@ -1,7 +1,7 @@
 """What the gateway does with each API, and what a request tells routing (its topics, its group).
 
 - answered here: ApiVersions, SASL handshake/authenticate, Metadata with an empty topic list;
-- blockable data and group requests: held while their identity is blocked, a retriable error when
+- blockable data, group and transaction requests: held while their identity is blocked, a retriable error when
   they reach a virtual broker of a cluster the identity is no longer bound to (see
   :mod:`workers.gateway.routing.decision`);
 - everything else is forwarded to the cluster the identity is bound to.
@@ -23,6 +23,7 @@ JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS = 11, 12, 13, 14
 SASL_HANDSHAKE, API_VERSIONS, INIT_PRODUCER_ID = 17, 18, 22
 OFFSET_FOR_LEADER_EPOCH, SASL_AUTHENTICATE, DESCRIBE_CLUSTER, DESCRIBE_PRODUCERS = 23, 36, 60, 61
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_TOPIC_PARTITIONS = 19, 20, 75
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY = 71, 72
 
 GROUP_APIS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP})
@@ -30,7 +31,12 @@ MEMBERSHIP_APIS = frozenset({JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP})
 """Group APIs a broker refuses for an empty group id (INVALID_GROUP_ID). OffsetCommit and OffsetFetch
 take one (Kafka keeps them for the empty group, for backward compatibility), as FindCoordinator does."""
 PARTITION_APIS = frozenset({PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH})
-BLOCKABLE = GROUP_APIS | PARTITION_APIS
+TRANSACTION_APIS = frozenset({ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT})
+"""A transactional producer's requests that begin, grow or end its transaction: held with its writes, so
+that none of its transactions changes on the old cluster once a switch has blocked it (a marker written
+there after the block would move the source's end, and a commit of offsets would come after the group
+sync). A saga waits for the transactions open at the block to end (``activities/transactions.py``)."""
+BLOCKABLE = GROUP_APIS | PARTITION_APIS | TRANSACTION_APIS
 TELEMETRY_APIS = frozenset({GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY})
 """Client metrics (KIP-714): librdkafka asks for its subscription after connecting and again while it
 runs, over a connection that also carries its data."""
@@ -61,6 +67,7 @@ VERSION_CAPS = {
     PRODUCE: 12,  # v13+ names topics by id; routing needs names
     FETCH: 12,  # v13+ names topics by id, v16+ real brokers: its answers are not rewritten but for epochs
     OFFSET_COMMIT: 9,
+    ADD_PARTITIONS_TO_TXN: 3,  # v4+ batches several producers' transactions: between brokers only
     OFFSET_FETCH: 7,  # v8+ batches several groups into one request
     FIND_COORDINATOR: 3,  # v4+ batches several keys into one request
     METADATA: 12,

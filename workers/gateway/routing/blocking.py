@@ -2,8 +2,8 @@
 version, retriable, never silence.
 
 Partition requests get NOT_LEADER_OR_FOLLOWER on every partition they name, which makes a stock client
-refresh its metadata and retry; group requests get NOT_COORDINATOR, which makes it look up the
-coordinator again. Both lead the client to the cluster its identity is bound to once the binding is
+refresh its metadata and retry; group and transaction requests get NOT_COORDINATOR, which makes it look
+up the coordinator again. Both lead the client to the cluster its identity is bound to once the binding is
 active there. Produce to a mirror topic is refused with TOPIC_AUTHORIZATION_FAILED, which is final.
 """
 
@@ -62,6 +62,8 @@ def blocked_response(request: Request, body: Any, error: ErrorCode | None = None
         return make(cls, error_code=code, node_id=-1, producer_id=-1, producer_epoch=-1)
     if key in apis.GROUP_APIS:
         return _group(cls, key, body, NOT_COORDINATOR if error is None else error)
+    if key in apis.TRANSACTION_APIS:
+        return _transaction(cls, key, body, NOT_COORDINATOR if error is None else error)
     if key == apis.CONSUMER_GROUP_HEARTBEAT:
         code = NOT_COORDINATOR if error is None else error
         return make(cls, error_code=code, error_message=apis.NEW_PROTOCOL_REFUSED, member_epoch=-1)
@@ -138,15 +140,32 @@ def _group(cls: Any, key: int, body: Any, code: ErrorCode) -> Any:
     return make(cls, error_code=code, generation_id=-1)
 
 
+def _transaction(cls: Any, key: int, body: Any, code: ErrorCode) -> Any:
+    if key == apis.ADD_PARTITIONS_TO_TXN:  # v0-3 (the gateway offers no more): errors per partition
+        return _per_partition(
+            cls, ("results_by_topic_v3_and_below", "results_by_partition", "partition_index"),
+            ((t.name, list(t.partitions)) for t in body.v3_and_below_topics),
+            code, error_field="partition_error_code",
+        )  # fmt: skip
+    if key == apis.TXN_OFFSET_COMMIT:
+        return _per_partition(
+            cls, ("topics", "partitions", "partition_index"),
+            ((t.name, [p.partition_index for p in t.partitions]) for t in body.topics),
+            code,
+        )  # fmt: skip
+    return make(cls, error_code=code, producer_id=-1, producer_epoch=-1)
+
+
 def _per_partition(
     cls: Any,
     shape: tuple[str, str, str],
     topics: typing.Iterable[tuple[str, list[int]]],
     code: ErrorCode,
+    error_field: str = "error_code",
     **partition_values: Any,
 ) -> Any:
-    """A response naming each (topic, partitions) with ``code``; ``shape`` names the response's
-    topics field, its partitions field and the partition index field."""
+    """A response naming each (topic, partitions) with ``code`` in ``error_field``; ``shape`` names the
+    response's topics field, its partitions field and the partition index field."""
     topics_field, partitions_field, index_field = shape
     topic_cls = element_type(cls, topics_field)
     partition_cls = element_type(topic_cls, partitions_field)
@@ -161,7 +180,7 @@ def _per_partition(
                     **{
                         name_field: name,
                         partitions_field: tuple(
-                            make(partition_cls, **{index_field: i, "error_code": code}, **partition_values)
+                            make(partition_cls, **{index_field: i, error_field: code}, **partition_values)
                             for i in indexes
                         ),
                     },
