@@ -175,10 +175,11 @@ def test_a_member_whose_join_a_switch_cut_is_removed_from_the_cluster_it_was_joi
     """A consumer at a 30 s session time-out is still in its first join on the primary when its
     application is switched to the standby: the broker holds the join until the group's other member,
     silent, is dropped 10 s after it joined. The gateway cuts the join; the broker makes the consumer one
-    of the group all the same when the round ends. The primary must then forget it: left there, the
-    group would refuse a switch back's offsets for 30 s (a chaos run held clients 16 s on it) — once
-    the cut join is answered, not before: a member removed while its join waits can be kept as the
-    round's leader, and the group's later rounds never end (seen on the stand-in broker)."""
+    of the group all the same when the round ends. The primary must forget it: left there, the group
+    would refuse a switch back's offsets for 30 s (a chaos run held clients 16 s on it). The gateway
+    removes it at the flip, while its join waits: Apache Kafka ends the round without it (the stand-in
+    broker the project used before kept a member removed that way as the round's leader, and the
+    group's later rounds never ended, so the gateway then waited for the join's answer)."""
     app, topic = mover
     primary = stack_config.clusters["primary"].bootstrap
     key = BindingKey.for_app(app)
@@ -224,6 +225,4 @@ def test_a_member_whose_join_a_switch_cut_is_removed_from_the_cluster_it_was_joi
         stop.set()
         polling.join(5)
         threading.Thread(target=consumer.close, daemon=True).start()  # its join on the standby may wait
-    said = gateway.log.read_text()
-    assert f"group {group}: the cut join of" in said
-    assert f"group {group}: member" in said
+    assert f"group {group}: member" in gateway.log.read_text()

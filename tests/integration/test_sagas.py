@@ -364,6 +364,35 @@ def test_a_member_moved_by_a_switch_is_removed_from_the_cluster_it_left(
     assert f"group {traffic.group}: member" in live.gateway.log.read_text()
 
 
+def test_a_member_moved_by_a_switch_is_removed_at_the_flip_so_a_switch_back_waits_for_nobody(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """A member that joined on the primary through the gateway, and sends nothing after the switchover
+    (a consumer between heartbeats, or stuck in a long poll): the gateway removes it from the primary at
+    the flip, not at its next request, so a switch back at once finds the group there without members
+    and writes its offsets without waiting (a member left there stays until its session time-out, here
+    60 s, and the group sync gives up after 30 s)."""
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, stack_config, partitions=1)
+    primary = stack_config.clusters["primary"].bootstrap
+    group = unique("group")
+    with RawClient(live.gateway.port, client_id=app) as member:
+        member_id, generation = join_group(member, group, topic, timedelta(seconds=60))
+        assert commit_offset(member, group, member_id, generation, topic, 0) == ErrorCode.none
+        over = live.cli("switchover", app, "--link", link, "--wait")
+        assert over.returncode == 0, over.stdout + over.stderr
+        state, members = group_state(AdminClient({"bootstrap.servers": primary}), group)
+        assert (state, members) == (ConsumerGroupState.EMPTY, 0), "the member stayed on the primary"
+        back = live.cli("switchback", app, "--wait")
+        assert back.returncode == 0, back.stdout + back.stderr
+    runs = {r.kind: r for r in routing.ledger.saga_runs(saga_id([app]))}
+    held = {kind: run.result["pause_ms"] for kind, run in runs.items() if run.result is not None}
+    assert held["switchback"] <= held["switchover"] + 2000, held  # not the 30 s of a group sync waiting
+    assert f"group {group}: member {member_id} removed from primary, which it left" in (
+        live.gateway.log.read_text()
+    )
+
+
 def test_a_writer_around_the_gateway_stops_the_switch_and_is_named(
     live: Live, routing: RoutingStore, stack_config: Config
 ) -> None:

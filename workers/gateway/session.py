@@ -120,9 +120,6 @@ class ClientSession:
         """Set by ``finish``: how long the answers still on their way may take before the end."""
         self._retired: list[Upstream] = []
         """Broker connections left behind by a long poll answered early; closed when their answers are in."""
-        self._outliving: set[Upstream] = set()
-        """Retired connections awaiting the answer to a JoinGroup answered early: they outlive the session
-        (``GroupHandling.leave_once_joined``)."""
         self.groups = GroupHandling(gateway, self)
         self._released: asyncio.Future[bool] | None = None
         """Set when the latest held request has been let go (the next held one waits for it): whether a
@@ -200,8 +197,7 @@ class ClientSession:
         finally:  # cancelled there (the gateway's shutdown), nothing more is sent for it either
             self._gone = True
             for upstream in [*self._upstreams.values(), *self._retired]:
-                if upstream not in self._outliving:
-                    upstream.close()  # fails whatever still waits on a broker...
+                upstream.close()  # fails whatever still waits on a broker...
         await asyncio.gather(*self._answering, return_exceptions=True)  # ...so these settle
         await asyncio.gather(writer_task, return_exceptions=True)
         while not replies.empty():
@@ -363,7 +359,7 @@ class ClientSession:
         if moved and request.api_key == apis.JOIN_GROUP:  # a new member where it goes, as a broker insists
             frame = replace_body(request, dataclasses.replace(request.body, member_id=""))
         elif request.api_key == apis.JOIN_GROUP:
-            self.groups.joining(request, decision.cluster)
+            self.groups.joining(request, decision.cluster, incoming.identity)
         elif request.api_key == apis.FETCH and (plain := forwarded_fetch(request.body)):
             frame = replace_body(request, plain)
         return await self._forward(incoming, frame, snapshot, resolution, decision.node)
@@ -523,13 +519,10 @@ class ClientSession:
         body = topic_identity.by_name(request.api_key, request.body, names)
         return dataclasses.replace(request, frame=replace_body(request, body))
 
-    def _abandon(self, request: Request, answer: asyncio.Future[bytes], upstream: Upstream) -> None:
-        """Leave the broker's answer to a long poll answered early behind (a join's is still seen to)."""
-        if request.api_key == apis.JOIN_GROUP:
-            self._outliving.add(upstream)
-            self.groups.leave_once_joined(request, answer, upstream)
-        else:
-            answer.add_done_callback(dropped)
+    def _abandon(self, answer: asyncio.Future[bytes], upstream: Upstream) -> None:
+        """Leave the broker's answer to a long poll answered early behind (a cut join's member is removed
+        by the change that cut it: ``Members.moved``)."""
+        answer.add_done_callback(dropped)
         self._retire(upstream)
 
     async def _forward(
@@ -621,7 +614,7 @@ class ClientSession:
             if ticket.superseded is not None:
                 await asyncio.wait((future, ticket.superseded), return_when=asyncio.FIRST_COMPLETED)
                 if not future.done():  # a newer epoch routes it elsewhere: answer as that epoch would
-                    self._abandon(request, future, upstream)
+                    self._abandon(future, upstream)
                     return OwnAnswer()
             try:
                 frame = await future
@@ -666,7 +659,7 @@ class ClientSession:
             if issued.producer_id >= 0:
                 await self.gateway.producers.issued(identity, issued.producer_id, cluster, epoch)
         elif request.api_key in (apis.SYNC_GROUP, apis.JOIN_GROUP):
-            self.groups.learn(request, frame, cluster)
+            self.groups.learn(request, frame, cluster, identity)
         return None
 
     async def _presented(self, request: Request, frame: bytes, cluster: str) -> bytes:

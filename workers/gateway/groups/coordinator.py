@@ -1,6 +1,6 @@
-"""Requests the gateway makes of a group's coordinator on its own account: finding it, removing a
-member a switch moved (LeaveGroup, as an admin client's removal does), and ending a round for a leader
-whose join a switch cut (SyncGroup assigning nothing)."""
+"""Requests the gateway makes of a group's coordinator on its own account: finding it, and removing a
+member a switch moved (LeaveGroup, as an admin client's removal does; Apache Kafka lets a round go on
+without a member removed while its join waits, and elects another leader when the leader leaves)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,6 @@ from workers.gateway.routing import apis
 log = logging.getLogger(__name__)
 _ATTEMPTS = 3
 _AGAIN_S = 0.5
-NO_PARTITIONS = b"\x00\x00" + b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff"
-"""A consumer-protocol assignment (version 0) of no partitions and no user data: well formed for every
-client, where empty bytes are left to each client's reading."""
 
 
 async def coordinator(brokers: BrokerDirectory, upstream: Upstream, group: str) -> int:
@@ -61,36 +58,6 @@ class Coordinators:
             log.warning("group %s: %s did not remove member %s: %s", group, cluster, member_id, errors)
         else:
             log.info("group %s: member %s removed from %s, which it left", group, member_id, cluster)
-
-    async def end_round(self, cluster: str, group: str, joined: Any) -> None:
-        """End the round ``joined`` (a JoinGroup answer naming its member the leader) on the member's
-        behalf, assigning nothing: the group's other members wait in SyncGroup for their leader's
-        assignment, and a leader whose join was cut never sends it. Its members then join again (the
-        leader's removal follows), and get their partitions from the next round."""
-        version = self.brokers.version(apis.SYNC_GROUP, 5)
-        entry = element_type(request_schema(apis.SYNC_GROUP, version), "assignments")
-        nothing = tuple(make(entry, member_id=m.member_id, assignment=NO_PARTITIONS) for m in joined.members)
-        fields: dict[str, Any] = {  # an assignment for every member, of no partitions
-            "generation_id": joined.generation_id,
-            "member_id": joined.member_id,
-            "assignments": nothing,
-        }
-        if version >= 3:
-            fields["group_instance_id"] = None
-        if version >= 5:
-            fields["protocol_type"] = getattr(joined, "protocol_type", None) or "consumer"
-            fields["protocol_name"] = joined.protocol_name
-        try:
-            answer = await self._ask(cluster, group, apis.SYNC_GROUP, version, fields)
-        except (UpstreamError, TimeoutError, FrameError) as exc:
-            log.warning(
-                "group %s: could not end the round of %s on %s: %s", group, joined.member_id, cluster, exc
-            )
-            return
-        log.info(
-            "group %s: round %d on %s ended for its cut leader %s: %s",
-            group, joined.generation_id, cluster, joined.member_id, answer.error_code.name,
-        )  # fmt: skip
 
     async def _ask(self, cluster: str, group: str, api_key: int, version: int, fields: dict[str, Any]) -> Any:
         for attempt in range(_ATTEMPTS):

@@ -19,9 +19,10 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from switchyard.identity import Identity
 from switchyard.model import ClusterState
 from switchyard.routing.snapshot import RoutingSnapshot
-from workers.gateway.brokers.upstream import Upstream, UpstreamError, dropped
+from workers.gateway.brokers.upstream import Upstream, UpstreamError
 from workers.gateway.framing.protocol import FrameError, Request, decode_response
 from workers.gateway.framing.sasl import Credentials
 from workers.gateway.groups.carry import carried_commit
@@ -35,10 +36,6 @@ from workers.gateway.shared import Shared
 log = logging.getLogger(__name__)
 MEMBER_APIS = frozenset({apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.OFFSET_COMMIT})
 """Requests naming the member that sends them (LeaveGroup v3+ names members in a list)."""
-_ANSWER_SLACK_S = 30.0
-"""How long past a join's rebalance time-out its answer is still awaited (``leave_once_joined``)."""
-_OUTLIVING: set[asyncio.Task[None]] = set()
-"""Tasks that outlive their session (``leave_once_joined``): held here so they are not collected."""
 
 Send = Callable[[Any, int | None], Awaitable[Awaitable[Reply]]]
 """The session's sending of an OffsetCommit ``body`` to a broker (None: the coordinator) of the cluster
@@ -129,7 +126,8 @@ class GroupHandling:
     def moved(self, request: Request, snapshot: RoutingSnapshot, now_on: str) -> bool:
         """Whether the member sending ``request`` joined on another cluster than ``now_on``, where the
         request goes (it is told to rejoin, its commits are carried, or, as kafkajs does, it rejoins
-        with its old id); if so, have the cluster it joined on forget it now, once. Left there, it would
+        with its old id); if so, and the flip did not already (``Members.moved``: a member this gateway
+        did not see join), have the cluster it joined on forget it now, once. Left there, it would
         stay a member until its session time-out — up to 45 s at the clients' defaults — and a switch
         back could not write its group's offsets there (a group takes them only without members) until
         then, clients held. A JoinGroup marks it rejoining (see ``QUIET``)."""
@@ -143,23 +141,27 @@ class GroupHandling:
         self.gateway.members.joined(
             group, member_id, dataclasses.replace(member, left=True, rejoining=rejoining)
         )
-        if member.left or member.cut:  # a cut join's member goes once its join is answered
+        if member.left:  # removed already: at the flip (``Members.moved``), or at an earlier request
             return True
         cluster = snapshot.clusters.get(member.cluster)
         if cluster is not None and cluster.state is ClusterState.ACTIVE:  # a shielded one is not contacted
             self.connection.later(self._coordinators().leave(member.cluster, group, member_id))
         return True
 
-    def joining(self, request: Request, cluster: str) -> None:
+    def joining(self, request: Request, cluster: str, identity: Identity) -> None:
         """A JoinGroup naming its member goes to ``cluster``: the member is one there from now on as far
         as a switch is concerned, answered or not. A join waits for the group's other members, so a
         switch can cut it (``InFlight``); the broker still makes the member one of the group, and unless
-        the next switch has it forget the member (``moved``), the group keeps it until its session
+        the switch has it forget the member (``Members.moved``), the group keeps it until its session
         time-out — and a switch back to that cluster cannot write the group's offsets until then."""
         body = request.body
         if body.member_id and self.gateway.members.get(body.group_id, body.member_id) is None:
-            session_s = float(body.session_timeout.total_seconds())
-            self.gateway.members.joined(body.group_id, body.member_id, Member(cluster, session_s))
+            member = self._member(request, cluster, identity)
+            self.gateway.members.joined(body.group_id, body.member_id, member)
+
+    def _member(self, request: Request, cluster: str, identity: Identity) -> Member:
+        session_s = float(request.body.session_timeout.total_seconds())
+        return Member(cluster, session_s, identity=identity, credentials=self.connection.credentials)
 
     def sending(self, request: Request) -> None:
         """A JoinGroup is sent: this connection's consumer is (re)joining its group until a SyncGroup
@@ -169,7 +171,7 @@ class GroupHandling:
             session_s = float(request.body.session_timeout.total_seconds())
             self._rejoins[group] = (asyncio.get_running_loop().create_future(), session_s)
 
-    def learn(self, request: Request, frame: bytes, cluster: str) -> None:
+    def learn(self, request: Request, frame: bytes, cluster: str, identity: Identity) -> None:
         """What a JoinGroup or SyncGroup answer from ``cluster`` tells: a member there, a join done."""
         if request.api_key == apis.SYNC_GROUP:
             synced = decode_response(request, frame)
@@ -180,7 +182,7 @@ class GroupHandling:
             joined = decode_response(request, frame)
             # a member id required first (KIP-394) is a pending member there already
             if joined.error_code in (ErrorCode.none, ErrorCode.member_id_required) and joined.member_id:
-                member = Member(cluster, float(request.body.session_timeout.total_seconds()))
+                member = self._member(request, cluster, identity)
                 self.gateway.members.joined(request.body.group_id, joined.member_id, member)
 
     async def carry(
@@ -217,54 +219,6 @@ class GroupHandling:
         longer than a held request may wait."""
         body = await self._as_rejoined(self._rejoins[request.body.group_id], request, request.body)
         return await (await send(body, node))
-
-    def leave_once_joined(self, request: Request, answer: asyncio.Future[bytes], upstream: Upstream) -> None:
-        """A JoinGroup answered early (``InFlight``) still waits at the broker, which makes its member one
-        of the group when the round ends. So its answer is awaited — over the connection it was asked on,
-        which the session keeps for it — and a member that has moved since is removed then, not before
-        (``Member.cut``), whatever a broker makes of a member removed while its join waits: a round
-        whose leader never assigns never ends (chaos runs' consumers stalled for minutes). A member the
-        round made its leader first ends the round, assigning nothing."""
-        body = request.body
-        group = body.group_id
-        limit_s = float(getattr(body, "rebalance_timeout", body.session_timeout).total_seconds())
-        members = self.gateway.members
-        asked = members.get(group, body.member_id)
-        if asked is not None:
-            members.joined(group, body.member_id, dataclasses.replace(asked, cut=True))
-        coordinators = self._coordinators()
-
-        async def leave_once_joined() -> None:
-            joined = None
-            try:
-                joined = decode_response(
-                    request, await asyncio.wait_for(asyncio.shield(answer), limit_s + _ANSWER_SLACK_S)
-                )
-            except (TimeoutError, UpstreamError):
-                pass
-            finally:
-                if not answer.done():
-                    answer.add_done_callback(dropped)
-                upstream.close()
-            member_id = joined.member_id if joined is not None and joined.member_id else body.member_id
-            member = members.get(group, member_id)
-            if joined is not None:
-                log.info(
-                    "group %s: the cut join of %s on %s ended: %s, generation %d, leader %s",
-                    group, member_id, upstream.cluster, joined.error_code.name, joined.generation_id,
-                    joined.leader or "-",
-                )  # fmt: skip
-            if member is not None and member.cut:
-                members.joined(group, member_id, member := dataclasses.replace(member, cut=False))
-            if joined is not None and joined.error_code == ErrorCode.none and joined.leader == member_id:
-                await coordinators.end_round(upstream.cluster, group, joined)  # its client never will
-            here = member is not None and not member.left and member.cluster == upstream.cluster
-            if member_id and not here:  # else it still belongs there
-                await coordinators.leave(upstream.cluster, group, member_id)
-
-        task = asyncio.create_task(leave_once_joined())
-        _OUTLIVING.add(task)
-        task.add_done_callback(_OUTLIVING.discard)
 
     def _rejoining(self, request: Request, member: Member | None) -> bool:
         """For a Heartbeat: whether its member, or this connection's consumer, is already joining the

@@ -1,15 +1,21 @@
 """Group members as the gateway saw them join: where (which cluster), and their session time-out.
 
 Where a member joined tells whether its commits must be carried to another cluster after a switch
-(:mod:`workers.gateway.groups.carry`); its session time-out bounds how long its requests may be held while
-its identity is blocked (:mod:`workers.gateway.routing.holds`). Learnt from JoinGroup answers; a member that
-joined through another gateway of a pair, or before this one started, is looked up when it commits or
-heartbeats after a switch (see ``GroupHandling.find_member``).
+(:mod:`workers.gateway.groups.carry`), and — with whose client it is — whether a routing change moved it,
+so that the cluster it left forgets it at once (``moved``); its session time-out bounds how long its
+requests may be held while its identity is blocked (:mod:`workers.gateway.routing.holds`). Learnt from
+JoinGroup answers; a member that joined through another gateway of a pair, or before this one started,
+is looked up when it commits or heartbeats after a switch (see ``GroupHandling.find_member``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from switchyard.identity import Identity
+from workers.gateway.framing.sasl import Credentials
 
 
 @dataclass(frozen=True)
@@ -18,14 +24,14 @@ class Member:
     session_timeout_s: float | None
     """None: not seen joining (looked up), so not known."""
     left: bool = False
-    """The gateway has had the cluster it joined on forget it (``GroupHandling.moved``)."""
-    cut: bool = False
-    """Its JoinGroup was answered early and still waits at the broker: the gateway removes it once the
-    broker answers (``GroupHandling.leave_once_joined``), not before: until then the broker may make it
-    the round's leader, and only a leader's SyncGroup ends a round."""
+    """The gateway has had the cluster it joined on forget it (``Members.moved``, ``GroupHandling.moved``)."""
     rejoining: bool = False
     """Its client has asked to join the group again, on another cluster: told to rejoin once more (a
     Heartbeat of the old membership sent meanwhile), it would rebalance again after (``QUIET``)."""
+    identity: Identity | None = None
+    """Whose client it is (None: looked up, not seen joining): where a routing change sends its group."""
+    credentials: Credentials | None = None
+    """Its client's, for removing it on its behalf."""
 
 
 class Members:
@@ -43,3 +49,19 @@ class Members:
 
     def get(self, group: str, member_id: str | None) -> Member | None:
         return self._members.get((group, member_id)) if member_id else None
+
+    def moved(self, now_on: Callable[[Identity, str], str | None]) -> list[tuple[str, str, Member]]:
+        """The members a routing change has moved — ``now_on(identity, group)``, the cluster the group
+        goes to now (None: undecided, as while blocked), is not where they joined — as (group, member
+        id, member); marked as left, for the caller to have that cluster forget them."""
+        found, routed = [], {}
+        for (group, member_id), member in list(self._members.items()):
+            if member.left or member.identity is None:
+                continue
+            where = (member.identity, group)
+            if where not in routed:
+                routed[where] = now_on(member.identity, group)
+            if routed[where] not in (None, member.cluster):
+                self._members[(group, member_id)] = dataclasses.replace(member, left=True)
+                found.append((group, member_id, member))
+        return found

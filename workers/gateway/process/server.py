@@ -21,6 +21,9 @@ from kazoo.client import KazooClient
 
 from switchyard.config import Config
 from switchyard.errors import ConfigError, GatewayError
+from switchyard.identity import Identity
+from switchyard.model import BindingState
+from switchyard.resolution import resolve
 from switchyard.routing.gateways import GatewayRegistration
 from switchyard.routing.layout import Layout, ensure_layout
 from switchyard.routing.snapshot import RoutingSnapshot
@@ -30,6 +33,7 @@ from workers.gateway.brokers.directory import BrokerDirectory
 from workers.gateway.brokers.vnodes import VirtualNodes, slot
 from workers.gateway.framing.intake import ByteBudget
 from workers.gateway.framing.sasl import SaslError, UsersFile
+from workers.gateway.groups.coordinator import Coordinators
 from workers.gateway.groups.members import Members
 from workers.gateway.migrated.moved import Moved
 from workers.gateway.process import readiness
@@ -96,6 +100,8 @@ class Gateway:
         self._closed_clusters: set[str] = set()
         self._epoch_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._leaving: set[asyncio.Task[None]] = set()
+        """Members moved by a change, being removed where they joined (``_leave_moved``)."""
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ---- lifecycle
@@ -234,6 +240,7 @@ class Gateway:
         epoch = snapshot.epoch
         self.moved.note(snapshot)
         woken = self.inflight.supersede(snapshot)
+        self._leave_moved(snapshot)
         if woken:
             log.info("gateway %s: epoch %d answered %d long polls early", self.id, epoch, woken)
         self._leave_closed_clusters(snapshot)
@@ -252,6 +259,25 @@ class Gateway:
             return  # acknowledged when fresh again: the reconnect publishes a new snapshot
         await self.publisher.publish_acked()  # what was acknowledged under older epochs, known with this one
         await asyncio.to_thread(self.registration.acknowledge, epoch)
+
+    def _leave_moved(self, snapshot: RoutingSnapshot) -> None:
+        """Group members this gateway saw join on a cluster their group is no longer routed to are removed
+        there at once (LeaveGroup on their behalf), not at their next request: a member between
+        heartbeats, or silent, would keep the group there non-empty for seconds (a heartbeat interval)
+        to minutes (its session time-out), and a switch back could not write the group's offsets there
+        meanwhile, clients held. A member whose join the change cut goes the same way: Apache Kafka ends
+        the round without it, and elects another leader if it led."""
+
+        def now_on(identity: Identity, group: str) -> str | None:
+            routed = resolve(identity, snapshot.bindings, self.config.default_cluster, group=group)
+            return routed.cluster if routed.state is BindingState.ACTIVE else None
+
+        for group, member_id, member in self.members.moved(now_on):
+            if not snapshot.shielded(member.cluster):  # a shielded or down cluster is not contacted
+                leave = Coordinators(self.brokers, member.credentials).leave(member.cluster, group, member_id)
+                task = asyncio.create_task(leave)
+                self._leaving.add(task)
+                task.add_done_callback(self._leaving.discard)
 
     def _leave_closed_clusters(self, snapshot: RoutingSnapshot) -> None:
         """Drop every broker connection to a cluster that is shielded or down: a request waiting on a
