@@ -315,13 +315,14 @@ def again_after_commit(batches: list[Batch]) -> set[int]:
 
 
 def first_out_of_order(batches: list[Batch]) -> str | None:
-    """Per partition, records arrive in offset order: each the next one, or a step back to one already
-    seen (the group resuming at its last commit) — never a step over a record not yet seen."""
-    last: dict[int, int] = defaultdict(lambda: -1)
+    """Per partition, records arrive in offset order: after the first (where the group began), each the
+    next one, or a step back to one already seen (the group resuming at its last commit) — never a step
+    over a record not yet seen."""
+    last: dict[int, int] = {}
     highest: dict[int, int] = defaultdict(lambda: -1)
     for batch in batches:
         for partition, offset, _ in batch.records:
-            if not (offset == last[partition] + 1 or offset <= highest[partition]):
+            if partition in last and not (offset == last[partition] + 1 or offset <= highest[partition]):
                 return (
                     f"partition {partition}: {offset} after {last[partition]} (highest {highest[partition]})"
                 )

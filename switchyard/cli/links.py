@@ -81,7 +81,7 @@ def status(ctx: click.Context, link_id: str) -> None:
             fetched = p.fetched_at.isoformat(timespec="seconds") if p.fetched_at else "never"
             rows.append(
                 (f"{p.topic}[{p.partition}]", p.state, p.source_end, p.mirrored, p.lag, f"{p.lag_s:.1f}",
-                 "yes" if p.identical else "mapped", fetched, member.member, p.error or "")
+                 "yes" if p.identical else "translated", fetched, member.member, p.error or "")
             )  # fmt: skip
     if not rows:
         raise click.ClickException(f"no mirror process reports link {link_id}")

@@ -393,6 +393,63 @@ def test_a_member_moved_by_a_switch_is_removed_at_the_flip_so_a_switch_back_wait
     )
 
 
+def test_a_consumer_reads_every_record_once_across_switches_where_the_copys_offsets_differ(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """Before the link, each partition holds five committed transactions (a marker after each: offsets
+    the copy does not have), and the first partition's log starts above 0 (its first records deleted):
+    the copy's offsets differ from the source's. A consumer group reads through the gateway while the
+    application is switched over, back and over again; its members heartbeat every 10 s, so after each
+    flip they read on at the position they held for seconds before they rejoin. Every record it reads
+    must be the next one: the gateway shows it the source's offsets on the copy, so its live position,
+    its commits and its group's offsets name the same records on either cluster. (Without that, each
+    switch skipped or re-read one record per marker.)"""
+    assert live.gateway is not None
+    app, topic, link = unique("app"), unique("orders"), unique("link")
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.create_topics(primary, [topic], partitions=3)
+    keys = [(topic, p) for p in range(3)]
+    transactional = Producer({"bootstrap.servers": primary, "transactional.id": unique("before")})
+    transactional.init_transactions(30)
+    value = 0
+    for _ in range(5):
+        transactional.begin_transaction()
+        for partition in range(3):
+            for _ in range(2):
+                value -= 1
+                transactional.produce(topic, str(value).encode(), partition=partition)
+        transactional.commit_transaction(30)
+    admin = AdminClient({"bootstrap.servers": primary})
+    deleted = admin.delete_records([TopicPartition(topic, 0, 4)])
+    for future in deleted.values():
+        future.result(10)
+    ends = kafka.ends_of(primary, keys)
+    assert ends == {k: 15 for k in keys}  # 5 x (2 records and a marker)
+    group = unique("group")
+    at_ends = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, e) for (t, p), e in ends.items()])
+    for future in admin.alter_consumer_group_offsets([at_ends]).values():  # it reads what comes next
+        future.result(10)
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="test")
+    epoch = routing.set_binding(BindingKey.for_app(app), "primary", actor=ACTOR, reason="test")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    traffic = Traffic(live.gateway.bootstrap, app, topic, group, idempotent=True,
+                      consumer_settings={"heartbeat.interval.ms": 10_000})  # fmt: skip
+    traffic.start()
+    try:
+        traffic.wait_for(300)
+        status = live.cli("links", "status", link)  # said per partition: translated at the gateway
+        for command in (("switchover", app, "--link", link), ("switchback", app), ("switchover", app)):
+            switched = live.cli(*command, "--wait", "--reason", "offsets differ")
+            assert switched.returncode == 0, switched.stdout + switched.stderr
+            traffic.wait_for(300)
+    finally:
+        traffic.stop()
+    holds_each_once(standby, topic, list(traffic.acked), traffic, primary)
+    print(f"\nthree switches, offsets differing: {judge_consumer(traffic, carried=True)}")
+    said = {line.split()[0]: line.split()[6] for line in status.stdout.splitlines()[1:]}
+    assert said == {f"{topic}[{p}]": "translated" for p in range(3)}, status.stdout
+
+
 def test_a_writer_around_the_gateway_stops_the_switch_and_is_named(
     live: Live, routing: RoutingStore, stack_config: Config
 ) -> None:

@@ -13,7 +13,7 @@ from switchyard.mirror.offsets import OffsetMap
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.framing.entities import element_type, make
 from workers.gateway.framing.protocol import encode_request, known_versions, parse_request, request_schema
-from workers.gateway.groups.carry import carried_commit, translate
+from workers.gateway.groups.carry import carried_commit, held
 from workers.gateway.routing import apis
 from workers.gateway.routing.holds import RoutingChanges, hold_limit
 
@@ -22,27 +22,18 @@ SHIFTED = LinkRecords(
 )
 
 
-def test_identical_offsets_are_kept_within_the_copy() -> None:
-    for planned in (True, False):
-        assert translate(SHIFTED, "t", 0, 420, planned=planned) == 420
-        assert translate(SHIFTED, "t", 0, 500, planned=planned) == 500
-        assert translate(SHIFTED, "u", 0, 900, planned=planned) == 900  # a link still copying: as is
-        assert translate(SHIFTED, "t", 0, -1, planned=planned) == -1
-
-
-def test_beyond_the_copy_a_planned_switch_means_records_read_on_the_new_cluster() -> None:
-    assert translate(SHIFTED, "t", 0, 900, planned=True) == 900
-    assert translate(SHIFTED, "t", 1, 185, planned=True) == 125  # 5 past the new cluster's end then
+def test_a_planned_switchs_commits_go_as_clients_see_them() -> None:
+    """In the offsets clients see: the session puts them in the new cluster's (brokers/mapped.py)."""
+    for offset in (420, 500, 900, -1):
+        assert held(SHIFTED, "t", 0, offset, planned=True) == offset
+    assert held(SHIFTED, "t", 1, 185, planned=True) == 185
+    assert held(SHIFTED, "u", 0, 900, planned=False) == 900  # a link still copying: as is
 
 
 def test_beyond_the_copy_after_a_failover_nothing_new_is_skipped() -> None:
-    assert translate(SHIFTED, "t", 0, 900, planned=False) == 500  # may be the lost window's: held at the end
-    assert translate(SHIFTED, "t", 1, 185, planned=False) == 120
-
-
-def test_shifted_offsets_are_translated_through_the_map() -> None:
-    assert translate(SHIFTED, "t", 1, 150, planned=True) == 90
-    assert translate(SHIFTED, "t", 1, 180, planned=False) == 120
+    assert held(SHIFTED, "t", 0, 900, planned=False) == 500  # may be the lost window's: held at the end
+    assert held(SHIFTED, "t", 1, 185, planned=False) == 180
+    assert held(SHIFTED, "t", 1, 150, planned=False) == 150
 
 
 def offset_commit(version: int) -> bytes:
@@ -74,7 +65,7 @@ def test_a_carried_commit_comes_from_outside_the_group_at_every_version(version:
     (partition,) = body.topics[0].partitions
     assert (partition.partition_index, partition.committed_offset, partition.committed_metadata) == (
         1,
-        90,
+        150,
         "m",
     )
 

@@ -34,7 +34,7 @@ from switchyard.identity import Identity, identify
 from switchyard.model import PartitionId
 from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
-from workers.gateway.brokers import topic_identity
+from workers.gateway.brokers import mapped, topic_identity
 from workers.gateway.brokers.fetches import answer_without_epochs, forwarded_fetch
 from workers.gateway.brokers.rewrite import BROKER_NAMING, leader_hints
 from workers.gateway.brokers.upstream import Overdue, Shielded, Upstream, UpstreamError, dropped
@@ -360,9 +360,22 @@ class ClientSession:
             frame = replace_body(request, dataclasses.replace(request.body, member_id=""))
         elif request.api_key == apis.JOIN_GROUP:
             self.groups.joining(request, decision.cluster, incoming.identity)
-        elif request.api_key == apis.FETCH and (plain := forwarded_fetch(request.body)):
-            frame = replace_body(request, plain)
+        elif request.api_key in mapped.TRANSLATED_REQUESTS:
+            given = forwarded_fetch(request.body) if request.api_key == apis.FETCH else None
+            body = await self._in_cluster_offsets(incoming, given or request.body, snapshot, decision.cluster)
+            if body is not request.body:
+                frame = replace_body(request, body)
         return await self._forward(incoming, frame, snapshot, resolution, decision.node)
+
+    async def _in_cluster_offsets(
+        self, incoming: Incoming, body: Any, snapshot: RoutingSnapshot, cluster: str
+    ) -> Any:
+        """``body`` (a Fetch or a commit) with the offsets it names as ``cluster`` numbers them, where
+        they differ from those clients see (:mod:`workers.gateway.brokers.mapped`)."""
+        key = incoming.request.api_key
+        topics = mapped.topics_of(key, body, answer=False)
+        lookup = await self.gateway.links.presenter(snapshot, cluster, topics) if topics else None
+        return body if lookup is None else mapped.request(key, body, lookup)
 
     async def _split(
         self, incoming: Incoming, decision: Decision, snapshot: RoutingSnapshot, resolution: Resolution
@@ -483,6 +496,7 @@ class ClientSession:
         async def send(body: Any, node: int | None) -> Awaitable[Reply]:
             if self._routed_otherwise_since(incoming, snapshot, resolution):
                 return _ready(OwnAnswer())
+            body = await self._in_cluster_offsets(incoming, body, snapshot, resolution.cluster)
             frame = replace_body(incoming.request, body)
             return await self._forward(incoming, frame, snapshot, resolution, node)
 
@@ -628,17 +642,38 @@ class ClientSession:
         answered = time.perf_counter()
         cluster = upstream.cluster
         produced = await self._learn(request, frame, cluster, identity, ticket.epoch)
-        if produced is not None and leader_hints(produced):
-            reply = encode_response(
-                request, await self.gateway.brokers.rewrite(apis.PRODUCE, produced, cluster)
-            )
+        translated = None
+        if request.api_key in mapped.TRANSLATED_ANSWERS and self.gateway.links.presents(
+            self.gateway.view.snapshot, cluster
+        ):
+            translated = await self._in_client_offsets(request, produced or frame, cluster)
+        if produced is not None and (translated is not None or leader_hints(produced)):
+            body = produced if translated is None else translated
+            if leader_hints(body):
+                body = await self.gateway.brokers.rewrite(apis.PRODUCE, body, cluster)
+            reply = encode_response(request, body)
         else:
-            reply = await self._presented(request, frame, cluster)
+            reply = await self._presented(request, frame if translated is None else translated, cluster)
         attributes = {"api": api_name(request.api_key)}
         self.gateway.metrics.upstream_latency.record(answered - sent, attributes)
         added = (time.perf_counter() - received) - (answered - sent)
         self.gateway.metrics.added_latency.record(added, attributes)
         return reply
+
+    async def _in_client_offsets(self, request: Request, answer: Any, cluster: str) -> Any:
+        """A broker's answer (decoded, or its frame) with the offsets it names as clients see them, where
+        ``cluster``'s differ (:mod:`workers.gateway.brokers.mapped`): None if none does; else the body
+        for a decoded answer, the frame for a frame."""
+        decoded = isinstance(answer, bytes | bytearray)
+        body = decode_response(request, answer) if decoded else answer
+        topics = mapped.topics_of(request.api_key, body, answer=True)
+        lookup = await self.gateway.links.presenter(self.gateway.view.snapshot, cluster, topics)
+        if lookup is None:
+            return None
+        translated = mapped.answer(request.api_key, body, lookup)
+        if translated is body:
+            return None
+        return encode_response(request, translated)[4:] if decoded else translated
 
     async def _learn(
         self, request: Request, frame: bytes, cluster: str, identity: Identity, epoch: int

@@ -10,7 +10,7 @@ and 1 message sets (dropped by Kafka 4) carry offsets inside compressed wrappers
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 LENGTH_AT, EPOCH_AT, MAGIC_AT, CRC_AT, ATTRIBUTES_AT = 8, 12, 16, 17, 21
@@ -68,6 +68,18 @@ def rebased(records: bytes, found: list[Batch], delta: int, *, leader_epoch: int
         _OFFSET.pack_into(out, batch.start - first, batch.base_offset + delta)
         if leader_epoch is not None:
             _INT.pack_into(out, batch.start - first + EPOCH_AT, leader_epoch)
+    return bytes(out)
+
+
+def rebased_each(records: bytes, found: list[Batch], base: Callable[[int], int]) -> bytes:
+    """The batches ``found`` in ``records``, each at the base offset ``base`` gives for its own; anything
+    after the last of them is left out."""
+    if not found:
+        return b""
+    out = bytearray(records[found[0].start : found[-1].end])
+    first = found[0].start
+    for batch in found:
+        _OFFSET.pack_into(out, batch.start - first, base(batch.base_offset))
     return bytes(out)
 
 

@@ -9,17 +9,14 @@ the new cluster the way an administrator commits for a group without members the
 no member id) and answers the client with the new coordinator's answer, so the committed position
 covers everything the application processed.
 
-Where an offset points is read against the promoted link's final position for the partition (how far
-the old cluster was copied, and the new cluster's end then):
-
-- at or below it, the offset is a position on the old cluster, translated through the link's offset map
-  to the position of the same record on the new cluster;
-- beyond it, after a planned switch (the old cluster still active: everything it held was copied), the
-  member has read records written to the new cluster after the flip, and the offset is a position
-  there;
-- beyond it, after a failover (the old cluster shielded or down), it may also be a record of the lost
-  window, which the new cluster never got: the offset is held to the new cluster's end at the switch,
-  so nothing written there since is skipped (some may be read twice instead).
+The offsets are those clients see, the topic's home offsets (:mod:`switchyard.mirror.presented`): they
+are sent on as clients see them, and put in the new cluster's offsets as any commit sent there is
+(:mod:`workers.gateway.brokers.mapped`). One thing is decided here, against the promoted link's final
+position for the partition (how far the old cluster was copied): an offset beyond it, after a failover
+(the old cluster shielded or down), may be a record of the lost window, which the new cluster never got.
+It is held to the final position — the new cluster's end at the switch — so nothing written there since
+is skipped (some may be read twice instead). After a planned switch everything the old cluster held was
+copied, and such an offset is a record the member read on the new cluster after the flip.
 
 A member switched over and back before it rejoined anywhere is carried the same way, from the cluster
 it read last: the gateway had the cluster it joined on forget it at the first switch.
@@ -35,7 +32,6 @@ import dataclasses
 from typing import Any
 
 from switchyard.mirror.mapstore import LinkRecords
-from switchyard.mirror.offsets import OffsetMap
 
 MEMBERLESS = {"generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None}
 """The fields of an OffsetCommit from outside the group (an administrator's commit)."""
@@ -43,14 +39,15 @@ MEMBERLESS = {"generation_id_or_member_epoch": -1, "member_id": "", "group_insta
 
 def carried_commit(body: Any, records: LinkRecords, *, planned: bool) -> Any:
     """``body`` (an OffsetCommit request) as the new cluster's coordinator takes it from outside the
-    group, each offset translated through the link's ``records`` (``planned``: see :func:`translate`)."""
+    group, each offset held within the link's final positions after a failover (``planned``: a planned
+    switch; see :func:`held`)."""
     topics = tuple(
         dataclasses.replace(
             topic,
             partitions=tuple(
                 dataclasses.replace(
                     p,
-                    committed_offset=translate(
+                    committed_offset=held(
                         records, topic.name, p.partition_index, p.committed_offset, planned=planned
                     ),
                 )
@@ -64,14 +61,11 @@ def carried_commit(body: Any, records: LinkRecords, *, planned: bool) -> Any:
     return dataclasses.replace(body, topics=topics, **memberless)
 
 
-def translate(records: LinkRecords, topic: str, partition: int, offset: int, *, planned: bool) -> int:
-    """The new cluster's position for a member's committed ``offset``; ``planned``: the old cluster is
-    still active (a switchover), so everything it held was copied."""
-    if offset < 0:
+def held(records: LinkRecords, topic: str, partition: int, offset: int, *, planned: bool) -> int:
+    """A member's committed ``offset``, held to the link's final position after a failover (see the
+    module); ``planned``: the old cluster is still active (a switchover), so everything it held was
+    copied."""
+    final = records.ends.get((topic, partition))
+    if planned or final is None or offset <= final[0]:
         return offset
-    key = (topic, partition)
-    final = records.ends.get(key)
-    if final is not None and offset > final[0]:
-        copied, target_end = final
-        return target_end + (offset - copied) if planned else target_end
-    return records.maps.get(key, OffsetMap()).position(offset)
+    return final[0]

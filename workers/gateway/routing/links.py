@@ -1,15 +1,20 @@
 """What the gateway needs to know of mirror links: which topics are a mirror's copy (only the mirror
-writes them until promoted), which link carries a group's commits from one cluster to another, and that
-link's offset map (read from its target; once per promoted link, whose map is final)."""
+writes them until promoted), which link carries a group's commits from one cluster to another, that
+link's offset map (read from its target; once per promoted link, whose map is final), and where a
+promoted link's copy is presented in its source's offsets (:mod:`switchyard.mirror.presented`)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 from switchyard.config import Config
 from switchyard.mirror.mapstore import LinkRecords, read_link
+from switchyard.mirror.offsets import OffsetMap
+from switchyard.mirror.presented import Presented
 from switchyard.model import Link, LinkState
 from switchyard.routing.snapshot import RoutingSnapshot
+from workers.gateway.brokers.mapped import Lookup
 
 _LINKS_REMEMBERED = 100
 
@@ -20,6 +25,10 @@ class LinkLookup:
         self._mirrored: dict[tuple[str, str], bool] = {}
         self._mirrored_in: RoutingSnapshot | None = None
         self._records: dict[tuple[str, int], asyncio.Future[LinkRecords]] = {}
+        self._presents: dict[str, bool] = {}
+        self._presents_in: RoutingSnapshot | None = None
+        self._tables: dict[tuple[str, int], dict[str, dict[int, Presented]]] = {}
+        """Per promoted link (id, epoch): its partitions whose copy's offsets differ, by topic."""
 
     def mirrored(self, snapshot: RoutingSnapshot, cluster: str, topic: str) -> bool:
         """Whether ``topic`` on ``cluster`` is a mirror's copy: only the mirror writes it until promoted."""
@@ -58,3 +67,72 @@ class LinkLookup:
             if len(self._records) > _LINKS_REMEMBERED:
                 del self._records[next(iter(self._records))]
         return await asyncio.shield(found)
+
+    def presents(self, snapshot: RoutingSnapshot, cluster: str) -> bool:
+        """Whether any topic on ``cluster`` may be presented in other offsets than its own: ``cluster`` is
+        the target of a promoted link whose topics' home is elsewhere (cheap: asked of every answer)."""
+        if snapshot is not self._presents_in:
+            self._presents, self._presents_in = {}, snapshot
+        found = self._presents.get(cluster)
+        if found is None:
+            found = self._presents[cluster] = any(
+                link.target == cluster
+                and link.state is LinkState.PROMOTED
+                and _home(snapshot, link) not in (None, cluster)
+                for link in snapshot.links.values()
+            )
+        return found
+
+    async def presenter(
+        self, snapshot: RoutingSnapshot, cluster: str, topics: Iterable[str]
+    ) -> Lookup | None:
+        """How ``topics``' partitions on ``cluster`` are translated to the offsets clients see
+        (:mod:`switchyard.mirror.presented`); None when none of them is. A topic is translated on the
+        target of the latest promoted link that copies it, where the link comes from the topic's home
+        and its map is not identical; on its home, never."""
+        if not self.presents(snapshot, cluster):
+            return None
+        tables: dict[str, dict[int, Presented]] = {}
+        for topic in dict.fromkeys(topics):
+            copying = [
+                link for link in snapshot.links.values()
+                if link.target == cluster and link.state is LinkState.PROMOTED and link.copies(topic)
+            ]  # fmt: skip
+            if not copying:
+                continue
+            link = max(copying, key=lambda found: found.epoch)
+            if link.source != _home(snapshot, link):
+                continue
+            table = (await self._presented(link)).get(topic)
+            if table:
+                tables[topic] = table
+        if not tables:
+            return None
+        return lambda topic, partition: tables.get(topic, {}).get(partition)
+
+    async def _presented(self, link: Link) -> dict[str, dict[int, Presented]]:
+        key = (link.id, link.epoch)
+        tables = self._tables.get(key)
+        if tables is None:
+            records = await self.link_records(link)
+            tables = {}
+            for (topic, partition), (copied, target_end) in records.ends.items():
+                found = Presented(records.maps.get((topic, partition), OffsetMap()), copied, target_end)
+                if not found.identical:
+                    tables.setdefault(topic, {})[partition] = found
+            self._tables[key] = tables
+            if len(self._tables) > _LINKS_REMEMBERED:
+                del self._tables[next(iter(self._tables))]
+        return tables
+
+
+def _home(snapshot: RoutingSnapshot, link: Link) -> str | None:
+    """The cluster whose offsets clients see for ``link``'s topics: the source of the link it reverses,
+    and so on back to the first (None: a link in that chain is gone, so it is not known)."""
+    seen = set()
+    while link.reverse_of is not None:
+        if link.reverse_of in seen or link.reverse_of not in snapshot.links:
+            return None
+        seen.add(link.reverse_of)
+        link = snapshot.links[link.reverse_of]
+    return link.source
