@@ -374,7 +374,7 @@ class ClientSession:
         they differ from those clients see (:mod:`workers.gateway.brokers.mapped`)."""
         key = incoming.request.api_key
         topics = mapped.topics_of(key, body, answer=False)
-        lookup = await self.gateway.links.presenter(snapshot, cluster, topics) if topics else None
+        lookup = await self.gateway.links.presenter(snapshot, cluster, topics or ())
         return body if lookup is None else mapped.request(key, body, lookup)
 
     async def _split(
@@ -665,11 +665,15 @@ class ClientSession:
         ``cluster``'s differ (:mod:`workers.gateway.brokers.mapped`): None if none does; else the body
         for a decoded answer, the frame for a frame."""
         decoded = isinstance(answer, bytes | bytearray)
-        body = decode_response(request, answer) if decoded else answer
-        topics = mapped.topics_of(request.api_key, body, answer=True)
-        lookup = await self.gateway.links.presenter(self.gateway.view.snapshot, cluster, topics)
+        topics = mapped.topics_of(request.api_key, request.body, answer=True)
+        body = decode_response(request, answer) if decoded and topics is None else None
+        if body is not None:  # an OffsetFetch of all the group's topics: those its answer names
+            topics = mapped.answered_topics(request.api_key, body)
+        lookup = await self.gateway.links.presenter(self.gateway.view.snapshot, cluster, topics or ())
         if lookup is None:
             return None
+        if body is None:
+            body = decode_response(request, answer) if decoded else answer
         translated = mapped.answer(request.api_key, body, lookup)
         if translated is body:
             return None

@@ -40,17 +40,35 @@ _ANSWERS = {
     apis.PRODUCE: ("responses", "name", "partition_responses", "index", ("base_offset", "log_start_offset")),
     apis.OFFSET_FOR_LEADER_EPOCH: ("topics", "topic", "partitions", "partition", ("end_offset",)),
 }  # fmt: skip
+_ASKED = {
+    apis.FETCH: ("topics", "topic"),
+    apis.LIST_OFFSETS: ("topics", "name"),
+    apis.OFFSET_FETCH: ("topics", "name"),
+    apis.PRODUCE: ("topic_data", "name"),
+    apis.OFFSET_FOR_LEADER_EPOCH: ("topics", "topic"),
+}
+"""Where a request whose answer is translated names its topics (an OffsetFetch may name none: all)."""
 TRANSLATED_REQUESTS, TRANSLATED_ANSWERS = frozenset(_REQUESTS), frozenset(_ANSWERS)
 """The APIs whose requests, and whose answers, name offsets of partitions."""
 
 
-def topics_of(api_key: int, body: Any, *, answer: bool) -> list[str]:
-    """The topics a request (or an answer) names, where offsets in it may need translating."""
-    shape = (_ANSWERS if answer else _REQUESTS).get(api_key)
+def topics_of(api_key: int, body: Any, *, answer: bool) -> list[str] | None:
+    """The topics a request names whose offsets may need translating, in the request (``answer``
+    False) or in its answer (True); None: all of them (an OffsetFetch naming none)."""
+    shape = (_ASKED if answer else _REQUESTS).get(api_key)
     if shape is None:
         return []
     topics_field, name_field = shape[0], shape[1]
-    return [getattr(t, name_field) for t in getattr(body, topics_field, None) or () if getattr(t, name_field)]
+    topics = getattr(body, topics_field, None)
+    if topics is None:
+        return None
+    return [getattr(t, name_field) for t in topics if getattr(t, name_field)]
+
+
+def answered_topics(api_key: int, body: Any) -> list[str]:
+    """The topics an answer names."""
+    shape = _ANSWERS[api_key]
+    return [getattr(t, shape[1]) for t in getattr(body, shape[0], None) or () if getattr(t, shape[1])]
 
 
 def request(api_key: int, body: Any, lookup: Lookup) -> Any:
