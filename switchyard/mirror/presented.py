@@ -17,7 +17,6 @@ after everything before it is acknowledged), so rebasing its base offset moves a
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 
 from switchyard.mirror.offsets import OffsetMap
@@ -43,12 +42,9 @@ class Presented:
             return position
         if position >= self.copied:
             return self.target_end + (position - self.copied)
-        found = self.offset_map.target_of(position)
-        if found is not None:
-            return found
-        segments = self.offset_map.segments  # in a gap: the next record's, or the end if none follows
-        after = bisect.bisect_right(segments, (position, 1 << 62))
-        return segments[after][1] if after < len(segments) else self.target_end
+        # in a gap, the next record's; the map's last segment runs on unbounded, so offsets the copy
+        # never got at the source's end (an aborted transaction and its marker) end at the target's end
+        return min(self.offset_map.position(position), self.target_end)
 
     def to_client(self, offset: int) -> int:
         """The client offset of the target's record or position ``offset`` (negative: kept)."""

@@ -43,6 +43,14 @@ def test_a_log_start_above_zero_is_a_constant_shift() -> None:
     assert RETAINED.spans(0, 499)
 
 
+def test_offsets_never_copied_at_the_sources_end_go_to_the_targets_end() -> None:
+    """The source ends with records 11-12, an aborted record at 13 and its marker at 14: the copy holds
+    records 11-12 at 9-10 and ends at 11."""
+    aborted = Presented(OffsetMap([(6, 5), (11, 9)]), copied=15, target_end=11)
+    assert [aborted.to_target(p) for p in (11, 12, 13, 14, 15, 16)] == [9, 10, 11, 11, 11, 12]
+    assert aborted.to_client(11) == 15
+
+
 def test_special_values_are_kept() -> None:
     assert TRANSACTIONS.to_target(-1) == -1
     assert TRANSACTIONS.to_client(-1) == -1

@@ -664,20 +664,20 @@ class ClientSession:
         """A broker's answer (decoded, or its frame) with the offsets it names as clients see them, where
         ``cluster``'s differ (:mod:`workers.gateway.brokers.mapped`): None if none does; else the body
         for a decoded answer, the frame for a frame."""
-        decoded = isinstance(answer, bytes | bytearray)
+        raw = isinstance(answer, bytes | bytearray)
         topics = mapped.topics_of(request.api_key, request.body, answer=True)
-        body = decode_response(request, answer) if decoded and topics is None else None
+        body = decode_response(request, answer) if raw and topics is None else None
         if body is not None:  # an OffsetFetch of all the group's topics: those its answer names
             topics = mapped.answered_topics(request.api_key, body)
         lookup = await self.gateway.links.presenter(self.gateway.view.snapshot, cluster, topics or ())
         if lookup is None:
             return None
         if body is None:
-            body = decode_response(request, answer) if decoded else answer
+            body = decode_response(request, answer) if raw else answer
         translated = mapped.answer(request.api_key, body, lookup)
         if translated is body:
             return None
-        return encode_response(request, translated)[4:] if decoded else translated
+        return encode_response(request, translated)[4:] if raw else translated
 
     async def _learn(
         self, request: Request, frame: bytes, cluster: str, identity: Identity, epoch: int

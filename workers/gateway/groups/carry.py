@@ -11,12 +11,12 @@ covers everything the application processed.
 
 The offsets are those clients see, the topic's home offsets (:mod:`switchyard.mirror.presented`): they
 are sent on as clients see them, and put in the new cluster's offsets as any commit sent there is
-(:mod:`workers.gateway.brokers.mapped`). One thing is decided here, against the promoted link's final
-position for the partition (how far the old cluster was copied): an offset beyond it, after a failover
+(:mod:`workers.gateway.brokers.mapped`). One thing is decided here, against the new cluster's end at the
+switch (the promoted link's final position, in client offsets): an offset beyond it, after a failover
 (the old cluster shielded or down), may be a record of the lost window, which the new cluster never got.
-It is held to the final position — the new cluster's end at the switch — so nothing written there since
-is skipped (some may be read twice instead). After a planned switch everything the old cluster held was
-copied, and such an offset is a record the member read on the new cluster after the flip.
+It is held to that end, so nothing written there since is skipped (some may be read twice instead).
+After a planned switch everything the old cluster held was copied, and such an offset is a record the
+member read on the new cluster after the flip.
 
 A member switched over and back before it rejoined anywhere is carried the same way, from the cluster
 it read last: the gateway had the cluster it joined on forget it at the first switch.
@@ -29,18 +29,17 @@ would have without the carry.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
-
-from switchyard.mirror.mapstore import LinkRecords
 
 MEMBERLESS = {"generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None}
 """The fields of an OffsetCommit from outside the group (an administrator's commit)."""
 
 
-def carried_commit(body: Any, records: LinkRecords, *, planned: bool) -> Any:
+def carried_commit(body: Any, ends: Callable[[str, int], int | None], *, planned: bool) -> Any:
     """``body`` (an OffsetCommit request) as the new cluster's coordinator takes it from outside the
-    group, each offset held within the link's final positions after a failover (``planned``: a planned
-    switch; see :func:`held`)."""
+    group, each offset held within the new cluster's end at the switch after a failover (``ends``: per
+    partition, in client offsets, None where unknown; ``planned``: a planned switch; see :func:`held`)."""
     topics = tuple(
         dataclasses.replace(
             topic,
@@ -48,7 +47,7 @@ def carried_commit(body: Any, records: LinkRecords, *, planned: bool) -> Any:
                 dataclasses.replace(
                     p,
                     committed_offset=held(
-                        records, topic.name, p.partition_index, p.committed_offset, planned=planned
+                        ends(topic.name, p.partition_index), p.committed_offset, planned=planned
                     ),
                 )
                 for p in topic.partitions
@@ -61,11 +60,8 @@ def carried_commit(body: Any, records: LinkRecords, *, planned: bool) -> Any:
     return dataclasses.replace(body, topics=topics, **memberless)
 
 
-def held(records: LinkRecords, topic: str, partition: int, offset: int, *, planned: bool) -> int:
-    """A member's committed ``offset``, held to the link's final position after a failover (see the
-    module); ``planned``: the old cluster is still active (a switchover), so everything it held was
-    copied."""
-    final = records.ends.get((topic, partition))
-    if planned or final is None or offset <= final[0]:
-        return offset
-    return final[0]
+def held(end: int | None, offset: int, *, planned: bool) -> int:
+    """A member's committed ``offset``, held to ``end`` (the new cluster's at the switch, in client
+    offsets) after a failover (see the module); ``planned``: the old cluster is still active (a
+    switchover), so everything it held was copied."""
+    return offset if planned or end is None or offset <= end else end

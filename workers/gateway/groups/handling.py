@@ -197,6 +197,7 @@ class GroupHandling:
                 if link is None:
                     raise UpstreamError(f"no link from {source} to {cluster} copies {topics}")
                 records = await self.gateway.links.link_records(link)
+                presenter = await self.gateway.links.presenter(snapshot, cluster, topics)
                 node = await self._coordinator(cluster, request.body.group_id)
             except Exception as exc:
                 log.warning(
@@ -205,8 +206,17 @@ class GroupHandling:
                 )  # fmt: skip
                 return OwnAnswer()
             left = snapshot.clusters.get(source)
-            planned = left is None or left.state is ClusterState.ACTIVE  # else a failover: see translate
-            body = carried_commit(request.body, records, planned=planned)
+            planned = left is None or left.state is ClusterState.ACTIVE  # else a failover: see held
+
+            def end(topic: str, partition: int) -> int | None:
+                """The new cluster's end at the switch, in client offsets."""
+                final = records.ends.get((topic, partition))
+                presented = presenter(topic, partition) if presenter is not None else None
+                if final is None or presented is None:
+                    return None if final is None else final[1]
+                return presented.to_client(final[1])
+
+            body = carried_commit(request.body, end, planned=planned)
             rejoin = self._rejoins.get(request.body.group_id)
             if rejoin is not None and not rejoin[0].done():  # refused while the group rebalances
                 body = await self._as_rejoined(rejoin, request, body)

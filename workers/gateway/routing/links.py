@@ -45,12 +45,14 @@ class LinkLookup:
     def carrying_link(
         self, snapshot: RoutingSnapshot, source: str, target: str, topics: tuple[str, ...]
     ) -> Link | None:
-        """The link that copies all of ``topics`` from ``source`` to ``target``: the one whose offset map
-        carries a commit made on ``source`` over to ``target`` (None: there is none)."""
-        for link in snapshot.links.values():
-            if link.source == source and link.target == target and all(link.copies(t) for t in topics):
-                return link
-        return None
+        """The link that copies all of ``topics`` from ``source`` to ``target``, the latest where several
+        have (a switch over, back and over again): the one whose final positions a commit made on
+        ``source`` is carried over to ``target`` against (None: there is none)."""
+        found = [
+            link for link in snapshot.links.values()
+            if link.source == source and link.target == target and all(link.copies(t) for t in topics)
+        ]  # fmt: skip
+        return max(found, key=lambda link: link.epoch, default=None)
 
     async def link_records(self, link: Link) -> LinkRecords:
         """A link's offset map and final positions, from its target. Read once per promoted link (its
