@@ -200,14 +200,16 @@ class MirrorActivities:
                 problems.append(f"{t}[{p}]: the target holds {held}, more than the {copied} copied")
             elif (t, p) in short:
                 problems.append(f"{t}[{p}]: the target holds {held}, fewer than the {copied} to copy")
-        problems += self._groups_differ(link.source, link.target, maps, keys, request.groups)
+        problems += self._groups_differ(link.source, link.target, maps, target, request.groups)
         if problems:
             raise CopyDiverged(f"link {link.id}: {'; '.join(problems[:10])}")
         return CopyChecked("clean")
 
     def _groups_differ(
-        self, source: str, target: str, maps: dict[Key, OffsetMap], keys: dict[Key, int], groups: list[str]
+        self, source: str, target: str, maps: dict[Key, OffsetMap], ends: dict[Key, int], groups: list[str]
     ) -> list[str]:
+        """How the groups' offsets on the target differ from the source's, translated (within the
+        target's ``ends``: see ``sync_groups``)."""
         found = []
         admins = self.deps.admins
         for group in groups:
@@ -215,9 +217,9 @@ class MirrorActivities:
                 theirs = _of_group(admins, target, committed_offsets, group)
                 ours = _of_group(admins, source, committed_offsets, group)
             for key, offset in ours.items():
-                if key not in keys or offset < 0:
+                if key not in ends or offset < 0:
                     continue
-                expected = maps.get(key, OffsetMap()).position(offset)
+                expected = min(maps.get(key, OffsetMap()).position(offset), ends[key])
                 if theirs.get(key) != expected:
                     where = f"{key[0]}[{key[1]}]"
                     found.append(

@@ -264,18 +264,25 @@ def open_transactions(
     """The partitions with a transaction open, each with (last stable offset, high watermark): records
     from the first offset of the earliest open transaction on are invisible to a reader of committed
     records, such as the mirror, until it ends, whoever wrote them."""
+    keys = list(keys)
+    end = listed_ends(admin, keys, timeout_s=timeout_s)  # first: a write between the two hides nothing
+    stable = listed_ends(admin, keys, committed=True, timeout_s=timeout_s)
+    return {k: (stable[k], end[k]) for k in sorted(end) if stable[k] < end[k]}
+
+
+def listed_ends(
+    admin: AdminClient, keys: Iterable[tuple[str, int]], *, committed: bool = False, timeout_s: float = 30.0
+) -> dict[tuple[str, int], int]:
+    """Each partition's end as ListOffsets says it: the high watermark, or the last stable offset."""
     wanted = [TopicPartition(t, p) for t, p in dict.fromkeys(keys)]
     if not wanted:
         return {}
+    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
     latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-    ends = {}  # the high watermark first: a write between the two reads then hides no transaction
-    for level in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
-        asked = admin.list_offsets(
-            dict.fromkeys(wanted, latest), isolation_level=level, request_timeout=timeout_s
-        )
-        ends[level] = {(tp.topic, tp.partition): f.result().offset for tp, f in asked.items()}
-    stable, end = ends[IsolationLevel.READ_COMMITTED], ends[IsolationLevel.READ_UNCOMMITTED]
-    return {k: (stable[k], end[k]) for k in sorted(end) if stable[k] < end[k]}
+    asked = admin.list_offsets(
+        dict.fromkeys(wanted, latest), isolation_level=level, request_timeout=timeout_s
+    )
+    return {(tp.topic, tp.partition): future.result().offset for tp, future in asked.items()}
 
 
 _EARLIEST, _LATEST = -2, -1

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from confluent_kafka import (
     ConsumerGroupState,
@@ -29,6 +29,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+from switchyard import kafka
 from switchyard.admins import failed_in_client
 from switchyard.errors import KafkaOperationError
 from switchyard.mirror.offsets import OffsetMap
@@ -147,6 +148,10 @@ def _write_group(
     if not idle(state, members):
         report.skipped.append(f"{group}: active on the target ({members} members, {state.name})")
         return
+    # a position past offsets the copy never got at the source's end (a transaction's marker) maps
+    # beyond the target's end: the first record written there would be skipped
+    ends = kafka.listed_ends(target, wanted, timeout_s=timeout_s)
+    wanted = {k: replace(o, target=min(o.target, ends.get(k, o.target))) for k, o in wanted.items()}
     current = committed_offsets(target, group, timeout_s)
     changed = [o for key, o in wanted.items() if current.get(key) != o.target]
     report.unchanged += len(wanted) - len(changed)

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
@@ -116,3 +116,29 @@ def _members(admin: AdminClient, group: str) -> int | None:
         return group_state(admin, group)[1]
     except KafkaException:
         return None
+
+
+def test_a_group_at_the_end_of_a_transaction_is_synced_to_the_copys_end_not_past_it(
+    activities: MirrorActivities, routing: RoutingStore, stack_config: Config
+) -> None:
+    """The source ends with a committed transaction: its marker takes the last source offset and no
+    target one, so a consumer that read to the end commits one past the copy's end. Written there as the
+    map alone says, the group would skip the first record written to the target after the switch."""
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    topic, link = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("txn-t", "txn-l"))
+    group = f"{topic}-readers"
+    fill_topic(primary, topic, 5, partitions=1, size=16)
+    transactional = Producer({"bootstrap.servers": primary, "transactional.id": f"{topic}-writer"})
+    transactional.init_transactions(30)
+    transactional.begin_transaction()
+    for value in (b"in", b"transaction"):
+        transactional.produce(topic, value, partition=0)
+    transactional.commit_transaction(30)
+    fill_topic(standby, topic, 7, partitions=1, size=16)  # the copy: the 7 records, no marker
+    routing.create_link(link, "primary", "standby", include=[topic], actor="user:test", reason="t")
+    commit_offset(primary, group, topic, 8)  # past the marker at 7: read to the end
+    synced = ActivityEnvironment().run(
+        activities.sync_groups, GroupSyncRequest(link, [group], idle_timeout_s=20)
+    )
+    assert synced.written == 1, synced
+    assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 7}
