@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
 from switchyard.config import Config
@@ -247,12 +249,23 @@ def unaccounted_sends(s: Seen) -> list[str]:
     return found
 
 
-def prepare(routing: RoutingStore, stack_config: Config, apps: list[App], *, partitions: int) -> str:
-    """Each application's topic on the primary, one link copying them all, each bound to the primary."""
-    kafka.create_topics(
-        stack_config.clusters["primary"].bootstrap, [a.topic for a in apps], partitions=partitions
-    )
+def prepare(
+    routing: RoutingStore, stack_config: Config, apps: list[App], *, partitions: int, log_start: int = 0
+) -> str:
+    """Each application's topic on the primary, one link copying them all, each bound to the primary.
+    ``log_start``: that many records first written to each partition and deleted (as retention does), so
+    that the copy's offsets differ from the source's by as many."""
+    primary = stack_config.clusters["primary"].bootstrap
+    kafka.create_topics(primary, [a.topic for a in apps], partitions=partitions)
     topics = [a.topic for a in apps]
+    if log_start:
+        keys = [(t, p) for t in topics for p in range(partitions)]
+        for topic in topics:
+            gone = [kafka.Record(b"gone", b"deleted", partition=p) for p in range(partitions)] * log_start
+            kafka.produce(primary, topic, gone)
+        admin = AdminClient({"bootstrap.servers": primary})
+        for future in admin.delete_records([TopicPartition(t, p, log_start) for t, p in keys]).values():
+            future.result(30)
     return linked(routing, unique("link"), [a.app for a in apps], topics, len(apps) * partitions)
 
 

@@ -47,6 +47,8 @@ SETUPS = ("one gateway", "pair")
 """Each library runs twice at once: through one gateway, and through a pair (both listed in its
 bootstrap servers, so its connections spread over the two)."""
 PARTITIONS = 3
+LOG_START = 25
+"""Records deleted from each partition before the link (tests/helpers/compat.py ``prepare``)."""
 RATE = 30
 """Records per second per application: eight of them, a mirror and two gateways share two cores."""
 RESUME_MARGIN_S = 3.0
@@ -133,7 +135,9 @@ def test_four_client_libraries_see_nothing_of_a_switchover_through_one_gateway_o
             for setup in SETUPS
             for lib in LIBRARIES
         ]
-        link = prepare(routing, stack_config, apps, partitions=PARTITIONS)
+        # the first records deleted before the link: the copy's offsets differ, and clients on the
+        # standby see the primary's through the gateway (docs/gateway.md, offsets that differ)
+        link = prepare(routing, stack_config, apps, partitions=PARTITIONS, log_start=LOG_START)
         switches, before, after = round_trip(live, routing, apps, bootstraps, link)
         seen_by = {g: apps_through(routing, g) for g in ("gw-live", "gw-pair")}
     finally:
