@@ -40,8 +40,8 @@ class Coordinators:
     def __init__(self, brokers: BrokerDirectory, credentials: Credentials | None) -> None:
         self.brokers, self.credentials = brokers, credentials
 
-    async def leave(self, cluster: str, group: str, member_id: str) -> None:
-        """LeaveGroup on ``member_id``'s behalf; a failure is logged (the member expires there)."""
+    async def leave(self, cluster: str, group: str, member_id: str) -> bool:
+        """LeaveGroup on ``member_id``'s behalf: whether the cluster has it no more (a failure is logged)."""
         version = self.brokers.version(apis.LEAVE_GROUP, 5)
         fields: dict[str, Any] = {"member_id": member_id}
         if version >= 3:  # members named in a list (KIP-345); a dynamic member by its id alone
@@ -52,12 +52,13 @@ class Coordinators:
             answer = await self._ask(cluster, group, apis.LEAVE_GROUP, version, fields)
         except (UpstreamError, TimeoutError, FrameError) as exc:
             log.warning("group %s: could not remove member %s from %s: %s", group, member_id, cluster, exc)
-            return
+            return False
         errors = {answer.error_code, *(m.error_code for m in getattr(answer, "members", ()))}
         if errors - {ErrorCode.none, ErrorCode.unknown_member_id}:  # unknown: it had expired already
             log.warning("group %s: %s did not remove member %s: %s", group, cluster, member_id, errors)
-        else:
-            log.info("group %s: member %s removed from %s, which it left", group, member_id, cluster)
+            return False
+        log.info("group %s: member %s removed from %s, which it left", group, member_id, cluster)
+        return True
 
     async def _ask(self, cluster: str, group: str, api_key: int, version: int, fields: dict[str, Any]) -> Any:
         for attempt in range(_ATTEMPTS):

@@ -145,8 +145,12 @@ class GroupHandling:
             return True
         cluster = snapshot.clusters.get(member.cluster)
         if cluster is not None and cluster.state is ClusterState.ACTIVE:  # a shielded one is not contacted
-            self.connection.later(self._coordinators().leave(member.cluster, group, member_id))
+            self.connection.later(self._leave(member.cluster, group, member_id))
         return True
+
+    async def _leave(self, cluster: str, group: str, member_id: str) -> None:
+        if not await self._coordinators().leave(cluster, group, member_id):
+            self.gateway.members.still_there(group, member_id)  # its next request tries again
 
     def joining(self, request: Request, cluster: str, identity: Identity) -> None:
         """A JoinGroup naming its member goes to ``cluster``: the member is one there from now on as far

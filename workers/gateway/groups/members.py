@@ -50,6 +50,13 @@ class Members:
     def get(self, group: str, member_id: str | None) -> Member | None:
         return self._members.get((group, member_id)) if member_id else None
 
+    def still_there(self, group: str, member_id: str) -> None:
+        """A member's removal failed: it counts as not left, so the next change or its next request
+        tries again."""
+        member = self._members.get((group, member_id))
+        if member is not None and member.left:
+            self._members[(group, member_id)] = dataclasses.replace(member, left=False)
+
     def moved(self, now_on: Callable[[Identity, str], str | None]) -> list[tuple[str, str, Member]]:
         """The members a routing change has moved — ``now_on(identity, group)``, the cluster the group
         goes to now (None: undecided, as while blocked), is not where they joined — as (group, member

@@ -34,7 +34,7 @@ from workers.gateway.brokers.vnodes import VirtualNodes, slot
 from workers.gateway.framing.intake import ByteBudget
 from workers.gateway.framing.sasl import SaslError, UsersFile
 from workers.gateway.groups.coordinator import Coordinators
-from workers.gateway.groups.members import Members
+from workers.gateway.groups.members import Member, Members
 from workers.gateway.migrated.moved import Moved
 from workers.gateway.process import readiness
 from workers.gateway.process.metrics import Metrics
@@ -272,10 +272,14 @@ class Gateway:
             routed = resolve(identity, snapshot.bindings, self.config.default_cluster, group=group)
             return routed.cluster if routed.state is BindingState.ACTIVE else None
 
+        async def leave(group: str, member_id: str, member: Member) -> None:
+            coordinators = Coordinators(self.brokers, member.credentials)
+            if not await coordinators.leave(member.cluster, group, member_id):
+                self.members.still_there(group, member_id)
+
         for group, member_id, member in self.members.moved(now_on):
             if not snapshot.shielded(member.cluster):  # a shielded or down cluster is not contacted
-                leave = Coordinators(self.brokers, member.credentials).leave(member.cluster, group, member_id)
-                task = asyncio.create_task(leave)
+                task = asyncio.create_task(leave(group, member_id, member))
                 self._leaving.add(task)
                 task.add_done_callback(self._leaving.discard)
 
