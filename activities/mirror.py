@@ -219,7 +219,7 @@ class MirrorActivities:
             for key, offset in ours.items():
                 if key not in ends or offset < 0:
                     continue
-                expected = min(maps.get(key, OffsetMap()).position(offset), ends[key])
+                expected = maps.get(key, OffsetMap()).position(offset, ends[key])
                 if theirs.get(key) != expected:
                     where = f"{key[0]}[{key[1]}]"
                     found.append(

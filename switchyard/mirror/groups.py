@@ -148,8 +148,7 @@ def _write_group(
     if not idle(state, members):
         report.skipped.append(f"{group}: active on the target ({members} members, {state.name})")
         return
-    # a position past offsets the copy never got at the source's end (a transaction's marker) maps
-    # beyond the target's end: the first record written there would be skipped
+    # within the target's ends (see OffsetMap.position): read here, where the target is asked anyway
     ends = kafka.listed_ends(target, wanted, timeout_s=timeout_s)
     wanted = {k: replace(o, target=min(o.target, ends.get(k, o.target))) for k, o in wanted.items()}
     current = committed_offsets(target, group, timeout_s)

@@ -55,13 +55,17 @@ class OffsetMap:
             return None  # in a gap: the next segment's records took these target offsets
         return target
 
-    def position(self, source: int) -> int:
-        """The target position (next offset to read) for source position ``source``."""
+    def position(self, source: int, end: int | None = None) -> int:
+        """The target position (next offset to read) for source position ``source``; ``end``: the
+        target's end, which no position passes. The last segment runs on unbounded, so a position past
+        source offsets the copy never got at the source's end (a transaction's marker, one a consumer
+        reads past) maps beyond the target's end, and a consumer there would skip the next record
+        written."""
         found = self.target_of(source)
-        if found is not None:
-            return found
-        segments = self._all()
-        return segments[bisect.bisect_right(segments, (source, _MAX))][1]
+        if found is None:
+            segments = self._all()
+            found = segments[bisect.bisect_right(segments, (source, _MAX))][1]
+        return found if end is None else min(found, end)
 
     def source_of(self, target: int) -> int:
         """The source offset of the record the mirror wrote at ``target``."""

@@ -42,9 +42,7 @@ class Presented:
             return position
         if position >= self.copied:
             return self.target_end + (position - self.copied)
-        # in a gap, the next record's; the map's last segment runs on unbounded, so offsets the copy
-        # never got at the source's end (an aborted transaction and its marker) end at the target's end
-        return min(self.offset_map.position(position), self.target_end)
+        return self.offset_map.position(position, self.target_end)
 
     def to_client(self, offset: int) -> int:
         """The client offset of the target's record or position ``offset`` (negative: kept)."""

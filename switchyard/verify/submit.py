@@ -253,7 +253,8 @@ def _group_checks(
             checks.append({
                 "group": group, "topic": key[0], "partition": key[1], "source_offset": offset,
                 "source_end": source_ends[key], "target_offset": on_target.get(key, -1),
-                "target_end": target_ends[key], "expected": maps.get(key, OffsetMap()).position(offset),
+                "target_end": target_ends[key],
+                "expected": maps.get(key, OffsetMap()).position(offset, target_ends[key]),
             })  # fmt: skip
     return checks
 

@@ -52,6 +52,8 @@ def test_every_record_and_position_translates_exactly(log: tuple[int, list[int]]
             # a position in a gap reads on from the next record that exists
             assert offset_map.position(s) == next(t for t, x in enumerate(source) if x > s)
     assert offset_map.position(source[-1] + 1) == len(source)  # fully consumed: the end
+    # past offsets the copy never got at the source's end (a trailing marker): no further than the end
+    assert offset_map.position(source[-1] + 3, len(source)) == len(source)
     assert offset_map.identical == (source == list(range(len(source))))
     assert (offset_map.segments == []) == offset_map.identical
 

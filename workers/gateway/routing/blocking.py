@@ -126,11 +126,7 @@ def produce_refused(request: Request, codes: typing.Mapping[tuple[str, int], Err
 
 def _group(cls: Any, key: int, body: Any, code: ErrorCode) -> Any:
     if key == apis.OFFSET_COMMIT:
-        return _per_partition(
-            cls, ("topics", "partitions", "partition_index"),
-            ((t.name, [p.partition_index for p in t.partitions]) for t in body.topics),
-            code,
-        )  # fmt: skip
+        return _commits(cls, body, code)
     if key == apis.OFFSET_FETCH and not _has(cls, "error_code"):  # v0-1: errors per partition only
         return _per_partition(
             cls, ("topics", "partitions", "partition_index"),
@@ -148,12 +144,17 @@ def _transaction(cls: Any, key: int, body: Any, code: ErrorCode) -> Any:
             code, error_field="partition_error_code",
         )  # fmt: skip
     if key == apis.TXN_OFFSET_COMMIT:
-        return _per_partition(
-            cls, ("topics", "partitions", "partition_index"),
-            ((t.name, [p.partition_index for p in t.partitions]) for t in body.topics),
-            code,
-        )  # fmt: skip
+        return _commits(cls, body, code)
     return make(cls, error_code=code, producer_id=-1, producer_epoch=-1)
+
+
+def _commits(cls: Any, body: Any, code: ErrorCode) -> Any:
+    """An OffsetCommit or TxnOffsetCommit answer: ``code`` for each partition committed."""
+    return _per_partition(
+        cls, ("topics", "partitions", "partition_index"),
+        ((t.name, [p.partition_index for p in t.partitions]) for t in body.topics),
+        code,
+    )  # fmt: skip
 
 
 def _per_partition(
