@@ -53,10 +53,13 @@ def create_topics(
     timeout_s: float = 15.0,
 ) -> None:
     """Create the topics, replicated as the cluster's ``default.replication.factor`` says; one that
-    already exists is left as it is."""
+    already exists is left as it is. Returns once the brokers' metadata gives every partition a leader:
+    CreateTopics is answered when the controller has the topic, and a broker that has not yet applied it
+    answers a ListOffsets or a Fetch with an unknown partition for a moment after."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = list(names)
     futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, config=dict(config or {})) for name in names],
+        [NewTopic(name, num_partitions=partitions, config=dict(config or {})) for name in wanted],
         request_timeout=timeout_s,
     )
     for name, future in futures.items():
@@ -65,6 +68,23 @@ def create_topics(
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise KafkaOperationError(f"{bootstrap}: cannot create topic {name!r}: {exc}") from exc
+    _await_leaders(admin, bootstrap, wanted, time.monotonic() + timeout_s)
+
+
+def _await_leaders(admin: AdminClient, bootstrap: str, names: list[str], deadline: float) -> None:
+    for name in names:
+        while True:
+            meta = admin.list_topics(name, timeout=max(0.1, deadline - time.monotonic())).topics.get(name)
+            if (
+                meta is not None
+                and meta.error is None
+                and meta.partitions
+                and all(p.error is None and p.leader >= 0 for p in meta.partitions.values())
+            ):
+                break
+            if time.monotonic() > deadline:
+                raise KafkaOperationError(f"{bootstrap}: topic {name!r} created but not led in time")
+            time.sleep(0.05)
 
 
 def delete_topic(bootstrap: str, name: str, *, timeout_s: float = 30.0) -> bool:
