@@ -284,7 +284,9 @@ class Account:
     offsets wrong (however their second delivery's own commit went)."""
 
 
-def account(reader: Reader, acked: list[int]) -> Account:
+def account(reader: Reader, acked: list[int], *, markers: bool = False) -> Account:
+    """What ``reader`` received of ``acked``; ``markers``: transactions were written to the topic, so a
+    step over offsets is a step over their markers (what was not received is counted as missing)."""
     received = Counter(reader.received)
     refused = [b for b in reader.batches if b.commit_error is not None]
     return Account(
@@ -295,7 +297,7 @@ def account(reader: Reader, acked: list[int]) -> Account:
         twice={value for value, times in received.items() if times > 1},
         uncommitted={value for batch in refused for _, _, value in batch.records},
         commits_refused=Counter(str(b.commit_error) for b in refused),
-        out_of_order=first_out_of_order(reader.batches),
+        out_of_order=first_out_of_order(reader.batches, markers=markers),
         errors=list(reader.errors),
     )
 
@@ -314,19 +316,28 @@ def again_after_commit(batches: list[Batch]) -> set[int]:
     return again
 
 
-def first_out_of_order(batches: list[Batch]) -> str | None:
+def first_out_of_order(batches: list[Batch], *, markers: bool = False) -> str | None:
     """Per partition, records arrive in offset order: after the first (where the group began), each the
     next one, or a step back to one already seen (the group resuming at its last commit) — never a step
-    over a record not yet seen."""
+    over a record not yet seen. ``markers``: offsets may hold transaction markers, which a reader steps
+    over, so a step forward may pass offsets (a record it passed is missing from what it received), and
+    only a step back to an offset it never read is out of order."""
     last: dict[int, int] = {}
     highest: dict[int, int] = defaultdict(lambda: -1)
+    seen: dict[int, set[int]] = defaultdict(set)
     for batch in batches:
         for partition, offset, _ in batch.records:
-            if partition in last and not (offset == last[partition] + 1 or offset <= highest[partition]):
+            if markers:
+                ordered = offset > highest[partition] or offset in seen[partition]
+            else:
+                ordered = offset == last[partition] + 1 or offset <= highest[partition]
+            if partition in last and not ordered:
                 return (
                     f"partition {partition}: {offset} after {last[partition]} (highest {highest[partition]})"
                 )
             last[partition], highest[partition] = offset, max(highest[partition], offset)
+            if markers:
+                seen[partition].add(offset)
     return None
 
 

@@ -4,11 +4,18 @@ Every client sees a topic's offsets as its *home* cluster numbers them: the sour
 that copied it (a reverse link's home is its origin's). On Apache Kafka a copy's offsets often differ
 (:mod:`switchyard.mirror.offsets`): a log start above 0, transaction markers, aborted records and
 compaction take source offsets and no target ones. So where an identity is bound to the target of a
-promoted link whose map is not identical, the gateway translates — what a client sends from home
-offsets to the target's, what the target answers back — and a consumer's live position, its committed
-offset and a new group's reset all name the same record on either cluster, across any number of
-switches. Promoted, a link's map is final; the target's records written since follow its final
+promoted link whose offsets differ from the clients', the gateway translates — what a client sends from
+home offsets to the target's, what the target answers back — and a consumer's live position, its
+committed offset and a new group's reset all name the same record on either cluster, across any number
+of switches. Promoted, a link's map is final; the target's records written since follow its final
 position: the target's end at the promotion stands where the source was copied up to.
+
+A link that reverses another copies from a cluster that is itself presented: its source offsets are
+not the clients'. Its translation goes through the one it reverses (``through``), back to the home, and
+so the home itself is translated after a switch back wherever that differs from its own offsets: the
+records a transaction wrote while switched over sit there without the markers between them, which the
+copy back does not write, so the clients' offsets for them (counted with the markers) are not the
+home's.
 
 Positions (the next offset to read, a committed offset, an end) and record offsets are translated
 alike: a target batch never spans two segments of the map (the mirror writes each segment's records
@@ -18,28 +25,34 @@ after everything before it is acknowledged), so rebasing its base offset moves a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from switchyard.mirror.offsets import OffsetMap
 
 
 @dataclass(frozen=True)
 class Presented:
-    """One partition of a promoted link whose copy's offsets differ from the source's."""
+    """One partition of a promoted link whose copy's offsets differ from the clients'."""
 
     offset_map: OffsetMap
     copied: int
     """The source position the link was copied up to when promoted."""
     target_end: int
     """The target's end then: where the target's records written since the promotion begin."""
+    through: Presented | None = None
+    """How the link's source is presented, where the link reverses another (None: its source is home)."""
 
-    @property
+    @cached_property
     def identical(self) -> bool:
-        return self.offset_map.identical and self.copied == self.target_end
+        """Every record on the target has the offset clients see for it: nothing to translate."""
+        return all(start == client for start, _, client in self._runs())
 
     def to_target(self, position: int) -> int:
         """The target position for a client's ``position`` (negative: a special value, kept)."""
         if position < 0:
             return position
+        if self.through is not None:
+            position = self.through.to_target(position)
         if position >= self.copied:
             return self.target_end + (position - self.copied)
         return self.offset_map.position(position, self.target_end)
@@ -48,11 +61,45 @@ class Presented:
         """The client offset of the target's record or position ``offset`` (negative: kept)."""
         if offset < 0:
             return offset
-        if offset >= self.target_end:
-            return self.copied + (offset - self.target_end)
-        return self.offset_map.source_of(offset)
+        source = self._source_of(offset)
+        return source if self.through is None else self.through.to_client(source)
 
     def spans(self, base: int, last: int) -> bool:
         """Whether the target's batch ``base``..``last`` keeps its offsets' spacing in client offsets
         (it lies within one segment of the map, or after the promotion)."""
         return self.to_client(last) - self.to_client(base) == last - base
+
+    def _source_of(self, offset: int) -> int:
+        if offset >= self.target_end:
+            return self.copied + (offset - self.target_end)
+        return self.offset_map.source_of(offset)
+
+    def _runs(self) -> list[tuple[int, int, int]]:
+        """(start, stop, client start) of each run of target offsets that hold records whose client
+        offsets follow one another: the records copied and those written since the promotion. Offsets
+        that hold none (a marker's, one below the copy's first, a target's own before a reverse link)
+        are left out: no client reads a record there."""
+        own = self._own_runs()
+        if self.through is None:
+            return own
+        runs = []
+        for start, stop, source in own:
+            for low, high, client in self.through._runs():
+                first, last = max(source, low), min(source + (stop - start), high)
+                if first < last:
+                    runs.append((start + first - source, start + last - source, client + first - low))
+        return runs
+
+    def _own_runs(self) -> list[tuple[int, int, int]]:
+        """(start, stop, source start) of each run of this link's copy, then of its records since."""
+        segments = [(0, 0), *self.offset_map.segments]
+        runs = []
+        for i, (source, target) in enumerate(segments):
+            source_end, target_end = segments[i + 1] if i + 1 < len(segments) else (_MAX, _MAX)
+            length = min(min(target_end, self.target_end) - target, min(source_end, self.copied) - source)
+            if length > 0:
+                runs.append((target, target + length, source))
+        return [*runs, (self.target_end, _MAX, self.copied)]
+
+
+_MAX = 1 << 62

@@ -400,10 +400,12 @@ def test_a_consumer_reads_every_record_once_across_switches_where_the_copys_offs
     the copy does not have), and the first partition's log starts above 0 (its first records deleted):
     the copy's offsets differ from the source's. A consumer group reads through the gateway while the
     application is switched over, back and over again; its members heartbeat every 10 s, so after each
-    flip they read on at the position they held for seconds before they rejoin. Every record it reads
-    must be the next one: the gateway shows it the source's offsets on the copy, so its live position,
-    its commits and its group's offsets name the same records on either cluster. (Without that, each
-    switch skipped or re-read one record per marker.)"""
+    flip they read on at the position they held for seconds before they rejoin. While switched over the
+    application commits three transactions of its own there: their markers take offsets the way back
+    does not copy. Every record it reads must be the next one: the gateway shows it the home's offsets
+    on either cluster, so its live position, its commits and its group's offsets name the same records
+    there. (Without that, each switch skipped or re-read one record per marker; and until the home was
+    translated too, the switch back skipped one per marker written while switched over.)"""
     assert live.gateway is not None
     app, topic, link = unique("app"), unique("orders"), unique("link")
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
@@ -438,16 +440,40 @@ def test_a_consumer_reads_every_record_once_across_switches_where_the_copys_offs
     try:
         traffic.wait_for(300)
         status = live.cli("links", "status", link)  # said per partition: translated at the gateway
+        written: list[int] = []
         for command in (("switchover", app, "--link", link), ("switchback", app), ("switchover", app)):
             switched = live.cli(*command, "--wait", "--reason", "offsets differ")
             assert switched.returncode == 0, switched.stdout + switched.stderr
             traffic.wait_for(300)
+            if command[0] == "switchover" and not written:  # markers the way back does not copy
+                written = in_transactions(live.gateway.bootstrap, app, topic, first=-1001, count=3)
+                traffic.wait_for(300)
     finally:
         traffic.stop()
-    holds_each_once(standby, topic, list(traffic.acked), traffic, primary)
-    print(f"\nthree switches, offsets differing: {judge_consumer(traffic, carried=True)}")
+    holds_each_once(standby, topic, list(traffic.acked) + written, traffic, primary)
+    judged = judge_consumer(traffic, carried=True, also=written)
+    print(f"\nthree switches, offsets differing: {judged}")
     said = {line.split()[0]: line.split()[6] for line in status.stdout.splitlines()[1:]}
     assert said == {f"{topic}[{p}]": "translated" for p in range(3)}, status.stdout
+
+
+def in_transactions(bootstrap: str, app: str, topic: str, *, first: int, count: int) -> list[int]:
+    """``count`` committed transactions of the application's, two records to each partition of
+    ``topic`` in each, valued ``first``, ``first - 1``, ...; the values written."""
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": app, "transactional.id": unique("tx")})
+    producer.init_transactions(30)
+    partitions = len(
+        AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, 10).topics[topic].partitions
+    )
+    written = []
+    for _ in range(count):
+        producer.begin_transaction()
+        for partition in range(partitions):
+            for _ in range(2):
+                written.append(first - len(written))
+                producer.produce(topic, str(written[-1]).encode(), partition=partition)
+        producer.commit_transaction(30)
+    return written
 
 
 def test_a_writer_around_the_gateway_stops_the_switch_and_is_named(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from switchyard.mirror.control import reverse_maps
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.presented import Presented
 
@@ -66,3 +67,58 @@ def test_identical_offsets_need_no_translation() -> None:
     assert Presented(OffsetMap(), 10, 10).identical
     assert not RETAINED.identical
     assert not Presented(OffsetMap(), 11, 10).identical  # a trailing marker
+
+
+KEY = ("t", 0)
+
+
+def switched_back(over: Presented, written: list[int], copy_end: int) -> Presented:
+    """The home's offsets after a switch over promoted ``over`` and a switch back: the copy's records
+    at ``written`` (its offsets; those written while switched over, which end at ``copy_end``) copied
+    back after the home's end at the switch over, densely (the markers between them are not)."""
+    maps, _ = reverse_maps({KEY: (over.copied, over.target_end)}, {KEY: over.offset_map}, {KEY: over.copied})
+    back = maps[KEY]
+    for n, offset in enumerate(written):
+        if not back.continues(offset, over.copied + n):
+            back.add(offset, over.copied + n)
+    return Presented(back, copy_end, over.copied + len(written), through=over)
+
+
+def test_a_switch_back_of_records_alone_needs_no_translation_on_the_home() -> None:
+    """Records written on the copy while switched over are copied back where clients saw them, whatever
+    the first copy's offsets were (a log start above 0, markers)."""
+    for over in (Presented(OffsetMap(), 10, 10), RETAINED, TRANSACTIONS):
+        written = list(range(over.target_end, over.target_end + 5))
+        back = switched_back(over, written, written[-1] + 1)
+        assert back.identical, over
+        assert [back.to_client(over.copied + n) for n in range(5)] == [over.to_client(w) for w in written]
+
+
+def test_markers_written_while_switched_over_are_translated_on_the_home() -> None:
+    """Switched over, the copy got records at 75-76, a marker at 77, records at 78-79 and a marker at 80
+    (end 81); the way back copies the four records to the home's 100-103. Clients saw them at 100, 101,
+    103, 104 (the copy's offsets, with the markers, presented in the home's): so they stay."""
+    over = Presented(OffsetMap([(25, 0)]), copied=100, target_end=75)
+    back = switched_back(over, [75, 76, 78, 79], 81)
+    assert not back.identical
+    assert [back.to_client(t) for t in (99, 100, 101, 102, 103)] == [99, 100, 101, 103, 104]
+    positions = [back.to_target(c) for c in range(100, 107)]
+    assert positions == [100, 101, 102, 102, 103, 104, 104]  # on a marker: the next record
+    assert back.to_client(104) == over.to_client(81) == 106  # written since: after the copy's end
+    assert back.spans(100, 101)
+    assert not back.spans(101, 102)
+
+
+def test_a_second_switch_over_presents_the_copy_through_both_links() -> None:
+    """After the switch back above, the home got records at 104-105 (clients: 106-107); switched over
+    again, they are copied to 81-82 on the copy, whose own records keep their client offsets."""
+    over = Presented(OffsetMap([(25, 0)]), copied=100, target_end=75)
+    back = switched_back(over, [75, 76, 78, 79], 81)
+    maps, _ = reverse_maps({KEY: (81, 104)}, {KEY: back.offset_map}, {KEY: 81})
+    maps[KEY].add(104, 81)  # as the mirror does: the copy's end is past its trailing marker
+    again = Presented(maps[KEY], copied=106, target_end=83, through=back)
+    assert [again.to_client(t) for t in (0, 74, 75, 76, 78, 79, 81, 82, 83)] == [
+        25, 99, 100, 101, 103, 104, 106, 107, 108
+    ]  # fmt: skip
+    assert [again.to_target(c) for c in (25, 100, 103, 106, 107, 108)] == [0, 75, 78, 81, 82, 83]
+    assert not again.identical

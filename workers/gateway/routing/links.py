@@ -72,15 +72,13 @@ class LinkLookup:
 
     def presents(self, snapshot: RoutingSnapshot, cluster: str) -> bool:
         """Whether any topic on ``cluster`` may be presented in other offsets than its own: ``cluster`` is
-        the target of a promoted link whose topics' home is elsewhere (cheap: asked of every answer)."""
+        the target of a promoted link whose topics' home is known (cheap: asked of every answer)."""
         if snapshot is not self._presents_in:
             self._presents, self._presents_in = {}, snapshot
         found = self._presents.get(cluster)
         if found is None:
             found = self._presents[cluster] = any(
-                link.target == cluster
-                and link.state is LinkState.PROMOTED
-                and _home(snapshot, link) not in (None, cluster)
+                link.target == cluster and link.state is LinkState.PROMOTED and _home(snapshot, link)
                 for link in snapshot.links.values()
             )
         return found
@@ -90,8 +88,9 @@ class LinkLookup:
     ) -> Lookup | None:
         """How ``topics``' partitions on ``cluster`` are translated to the offsets clients see
         (:mod:`switchyard.mirror.presented`); None when none of them is. A topic is translated on the
-        target of the latest promoted link that copies it, where the link comes from the topic's home
-        and its map is not identical; on its home, never."""
+        target of the latest promoted link that copies it, through the links it reverses back to the
+        topic's home, wherever that gives its records other offsets than the cluster's own: on a copy,
+        and on the home itself after a switch back of records that transactions wrote."""
         if not self.presents(snapshot, cluster):
             return None
         tables: dict[str, dict[int, Presented]] = {}
@@ -103,23 +102,30 @@ class LinkLookup:
             if not copying:
                 continue
             link = max(copying, key=lambda found: found.epoch)
-            if link.source != _home(snapshot, link):
+            if _home(snapshot, link) is None:
                 continue
-            table = (await self._presented(link)).get(topic)
+            table = (await self._presented(snapshot, link)).get(topic)
             if table:
                 tables[topic] = table
         if not tables:
             return None
         return lambda topic, partition: tables.get(topic, {}).get(partition)
 
-    async def _presented(self, link: Link) -> dict[str, dict[int, Presented]]:
+    async def _presented(self, snapshot: RoutingSnapshot, link: Link) -> dict[str, dict[int, Presented]]:
+        """``link``'s partitions whose records clients see at other offsets, by topic: its own map,
+        through that of the link it reverses (whose home :func:`_home` found, so it is there)."""
         key = (link.id, link.epoch)
         tables = self._tables.get(key)
         if tables is None:
+            reversed_ = snapshot.links[link.reverse_of] if link.reverse_of is not None else None
+            through = await self._presented(snapshot, reversed_) if reversed_ is not None else {}
             records = await self.link_records(link)
             tables = {}
             for (topic, partition), (copied, target_end) in records.ends.items():
-                found = Presented(records.maps.get((topic, partition), OffsetMap()), copied, target_end)
+                found = Presented(
+                    records.maps.get((topic, partition), OffsetMap()), copied, target_end,
+                    through=through.get(topic, {}).get(partition),
+                )  # fmt: skip
                 if not found.identical:
                     tables.setdefault(topic, {})[partition] = found
             self._tables[key] = tables
