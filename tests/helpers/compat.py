@@ -1,4 +1,4 @@
-"""The client compatibility applications (``tests/compat``): four libraries at their default settings,
+"""The client compatibility applications (``tests/compat``): five libraries at their default settings,
 run as processes of their own, and what each saw (its events file)."""
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
-from switchyard.config import Config
+from switchyard.config import DEFAULT_KAFKA_VERSION, Config
 from switchyard.routing.store import RoutingStore
+from switchyard.stack.distribution import KafkaDistribution
 from tests.helpers.links import linked
 from tests.helpers.live import unique
+from tests.helpers.stacks import KAFKA_DIST
 from tests.helpers.traffic import topic_ids
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +33,16 @@ LIBRARIES = {
     "kafka-python": [sys.executable, "-m", "tests.compat.kafka_python_app"],
     "aiokafka": [sys.executable, "-m", "tests.compat.aiokafka_app"],
     "kafkajs": ["node", str(ROOT / "tests/compat/js/app.js")],
+    # the Java client of the stack's Kafka version, its application run as a single source file
+    "java": [
+        "java",
+        "-Xmx128m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-cp",
+        KafkaDistribution(DEFAULT_KAFKA_VERSION, KAFKA_DIST).classpath,
+        str(ROOT / "tests/compat/java/CompatApp.java"),
+    ],
 }
 CODECS: dict[str, tuple[str, ...]] = {
     "confluent-kafka": ("gzip", "snappy", "lz4", "zstd"),  # built into librdkafka
@@ -38,6 +50,7 @@ CODECS: dict[str, tuple[str, ...]] = {
     "kafka-python": ("gzip", "snappy", "lz4", "zstd"),
     "aiokafka": ("gzip", "snappy", "lz4", "zstd"),
     "kafkajs": ("gzip", "snappy"),  # snappy through kafkajs-snappy; its lz4 and zstd codecs are native builds
+    "java": ("gzip", "snappy", "lz4", "zstd"),  # snappy-java, lz4-java, zstd-jni: in the distribution
 }
 """The compression codecs each library supports here: with ``App.start(codecs=...)`` it sends through one
 producer per codec."""

@@ -1,4 +1,4 @@
-"""Client compatibility: four client libraries at their default settings (one application's session
+"""Client compatibility: five client libraries at their default settings (one application's session
 time-outs too, ``AT_DEFAULTS``) through a round trip of sagas (switchover, switchback, switchover),
 through one gateway and through a pair of gateways.
 
@@ -52,13 +52,13 @@ LOG_START = 25
 RATE = 30
 """Records per second per application: eight of them, a mirror and two gateways share two cores."""
 RESUME_MARGIN_S = 3.0
-FETCH_WAIT_S = {"confluent-kafka": 0.5, "kafka-python": 0.5, "aiokafka": 0.5, "kafkajs": 5.0}
+FETCH_WAIT_S = {"confluent-kafka": 0.5, "kafka-python": 0.5, "aiokafka": 0.5, "kafkajs": 5.0, "java": 0.5}
 """Each library's default longest fetch wait. Tansu holds a fetch that long even when records arrive
 (docs/testbed.md): a consumer that rejoins at the end of the log waits it out once before its first
 records, which a broker that answers on arrival would not make it do."""
 HELD_MOST_S = 6.0
 """Sends held longer at a switch than this fail the test: less than the shortest default session
-time-out of the four (10 s), beyond any hold of a switch that did not wait for one (1-3 s)."""
+time-out of the five (10 s), beyond any hold of a switch that did not wait for one (1-3 s)."""
 SWITCHES = (("switchover", "standby"), ("switchback", "primary"), ("switchover", "standby"))
 AT_DEFAULTS = ("aiokafka", "one gateway")
 """The application whose consumers keep their library's default session time-out (aiokafka: 10 s). Were
@@ -117,7 +117,7 @@ class FlipWatch:
         self._thread.join(5)
 
 
-def test_four_client_libraries_see_nothing_of_a_switchover_through_one_gateway_or_a_pair(
+def test_five_client_libraries_see_nothing_of_a_switchover_through_one_gateway_or_a_pair(
     live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path
 ) -> None:
     assert live.gateway is not None

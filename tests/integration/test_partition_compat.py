@@ -1,4 +1,4 @@
-"""A smooth partition migration under four client libraries at their default settings (``tests/compat``):
+"""A smooth partition migration under five client libraries at their default settings (``tests/compat``):
 each application produces through one producer per compression codec its library supports, and
 consumes in a group committing after each batch; one partition of each application's topic is migrated
 by the saga while they run.
@@ -29,7 +29,7 @@ MOVED = 1
 RATE = 30
 
 
-def test_four_client_libraries_at_their_defaults_see_nothing_of_a_partition_migration(
+def test_five_client_libraries_at_their_defaults_see_nothing_of_a_partition_migration(
     live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path
 ) -> None:
     assert live.gateway is not None
