@@ -45,6 +45,11 @@ def arguments() -> argparse.Namespace:
         "--session-ms", type=int, help="the consumers' session time-out (none: the library's default)"
     )
     parser.add_argument(
+        "--group-protocol",
+        help="the consumers' group.protocol (none: the library's default); with consumer (KIP-848) the "
+        "session time-out is the broker's, and --session-ms is not applied",
+    )
+    parser.add_argument(
         "--codecs",
         type=lambda names: [name for name in names.split(",") if name],
         default=[],

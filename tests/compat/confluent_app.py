@@ -51,7 +51,9 @@ def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
         "group.id": group,
         "auto.offset.reset": "earliest",
     }
-    if args.session_ms:
+    if args.group_protocol:
+        settings["group.protocol"] = args.group_protocol
+    if args.session_ms and args.group_protocol != "consumer":  # the new protocol's are the broker's
         settings |= {"session.timeout.ms": args.session_ms, "heartbeat.interval.ms": 1000}
     group_kind = "manual" if manual else "auto"
     if debug := os.environ.get("SWITCHYARD_TRAFFIC_DEBUG"):  # librdkafka's own account, beside the events

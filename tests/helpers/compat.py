@@ -28,21 +28,22 @@ from tests.helpers.stacks import KAFKA_DIST
 from tests.helpers.traffic import topic_ids
 
 ROOT = Path(__file__).resolve().parents[2]
+_JAVA = [
+    "java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    "-cp", KafkaDistribution(DEFAULT_KAFKA_VERSION, KAFKA_DIST).classpath,
+    str(ROOT / "tests/compat/java/CompatApp.java"),
+]  # fmt: skip
+"""The Java client of the stack's Kafka version, its application run as a single source file."""
+NEW_PROTOCOL = ["--group-protocol", "consumer"]
 LIBRARIES = {
     "confluent-kafka": [sys.executable, "-m", "tests.compat.confluent_app"],
     "kafka-python": [sys.executable, "-m", "tests.compat.kafka_python_app"],
     "aiokafka": [sys.executable, "-m", "tests.compat.aiokafka_app"],
     "kafkajs": ["node", str(ROOT / "tests/compat/js/app.js")],
-    # the Java client of the stack's Kafka version, its application run as a single source file
-    "java": [
-        "java",
-        "-Xmx128m",
-        "-XX:+UseSerialGC",
-        "-XX:TieredStopAtLevel=1",
-        "-cp",
-        KafkaDistribution(DEFAULT_KAFKA_VERSION, KAFKA_DIST).classpath,
-        str(ROOT / "tests/compat/java/CompatApp.java"),
-    ],
+    "java": _JAVA,
+    # the libraries that speak the consumer group protocol (KIP-848), speaking it
+    "confluent-kafka/consumer": [sys.executable, "-m", "tests.compat.confluent_app", *NEW_PROTOCOL],
+    "java/consumer": [*_JAVA, *NEW_PROTOCOL],
 }
 CODECS: dict[str, tuple[str, ...]] = {
     "confluent-kafka": ("gzip", "snappy", "lz4", "zstd"),  # built into librdkafka
@@ -52,6 +53,7 @@ CODECS: dict[str, tuple[str, ...]] = {
     "kafkajs": ("gzip", "snappy"),  # snappy through kafkajs-snappy; its lz4 and zstd codecs are native builds
     "java": ("gzip", "snappy", "lz4", "zstd"),  # snappy-java, lz4-java, zstd-jni: in the distribution
 }
+CODECS |= {f"{library}/consumer": CODECS[library] for library in ("confluent-kafka", "java")}
 """The compression codecs each library supports here: with ``App.start(codecs=...)`` it sends through one
 producer per codec."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -94,15 +95,49 @@ def join_group(
     return member_id, int(joined.generation_id)
 
 
+def consumer_heartbeat(
+    client: RawClient,
+    group: str,
+    member_id: str,
+    epoch: int,
+    *,
+    topic: str | None = None,
+    owned: dict[uuid.UUID, tuple[int, ...]] | None = None,
+) -> Any:
+    """A consumer-protocol heartbeat (KIP-848) as ``member_id`` at ``epoch`` (0: a join subscribed to
+    ``topic``), owning ``owned`` (topic id: partitions; None: unchanged), asked again while the group's
+    coordinator is being found or loaded; the answer."""
+    entry = element_type(request_schema(apis.CONSUMER_GROUP_HEARTBEAT, 1), "topic_partitions")
+    fields: dict[str, Any] = {"group_id": group, "member_id": member_id, "member_epoch": epoch}
+    if epoch == 0:
+        fields |= {"subscribed_topic_names": (topic,), "rebalance_timeout": timedelta(seconds=45)}
+    fields["topic_partitions"] = (
+        () if epoch == 0 else None if owned is None
+        else tuple(make(entry, topic_id=t, partitions=ps) for t, ps in owned.items())
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while True:
+        answer = client.answer(client.send(apis.CONSUMER_GROUP_HEARTBEAT, 1, **fields))
+        if answer.error_code not in _LOADING or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.2)
+
+
+_LOADING = frozenset(
+    {ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available}
+)
+
+
 def commit_offset(
-    client: RawClient, group: str, member_id: str, generation: int, topic: str, offset: int
+    client: RawClient, group: str, member_id: str, generation: int, topic: str, offset: int, version: int = 8
 ) -> ErrorCode:
-    """Commit ``offset`` of ``topic``'s partition 0 as the member; what the coordinator answered."""
-    schema = request_schema(apis.OFFSET_COMMIT, 8)
+    """Commit ``offset`` of ``topic``'s partition 0 as the member (``generation``: its generation, or its
+    member epoch from ``version`` 9 on); what the coordinator answered."""
+    schema = request_schema(apis.OFFSET_COMMIT, version)
     partition = make(element_type(element_type(schema, "topics"), "partitions"), committed_offset=offset)
     topics = (make(element_type(schema, "topics"), name=topic, partitions=(partition,)),)
     answer = client.answer(client.send(
-        apis.OFFSET_COMMIT, 8, group_id=group, generation_id_or_member_epoch=generation,
+        apis.OFFSET_COMMIT, version, group_id=group, generation_id_or_member_epoch=generation,
         member_id=member_id, topics=topics,
     ))  # fmt: skip
     return ErrorCode(answer.topics[0].partitions[0].error_code)

@@ -34,7 +34,10 @@ def test_five_client_libraries_at_their_defaults_see_nothing_of_a_partition_migr
 ) -> None:
     assert live.gateway is not None
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
-    apps = [App(lib, "one gateway", unique("pmc"), unique("pmc-t"), tmp_path / lib) for lib in LIBRARIES]
+    apps = [
+        App(lib, "one gateway", unique("pmc"), unique("pmc-t"), tmp_path / lib.replace("/", "-"))
+        for lib in LIBRARIES
+    ]
     kafka.create_topics(primary, [a.topic for a in apps], partitions=PARTITIONS)
     kafka.create_topics(standby, [a.topic for a in apps], partitions=PARTITIONS)
     for a in apps:  # a record of the target's own before the migration: client offsets must leave it out

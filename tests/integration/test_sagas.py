@@ -8,6 +8,7 @@ import shlex
 import signal
 import subprocess
 import time
+import uuid
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -43,8 +44,9 @@ from switchyard.threads import Worker
 from switchyard.traffic import Traffic
 from tests.helpers.live import Live, capture, unique, wait_for_approval
 from tests.helpers.otlp import OtlpReceiver, Span
-from tests.helpers.raw import RawClient, commit_offset, join_group
+from tests.helpers.raw import RawClient, commit_offset, consumer_heartbeat, join_group
 from tests.helpers.traffic import judge_consumer, judge_sends, topic_ids
+from workers.gateway.brokers import topic_identity
 from workers.gateway.routing import apis
 
 ACTOR = "user:test"
@@ -229,6 +231,48 @@ def test_a_member_switched_over_and_back_before_it_rejoined_commits_on_and_is_to
 
 
 RETRIABLE = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress})
+
+
+def test_a_consumer_protocol_member_switched_over_and_back_commits_on_and_joins_where_it_is_routed(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """A member of the consumer protocol (KIP-848) heartbeats no more often than its switches come (5 s
+    by default): switched over and back before it heartbeats, its commits are carried from the standby
+    it read last, its next heartbeat is fenced, and it joins again on the primary — where it then stays
+    a member, not fenced at every heartbeat (the gateway once took it for the member it had removed,
+    and the Java client lost and took its partitions every 100 ms for good). Its assignment names its
+    topic by the id clients see, on either cluster."""
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, stack_config, partitions=1)
+    primary = stack_config.clusters["primary"].bootstrap
+    group, member_id, seen_id = unique("group"), str(uuid.uuid4()), topic_identity.topic_id(topic)
+    member = RawClient(live.gateway.port, client_id=f"{app}@consumer")
+    try:
+        joined = consumer_heartbeat(member, group, member_id, 0, topic=topic)
+        assert joined.error_code == ErrorCode.none, joined.error_code
+        assert [(t.topic_id, t.partitions) for t in joined.assignment.topic_partitions] == [(seen_id, (0,))]
+        epoch = joined.member_epoch
+        beat = consumer_heartbeat(member, group, member_id, epoch, owned={seen_id: (0,)})
+        assert (beat.error_code, beat.member_epoch) == (ErrorCode.none, epoch)
+        for kind, more, offset in (("switchover", ("--link", link), 6), ("switchback", (), 10)):
+            run = live.cli(kind, app, *more, "--wait", "--reason", "test")
+            assert run.returncode == 0, run.stdout + run.stderr
+            deadline = time.monotonic() + 30
+            while (code := commit_offset(member, group, member_id, epoch, topic, offset, 9)) in RETRIABLE:
+                assert time.monotonic() < deadline, f"after the {kind}, the commit was refused: {code.name}"
+                time.sleep(0.2)
+            assert code is ErrorCode.none, f"after the {kind}: {code.name}"
+        fenced = consumer_heartbeat(member, group, member_id, epoch)
+        assert fenced.error_code == ErrorCode.fenced_member_epoch
+        joined = consumer_heartbeat(member, group, member_id, 0, topic=topic)
+        assert joined.error_code == ErrorCode.none, joined.error_code
+        assert [(t.topic_id, t.partitions) for t in joined.assignment.topic_partitions] == [(seen_id, (0,))]
+        for _ in range(2):
+            beat = consumer_heartbeat(member, group, member_id, joined.member_epoch, owned={seen_id: (0,)})
+            assert beat.error_code == ErrorCode.none, beat.error_code
+    finally:
+        member.close()
+    assert committed_offsets(AdminClient({"bootstrap.servers": primary}), group) == {(topic, 0): 10}
 
 
 def test_a_switch_with_the_mirror_lagging_at_the_block_waits_for_the_drain(

@@ -282,11 +282,6 @@ class ClientSession:
             )
         refused = apis.refusal(request)
         if refused is not None:  # the broker's own answer, or the gateway's: nothing to route or hold
-            if key == apis.CONSUMER_GROUP_HEARTBEAT:  # the application fails: its operator must learn why
-                log.warning(
-                    "refused a consumer of group %r from %s (client id %r): %s",
-                    request.body.group_id, self.peer, request.client_id, apis.NEW_PROTOCOL_REFUSED,
-                )  # fmt: skip
             return _ready(OwnAnswer(refused))
         identity = self._identity(request.client_id)
         if topic_identity.ids_asked(key, request.body):
@@ -355,17 +350,27 @@ class ClientSession:
             return self.later(self.groups.adopt(request, decision.node, send))
         if action is Action.SPLIT:
             return await self._split(incoming, decision, snapshot, resolution)
-        frame = request.frame
+        frame = await self._outgoing(incoming, snapshot, decision.cluster, moved=moved)
+        return await self._forward(incoming, frame, snapshot, resolution, decision.node)
+
+    async def _outgoing(
+        self, incoming: Incoming, snapshot: RoutingSnapshot, cluster: str, *, moved: bool
+    ) -> bytes:
+        """The frame a forwarded request goes to ``cluster`` as: a moved member's join as a new member's,
+        topic ids and offsets as the cluster has them."""
+        request = incoming.request
         if moved and request.api_key == apis.JOIN_GROUP:  # a new member where it goes, as a broker insists
-            frame = replace_body(request, dataclasses.replace(request.body, member_id=""))
-        elif request.api_key == apis.JOIN_GROUP:
-            self.groups.joining(request, decision.cluster, incoming.identity)
+            return replace_body(request, dataclasses.replace(request.body, member_id=""))
+        if request.api_key == apis.JOIN_GROUP:
+            self.groups.joining(request, cluster, incoming.identity)
+        elif request.api_key == apis.CONSUMER_GROUP_HEARTBEAT:
+            return await self.groups.heartbeat_out(request, cluster)
         elif request.api_key in mapped.TRANSLATED_REQUESTS:
             given = forwarded_fetch(request.body) if request.api_key == apis.FETCH else None
-            body = await self._in_cluster_offsets(incoming, given or request.body, snapshot, decision.cluster)
+            body = await self._in_cluster_offsets(incoming, given or request.body, snapshot, cluster)
             if body is not request.body:
-                frame = replace_body(request, body)
-        return await self._forward(incoming, frame, snapshot, resolution, decision.node)
+                return replace_body(request, body)
+        return request.frame
 
     async def _in_cluster_offsets(
         self, incoming: Incoming, body: Any, snapshot: RoutingSnapshot, cluster: str
@@ -697,7 +702,7 @@ class ClientSession:
             issued = decode_response(request, frame)
             if issued.producer_id >= 0:
                 await self.gateway.producers.issued(identity, issued.producer_id, cluster, epoch)
-        elif request.api_key in (apis.SYNC_GROUP, apis.JOIN_GROUP):
+        elif request.api_key in (apis.SYNC_GROUP, apis.JOIN_GROUP, apis.CONSUMER_GROUP_HEARTBEAT):
             self.groups.learn(request, frame, cluster, identity)
         return None
 
@@ -706,6 +711,8 @@ class ClientSession:
         where they moved, topics named as clients know them, record batches of no leader epoch."""
         if request.api_key == apis.FETCH:
             return answer_without_epochs(frame, request.api_version)
+        if request.api_key == apis.CONSUMER_GROUP_HEARTBEAT:
+            return await self.groups.heartbeat_in(request, frame, cluster)
         naming = request.api_key in BROKER_NAMING
         if not naming and not topic_identity.presents(request.api_key, request.api_version):
             return with_size(frame)
@@ -714,6 +721,9 @@ class ClientSession:
             body = await self.gateway.brokers.rewrite(request.api_key, body, cluster)
             if request.api_key == apis.METADATA:
                 self.gateway.moved.learn(cluster, body)
+                self.gateway.real_ids.learn(
+                    cluster, ((t.name, getattr(t, "topic_id", None)) for t in body.topics)
+                )
             if request.api_key in (apis.METADATA, apis.DESCRIBE_TOPIC_PARTITIONS):
                 body = await self._moved_leaders(body, cluster)
         return encode_response(request, topic_identity.present(request.api_key, body))

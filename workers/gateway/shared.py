@@ -15,6 +15,7 @@ from switchyard.config import Config
 from switchyard.routing.view import BindingView
 from workers.gateway.brokers.answers import LocalAnswers
 from workers.gateway.brokers.directory import BrokerDirectory
+from workers.gateway.brokers.real_ids import RealIds
 from workers.gateway.framing.intake import ByteBudget
 from workers.gateway.groups.members import Members
 from workers.gateway.migrated.moved import Moved
@@ -45,3 +46,4 @@ class Shared(Protocol):
     producers: ProducerIds
     sequences: Sequences
     links: LinkLookup
+    real_ids: RealIds

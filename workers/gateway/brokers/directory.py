@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import logging
 import re
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -40,10 +41,8 @@ LOCAL_APIS = {
     apis.API_VERSIONS: (0, 3),
     apis.SASL_HANDSHAKE: (1, 1),  # v0 would be followed by unframed tokens; v1 (Kafka 1.0 on) frames them
     apis.SASL_AUTHENTICATE: (0, 2),
-    apis.CONSUMER_GROUP_HEARTBEAT: (0, 1),  # refused here whatever the brokers (``apis.refusal``)
 }
-"""APIs the gateway answers itself, offered whatever the clusters offer: a 3.9 cluster without KIP-848
-enabled offers no ConsumerGroupHeartbeat, and librdkafka, not offered it, retries silently for ever."""
+"""APIs the gateway answers itself, offered whatever the clusters offer."""
 SOFTWARE = {
     "client_software_name": "switchyard-gateway",
     "client_software_version": re.sub(r"[^A-Za-z0-9.-]", "-", __version__),
@@ -197,6 +196,16 @@ class BrokerDirectory:
             upstream.close()
         self._learn(cluster, answer.brokers)
         return answer
+
+    async def topic_ids(self, cluster: str) -> list[tuple[str, uuid.UUID]]:
+        """Every topic on ``cluster`` with its id there, asked over a connection of its own."""
+        version = self.version(apis.METADATA, apis.VERSION_CAPS[apis.METADATA])
+        upstream = self.upstream(cluster, None)
+        try:
+            answer = await upstream.ask(apis.METADATA, version, topics=None, allow_auto_topic_creation=False)
+        finally:
+            upstream.close()
+        return [(t.name, t.topic_id) for t in answer.topics if t.name and getattr(t, "topic_id", None)]
 
     async def probe(self) -> None:
         """Ask every cluster for its brokers every few seconds, side by side: a cluster not reached yet

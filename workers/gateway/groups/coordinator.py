@@ -1,5 +1,6 @@
 """Requests the gateway makes of a group's coordinator on its own account: finding it, and removing a
-member a switch moved (LeaveGroup, as an admin client's removal does; Apache Kafka lets a round go on
+member a switch moved (LeaveGroup, as an admin client's removal does, or a consumer-protocol member's
+heartbeat that leaves; Apache Kafka lets a round go on
 without a member removed while its join waits, and elects another leader when the leader leaves)."""
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from workers.gateway.brokers.upstream import Upstream, UpstreamError
 from workers.gateway.framing.entities import element_type, make
 from workers.gateway.framing.protocol import FrameError, request_schema
 from workers.gateway.framing.sasl import Credentials
+from workers.gateway.groups.consumer_protocol import leave_fields
+from workers.gateway.groups.members import Member
 from workers.gateway.routing import apis
 
 log = logging.getLogger(__name__)
@@ -40,21 +43,30 @@ class Coordinators:
     def __init__(self, brokers: BrokerDirectory, credentials: Credentials | None) -> None:
         self.brokers, self.credentials = brokers, credentials
 
-    async def leave(self, cluster: str, group: str, member_id: str) -> bool:
-        """LeaveGroup on ``member_id``'s behalf: whether the cluster has it no more (a failure is logged)."""
-        version = self.brokers.version(apis.LEAVE_GROUP, 5)
-        fields: dict[str, Any] = {"member_id": member_id}
-        if version >= 3:  # members named in a list (KIP-345); a dynamic member by its id alone
-            entry = element_type(request_schema(apis.LEAVE_GROUP, version), "members")
-            named = {"member_id": member_id, "group_instance_id": None}
-            fields = {"members": (make(entry, **named, **({"reason": "switched"} if version >= 5 else {})),)}
+    async def leave(self, member: Member, group: str, member_id: str) -> bool:
+        """Remove ``member_id`` from the cluster it joined on, on its behalf (LeaveGroup, or for a member
+        of the consumer protocol a heartbeat that leaves): whether the cluster has it no more (a failure
+        is logged)."""
+        cluster = member.cluster
+        if member.consumer:
+            api, version = apis.CONSUMER_GROUP_HEARTBEAT, self.brokers.version(apis.CONSUMER_GROUP_HEARTBEAT)
+            fields = leave_fields(member_id)
+        else:
+            api, version = apis.LEAVE_GROUP, self.brokers.version(apis.LEAVE_GROUP, 5)
+            fields = {"member_id": member_id}
+            if version >= 3:  # members named in a list (KIP-345); a dynamic member by its id alone
+                entry = element_type(request_schema(apis.LEAVE_GROUP, version), "members")
+                named = {"member_id": member_id, "group_instance_id": None}
+                reason = {"reason": "switched"} if version >= 5 else {}
+                fields = {"members": (make(entry, **named, **reason),)}
         try:
-            answer = await self._ask(cluster, group, apis.LEAVE_GROUP, version, fields)
+            answer = await self._ask(cluster, group, api, version, fields)
         except (UpstreamError, TimeoutError, FrameError) as exc:
             log.warning("group %s: could not remove member %s from %s: %s", group, member_id, cluster, exc)
             return False
         errors = {answer.error_code, *(m.error_code for m in getattr(answer, "members", ()))}
-        if errors - {ErrorCode.none, ErrorCode.unknown_member_id}:  # unknown: it had expired already
+        gone = {ErrorCode.none, ErrorCode.unknown_member_id, ErrorCode.group_id_not_found}
+        if errors - gone:  # unknown: it had expired already (with its group, where it was the last)
             log.warning("group %s: %s did not remove member %s: %s", group, cluster, member_id, errors)
             return False
         log.info("group %s: member %s removed from %s, which it left", group, member_id, cluster)

@@ -23,8 +23,15 @@ from switchyard.identity import Identity
 from switchyard.model import ClusterState
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.brokers.upstream import Upstream, UpstreamError
-from workers.gateway.framing.protocol import FrameError, Request, decode_response
+from workers.gateway.framing.protocol import (
+    FrameError,
+    Request,
+    decode_response,
+    encode_response,
+    replace_body,
+)
 from workers.gateway.framing.sasl import Credentials
+from workers.gateway.groups import consumer_protocol
 from workers.gateway.groups.carry import carried_commit
 from workers.gateway.groups.coordinator import Coordinators, coordinator
 from workers.gateway.groups.members import Member
@@ -34,7 +41,9 @@ from workers.gateway.routing.holds import hold_limit
 from workers.gateway.shared import Shared
 
 log = logging.getLogger(__name__)
-MEMBER_APIS = frozenset({apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.OFFSET_COMMIT})
+MEMBER_APIS = frozenset(
+    {apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.OFFSET_COMMIT, apis.CONSUMER_GROUP_HEARTBEAT}
+)
 """Requests naming the member that sends them (LeaveGroup v3+ names members in a list)."""
 
 Send = Callable[[Any, int | None], Awaitable[Awaitable[Reply]]]
@@ -67,7 +76,10 @@ class GroupHandling:
         matters (a Heartbeat to be told to rejoin, an OffsetCommit a link can carry), and whether the
         connection's consumer (or the member) is already rejoining (see ``rejoining``)."""
         joined_on, member = None, None
-        if request.api_key in (apis.OFFSET_COMMIT, apis.HEARTBEAT) and request.api_version >= 1:
+        key = request.api_key
+        if (key in (apis.OFFSET_COMMIT, apis.HEARTBEAT) and request.api_version >= 1) or (
+            key == apis.CONSUMER_GROUP_HEARTBEAT and consumer_protocol.heartbeating(request.body)
+        ):
             member = self.gateway.members.get(request.body.group_id, request.body.member_id)
             joined_on = member.cluster if member is not None else None
             if member is not None and member.left and joined_on == cluster:
@@ -145,11 +157,11 @@ class GroupHandling:
             return True
         cluster = snapshot.clusters.get(member.cluster)
         if cluster is not None and cluster.state is ClusterState.ACTIVE:  # a shielded one is not contacted
-            self.connection.later(self._leave(member.cluster, group, member_id))
+            self.connection.later(self._leave(member, group, member_id))
         return True
 
-    async def _leave(self, cluster: str, group: str, member_id: str) -> None:
-        if not await self._coordinators().leave(cluster, group, member_id):
+    async def _leave(self, member: Member, group: str, member_id: str) -> None:
+        if not await self._coordinators().leave(member, group, member_id):
             self.gateway.members.still_there(group, member_id)  # its next request tries again
 
     def joining(self, request: Request, cluster: str, identity: Identity) -> None:
@@ -176,8 +188,22 @@ class GroupHandling:
             self._rejoins[group] = (asyncio.get_running_loop().create_future(), session_s)
 
     def learn(self, request: Request, frame: bytes, cluster: str, identity: Identity) -> None:
-        """What a JoinGroup or SyncGroup answer from ``cluster`` tells: a member there, a join done."""
-        if request.api_key == apis.SYNC_GROUP:
+        """What a JoinGroup, SyncGroup or ConsumerGroupHeartbeat answer from ``cluster`` tells: a member
+        there, a join done."""
+        if request.api_key == apis.CONSUMER_GROUP_HEARTBEAT:
+            answer = decode_response(request, frame)
+            group, member_id = request.body.group_id, answer.member_id or request.body.member_id
+            known = self.gateway.members.get(group, member_id)
+            if (
+                answer.error_code == ErrorCode.none
+                and answer.member_epoch > 0
+                and (known is None or known.cluster != cluster or known.left)  # joined (again) there
+            ):
+                member = Member(
+                    cluster, None, identity=identity, credentials=self.connection.credentials, consumer=True
+                )
+                self.gateway.members.joined(group, member_id, member)
+        elif request.api_key == apis.SYNC_GROUP:
             synced = decode_response(request, frame)
             rejoin = self._rejoins.get(request.body.group_id)
             if synced.error_code == ErrorCode.none and rejoin is not None and not rejoin[0].done():
@@ -188,6 +214,17 @@ class GroupHandling:
             if joined.error_code in (ErrorCode.none, ErrorCode.member_id_required) and joined.member_id:
                 member = self._member(request, cluster, identity)
                 self.gateway.members.joined(request.body.group_id, joined.member_id, member)
+
+    async def heartbeat_out(self, request: Request, cluster: str) -> bytes:
+        """A ConsumerGroupHeartbeat's frame as ``cluster`` takes it: owned topics by that cluster's ids."""
+        body = await consumer_protocol.to_cluster(request.body, cluster, self.gateway.real_ids)
+        return request.frame if body is request.body else replace_body(request, body)
+
+    async def heartbeat_in(self, request: Request, frame: bytes, cluster: str) -> bytes:
+        """A ConsumerGroupHeartbeat's answer from ``cluster`` as its member gets it."""
+        answer = consumer_protocol.answered(request.body, decode_response(request, frame))
+        answer = await consumer_protocol.to_client(answer, cluster, self.gateway.real_ids)
+        return encode_response(request, answer)
 
     async def carry(
         self, request: Request, snapshot: RoutingSnapshot, cluster: str, source: str,

@@ -4,8 +4,9 @@ Where a member joined tells whether its commits must be carried to another clust
 (:mod:`workers.gateway.groups.carry`), and — with whose client it is — whether a routing change moved it,
 so that the cluster it left forgets it at once (``moved``); its session time-out bounds how long its
 requests may be held while its identity is blocked (:mod:`workers.gateway.routing.holds`). Learnt from
-JoinGroup answers; a member that joined through another gateway of a pair, or before this one started,
-is looked up when it commits or heartbeats after a switch (see ``GroupHandling.find_member``).
+JoinGroup and ConsumerGroupHeartbeat answers; a classic member that joined through another gateway of a
+pair, or before this one started, is looked up when it commits or heartbeats after a switch (see
+``GroupHandling.find_member``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class Member:
     """Whose client it is (None: looked up, not seen joining): where a routing change sends its group."""
     credentials: Credentials | None = None
     """Its client's, for removing it on its behalf."""
+    consumer: bool = False
+    """A member of the consumer protocol (KIP-848), removed with a heartbeat that leaves."""
 
 
 class Members:

@@ -30,6 +30,7 @@ from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.view import BindingView
 from workers.gateway.brokers.answers import LocalAnswers
 from workers.gateway.brokers.directory import BrokerDirectory
+from workers.gateway.brokers.real_ids import RealIds
 from workers.gateway.brokers.vnodes import VirtualNodes, slot
 from workers.gateway.framing.intake import ByteBudget
 from workers.gateway.framing.sasl import SaslError, UsersFile
@@ -80,6 +81,7 @@ class Gateway:
         self.answers = LocalAnswers(self.brokers, self.users, self.id)
         self.producers = ProducerIds(self.brokers, ProducerStore(zk, self.layout))
         self.links = LinkLookup(config)
+        self.real_ids = RealIds(self.brokers.topic_ids)
         self.usage = UsageTracker()
         self.acked = AckedEnds()
         self.publisher = Publisher(zk, self.layout, self.id, self.usage, self.acked)
@@ -274,7 +276,7 @@ class Gateway:
 
         async def leave(group: str, member_id: str, member: Member) -> None:
             coordinators = Coordinators(self.brokers, member.credentials)
-            if not await coordinators.leave(member.cluster, group, member_id):
+            if not await coordinators.leave(member, group, member_id):
                 self.members.still_there(group, member_id)
 
         for group, member_id, member in self.members.moved(now_on):

@@ -26,7 +26,12 @@ CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_TOPIC_PARTITIONS = 19, 20, 75
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY = 71, 72
 
-GROUP_APIS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP})
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
+GROUP_APIS = frozenset(
+    {OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT}
+)
+"""Requests of a group's members, classic (JoinGroup and the rest) and of the consumer protocol
+(KIP-848: one heartbeat that joins, reconciles and leaves): routed by the group, held with it."""
 MEMBERSHIP_APIS = frozenset({JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP})
 """Group APIs a broker refuses for an empty group id (INVALID_GROUP_ID). OffsetCommit and OffsetFetch
 take one (Kafka keeps them for the empty group, for backward compatibility), as FindCoordinator does."""
@@ -47,21 +52,14 @@ LONG_POLLS = frozenset({FETCH, JOIN_GROUP, SYNC_GROUP})
 """Requests a broker may hold for long (a Fetch up to its max_wait, a join or sync until the rebalance
 ends); a newer epoch that routes them elsewhere answers them at once (workers.gateway.routing.inflight)."""
 
-CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 WITHHELD = frozenset({
-    CONSUMER_GROUP_DESCRIBE,  # KIP-848's consumer groups (admin clients fall back to DescribeGroups)
+    CONSUMER_GROUP_DESCRIBE,  # an admin request naming topics by id (admins fall back to DescribeGroups)
     76, 77, 78, 79, 90, 91, 92,  # KIP-932's share groups: their heartbeats, reads, acknowledgements, offsets
     88, 89,  # KIP-1071's streams groups
 })  # fmt: skip
 """APIs brokers offer and the gateway does not: the groups of the newer protocols, whose members, holds
 and commits it does not handle (the Java client then fails at start, saying the cluster lacks the
-protocol). ConsumerGroupHeartbeat is offered, whatever the brokers, and refused (``refusal``):
-librdkafka, not offered it, retries for ever and tells the application nothing."""
-NEW_PROTOCOL_REFUSED = (
-    "Switchyard's gateway does not carry consumer groups of the consumer protocol (KIP-848) across "
-    "switches yet: set group.protocol=classic"
-)
-"""Why a ConsumerGroupHeartbeat is refused (the Java client shows its own text for the error instead)."""
+protocol)."""
 
 VERSION_CAPS = {
     PRODUCE: 12,  # v13+ names topics by id; routing needs names
@@ -91,8 +89,6 @@ def refusal(request: Request) -> ErrorCode | None:
     refuses it with whatever the routing: the gateway gives that answer itself (held or not)."""
     if request.api_key in MEMBERSHIP_APIS and not request.body.group_id:
         return ErrorCode.invalid_group_id
-    if request.api_key == CONSUMER_GROUP_HEARTBEAT:  # fatal to both clients at their first heartbeat
-        return ErrorCode.unsupported_version
     return None
 
 

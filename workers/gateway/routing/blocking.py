@@ -64,9 +64,6 @@ def blocked_response(request: Request, body: Any, error: ErrorCode | None = None
         return _group(cls, key, body, NOT_COORDINATOR if error is None else error)
     if key in apis.TRANSACTION_APIS:
         return _transaction(cls, key, body, NOT_COORDINATOR if error is None else error)
-    if key == apis.CONSUMER_GROUP_HEARTBEAT:
-        code = NOT_COORDINATOR if error is None else error
-        return make(cls, error_code=code, error_message=apis.NEW_PROTOCOL_REFUSED, member_epoch=-1)
     if key == apis.PUSH_TELEMETRY:
         return make(cls, error_code=ErrorCode.unknown_subscription_id if error is None else error)
     if key == apis.GET_TELEMETRY_SUBSCRIPTIONS:
@@ -125,6 +122,8 @@ def produce_refused(request: Request, codes: typing.Mapping[tuple[str, int], Err
 
 
 def _group(cls: Any, key: int, body: Any, code: ErrorCode) -> Any:
+    if key == apis.CONSUMER_GROUP_HEARTBEAT:  # an error's answer: the member keeps its epoch, asks again
+        return make(cls, error_code=code, member_id=body.member_id, member_epoch=body.member_epoch)
     if key == apis.OFFSET_COMMIT:
         return _commits(cls, body, code)
     if key == apis.OFFSET_FETCH and not _has(cls, "error_code"):  # v0-1: errors per partition only

@@ -25,6 +25,9 @@ sockets and shared state, lets every API be checked against every routing state 
   cluster (kafkajs heartbeats its old membership while its new join waits): answered here without
   error. Asked to rejoin, kafkajs would start a second rebalance once the first ends — one more join
   round, 15 s at its defaults on the test broker;
+- ``FENCE``: a ConsumerGroupHeartbeat (KIP-848) from a member that joined on the cluster the identity
+  has left: answered here with FENCED_MEMBER_EPOCH, so it joins again where it is routed now (see
+  :mod:`workers.gateway.groups.consumer_protocol`);
 - ``ADOPT``: an OffsetCommit from outside the group (no member, generation -1) on a connection whose
   consumer is rejoining its group — a client that reset its membership when the new cluster did not
   know it, and commits what it processed meanwhile; refused while the group rebalances, it is sent
@@ -65,6 +68,7 @@ class Action(enum.Enum):
     CARRY = "carry"
     REJOIN = "rejoin"
     QUIET = "quiet"
+    FENCE = "fence"
     ADOPT = "adopt"
     DROP = "drop"
     SHIELD = "shield"
@@ -90,6 +94,7 @@ class Decision:
 _ANSWERS = {
     Action.REJOIN: OwnAnswer(ErrorCode.rebalance_in_progress),
     Action.QUIET: OwnAnswer(ErrorCode.none),
+    Action.FENCE: OwnAnswer(ErrorCode.fenced_member_epoch),
     Action.REFUSE: OwnAnswer(TOPIC_AUTHORIZATION_FAILED),
     Action.REDIRECT: OwnAnswer(),
     Action.HOLD: OwnAnswer(),
@@ -113,8 +118,9 @@ def decide(
     """``broker``: the real broker the connection's listener stands for (None: the bootstrap port);
     ``empty_metadata``: a Metadata request with an empty topic list; ``mirrored(topic)``: whether the
     topic on the resolved cluster is a mirror's copy; ``joined_on``: for an OffsetCommit or a
-    Heartbeat, the cluster its member joined on, where the gateway saw the join (None: unknown, no
-    member, or a commit no link could carry from there); ``rejoining``:
+    Heartbeat (classic, or of a member of the consumer protocol), the cluster its member joined on,
+    where the gateway saw the join (None: unknown, no member, or a commit no link could carry from
+    there); ``rejoining``:
     for an OffsetCommit from outside the group or a Heartbeat, that the connection's consumer is
     rejoining its group; ``partitions``: what the request has to do with partition migrations;
     ``shielded``: the resolved cluster is shielded or down."""
@@ -133,7 +139,7 @@ def decide(
 
 
 _ANSWERED_HERE = frozenset(
-    {Action.HOLD, Action.REDIRECT, Action.REFUSE, Action.REJOIN, Action.QUIET, Action.SHIELD}
+    {Action.HOLD, Action.REDIRECT, Action.REFUSE, Action.REJOIN, Action.QUIET, Action.FENCE, Action.SHIELD}
 )
 _CONTACTING = frozenset({Action.FORWARD, Action.CARRY, Action.ADOPT})
 
@@ -162,6 +168,8 @@ def _decide(
             return Decision(Action.CARRY, cluster, source=joined_on)
         if api_key == apis.HEARTBEAT and joined_on is not None and joined_on != cluster:
             return Decision(Action.QUIET if rejoining else Action.REJOIN, cluster)
+        if api_key == apis.CONSUMER_GROUP_HEARTBEAT and joined_on is not None and joined_on != cluster:
+            return Decision(Action.FENCE, cluster)
         if broker is not None and broker.cluster != cluster:
             return Decision(Action.REDIRECT, cluster)
         if api_key == apis.OFFSET_COMMIT and rejoining:
