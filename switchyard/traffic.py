@@ -327,11 +327,13 @@ def first_out_of_order(batches: list[Batch], *, markers: bool = False) -> str | 
     seen: dict[int, set[int]] = defaultdict(set)
     for batch in batches:
         for partition, offset, _ in batch.records:
-            if markers:
+            if partition not in last:
+                ordered = True  # where the group began
+            elif markers:
                 ordered = offset > highest[partition] or offset in seen[partition]
             else:
                 ordered = offset == last[partition] + 1 or offset <= highest[partition]
-            if partition in last and not ordered:
+            if not ordered:
                 return (
                     f"partition {partition}: {offset} after {last[partition]} (highest {highest[partition]})"
                 )

@@ -124,8 +124,10 @@ def reverse_maps(
             )
         if old_end > copied_to:
             uncopied[key] = old_end - copied_to
-            if not inverse.continues(target_end, old_end):  # new records go after those only it has
-                inverse.segments.append((target_end, old_end))
+        # the target's records written since the flip go after the old source's end: after records only
+        # it has (a failover), or after a marker it ended on, which the copy never had
+        if not inverse.continues(target_end, old_end):
+            inverse.segments.append((target_end, old_end))
         reversed_maps[key] = inverse
     return reversed_maps, uncopied
 

@@ -45,7 +45,7 @@ class Presented:
     @cached_property
     def identical(self) -> bool:
         """Every record on the target has the offset clients see for it: nothing to translate."""
-        return all(start == client for start, _, client in self._runs())
+        return all(start == client for start, _, client in self._runs)
 
     def to_target(self, position: int) -> int:
         """The target position for a client's ``position`` (negative: a special value, kept)."""
@@ -74,21 +74,29 @@ class Presented:
             return self.copied + (offset - self.target_end)
         return self.offset_map.source_of(offset)
 
-    def _runs(self) -> list[tuple[int, int, int]]:
+    @cached_property
+    def _runs(self) -> tuple[tuple[int, int, int], ...]:
         """(start, stop, client start) of each run of target offsets that hold records whose client
         offsets follow one another: the records copied and those written since the promotion. Offsets
         that hold none (a marker's, one below the copy's first, a target's own before a reverse link)
-        are left out: no client reads a record there."""
+        are left out: no client reads a record there. Both lists are in offset order, so composing
+        them is one walk (a transactional topic has a run per marker)."""
         own = self._own_runs()
         if self.through is None:
-            return own
-        runs = []
+            return tuple(own)
+        under, runs, j = self.through._runs, [], 0
         for start, stop, source in own:
-            for low, high, client in self.through._runs():
-                first, last = max(source, low), min(source + (stop - start), high)
+            end = source + (stop - start)
+            while j < len(under) and under[j][1] <= source:
+                j += 1
+            k = j
+            while k < len(under) and under[k][0] < end:
+                low, high, client = under[k]
+                first, last = max(source, low), min(end, high)
                 if first < last:
                     runs.append((start + first - source, start + last - source, client + first - low))
-        return runs
+                k += 1
+        return tuple(runs)
 
     def _own_runs(self) -> list[tuple[int, int, int]]:
         """(start, stop, source start) of each run of this link's copy, then of its records since."""

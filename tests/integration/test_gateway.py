@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
@@ -236,17 +236,17 @@ def test_records_read_through_the_gateway_carry_no_leader_epoch(
     assert None not in epochs(stack_config.clusters["primary"].bootstrap)
 
 
-def test_a_consumer_of_the_new_group_protocol_fails_at_start_not_at_a_switch(
+def test_a_consumer_of_the_new_group_protocol_reads_through_the_gateway(
     gateway: GatewayProcess, stack_config: Config
 ) -> None:
-    """KIP-848 groups (``group.protocol=consumer``) are not carried across switches: no hold, no member
-    moved, no commit carried. Such a consumer joined through the gateway and read nothing, told nothing;
-    now its first heartbeat is refused, fatally, and no other API of the newer group protocols (consumer,
-    share, streams) is offered."""
+    """KIP-848 groups (``group.protocol=consumer``): ConsumerGroupHeartbeat is offered as the brokers offer
+    it, and a consumer's assignment, which names its topic by the cluster's id, reaches it by the id
+    clients see, so it reads (the switches are in ``test_compat.py`` and ``test_sagas.py``); the other
+    APIs of the newer group protocols (share, streams, and ConsumerGroupDescribe) are not offered."""
     ours = health.api_versions("127.0.0.1", gateway.port)
     theirs = health.api_versions(*split_hostport(stack_config.clusters["primary"].bootstrap))
     assert {68, 69} <= set(theirs)  # ConsumerGroupHeartbeat and ConsumerGroupDescribe: the brokers have them
-    assert ours[68][1] >= 1  # librdkafka sends none below v1
+    assert ours[68] == theirs[68]
     assert not set(ours) & {69, 76, 77, 78, 79, 88, 89}, sorted(ours)
     topic = f"kip848-{uuid.uuid4().hex[:6]}"
     kafka.create_topics(stack_config.clusters["primary"].bootstrap, [topic], partitions=1)
@@ -255,18 +255,15 @@ def test_a_consumer_of_the_new_group_protocol_fails_at_start_not_at_a_switch(
         {"bootstrap.servers": gateway.bootstrap, "group.id": topic, "group.protocol": "consumer",
          "auto.offset.reset": "earliest"}
     )  # fmt: skip
-    told: list[KafkaError] = []
     try:
         consumer.subscribe([topic])
+        message = None
         for _ in range(40):
             message = consumer.poll(0.5)
             if message is not None:
-                assert message.error() is not None, "read a record through a group the gateway cannot move"
-                told.append(message.error())
                 break
     finally:
         consumer.close()
-    assert told, "told nothing in 20 s"
-    assert told[0].code() == KafkaError._FATAL, told[0]  # the consumer is of no further use: it says so
-    assert "ConsumerGroupHeartbeat fatal error: Broker: API version not supported" in told[0].str()
-    assert f"refused a consumer of group '{topic}'" in gateway.log.read_text()  # its operator learns why
+    assert message is not None, "read nothing in 20 s"
+    assert message.error() is None, message.error()
+    assert (message.value(), message.offset()) == (b"v", 0)

@@ -122,6 +122,18 @@ def test_reverse_maps_continue_the_pairs_and_step_over_what_was_never_copied() -
         reverse_maps({key: (6, 5)}, {key: forward}, {key: 4})
 
 
+def test_a_reverse_copy_after_a_source_that_ended_on_a_marker_resumes_at_the_first_new_record() -> None:
+    """The source ended with a transaction's marker (records 0-5 copied to 0-4 around a marker at 3, a
+    trailing marker at 6: end 7); the copy's first record after the flip is at 5. The way back must
+    copy it, after the source's end, not step over it as if it were the marker's."""
+    key = ("orders", 0)
+    forward = copy([0, 1, 2, 4, 5])
+    planned, uncopied = reverse_maps({key: (7, 5)}, {key: forward}, {key: 7})
+    assert uncopied == {}
+    assert planned[key].next_source(7) == 5
+    assert planned[key].target_of(5) == 7
+
+
 def test_links_never_copy_internal_or_switchyard_topics() -> None:
     link = Link("l", "a", "b", (".*",), (), LinkState.RUNNING, 1, datetime.now(UTC), "t")
     assert link.copies("orders")

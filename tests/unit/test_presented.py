@@ -115,7 +115,7 @@ def test_a_second_switch_over_presents_the_copy_through_both_links() -> None:
     over = Presented(OffsetMap([(25, 0)]), copied=100, target_end=75)
     back = switched_back(over, [75, 76, 78, 79], 81)
     maps, _ = reverse_maps({KEY: (81, 104)}, {KEY: back.offset_map}, {KEY: 81})
-    maps[KEY].add(104, 81)  # as the mirror does: the copy's end is past its trailing marker
+    assert maps[KEY].next_source(81) == 104  # the copy ended on a marker: the home's records go after it
     again = Presented(maps[KEY], copied=106, target_end=83, through=back)
     assert [again.to_client(t) for t in (0, 74, 75, 76, 78, 79, 81, 82, 83)] == [
         25, 99, 100, 101, 103, 104, 106, 107, 108

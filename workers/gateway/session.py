@@ -364,7 +364,7 @@ class ClientSession:
         if request.api_key == apis.JOIN_GROUP:
             self.groups.joining(request, cluster, incoming.identity)
         elif request.api_key == apis.CONSUMER_GROUP_HEARTBEAT:
-            return await self.groups.heartbeat_out(request, cluster)
+            return await self.groups.heartbeat_out(request, cluster, incoming.identity)
         elif request.api_key in mapped.TRANSLATED_REQUESTS:
             given = forwarded_fetch(request.body) if request.api_key == apis.FETCH else None
             body = await self._in_cluster_offsets(incoming, given or request.body, snapshot, cluster)

@@ -13,13 +13,17 @@ classic protocol's requests, with these differences:
   takes for fatal. So the gateway answers it FENCED_MEMBER_EPOCH (``decision.Action.FENCE``), as a
   coordinator answers a member it dropped: the client gives up its partitions without committing
   and joins again at epoch 0 — on the new cluster, where it resumes from the group's committed offsets.
-  What it processed meanwhile is committed there already: its commits are carried like a classic
-  member's (:mod:`workers.gateway.groups.carry`). A GROUP_ID_NOT_FOUND answered to a member the
-  gateway did not see join (it joined through another gateway, or before this one started) is made
-  FENCED_MEMBER_EPOCH too (``answered``).
+  The commits it made since the flip are there: they are carried like a classic member's
+  (:mod:`workers.gateway.groups.carry`). What it processed and had not committed when fenced it
+  processes again, as after any fence (an application that commits after each batch, nothing; one on
+  auto-commit, up to its interval). A GROUP_ID_NOT_FOUND answered to a member the gateway did not see
+  join (it joined through another gateway, or before this one started) is made FENCED_MEMBER_EPOCH too
+  (``answered``).
 - **The cluster it left forgets it at once**, as a classic member is removed with LeaveGroup: a
   heartbeat at epoch -1 on its behalf (``leave_fields``), so the group there is empty, and a switch back
-  can write its offsets without waiting for the member's session to expire (45 s by default).
+  can write its offsets without waiting for the member's session to expire (45 s by default). A member
+  counts as one of a cluster from the moment its join is sent there (its id is its own from v1 on), as
+  a classic member's: a flip may cut the join, and the cluster would keep the member all the same.
 """
 
 from __future__ import annotations

@@ -61,6 +61,14 @@ class Connection(Protocol):
     def later(self, answer: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
 
 
+def settled(describe_version: int) -> tuple[str, ...]:
+    """The states in which a DescribeGroups answer at ``describe_version`` lists every member a group
+    has. Below v6, Apache Kafka answers a group of the consumer protocol (KIP-848) as ``Dead`` without
+    members and without an error; from v6 on it refuses it (GROUP_ID_NOT_FOUND), so ``Dead`` is a
+    classic group with no one in it."""
+    return ("Empty", "Stable", "Dead") if describe_version >= 6 else ("Empty", "Stable")
+
+
 class GroupHandling:
     def __init__(self, gateway: Shared, connection: Connection) -> None:
         self.gateway, self.connection = gateway, connection
@@ -120,7 +128,7 @@ class GroupHandling:
             return
         try:
             node = await self._coordinator(cluster, group)
-            version = gateway.brokers.version(apis.DESCRIBE_GROUPS, 5)
+            version = gateway.brokers.version(apis.DESCRIBE_GROUPS, 6)
             answer = await self.connection.upstream(cluster, node, long_poll=False).ask(
                 apis.DESCRIBE_GROUPS, version, groups=(group,), include_authorized_operations=False
             )
@@ -132,7 +140,7 @@ class GroupHandling:
             return
         if any(m.member_id == member_id for m in described.members):
             gateway.members.joined(group, member_id, Member(cluster, None))
-        elif described.group_state in ("Empty", "Dead", "Stable"):  # not mid-rebalance: it is not here
+        elif described.group_state in settled(version):  # not mid-rebalance: it is not here
             gateway.members.joined(group, member_id, Member(source, None))
 
     def moved(self, request: Request, snapshot: RoutingSnapshot, now_on: str) -> bool:
@@ -192,17 +200,9 @@ class GroupHandling:
         there, a join done."""
         if request.api_key == apis.CONSUMER_GROUP_HEARTBEAT:
             answer = decode_response(request, frame)
-            group, member_id = request.body.group_id, answer.member_id or request.body.member_id
-            known = self.gateway.members.get(group, member_id)
-            if (
-                answer.error_code == ErrorCode.none
-                and answer.member_epoch > 0
-                and (known is None or known.cluster != cluster or known.left)  # joined (again) there
-            ):
-                member = Member(
-                    cluster, None, identity=identity, credentials=self.connection.credentials, consumer=True
-                )
-                self.gateway.members.joined(group, member_id, member)
+            if answer.error_code == ErrorCode.none and answer.member_epoch > 0:
+                member_id = answer.member_id or request.body.member_id
+                self._member_of(request.body.group_id, member_id, cluster, identity)
         elif request.api_key == apis.SYNC_GROUP:
             synced = decode_response(request, frame)
             rejoin = self._rejoins.get(request.body.group_id)
@@ -215,9 +215,13 @@ class GroupHandling:
                 member = self._member(request, cluster, identity)
                 self.gateway.members.joined(request.body.group_id, joined.member_id, member)
 
-    async def heartbeat_out(self, request: Request, cluster: str) -> bytes:
-        """A ConsumerGroupHeartbeat's frame as ``cluster`` takes it: owned topics by that cluster's ids."""
-        body = await consumer_protocol.to_cluster(request.body, cluster, self.gateway.real_ids)
+    async def heartbeat_out(self, request: Request, cluster: str, identity: Identity) -> bytes:
+        """A ConsumerGroupHeartbeat's frame as ``cluster`` takes it: owned topics by that cluster's ids. A
+        join naming its member is a member there from now on (see ``joining``)."""
+        body = request.body
+        if body.member_epoch == consumer_protocol.JOIN and body.member_id:
+            self._member_of(body.group_id, body.member_id, cluster, identity)
+        body = await consumer_protocol.to_cluster(body, cluster, self.gateway.real_ids)
         return request.frame if body is request.body else replace_body(request, body)
 
     async def heartbeat_in(self, request: Request, frame: bytes, cluster: str) -> bytes:
@@ -225,6 +229,15 @@ class GroupHandling:
         answer = consumer_protocol.answered(request.body, decode_response(request, frame))
         answer = await consumer_protocol.to_client(answer, cluster, self.gateway.real_ids)
         return encode_response(request, answer)
+
+    def _member_of(self, group: str, member_id: str, cluster: str, identity: Identity) -> None:
+        """A member of the consumer protocol is one of ``cluster`` now (unless known there already)."""
+        known = self.gateway.members.get(group, member_id)
+        if known is None or known.cluster != cluster or known.left:  # joined (again) there
+            member = Member(
+                cluster, None, identity=identity, credentials=self.connection.credentials, consumer=True
+            )
+            self.gateway.members.joined(group, member_id, member)
 
     async def carry(
         self, request: Request, snapshot: RoutingSnapshot, cluster: str, source: str,

@@ -53,7 +53,7 @@ LONG_POLLS = frozenset({FETCH, JOIN_GROUP, SYNC_GROUP})
 ends); a newer epoch that routes them elsewhere answers them at once (workers.gateway.routing.inflight)."""
 
 WITHHELD = frozenset({
-    CONSUMER_GROUP_DESCRIBE,  # an admin request naming topics by id (admins fall back to DescribeGroups)
+    CONSUMER_GROUP_DESCRIBE,  # an admin request naming topics by id: such groups are not described
     76, 77, 78, 79, 90, 91, 92,  # KIP-932's share groups: their heartbeats, reads, acknowledgements, offsets
     88, 89,  # KIP-1071's streams groups
 })  # fmt: skip
