@@ -10,6 +10,8 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +20,11 @@ from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
 from switchyard.stack import Stack
+from tests.compat.app_io import value_of
 from tests.helpers.clusters import SOLO, cluster_config, cluster_stack, discard, kill, read_all, records
+from tests.helpers.compat import App, unaccounted_sends, wait_until
 from tests.helpers.processes import GatewayProcess, own_gateway
+from tests.helpers.sockets import connected_ports
 
 RECORDS = 3000
 
@@ -75,10 +80,12 @@ def test_three_brokers_replicate_and_one_may_die(three: Stack) -> None:
 
 
 def test_a_leader_moves_while_clients_write_through_the_gateway(
-    three: Stack, gateway: GatewayProcess
+    three: Stack, gateway: GatewayProcess, tmp_path: Path
 ) -> None:
-    """Two writers: librdkafka at its defaults (at least once: a batch the stopping broker wrote but
-    never answered is sent again, gateway or not) and an idempotent one (exactly once)."""
+    """Three writers: librdkafka at its defaults (at least once: a batch the stopping broker wrote but
+    never answered is sent again, gateway or not), an idempotent one (exactly once), and the Java client
+    at its defaults (idempotent), in a process of its own whose connections are watched: told of the new
+    leader in Produce answers (KIP-951), it must never connect to a real broker's port."""
     real = three.config.clusters[SOLO].bootstrap
     admin = AdminClient({"bootstrap.servers": real})
     topic, app = f"lead-{uuid.uuid4().hex[:8]}", f"lead-{uuid.uuid4().hex[:6]}"
@@ -111,15 +118,19 @@ def test_a_leader_moves_while_clients_write_through_the_gateway(
         threading.Thread(target=write, args=("p", {}), daemon=True),
         threading.Thread(target=write, args=("i", {"enable.idempotence": True}), daemon=True),
     ]
-    for writer in writers:
-        writer.start()
-    time.sleep(1.5)
-    moved_from, moved_to = move_away_and_back(three, admin, topic)
-    for writer in writers:
-        writer.join(120)
+    real_ports = {b.port for b in admin.list_topics(timeout=10).brokers.values()}
+    java = App("java", "one gateway", app, topic, tmp_path / "java")
+    with java_writing(java, gateway) as watch:
+        for writer in writers:
+            writer.start()
+        time.sleep(1.5)
+        moved_from, moved_to = move_away_and_back(three, admin, topic)
+        for writer in writers:
+            writer.join(120)
 
     keys = [(topic, p) for p in range(3)]
     on_log = Counter(r.value for records in kafka.read_partitions(real, topic).values() for r in records)
+    judge_java(java, watch, real_ports, gateway, on_log)
     assert sum(on_log.values()) == sum(kafka.ends_of(real, keys).values())
     got = kafka.consume(gateway.bootstrap, topic, group=f"{app}-readers", count=sum(on_log.values()),
                         settings={"client.id": app})  # fmt: skip
@@ -138,6 +149,58 @@ def test_a_leader_moves_while_clients_write_through_the_gateway(
     assert not [e for e in errors if e.fatal() or not _retriable(e)], errors
     gateway_ports = {str(gateway.port + i) for i in range(16)}
     assert {name.rsplit("/", 1)[0].rsplit(":", 1)[1] for name in seen_brokers} <= gateway_ports, seen_brokers
+
+
+@contextmanager
+def java_writing(java: App, gateway: GatewayProcess) -> Iterator[PortWatch]:
+    """The Java application producing through ``gateway`` (its first records acknowledged), its
+    connections watched; once done, its last records acknowledged too."""
+    java.start(gateway.bootstrap, rate=200, consume=False)
+    watch = PortWatch(java)
+    try:
+        wait_until("the Java producer's first records", [java], lambda _, s: len(s.acked) >= 50, 60)
+        yield watch
+        java.signal("stop-producing")
+        wait_until("the Java producer's last records", [java], lambda _, s: s.produced is not None, 150)
+    finally:
+        watch.stop()
+        java.stop()
+
+
+def judge_java(
+    java: App, watch: PortWatch, real_ports: set[int], gateway: GatewayProcess, on_log: Counter[bytes | None]
+) -> None:
+    """The Java producer connected to the gateway only, and every send it made is on the log once."""
+    sent = java.seen()
+    assert watch.seen & {gateway.port + i for i in range(16)}, (
+        f"not seen connected to the gateway: {watch.seen}"
+    )
+    assert not watch.seen & real_ports, (
+        f"the Java client connected to a real broker: {watch.seen & real_ports}"
+    )
+    assert unaccounted_sends(sent) == [], unaccounted_sends(sent)
+    assert sent.failed == [], sent.failed[:3]
+    assert [n for n in sent.acked if on_log[value_of(n)] != 1] == []  # idempotent: each once on the log
+
+
+class PortWatch:
+    """The ports an application's process connects to, looked at every 50 ms until stopped: a client
+    told of a real broker keeps a connection to it while it writes there."""
+
+    def __init__(self, app: App) -> None:
+        assert app.process is not None
+        self.seen: set[int] = set()
+        self._pid, self._stop = app.process.pid, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.05):
+            self.seen |= connected_ports(self._pid)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
 
 
 def move_away_and_back(three: Stack, admin: AdminClient, topic: str) -> tuple[int, int]:
