@@ -106,7 +106,7 @@ def consumer_heartbeat(
 ) -> Any:
     """A consumer-protocol heartbeat (KIP-848) as ``member_id`` at ``epoch`` (0: a join subscribed to
     ``topic``), owning ``owned`` (topic id: partitions; None: unchanged), asked again while the group's
-    coordinator is being found or loaded; the answer."""
+    coordinator is being found or loaded (at the one broker ``client`` talks to); the answer."""
     entry = element_type(request_schema(apis.CONSUMER_GROUP_HEARTBEAT, 1), "topic_partitions")
     fields: dict[str, Any] = {"group_id": group, "member_id": member_id, "member_epoch": epoch}
     if epoch == 0:
@@ -120,6 +120,8 @@ def consumer_heartbeat(
         answer = client.answer(client.send(apis.CONSUMER_GROUP_HEARTBEAT, 1, **fields))
         if answer.error_code not in _LOADING or time.monotonic() > deadline:
             return answer
+        # as a client looks its coordinator up: a cluster creates its offsets topic on the first lookup
+        client.answer(client.send(apis.FIND_COORDINATOR, 3, key=group, key_type=0))
         time.sleep(0.2)
 
 

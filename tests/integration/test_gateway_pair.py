@@ -23,9 +23,10 @@ from switchyard.keys import BindingKey
 from switchyard.routing.gateways import registered, wait_for_acks
 from switchyard.routing.store import RoutingStore
 from tests.helpers.processes import GatewayProcess
+from tests.helpers.raw import RawClient, consumer_heartbeat
 from workers.gateway.brokers.vnodes import slot
-from workers.gateway.framing.entities import make
-from workers.gateway.framing.protocol import decode_response, encode_request, with_size
+from workers.gateway.framing.entities import element_type, make
+from workers.gateway.framing.protocol import decode_response, encode_request, request_schema, with_size
 from workers.gateway.routing import apis
 
 
@@ -215,3 +216,49 @@ def test_a_member_the_gateway_never_saw_join_is_still_moved_and_its_commit_carri
         assert committed.offset == 7
     finally:
         consumer.close()
+
+
+def test_a_consumer_protocol_member_the_gateway_never_saw_join_commits_where_it_is(
+    pair: tuple[GatewayProcess, GatewayProcess], routing: RoutingStore, stack_config: Config
+) -> None:
+    """A member of the consumer protocol (KIP-848) that joined elsewhere (a gateway restarted since, or the
+    other of a pair; here straight on the standby, where its application is bound) commits through this
+    gateway: it is a member where it commits, so its commit goes through as sent. DescribeGroups answers a
+    consumer-protocol group as Dead, without members: the gateway once took that for the member having
+    joined on the cluster a link copies from, carried its commit as one from outside the group, and the
+    group, which has the member, refused it (UNKNOWN_MEMBER_ID)."""
+    _, two = pair
+    app, topic, group = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("kip848", "k8", "k8-g"))
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    for bootstrap in (primary, standby):
+        kafka.create_topics(bootstrap, [topic], partitions=1)
+    routing.create_link(app, "primary", "standby", include=[topic], actor="user:test", reason="test")
+    epoch = routing.set_binding(BindingKey.for_app(app), "standby", actor="user:test", reason="test")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    member_id = str(uuid.uuid4())
+    direct = RawClient(int(standby.rsplit(":", 1)[1]), client_id=app)
+    try:
+        joined = consumer_heartbeat(direct, group, member_id, 0, topic=topic)
+        assert joined.error_code == ErrorCode.none, joined
+        deadline = time.monotonic() + 30
+        while (code := commit_through(two, app, group, member_id, joined.member_epoch, topic)) in (
+            ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
+        ):  # fmt: skip
+            assert time.monotonic() < deadline, code
+            time.sleep(0.2)
+        assert code == ErrorCode.none
+    finally:
+        direct.close()
+
+
+def commit_through(
+    gateway: GatewayProcess, app: str, group: str, member_id: str, epoch: int, topic: str
+) -> ErrorCode:
+    """Offset 7 of ``topic``'s partition 0 committed through ``gateway`` as a consumer-protocol member."""
+    topic_cls = element_type(request_schema(apis.OFFSET_COMMIT, 9), "topics")
+    partition = make(element_type(topic_cls, "partitions"), committed_offset=7)
+    commit = ask(
+        gateway, app, apis.OFFSET_COMMIT, 9, group_id=group, generation_id_or_member_epoch=epoch,
+        member_id=member_id, topics=(make(topic_cls, name=topic, partitions=(partition,)),),
+    )  # fmt: skip
+    return ErrorCode(commit.topics[0].partitions[0].error_code)

@@ -34,7 +34,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from workers.gateway.brokers.real_ids import RealIds
+from workers.gateway.brokers.upstream import Upstream, UpstreamError
 from workers.gateway.framing.entities import replace_known
+from workers.gateway.framing.protocol import FrameError
+from workers.gateway.routing import apis
 
 JOIN, LEAVE = 0, -1
 """A heartbeat's member epoch when it joins, when it leaves (-2: a static member leaving for a while)."""
@@ -48,6 +51,19 @@ def heartbeating(body: Any) -> bool:
 def leave_fields(member_id: str) -> dict[str, Any]:
     """A ConsumerGroupHeartbeat's fields (beyond the group) that remove ``member_id``."""
     return {"member_id": member_id, "member_epoch": LEAVE, "topic_partitions": None}
+
+
+async def members(upstream: Upstream, group: str) -> set[str] | None:
+    """The member ids of ``group`` if it is a group of the consumer protocol at ``upstream`` (its
+    coordinator); None if it is not (no such group, or a cluster without the protocol)."""
+    try:
+        answer = await upstream.ask(apis.CONSUMER_GROUP_DESCRIBE, 0, group_ids=(group,))
+    except (FrameError, UpstreamError):  # a broker without the API closes the connection
+        return None
+    (described,) = answer.groups
+    if described.error_code != ErrorCode.none:
+        return None
+    return {m.member_id for m in described.members}
 
 
 async def to_cluster(body: Any, cluster: str, ids: RealIds) -> Any:

@@ -61,14 +61,6 @@ class Connection(Protocol):
     def later(self, answer: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
 
 
-def settled(describe_version: int) -> tuple[str, ...]:
-    """The states in which a DescribeGroups answer at ``describe_version`` lists every member a group
-    has. Below v6, Apache Kafka answers a group of the consumer protocol (KIP-848) as ``Dead`` without
-    members and without an error; from v6 on it refuses it (GROUP_ID_NOT_FOUND), so ``Dead`` is a
-    classic group with no one in it."""
-    return ("Empty", "Stable", "Dead") if describe_version >= 6 else ("Empty", "Stable")
-
-
 class GroupHandling:
     def __init__(self, gateway: Shared, connection: Connection) -> None:
         self.gateway, self.connection = gateway, connection
@@ -128,19 +120,28 @@ class GroupHandling:
             return
         try:
             node = await self._coordinator(cluster, group)
-            version = gateway.brokers.version(apis.DESCRIBE_GROUPS, 6)
-            answer = await self.connection.upstream(cluster, node, long_poll=False).ask(
+            upstream = self.connection.upstream(cluster, node, long_poll=False)
+            version = gateway.brokers.version(apis.DESCRIBE_GROUPS, 5)
+            answer = await upstream.ask(
                 apis.DESCRIBE_GROUPS, version, groups=(group,), include_authorized_operations=False
             )
+            (described,) = answer.groups
+            consumer = None
+            if described.error_code == ErrorCode.none and described.group_state == "Dead":
+                # no classic group: none at all, or one of the consumer protocol (KIP-848), which
+                # DescribeGroups answers as Dead without its members
+                consumer = await consumer_protocol.members(upstream, group)
         except (UpstreamError, TimeoutError, FrameError) as exc:
             log.warning("group %s: cannot tell where member %s joined: %s", group, member_id, exc)
             return
-        (described,) = answer.groups
         if described.error_code != ErrorCode.none:
             return
-        if any(m.member_id == member_id for m in described.members):
+        if consumer is not None:
+            where = cluster if member_id in consumer else source
+            gateway.members.joined(group, member_id, Member(where, None, consumer=True))
+        elif any(m.member_id == member_id for m in described.members):
             gateway.members.joined(group, member_id, Member(cluster, None))
-        elif described.group_state in settled(version):  # not mid-rebalance: it is not here
+        elif described.group_state in ("Empty", "Dead", "Stable"):  # not mid-rebalance: it is not here
             gateway.members.joined(group, member_id, Member(source, None))
 
     def moved(self, request: Request, snapshot: RoutingSnapshot, now_on: str) -> bool:
