@@ -29,7 +29,7 @@ from tests.helpers.traffic import topic_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 _JAVA = [
-    "java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    "java", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
     "-cp", KafkaDistribution(DEFAULT_KAFKA_VERSION, KAFKA_DIST).classpath,
     str(ROOT / "tests/compat/java/CompatApp.java"),
 ]  # fmt: skip
