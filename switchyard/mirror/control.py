@@ -94,8 +94,11 @@ def delete_link(
     """Remove a link (fenced, in the ledger), then its offset map on the target; return the epoch and
     how many map records were removed.
 
-    A running link is refused unless forced: its target would become writable by clients halfway
-    through a copy. Mirror processes stop copying it when they see the new epoch.
+    Refused unless forced: a running link (its target would become writable by clients halfway through
+    a copy), and a link another reverses (the offsets clients see through the reverse link, on its
+    target, are presented through this one's map: :mod:`switchyard.mirror.presented`; without it they
+    would no longer be translated, and a consumer would skip or re-read records). Mirror processes stop
+    copying it when they see the new epoch.
     """
     link = store.link(link_id)
     if link is None:
@@ -103,6 +106,12 @@ def delete_link(
     if link.state is LinkState.RUNNING and link.problem is None and not force:
         raise BindingRefused(
             f"link {link_id} is running: pause it first (its target then stays as copied), or force it"
+        )
+    reversing = sorted(other.id for other in store.snapshot().links.values() if other.reverse_of == link_id)
+    if reversing and not force:
+        raise BindingRefused(
+            f"link {link_id} is reversed by {', '.join(reversing)}: clients there see offsets presented "
+            "through its map; delete that first, or force it"
         )
     epoch = store.apply([LinkChange.of(link, LinkState.DELETED)], actor=actor, reason=reason)
     removed = forget_link(config.clusters[link.target].bootstrap, link_id)

@@ -14,6 +14,7 @@ from switchyard.errors import BindingConflict, BindingRefused, LedgerError, Rout
 from switchyard.keys import BindingKey
 from switchyard.ledger import Ledger
 from switchyard.ledger.kinds import MIGRATIONS
+from switchyard.mirror.control import delete_link
 from switchyard.model import (
     BindingState,
     ClusterState,
@@ -338,6 +339,22 @@ def test_links_are_fenced_recorded_and_final_once_promoted(store: RoutingStore) 
         (paused, LinkState.RUNNING, LinkState.PAUSED),
         (created, None, LinkState.RUNNING),
     ]
+
+
+def test_a_link_another_reverses_is_deleted_only_after_it_or_forced(
+    store: RoutingStore, stack_config: Config
+) -> None:
+    """The offsets clients see through a reverse link are presented through the link it reverses: that
+    one goes last (or forced), not silently first."""
+    store.create_link("p2s", "primary", "standby", actor=ACTOR, reason="t")
+    store.set_link_state("p2s", LinkState.PROMOTED, actor=ACTOR, reason="switchover")
+    store.create_link("s2p", "standby", "primary", reverse_of="p2s", actor=ACTOR, reason="t")
+    store.set_link_state("s2p", LinkState.PROMOTED, actor=ACTOR, reason="switchback")
+    with pytest.raises(BindingRefused, match="link p2s is reversed by s2p: clients there see offsets"):
+        delete_link(stack_config, store, "p2s", actor=ACTOR, reason="tidy")
+    delete_link(stack_config, store, "s2p", actor=ACTOR, reason="tidy")
+    delete_link(stack_config, store, "p2s", actor=ACTOR, reason="tidy")
+    assert store.snapshot().links == {}
 
 
 def test_rebuild_restores_links(store: RoutingStore) -> None:
