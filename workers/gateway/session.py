@@ -658,7 +658,9 @@ class ClientSession:
                 body = await self.gateway.brokers.rewrite(apis.PRODUCE, body, cluster)
             reply = encode_response(request, body)
         else:
-            reply = await self._presented(request, frame if translated is None else translated, cluster)
+            reply = await self._presented(
+                request, frame if translated is None else translated, cluster, identity
+            )
         attributes = {"api": api_name(request.api_key)}
         self.gateway.metrics.upstream_latency.record(answered - sent, attributes)
         added = (time.perf_counter() - received) - (answered - sent)
@@ -702,17 +704,17 @@ class ClientSession:
             issued = decode_response(request, frame)
             if issued.producer_id >= 0:
                 await self.gateway.producers.issued(identity, issued.producer_id, cluster, epoch)
-        elif request.api_key in (apis.SYNC_GROUP, apis.JOIN_GROUP, apis.CONSUMER_GROUP_HEARTBEAT):
+        elif request.api_key in (apis.SYNC_GROUP, apis.JOIN_GROUP):
             self.groups.learn(request, frame, cluster, identity)
         return None
 
-    async def _presented(self, request: Request, frame: bytes, cluster: str) -> bytes:
+    async def _presented(self, request: Request, frame: bytes, cluster: str, identity: Identity) -> bytes:
         """A broker's answer as the client gets it: naming virtual brokers only, migrated partitions led
         where they moved, topics named as clients know them, record batches of no leader epoch."""
         if request.api_key == apis.FETCH:
             return answer_without_epochs(frame, request.api_version)
         if request.api_key == apis.CONSUMER_GROUP_HEARTBEAT:
-            return await self.groups.heartbeat_in(request, frame, cluster)
+            return await self.groups.heartbeat_in(request, frame, cluster, identity)
         naming = request.api_key in BROKER_NAMING
         if not naming and not topic_identity.presents(request.api_key, request.api_version):
             return with_size(frame)

@@ -197,14 +197,9 @@ class GroupHandling:
             self._rejoins[group] = (asyncio.get_running_loop().create_future(), session_s)
 
     def learn(self, request: Request, frame: bytes, cluster: str, identity: Identity) -> None:
-        """What a JoinGroup, SyncGroup or ConsumerGroupHeartbeat answer from ``cluster`` tells: a member
-        there, a join done."""
-        if request.api_key == apis.CONSUMER_GROUP_HEARTBEAT:
-            answer = decode_response(request, frame)
-            if answer.error_code == ErrorCode.none and answer.member_epoch > 0:
-                member_id = answer.member_id or request.body.member_id
-                self._member_of(request.body.group_id, member_id, cluster, identity)
-        elif request.api_key == apis.SYNC_GROUP:
+        """What a JoinGroup or SyncGroup answer from ``cluster`` tells: a member there, a join done (a
+        ConsumerGroupHeartbeat's: ``heartbeat_in``)."""
+        if request.api_key == apis.SYNC_GROUP:
             synced = decode_response(request, frame)
             rejoin = self._rejoins.get(request.body.group_id)
             if synced.error_code == ErrorCode.none and rejoin is not None and not rejoin[0].done():
@@ -225,9 +220,14 @@ class GroupHandling:
         body = await consumer_protocol.to_cluster(body, cluster, self.gateway.real_ids)
         return request.frame if body is request.body else replace_body(request, body)
 
-    async def heartbeat_in(self, request: Request, frame: bytes, cluster: str) -> bytes:
-        """A ConsumerGroupHeartbeat's answer from ``cluster`` as its member gets it."""
-        answer = consumer_protocol.answered(request.body, decode_response(request, frame))
+    async def heartbeat_in(self, request: Request, frame: bytes, cluster: str, identity: Identity) -> bytes:
+        """A ConsumerGroupHeartbeat's answer from ``cluster`` as its member gets it; a member there it
+        tells of, noted."""
+        answer = decode_response(request, frame)
+        if answer.error_code == ErrorCode.none and answer.member_epoch > 0:
+            member_id = answer.member_id or request.body.member_id
+            self._member_of(request.body.group_id, member_id, cluster, identity)
+        answer = consumer_protocol.answered(request.body, answer)
         answer = await consumer_protocol.to_client(answer, cluster, self.gateway.real_ids)
         return encode_response(request, answer)
 

@@ -27,6 +27,8 @@ class LinkLookup:
         self._records: dict[tuple[str, int], asyncio.Future[LinkRecords]] = {}
         self._presents: dict[str, bool] = {}
         self._presents_in: RoutingSnapshot | None = None
+        self._latest: dict[tuple[str, str], Link | None] = {}
+        self._latest_in: RoutingSnapshot | None = None
         self._tables: dict[tuple[str, int], dict[str, dict[int, Presented]]] = {}
         """Per promoted link (id, epoch): its partitions whose copy's offsets differ, by topic."""
 
@@ -93,16 +95,14 @@ class LinkLookup:
         and on the home itself after a switch back of records that transactions wrote."""
         if not self.presents(snapshot, cluster):
             return None
+        if snapshot is not self._latest_in:
+            self._latest, self._latest_in = {}, snapshot
         tables: dict[str, dict[int, Presented]] = {}
         for topic in dict.fromkeys(topics):
-            copying = [
-                link for link in snapshot.links.values()
-                if link.target == cluster and link.state is LinkState.PROMOTED and link.copies(topic)
-            ]  # fmt: skip
-            if not copying:
-                continue
-            link = max(copying, key=lambda found: found.epoch)
-            if _home(snapshot, link) is None:
+            if (cluster, topic) not in self._latest:  # asked of every answer: once per snapshot
+                self._latest[(cluster, topic)] = _latest_promoted(snapshot, cluster, topic)
+            link = self._latest[(cluster, topic)]
+            if link is None:
                 continue
             table = (await self._presented(snapshot, link)).get(topic)
             if table:
@@ -132,6 +132,17 @@ class LinkLookup:
             if len(self._tables) > _LINKS_REMEMBERED:
                 del self._tables[next(iter(self._tables))]
         return tables
+
+
+def _latest_promoted(snapshot: RoutingSnapshot, cluster: str, topic: str) -> Link | None:
+    """The latest promoted link that copies ``topic`` to ``cluster``, where its chain back to the home is
+    known (None: none)."""
+    copying = [
+        link for link in snapshot.links.values()
+        if link.target == cluster and link.state is LinkState.PROMOTED and link.copies(topic)
+    ]  # fmt: skip
+    link = max(copying, key=lambda found: found.epoch, default=None)
+    return link if link is not None and _home(snapshot, link) is not None else None
 
 
 def _home(snapshot: RoutingSnapshot, link: Link) -> str | None:
