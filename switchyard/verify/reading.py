@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from switchyard.errors import KafkaOperationError
+from switchyard.kafka import listed_end
 
 
 def read_range(
@@ -41,7 +42,9 @@ def read_range(
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        return  # the log ends before the range does: there is nothing more
+                        if listed_end(consumer, topic, partition) <= (msg.offset() or 0):
+                            return  # the log ends before the range does: there is nothing more
+                        continue  # a leader elected a moment ago, its high watermark not yet caught up
                     raise KafkaOperationError(f"{bootstrap}: {topic}[{partition}]: {error}")
                 if (msg.offset() or 0) >= end:
                     return
