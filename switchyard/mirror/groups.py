@@ -59,6 +59,8 @@ class GroupSyncReport:
     """Why a group or partition was not synced this time (it is retried at the next sync)."""
     in_step: list[str] = field(default_factory=list)
     """The groups whose offsets on the target now match the source's, written or already so."""
+    carried: set[str] = field(default_factory=set)
+    """The groups with offsets committed on a copied topic, carried or not this time: the link's own."""
     failed_in_client: str | None = None
     """Why the sync stopped early: a request failed in the client (see :mod:`switchyard.admins`), and
     the groups after it would each wait out their time-out on the same client."""
@@ -126,6 +128,8 @@ def _wanted(  # noqa: PLR0917 - one group of sync_groups
 ) -> dict[Key, GroupOffset]:
     """The group's offsets on the source, translated for the target."""
     committed = committed_offsets(source, group, timeout_s)
+    if any(copies(topic) for topic, _ in committed):
+        report.carried.add(group)
     wanted: dict[Key, GroupOffset] = {}
     for (topic, partition), offset in committed.items():
         key = (topic, partition)

@@ -1,19 +1,21 @@
 """What a link carries besides records, from the older Apache Kafka line (3.9) to the default one, both
 with an authorizer on: a source log that starts above 0 (DeleteRecords), partitions the source gains,
-topic settings (one the target refuses), topic ACLs. On brokers of this module's own: their versions and
-their authorizer are not the shared stack's."""
+topic settings (one the target refuses), topic, group and transactional-id ACLs. On brokers of this
+module's own: their versions and their authorizer are not the shared stack's."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -37,7 +39,7 @@ from tests.helpers.mirrors import Mirrors, records, unique, wait_drained, wait_g
 from tests.helpers.records import commit_offset
 from tests.helpers.services import PrivateService
 from tests.helpers.stacks import QUICK_CONSUMER
-from workers.mirror.acls import TOPIC_ACLS, exactly
+from workers.mirror.acls import GROUP_ACLS, TOPIC_ACLS, TRANSACTIONAL_ID_ACLS, exactly
 
 ACTOR = "user:test"
 OLDER = "3.9.2"
@@ -248,11 +250,54 @@ def test_topic_acls_follow_the_source_onto_the_target(
     name = link(routing, topic)
     wait_drained(routing, name, [(topic, 0)], since=now())
     granted = {alice, bob, dave_there}  # not carol: her topic is not the link's
-    assert wait_for_acls(target, granted) == granted
+    names = {topic, prefix, elsewhere}
+    assert wait_for_acls(target, granted, names=names) == granted
 
     for future in on_source.delete_acls([exactly(alice)]).values():
         future.result(10)
-    assert wait_for_acls(target, {bob, dave_there}) == {bob, dave_there}
+    assert wait_for_acls(target, {bob, dave_there}, names=names) == {bob, dave_there}
+
+
+def test_group_and_transactional_id_acls_follow_the_source_onto_the_target(
+    mirror: Mirrors, routing: RoutingStore, pair: tuple[str, str]
+) -> None:
+    """A client switched to the target joins its group and runs its transactions there. The grants on
+    the groups with offsets on the link's topics follow the source, a revoked one revoked; a group that
+    reads elsewhere brings none. The transactional ids of those allowed to write the link's topics are
+    granted; another principal's are not."""
+    source, target = pair
+    topic, elsewhere = unique("grouped"), unique("elsewhere")
+    group, other_group, tx, other_tx = unique("reads"), unique("reads-elsewhere"), unique("tx"), unique("tx")
+    group_acl = partial(acl, restype=ResourceType.GROUP)
+    tx_acl = partial(acl, restype=ResourceType.TRANSACTIONAL_ID)
+    frank, grace = (
+        group_acl(group, "User:frank", AclOperation.READ),
+        group_acl(group, "User:grace", AclOperation.READ),
+    )
+    elsewhere_group = group_acl(other_group, "User:frank", AclOperation.READ)
+    erin_tx, frank_tx = (
+        tx_acl(tx, "User:erin", AclOperation.WRITE),
+        tx_acl(other_tx, "User:frank", AclOperation.WRITE),
+    )
+    on_source = AdminClient({"bootstrap.servers": source})
+    erin_writes = acl(topic, "User:erin", AclOperation.WRITE)
+    for future in on_source.create_acls(
+        [erin_writes, frank, grace, elsewhere_group, erin_tx, frank_tx]
+    ).values():
+        future.result(10)
+    kafka.create_topics(source, [topic, elsewhere])
+    kafka.produce(source, topic, records(5))
+    commit_offset(source, group, topic, 3)
+    commit_offset(source, other_group, elsewhere, 0)
+    name = link(routing, topic)
+    wait_drained(routing, name, [(topic, 0)], since=now())
+
+    groups, ids = {group, other_group}, {tx, other_tx}
+    assert wait_for_acls(target, {frank, grace}, GROUP_ACLS, groups) == {frank, grace}
+    assert wait_for_acls(target, {erin_tx}, TRANSACTIONAL_ID_ACLS, ids) == {erin_tx}
+    for future in on_source.delete_acls([exactly(grace)]).values():
+        future.result(10)
+    assert wait_for_acls(target, {frank}, GROUP_ACLS, groups) == {frank}
 
 
 def acl(
@@ -260,16 +305,24 @@ def acl(
     principal: str,
     operation: AclOperation,
     pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+    restype: ResourceType = ResourceType.TOPIC,
 ) -> AclBinding:
-    return AclBinding(ResourceType.TOPIC, name, pattern, principal, "*", operation, AclPermissionType.ALLOW)
+    return AclBinding(restype, name, pattern, principal, "*", operation, AclPermissionType.ALLOW)
 
 
-def wait_for_acls(bootstrap: str, expected: set[AclBinding], timeout_s: float = 30) -> set[AclBinding]:
-    """The topic ACLs on ``bootstrap`` once they are ``expected`` (or what they are at the deadline)."""
+def wait_for_acls(
+    bootstrap: str,
+    expected: set[AclBinding],
+    kind: AclBindingFilter = TOPIC_ACLS,
+    names: set[str] | None = None,
+    timeout_s: float = 30,
+) -> set[AclBinding]:
+    """The ACLs of ``kind`` on ``bootstrap`` (those on ``names``; None: all) once they are ``expected``
+    (or what they are at the deadline)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + timeout_s
     while True:
-        found = set(admin.describe_acls(TOPIC_ACLS).result(10))
+        found = {b for b in admin.describe_acls(kind).result(10) if names is None or b.name in names}
         if found == expected or time.monotonic() > deadline:
             return found
         time.sleep(0.3)

@@ -1,11 +1,12 @@
-"""Carrying consumer groups' offsets for the partitions one mirror process copies, every
-``mirror.group_sync_interval_s``, off the copy loop (listing a source's groups can take long)."""
+"""Carrying consumer groups' offsets for the partitions one mirror process copies, and the ACLs on
+those groups, every ``mirror.group_sync_interval_s``, off the copy loop (listing a source's groups can
+take long)."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from kazoo.client import KazooClient
 
@@ -14,6 +15,7 @@ from switchyard.mirror.groups import sync_groups
 from switchyard.mirror.writers import GroupWriters
 from switchyard.model import Link, LinkState
 from switchyard.routing.layout import Layout
+from workers.mirror.acls import sync_group_acls
 from workers.mirror.progress import Key, PartitionCopy
 
 log = logging.getLogger(__name__)
@@ -27,9 +29,12 @@ class GroupCarry:
         member: str,
         link: Callable[[], Link],
         copying: Callable[[], dict[Key, PartitionCopy]],
+        *,
+        principals: Callable[[Link], Mapping[str, str]],
+        note: Callable[[str, str | None], None],
     ) -> None:
         self.zk, self.layout, self.member = zk, layout, member
-        self._link = link
+        self._link, self._principals, self._note = link, principals, note
         self._copying = copying
         """The partitions this process copies now (a copy of the table: the copy loop changes it)."""
 
@@ -39,7 +44,8 @@ class GroupCarry:
                 self.once(admins)
 
     def once(self, admins: Admins) -> None:
-        """Carry the groups' offsets for the partitions this process copies (each process its own)."""
+        """Carry the groups' offsets for the partitions this process copies (each process its own), and
+        bring the target's ACLs on the groups with offsets on the link's topics in line with the source's."""
         link = self._link()
         copying = {k: st for k, st in self._copying().items() if not st.error}
         writers = GroupWriters(self.zk, self.layout, link.id, f"mirror:{self.member}")
@@ -53,6 +59,10 @@ class GroupCarry:
                     {k: st.mirrored() for k, st in copying.items()},
                     turn=writers.carry,
                 )
+                if not report.failed_in_client:
+                    self._note(
+                        "group acls", sync_group_acls(source, target, report.carried, self._principals(link))
+                    )
         except Exception as exc:  # groups are synced again at the next interval; copying goes on
             log.warning("link %s: group offsets not synced: %s", link.id, exc)
             return

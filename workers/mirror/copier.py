@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from functools import partial
 
 from confluent_kafka import (
@@ -99,7 +100,10 @@ class LinkCopier:
         """Set when the link was promoted and this copier's last writes are acknowledged."""
         self.source = SourceEnds(self._partitions)
         self.status = StatusNode(zk, layout, member, lambda: self.link.id, self._current)
-        self.carry = GroupCarry(zk, layout, member, lambda: self.link, lambda: dict(self._partitions))
+        self.carry = GroupCarry(
+            zk, layout, member, lambda: self.link, lambda: dict(self._partitions),
+            principals=self._principals, note=self._note,
+        )  # fmt: skip
         self.member = member
 
     @property
@@ -227,9 +231,12 @@ class LinkCopier:
         self.source.answered()
         for key, note in notes.items():
             self._note(key, note)
-        principals = self.config.mirror.principal_names(self.link.source, self.link.target)
-        self._note("acls", sync_acls(source, target, found, principals) if found else None)
+        self._note("acls", sync_acls(source, target, found, self._principals(self.link)) if found else None)
         return found
+
+    def _principals(self, link: Link) -> Mapping[str, str]:
+        """Each principal of the link's source named as the target knows it (``mirror.principals``)."""
+        return self.config.mirror.principal_names(link.source, link.target)
 
     def _note(self, key: str, note: str | None) -> None:
         if note is None:
