@@ -135,8 +135,10 @@ def test_partitions_the_source_gains_are_added_and_copied(
 
     admin = AdminClient({"bootstrap.servers": source})
     admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    grown = time.monotonic()
     kafka.produce(source, topic, [kafka.Record(f"k{i}".encode(), b"v", partition=i % 3) for i in range(30)])
     wait_drained(routing, name, [(topic, p) for p in range(3)], since=now())
+    print(f"\nthe grown partitions copied {time.monotonic() - grown:.1f}s after they were added")
     on_source, on_target = kafka.read_partitions(source, topic), kafka.read_partitions(target, topic)
     assert {p: len(r) for p, r in on_target.items()} == {0: 60, 1: 10, 2: 10}
     for partition, written in on_source.items():

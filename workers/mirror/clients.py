@@ -80,8 +80,11 @@ class CopyClients:
                 # was last checked: at the default 1 s the copy emptied the queue and then waited
                 "fetch.queue.backoff.ms": 10,
                 "stats_cb": stats,
-                # partitions the source gains are taken up within a topic refresh, not librdkafka's 5 min
-                "topic.metadata.refresh.interval.ms": int(settings.topic_refresh_s * 1000),
+                # partitions the source gains are taken up within a status interval, not librdkafka's
+                # 5 min (a Metadata request for the link's topics each interval): grow_copies
+                "topic.metadata.refresh.interval.ms": int(
+                    min(settings.status_interval_s, settings.topic_refresh_s) * 1000
+                ),
                 **settings.consumer,
             }
         )

@@ -56,7 +56,7 @@ from workers.mirror.carry import GroupCarry
 from workers.mirror.clients import LEAVE_WAIT_S, CopyClients
 from workers.mirror.progress import Key, PartitionCopy, gone
 from workers.mirror.reporting import SourceEnds, StatusNode
-from workers.mirror.topics import sync_topics
+from workers.mirror.topics import grow_copies, sync_topics
 
 log = logging.getLogger(__name__)
 _BACKOFF_MAX_S = 30.0
@@ -87,6 +87,8 @@ class LinkCopier:
         refresh)."""
         self._paused = False
         self._clients: CopyClients | None = None
+        self._admins: Admins | None = None
+        """This session's admin clients."""
         self._maps: dict[Key, OffsetMap] = {}
         self._final: dict[Key, PartitionCopy] = {}
         self._left: dict[Key, PartitionCopy] = {}
@@ -167,7 +169,7 @@ class LinkCopier:
         source = self.config.clusters[link.source].bootstrap
         target = self.config.clusters[link.target].bootstrap
         self._failure = None
-        admins = Admins(lambda cluster: self.config.clusters[cluster].bootstrap)  # this session's
+        self._admins = admins = Admins(lambda cluster: self.config.clusters[cluster].bootstrap)
         ensure_map_topic(admins.get(link.target))
         self._maps = read_maps(target, link.id)
         self._clients = clients = CopyClients.connect(
@@ -297,9 +299,11 @@ class LinkCopier:
 
     def _take_up(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         assert self._clients is not None
+        assert self._admins is not None
         probe, source_probe = self._clients.probe, self._clients.source_probe
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self._left = {}  # the group has spoken: what this session holds is all this process shows
+        grow_copies(self._admins.get(self.link.target), keys)  # before its ends are asked there
         ends = kafka.log_ends(probe, keys)
         source_ends = kafka.log_ends(source_probe, keys)
         starts = kafka.watermarks(source_probe, keys, timeout_s=10)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Iterable
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 from confluent_kafka.cimpl import NewPartitions
 
 from switchyard.model import Link
 from switchyard.topic_copies import TopicSyncError, create_copies, follow_settings
 
+log = logging.getLogger(__name__)
 LIST_S, LIST_SLICE_S = 10.0, 1.0
 
 
@@ -29,17 +32,7 @@ def sync_topics(
     }
     existing = {name: len(meta.partitions) for name, meta in listed(target, stopping).topics.items()}
     left_out = create_copies(source, target, {n: count for n, count in wanted.items() if n not in existing})
-    short = {name: count for name, count in wanted.items() if name in existing and existing[name] < count}
-    if short:
-        futures = target.create_partitions([NewPartitions(name, count) for name, count in short.items()])
-        for name, future in futures.items():
-            try:
-                future.result(30)
-            except Exception as exc:
-                raise TopicSyncError(
-                    f"topic {name} has {existing[name]} partitions on the target and {short[name]} on the "
-                    f"source, and the target cannot add partitions: {exc}"
-                ) from exc
+    add_partitions(target, wanted, existing)
     notes: dict[str, str | None] = {t: f"topic {t} created without {why}" for t, why in left_out.items()}
     copied = sorted(name for name in wanted if name in existing)
     try:
@@ -50,6 +43,38 @@ def sync_topics(
         (f"settings {t}", None if why is None else f"topic {t}: {why}") for t, why in followed.items()
     )
     return sorted(wanted), notes
+
+
+def grow_copies(target: AdminClient, keys: Iterable[tuple[str, int]]) -> None:
+    """Add on the target the partitions among ``keys`` (the copy's assignment) that it lacks. The copy's
+    consumer sees a topic grow on the source within a status interval (its metadata refresh); taken up
+    here, its new partitions are copied from then on, not from the next topic refresh."""
+    wanted: dict[str, int] = {}
+    for topic, partition in keys:
+        wanted[topic] = max(wanted.get(topic, 0), partition + 1)
+    existing = {name: len(meta.partitions) for name, meta in target.list_topics(timeout=10).topics.items()}
+    add_partitions(target, wanted, existing)
+
+
+def add_partitions(target: AdminClient, wanted: dict[str, int], existing: dict[str, int]) -> None:
+    """Grow each copy on the target (``existing``: its partition counts) to the count ``wanted`` says."""
+    short = {name: count for name, count in wanted.items() if name in existing and existing[name] < count}
+    if not short:
+        return
+    futures = target.create_partitions([NewPartitions(name, count) for name, count in short.items()])
+    for name, future in futures.items():
+        try:
+            future.result(30)
+        except (KafkaException, TimeoutError) as exc:
+            if isinstance(exc, KafkaException) and exc.args[0].code() == KafkaError.INVALID_PARTITIONS:
+                continue  # grown meanwhile (by another process of the link)
+            raise TopicSyncError(
+                f"topic {name} has {existing[name]} partitions on the target and {short[name]} on the "
+                f"source, and the target cannot add partitions: {exc}"
+            ) from exc
+    log.info(
+        "copies grown as their source topics: %s", ", ".join(f"{n} to {c}" for n, c in sorted(short.items()))
+    )
 
 
 def listed(admin: AdminClient, stopping: threading.Event) -> ClusterMetadata:
