@@ -266,7 +266,7 @@ def test_group_and_transactional_id_acls_follow_the_source_onto_the_target(
     """A client switched to the target joins its group and runs its transactions there. The grants on
     the groups with offsets on the link's topics follow the source, a revoked one revoked; a group that
     reads elsewhere brings none. The transactional ids of those allowed to write the link's topics are
-    granted; another principal's are not."""
+    granted, their denials not (only ever added, a lifted one would stay); another principal's are not."""
     source, target = pair
     topic, elsewhere = unique("grouped"), unique("elsewhere")
     group, other_group, tx, other_tx = unique("reads"), unique("reads-elsewhere"), unique("tx"), unique("tx")
@@ -283,8 +283,12 @@ def test_group_and_transactional_id_acls_follow_the_source_onto_the_target(
     )
     on_source = AdminClient({"bootstrap.servers": source})
     erin_writes = acl(topic, "User:erin", AclOperation.WRITE)
+    erin_denied = AclBinding(
+        ResourceType.TRANSACTIONAL_ID, other_tx, ResourcePatternType.LITERAL, "User:erin", "*",
+        AclOperation.WRITE, AclPermissionType.DENY,
+    )  # fmt: skip
     for future in on_source.create_acls(
-        [erin_writes, frank, grace, elsewhere_group, erin_tx, frank_tx]
+        [erin_writes, frank, grace, elsewhere_group, erin_tx, frank_tx, erin_denied]
     ).values():
         future.result(10)
     kafka.create_topics(source, [topic, elsewhere])

@@ -6,8 +6,9 @@ Each kind of resource is scoped to what the link owns:
 - topics: every binding whose pattern covers a copied topic (its name, a prefix of it, or ``*``);
 - consumer groups: every binding covering a group with committed offsets on a copied topic (the groups
   whose offsets the mirror carries, :mod:`workers.mirror.carry`);
-- transactional ids: nothing the admin API shows ties one to a topic, so the link takes the bindings of
-  the principals allowed to write a copied topic (a transactional producer needs both grants).
+- transactional ids: nothing the admin API shows ties one to a topic, so the link takes the grants
+  (ALLOW bindings) of the principals allowed to write a copied topic (a transactional producer needs
+  both grants). A denial is not copied: only ever added, one lifted on the source would stay.
 
 For topics and groups, a literal binding on an owned name that the source no longer has is deleted on
 the target, since the source decides who may use them — unless the source has no binding of that kind
@@ -100,7 +101,10 @@ def sync_acls(
             on_source, target.describe_acls(TOPIC_ACLS).result(10), topics, principals
         )
         writing = writers(on_source, topics)
-        theirs = [b for b in source.describe_acls(TRANSACTIONAL_ID_ACLS).result(10) if b.principal in writing]
+        theirs = [
+            b for b in source.describe_acls(TRANSACTIONAL_ID_ACLS).result(10)
+            if b.principal in writing and b.permission_type is AclPermissionType.ALLOW
+        ]  # fmt: skip
         there = target.describe_acls(TRANSACTIONAL_ID_ACLS).result(10)
         return create + acl_changes(theirs, there, None, principals)[0], delete
 

@@ -38,6 +38,7 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     Message,
+    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
@@ -304,6 +305,9 @@ class LinkCopier:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self._left = {}  # the group has spoken: what this session holds is all this process shows
         grow_copies(self._admins.get(self.link.target), keys)  # before its ends are asked there
+        fresh = [key for key in keys if key not in self._maps]  # a partition new to the link, or to it
+        if fresh:
+            _await_partitions([probe, self._clients.producer, source_probe], fresh)
         ends = kafka.log_ends(probe, keys)
         source_ends = kafka.log_ends(source_probe, keys)
         starts = kafka.watermarks(source_probe, keys, timeout_s=10)
@@ -509,3 +513,26 @@ class LinkCopier:
             st.error = reason
         if self._clients is not None:
             self._clients.consumer.pause([TopicPartition(key[0], key[1])])
+
+
+GROWN_WITHIN_S = 10.0
+"""How long clients' metadata may take to show partitions added a moment ago."""
+
+
+def _await_partitions(clients: list[Consumer | Producer], keys: list[Key]) -> None:
+    """Until each client's metadata shows every partition of ``keys`` (or ``GROWN_WITHIN_S`` is over):
+    librdkafka refreshes its metadata every 5 min and answers a partition it does not know as unknown
+    at once, so one added a moment ago (``grow_copies``) ended the session: a rebalance and a restart
+    for every growth."""
+    wanted: dict[str, int] = {}
+    for topic, partition in keys:
+        wanted[topic] = max(wanted.get(topic, 0), partition + 1)
+    deadline = time.monotonic() + GROWN_WITHIN_S
+    for client in clients:
+        while True:
+            known = client.list_topics(timeout=5).topics  # every topic: one request, the cache renewed
+            if all(t not in known or len(known[t].partitions) >= n for t, n in wanted.items()):
+                break
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.2)

@@ -62,9 +62,11 @@ def add_partitions(target: AdminClient, wanted: dict[str, int], existing: dict[s
     if not short:
         return
     futures = target.create_partitions([NewPartitions(name, count) for name, count in short.items()])
+    grown = []
     for name, future in futures.items():
         try:
             future.result(30)
+            grown.append(f"{name} to {short[name]}")
         except (KafkaException, TimeoutError) as exc:
             if isinstance(exc, KafkaException) and exc.args[0].code() == KafkaError.INVALID_PARTITIONS:
                 continue  # grown meanwhile (by another process of the link)
@@ -72,9 +74,8 @@ def add_partitions(target: AdminClient, wanted: dict[str, int], existing: dict[s
                 f"topic {name} has {existing[name]} partitions on the target and {short[name]} on the "
                 f"source, and the target cannot add partitions: {exc}"
             ) from exc
-    log.info(
-        "copies grown as their source topics: %s", ", ".join(f"{n} to {c}" for n, c in sorted(short.items()))
-    )
+    if grown:
+        log.info("copies grown as their source topics: %s", ", ".join(sorted(grown)))
 
 
 def listed(admin: AdminClient, stopping: threading.Event) -> ClusterMetadata:
