@@ -227,12 +227,12 @@ def read_partitions(bootstrap: str, topic: str, *, timeout_s: float = 60.0) -> d
         if metadata is None or metadata.error is not None:
             raise NoSuchTopic(f"{bootstrap}: {topic}: no such topic")
         partitions = sorted(metadata.partitions)
+        deadline = time.monotonic() + timeout_s
         listed = watermarks(consumer, [(topic, p) for p in partitions], timeout_s=timeout_s)
         ends = {p: high for (_, p), (_, high) in listed.items()}
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         found: dict[int, list[Record]] = {p: [] for p in partitions}
         open_partitions = set(partitions)
-        deadline = time.monotonic() + timeout_s
         while open_partitions:
             if time.monotonic() > deadline:
                 raise KafkaOperationError(
@@ -328,13 +328,6 @@ def watermarks(
         for tp in _listed(consumer, [TopicPartition(t, p, spec) for t, p in keys], deadline):
             found[(tp.topic, tp.partition)][slot] = tp.offset
     return {k: (low, high) for k, (low, high) in found.items()}
-
-
-def listed_end(consumer: Consumer, topic: str, partition: int, *, timeout_s: float = 30.0) -> int:
-    """The partition's end as ListOffsets says it (the consumer's isolation level decides which end):
-    unlike a Fetch answer's, never short of what the leader before acknowledged (KIP-207)."""
-    deadline = time.monotonic() + timeout_s
-    return _listed(consumer, [TopicPartition(topic, partition, _LATEST)], deadline)[0].offset
 
 
 RETRIABLE = frozenset({

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from switchyard.errors import KafkaOperationError
-from switchyard.kafka import listed_end
+from switchyard.kafka import watermarks
 
 
 def read_range(
@@ -42,9 +42,12 @@ def read_range(
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        if listed_end(consumer, topic, partition) <= (msg.offset() or 0):
+                        # ListOffsets, unlike a leader elected a moment ago in its Fetch answers, is
+                        # never short of what the leader before acknowledged (KIP-207)
+                        (_, listed_end), *_ = watermarks(consumer, [(topic, partition)]).values()
+                        if listed_end <= (msg.offset() or 0):
                             return  # the log ends before the range does: there is nothing more
-                        continue  # a leader elected a moment ago, its high watermark not yet caught up
+                        continue
                     raise KafkaOperationError(f"{bootstrap}: {topic}[{partition}]: {error}")
                 if (msg.offset() or 0) >= end:
                     return

@@ -57,7 +57,7 @@ from workers.mirror.carry import GroupCarry
 from workers.mirror.clients import LEAVE_WAIT_S, CopyClients
 from workers.mirror.progress import Key, PartitionCopy, gone
 from workers.mirror.reporting import SourceEnds, StatusNode
-from workers.mirror.topics import grow_copies, sync_topics
+from workers.mirror.topics import grow_copies, partition_counts, sync_topics
 
 log = logging.getLogger(__name__)
 _BACKOFF_MAX_S = 30.0
@@ -304,9 +304,9 @@ class LinkCopier:
         probe, source_probe = self._clients.probe, self._clients.source_probe
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self._left = {}  # the group has spoken: what this session holds is all this process shows
-        grow_copies(self._admins.get(self.link.target), keys)  # before its ends are asked there
-        fresh = [key for key in keys if key not in self._maps]  # a partition new to the link, or to it
-        if fresh:
+        fresh = [key for key in keys if key not in self._maps]  # new to the link, or to this session
+        if fresh:  # added on the target before its ends are asked there
+            grow_copies(self._admins.get(self.link.target), fresh)
             _await_partitions([probe, self._clients.producer, source_probe], fresh)
         ends = kafka.log_ends(probe, keys)
         source_ends = kafka.log_ends(source_probe, keys)
@@ -524,9 +524,7 @@ def _await_partitions(clients: list[Consumer | Producer], keys: list[Key]) -> No
     librdkafka refreshes its metadata every 5 min and answers a partition it does not know as unknown
     at once, so one added a moment ago (``grow_copies``) ended the session: a rebalance and a restart
     for every growth."""
-    wanted: dict[str, int] = {}
-    for topic, partition in keys:
-        wanted[topic] = max(wanted.get(topic, 0), partition + 1)
+    wanted = partition_counts(keys)
     deadline = time.monotonic() + GROWN_WITHIN_S
     for client in clients:
         while True:

@@ -46,14 +46,19 @@ def sync_topics(
 
 
 def grow_copies(target: AdminClient, keys: Iterable[tuple[str, int]]) -> None:
-    """Add on the target the partitions among ``keys`` (the copy's assignment) that it lacks. The copy's
-    consumer sees a topic grow on the source within a status interval (its metadata refresh); taken up
-    here, its new partitions are copied from then on, not from the next topic refresh."""
-    wanted: dict[str, int] = {}
-    for topic, partition in keys:
-        wanted[topic] = max(wanted.get(topic, 0), partition + 1)
+    """Add on the target the partitions among ``keys`` (new to the copy's assignment) that it lacks. The
+    copy's consumer sees a topic grow on the source within a status interval (its metadata refresh);
+    taken up here, its new partitions are copied from then on, not from the next topic refresh."""
     existing = {name: len(meta.partitions) for name, meta in target.list_topics(timeout=10).topics.items()}
-    add_partitions(target, wanted, existing)
+    add_partitions(target, partition_counts(keys), existing)
+
+
+def partition_counts(keys: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Per topic, how many partitions it has at least, going by the (topic, partition) ``keys``."""
+    counts: dict[str, int] = {}
+    for topic, partition in keys:
+        counts[topic] = max(counts.get(topic, 0), partition + 1)
+    return counts
 
 
 def add_partitions(target: AdminClient, wanted: dict[str, int], existing: dict[str, int]) -> None:
