@@ -9,11 +9,13 @@ mirror's own report of how far it read says the rest.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from temporalio import activity
 
@@ -51,7 +53,9 @@ from switchyard.sagas.steps import (
     Reversed,
     ReverseRequest,
 )
+from switchyard.topic_copies import follow_settings
 
+log = logging.getLogger(__name__)
 _DRAIN_POLL_S = 0.05
 _LONG_AGO = datetime.min.replace(tzinfo=UTC)
 _MAPS_AGE_S = 2.0
@@ -102,6 +106,7 @@ class MirrorActivities:
             if behind:
                 behind = self._read_past_markers(link.id, behind, since)
             if not behind:
+                self._follow_settings(link.id, link.source, link.target, sorted({t for t, _ in wanted}))
                 return Drained(
                     [PartitionEnd(t, p, e) for (t, p), e in sorted(ends.items())], sum(ends.values()),
                     [PartitionEnd(t, p, e) for (t, p), e in sorted(wanted.items())],
@@ -117,6 +122,22 @@ class MirrorActivities:
                     f"link {link.id} did not copy up to the fenced ends in {request.timeout_s:g}s: {named}"
                 )
             time.sleep(_DRAIN_POLL_S)
+
+    def _follow_settings(self, link_id: str, source: str, target: str, topics: list[str]) -> None:
+        """The copies' settings brought in line with the source's, as the mirror does only every
+        ``mirror.settings_refresh_s``: a retention changed on the source just before the switch would
+        otherwise be missing on the target and, copied back by the reverse link, undone on the source.
+        The records matter more: a setting that cannot be set is named, and the switch goes on."""
+        try:
+            followed = self.deps.admins.retried(
+                (source, target), lambda clients, _: follow_settings(clients[0], clients[1], topics)
+            )
+        except (KafkaException, TimeoutError) as exc:
+            followed = dict.fromkeys(topics, f"settings not read: {exc}")
+        for topic, why in sorted(followed.items()):
+            if why is not None:
+                log.warning("link %s: topic %s: %s", link_id, topic, why)
+                beat(f"topic {topic}: {why}")
 
     def _read_past_markers(self, link_id: str, behind: dict[Key, int], since: datetime) -> dict[Key, int]:
         """Those of ``behind`` the mirror has not read up to, by its own report made after ``since``: the

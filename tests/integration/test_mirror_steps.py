@@ -5,7 +5,8 @@ end: in a saga the drain has waited for the target to reach that end already, so
 target one record short through would pass every saga test; here nothing drains. The group sync must
 not write a group's offsets on the target while the group has members there (Apache Kafka refuses an
 admin's commit to such a group, and a member's own commits would be overwritten): it waits, and names
-the group when the wait runs out."""
+the group when the wait runs out. The drain brings the copies' settings in line, which the mirror does only
+now and then."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -24,7 +25,7 @@ from activities.mirror import MirrorActivities
 from switchyard.config import Config
 from switchyard.mirror.groups import committed_offsets, group_state
 from switchyard.routing import RoutingStore
-from switchyard.sagas.steps import CopyCheckRequest, GroupSyncRequest, PartitionEnd
+from switchyard.sagas.steps import CopyCheckRequest, DrainRequest, GroupSyncRequest, PartitionEnd
 from tests.helpers.deps import worker_deps
 from tests.helpers.records import commit_offset, fill_topic
 
@@ -66,6 +67,33 @@ def test_the_check_before_the_flip_passes_an_exact_copy_and_names_any_record_off
         with pytest.raises(ApplicationError, match="CopyDiverged") as refused:
             ActivityEnvironment().run(activities.check_copy, check)
         assert f"{topic}[0]: {found}" in str(refused.value)
+
+
+def test_the_drain_brings_the_copys_settings_in_line_with_the_source(
+    activities: MirrorActivities, routing: RoutingStore, stack_config: Config
+) -> None:
+    """The mirror follows a source topic's settings only every ``settings_refresh_s``; a retention
+    lengthened just before a switch must still be on the target when clients move there (and not be
+    copied back onto the source by the reverse link). Nothing else here would set it: no mirror runs."""
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    topic, link = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("drained-t", "drained-l"))
+    for bootstrap in (primary, standby):
+        fill_topic(bootstrap, topic, COPIED, partitions=1, size=16)
+    routing.create_link(link, "primary", "standby", include=[topic], actor="user:test", reason="t")
+    lengthened = ConfigEntry("retention.ms", "1209600000", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[lengthened])
+    source = AdminClient({"bootstrap.servers": primary})  # kept until answered: one collected fails
+    for future in source.incremental_alter_configs([resource]).values():
+        future.result(30)
+    drained = ActivityEnvironment().run(
+        activities.drain_link, DrainRequest(link, [PartitionEnd(topic, 0, COPIED)], timeout_s=20)
+    )
+    assert drained.target_ends == [PartitionEnd(topic, 0, COPIED)]
+    admin = AdminClient({"bootstrap.servers": standby})
+    futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+    (on_target,) = (future.result(10) for future in futures.values())
+    assert on_target["retention.ms"].value == "1209600000"
+    assert on_target["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
 
 
 def test_the_group_sync_waits_while_the_group_has_members_on_the_target_and_names_it(

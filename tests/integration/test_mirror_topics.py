@@ -82,6 +82,7 @@ def mirror(
         SWITCHYARD__CLUSTERS__STANDBY__BOOTSTRAP=target,
         SWITCHYARD__MIRROR__PRINCIPALS__DAVE__PRIMARY="User:dave",  # dave is someone else on the target
         SWITCHYARD__MIRROR__PRINCIPALS__DAVE__STANDBY="User:dave-dr",
+        SWITCHYARD__MIRROR__SETTINGS_REFRESH_S="1",  # the default's 30 s would outlast a test's wait
     )
     yield mirrors
     mirrors.stop_all()
@@ -197,7 +198,7 @@ def test_settings_changed_on_the_source_after_the_copy_follow_onto_it(
     mirror: Mirrors, routing: RoutingStore, pair: tuple[str, str]
 ) -> None:
     """A retention lengthened on the source, once the copy exists, is lengthened on the copy within a
-    topic refresh: the standby must still hold what the primary holds when clients switch to it."""
+    settings refresh: the standby must still hold what the primary holds when clients switch to it."""
     source, target = pair
     topic = unique("changed")
     admin = AdminClient({"bootstrap.servers": source})

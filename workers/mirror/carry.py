@@ -42,6 +42,8 @@ class GroupCarry:
         while not session_over.wait(interval_s):
             if self._copying() and self._link().state is LinkState.RUNNING:
                 self.once(admins)
+            else:  # carrying nothing: a note about the groups it carried no longer holds
+                self._note("group acls", None)
 
     def once(self, admins: Admins) -> None:
         """Carry the groups' offsets for the partitions this process copies (each process its own), and

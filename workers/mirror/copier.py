@@ -178,7 +178,7 @@ class LinkCopier:
         )
         consumer, producer = clients.consumer, clients.producer
         topics: list[str] = []
-        next_refresh = next_status = 0.0
+        next_refresh = next_status = next_settings = 0.0
         session_over = threading.Event()
         self._publish_due = due = threading.Event()  # this session's: a late publisher never takes it
         helpers = [
@@ -198,7 +198,9 @@ class LinkCopier:
                     self._finish()
                     return
                 if now >= next_refresh:
-                    found = self._refresh(admins.get(link.source), admins.get(link.target))
+                    follow = now >= next_settings
+                    found = self._refresh(admins.get(link.source), admins.get(link.target), follow)
+                    next_settings = now + settings.settings_refresh_s if follow else next_settings
                     if found != topics:
                         topics = found
                         if topics:
@@ -228,9 +230,10 @@ class LinkCopier:
                 helper.join(LEAVE_WAIT_S if self._stop.is_set() else 30)  # a stopping process waits little
             self._close()
 
-    def _refresh(self, source: AdminClient, target: AdminClient) -> list[str]:
-        """The topics to copy, their copies on the target created, and their ACLs there brought in line."""
-        found, notes = sync_topics(self.link, source, target, self._stop)
+    def _refresh(self, source: AdminClient, target: AdminClient, follow: bool) -> list[str]:
+        """The topics to copy, their copies on the target created (their settings brought in line when
+        ``follow``), and their ACLs there brought in line."""
+        found, notes = sync_topics(self.link, source, target, self._stop, follow=follow)
         self.source.answered()
         for key, note in notes.items():
             self._note(key, note)

@@ -19,12 +19,12 @@ LIST_S, LIST_SLICE_S = 10.0, 1.0
 
 
 def sync_topics(
-    link: Link, source: AdminClient, target: AdminClient, stopping: threading.Event
+    link: Link, source: AdminClient, target: AdminClient, stopping: threading.Event, *, follow: bool
 ) -> tuple[list[str], dict[str, str | None]]:
     """The source topics the link copies, each created on the target with as many partitions, the
-    settings of those copied before following the source's; and the notes for the link's status (None:
-    none due): per topic created just now without some of its settings, which (see ``create_copies``),
-    per copy whose settings could not follow, why."""
+    settings of those copied before following the source's when ``follow``; and the notes for the link's
+    status (None: none due): per topic created just now without some of its settings, which (see
+    ``create_copies``), per copy whose settings could not follow, why."""
     wanted = {
         name: len(meta.partitions)
         for name, meta in listed(source, stopping).topics.items()
@@ -34,7 +34,7 @@ def sync_topics(
     left_out = create_copies(source, target, {n: count for n, count in wanted.items() if n not in existing})
     add_partitions(target, wanted, existing)
     notes: dict[str, str | None] = {t: f"topic {t} created without {why}" for t, why in left_out.items()}
-    copied = sorted(name for name in wanted if name in existing)
+    copied = sorted(name for name in wanted if name in existing) if follow else []
     try:
         followed = follow_settings(source, target, copied)
     except (KafkaException, TimeoutError) as exc:  # the records matter more: copying goes on
