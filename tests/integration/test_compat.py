@@ -78,9 +78,9 @@ ROUNDS = {
     "new-protocol": ["confluent-kafka/consumer", "java/consumer"],
 }
 """The libraries of each round trip, apart for the load on two cores. Fourteen applications at once
-held sends 9 s at a switch. The Java client, the one idempotent producer at its defaults, is the most
-sensitive: its sends were held 1.0-1.4 s at each switch alone, 3-7 s beside four other applications
-(the gateway's translation of a moved idempotent producer; docs/testbed.md)."""
+held sends 9 s at a switch: the gateway process they share is busy with their traffic, and a switch
+costs a client several round trips behind it (the Java client's sends were held 1.0-1.4 s at each
+switch alone, 1.9-3.5 s beside four other applications; docs/testbed.md)."""
 
 
 assert sorted(n for names in ROUNDS.values() for n in names) == sorted(LIBRARIES), "every library in a round"
