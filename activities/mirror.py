@@ -1,5 +1,5 @@
 """Saga steps about the copy: the fence on the source, draining the link, carrying group offsets,
-checking the copy, reversing the link, and what an unplanned failover lost.
+checking the copy, and what an unplanned failover lost (making and reversing links: activities/links.py).
 
 The target is the truth about how far the copy got (only the mirror writes it), so draining compares
 the target's exact ends with the source's, through the offset map, instead of waiting for the mirror's
@@ -22,10 +22,8 @@ from temporalio import activity
 from activities.deps import Deps, Key
 from activities.pulse import beat
 from activities.recorded import step
-from switchyard import kafka
 from switchyard.admins import Admins
 from switchyard.errors import CopyDiverged, DrainTimeout, FenceBroken, GroupActive
-from switchyard.mirror.control import reverse_link
 from switchyard.mirror.groups import (
     about,
     committed_offsets,
@@ -50,8 +48,6 @@ from switchyard.sagas.steps import (
     Loss,
     LossRequest,
     PartitionEnd,
-    Reversed,
-    ReverseRequest,
 )
 from switchyard.topic_copies import follow_settings
 
@@ -247,39 +243,6 @@ class MirrorActivities:
                         f"group {group} {where}: at {theirs.get(key)} on the target, {expected} expected"
                     )
         return found
-
-    @step(steps.REVERSE)
-    def reverse_link(self, request: ReverseRequest) -> Reversed:
-        """Copy back from the promoted side for the switch back; a retry finds its link made."""
-        existing = self.deps.store.link(request.new_link)
-        uncopied = 0
-        if existing is None or existing.reverse_of != request.link:
-            report = reverse_link(
-                self.deps.config, self.deps.store, request.link, request.new_link,
-                actor=f"saga:{request.saga_id}", reason="switch: copy back for the switch back",
-                force=request.force,
-            )  # fmt: skip
-            uncopied = sum(report.uncopied.values())
-        return Reversed(request.new_link, uncopied, self._followed(request))
-
-    def _followed(self, request: ReverseRequest) -> bool:
-        """Wait until a mirror process reports every partition of the new link (so the switch back can
-        be planned at once); False when none has within the time given."""
-        link = self.deps.link(request.new_link)
-        wanted = len(kafka.partitions(self.deps.bootstrap(link.source), link.copies))
-        deadline = time.monotonic() + request.follow_timeout_s
-        while True:
-            reported = {
-                (s.topic, s.partition)
-                for member in read_status(self.deps.zk, self.deps.store.layout, request.new_link)
-                for s in member.partitions
-            }
-            if len(reported) >= wanted:
-                return True
-            if time.monotonic() > deadline:
-                return False
-            beat(f"waiting for a mirror process to copy {request.new_link}")
-            time.sleep(0.2)
 
     @step(steps.MEASURE_LOSS)
     def measure_loss(self, request: LossRequest) -> Loss:

@@ -218,6 +218,10 @@ class GatewayConfig(_Section):
     block_hold_s: PositiveSeconds = 10.0
     """How long a request of a blocked identity waits for the block to end before it is answered with
     a retriable error (a Produce at most half its own time-out, a Fetch at most its wait)."""
+    usage_window_s: PositiveSeconds = 7 * 24 * 3600.0
+    """How long what a client used (a topic it wrote or read, a group it worked in) counts: the gateways
+    keep it this long, through their restarts, and a saga's plan counts an application seen within it
+    as a user of its topics. Days, not minutes: an application idle overnight still uses them."""
     sasl: GatewaySaslConfig = GatewaySaslConfig()
     limits: GatewayLimitsConfig = GatewayLimitsConfig()
 

@@ -35,11 +35,12 @@ def find_users(store: RoutingStore, config: Config, request: UsersRequest) -> To
 
 def _find(store: RoutingStore, config: Config, request: UsersRequest, found: TopicUsers) -> None:
     topic, target = request.topic, request.target
-    uses = read_usage(store.zk, store.layout, within_s=request.within_s)
+    within_s = request.within_s or config.gateway.usage_window_s
+    uses = read_usage(store.zk, store.layout, within_s=within_s)
     found.users = _users(uses, topic)
     if not found.users:
         raise Refused(
-            f"no application used {topic} through a gateway in the last {request.within_s:g}s: nothing "
+            f"no application used {topic} through a gateway in the last {within_s:g}s: nothing "
             "would move with it (clients that go straight to the brokers are not seen)"
         )
     groups = sorted({(u.app, u.group) for u in found.users if u.group is not None})
@@ -52,7 +53,7 @@ def _find(store: RoutingStore, config: Config, request: UsersRequest, found: Top
     found.keys = [str(k) for k in keys]
     found.checks.append(
         f"{len(found.users)} uses by {len({u.app for u in found.users})} applications, "
-        f"{len(groups)} consumer groups, seen within {request.within_s:g}s"
+        f"{len(groups)} consumer groups, seen within {within_s:g}s"
     )
     snapshot = store.snapshot()
     found.source = _one_source(snapshot, config, keys)

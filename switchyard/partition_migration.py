@@ -23,7 +23,6 @@ from switchyard.routing.store import RoutingStore
 from switchyard.sagas.steps import PartitionPlan, PartitionPlanRequest
 from switchyard.usage import read_usage
 
-ACTIVE_WITHIN_S = 600.0
 PROBE_S = 1.5
 """A fault migration's origin must not answer a metadata request within this."""
 
@@ -134,7 +133,8 @@ def routed_users(
     store: RoutingStore, config: Config, snapshot: RoutingSnapshot, topic: str
 ) -> dict[str, list[str]]:
     """The clients the gateways saw use ``topic`` lately, by the cluster they are routed to."""
-    uses = [u for u in read_usage(store.zk, store.layout, within_s=ACTIVE_WITHIN_S) if u.topic == topic]
+    window_s = config.gateway.usage_window_s
+    uses = [u for u in read_usage(store.zk, store.layout, within_s=window_s) if u.topic == topic]
     found: dict[str, list[str]] = {}
     for use in uses:
         identity = Identity(use.app, use.instance)

@@ -17,7 +17,6 @@ went out again, and so on. Anything else is a switchover, which can make the sam
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from switchyard import kafka
 from switchyard.config import Config
@@ -25,18 +24,16 @@ from switchyard.errors import KafkaOperationError, RoutingError
 from switchyard.identity import Identity
 from switchyard.keys import BindingKey, KeyKind
 from switchyard.mirror.status import read_status
-from switchyard.model import Binding, BindingState, ClusterState, Link, LinkState
+from switchyard.model import BindingState, ClusterState, Link, LinkState
 from switchyard.resolution import Resolution, resolve
 from switchyard.routing.gateways import registered
 from switchyard.routing.locks import SagaLocks
 from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.requests import Kind
-from switchyard.sagas.steps import Partition, Plan, PlanRequest
-from switchyard.usage import PRODUCE, Use, groups_of, read_usage, uses_of
-
-USAGE_WINDOW_S = 24 * 3600.0
-"""Groups the gateways saw a key's clients use within this long count as the key's."""
+from switchyard.sagas.steps import LinkSplit, Partition, Plan, PlanRequest
+from switchyard.sharing import Unshareable, divide, split_id, unknown_keys
+from switchyard.usage import Use, groups_of, read_usage, uses_of
 
 
 def plan_switch(store: RoutingStore, config: Config, request: PlanRequest) -> Plan:
@@ -79,7 +76,9 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
     if back:
         _bound(snapshot, keys, config.default_cluster)
 
-    uses = read_usage(store.zk, store.layout, within_s=USAGE_WINDOW_S)
+    window_s = config.gateway.usage_window_s
+    uses = read_usage(store.zk, store.layout, within_s=window_s)
+    plan.checks.append(_known(keys, snapshot, uses, window_s, forced=request.unknown_keys))
     topics = {use.topic for use in uses_of(uses, keys) if use.topic}  # a group's use names no topic
     topics |= {key.name for key in keys if key.kind is KeyKind.TOPIC and key.name}
     link = _link(snapshot, source, request.target, request.link, topics, unplanned=request.unplanned)
@@ -95,15 +94,14 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
 
     plan.partitions = _partitions(config, link, unplanned=request.unplanned)
     plan.checks.append(f"the link copies {len(plan.partitions)} partitions")
+    if not request.unplanned:  # a failover moves whatever the link carries: its source is gone
+        _divide(plan, keys, link, uses, snapshot=snapshot, config=config)
     _no_migrated_partition(snapshot, link, plan.partitions)
     if not request.unplanned:
         _mirror_follows(store, link, plan.partitions)
         plan.checks.append("a live mirror process reports every partition, none failed")
     _unlocked(store, keys, request.saga_id)
     plan.checks.append("no other saga holds a lock on these keys")
-    if not request.unplanned:  # a failover leaves nobody writing to a cluster that is gone
-        _no_writer_left_behind(snapshot, config, keys, link, uses)
-        plan.checks.append(f"no producer the gateways saw would write the link's topics on {source} after")
     plan.groups = sorted(groups_of(uses, keys))
     plan.checks.append(
         f"consumer groups of these keys, as the gateways saw them: {', '.join(plan.groups)}"
@@ -134,34 +132,61 @@ def _no_migrated_partition(snapshot: RoutingSnapshot, link: Link, partitions: li
             )
 
 
-def _no_writer_left_behind(
-    snapshot: RoutingSnapshot, config: Config, keys: list[BindingKey], link: Link, uses: list[Use]
-) -> None:
-    """The flip promotes the whole link: its topics take writes on the target, and the reverse link makes
-    them the mirror's alone on the source. A producer that the switch leaves on the source (another
-    application, or a key of its own that stays) would be refused there from then on."""
-    after = dict(snapshot.bindings)
-    when = datetime.now(UTC)
-    for key in keys:
-        after[key] = Binding(link.target, 0, BindingState.ACTIVE, when, "plan")
-    behind = sorted(
-        {
-            f"{use.app}@{use.instance or '-'} writes {use.topic}"
-            for use in uses
-            if use.role == PRODUCE
-            and link.copies(use.topic)
-            and resolve(
-                Identity(use.app, instance=use.instance), after, config.default_cluster, topics=[use.topic]
-            ).cluster
-            == link.source
-        }
+def _known(
+    keys: list[BindingKey], snapshot: RoutingSnapshot, uses: list[Use], window_s: float, *, forced: bool
+) -> str:
+    """Refused when a key is named by no binding and used by no client a gateway saw: a typo, most
+    likely, and a switch of it would still promote a link under everyone else's feet."""
+    unknown = [str(k) for k in unknown_keys(keys, snapshot, uses)]
+    if not unknown:
+        return f"every key is bound, or a gateway saw its clients within {window_s:g}s"
+    named = ", ".join(unknown)
+    if forced:
+        return f"forced: {named} unknown (no binding, no client seen within {window_s:g}s)"
+    raise Refused(
+        f"{named}: no binding names {_them(unknown)} and no gateway saw "
+        f"{'their' if len(unknown) > 1 else 'its'} clients within {window_s:g}s (gateway.usage_window_s; "
+        f"switchyard usage). A typo? With --force the switch goes ahead: {_them(unknown)} would be bound "
+        "to the target, and the link promoted only where no other application uses it"
     )
-    if behind:
-        raise Refused(
-            f"{'; '.join(behind[:5])}{' ...' if len(behind) > 5 else ''} on {link.source}, and would stay "
-            f"there: promoting link {link.id} makes its topics the mirror's alone on {link.source}. Switch "
-            "those keys too, or give the keys a link of their own (one that copies only their topics)"
+
+
+def _divide(
+    plan: Plan,
+    keys: list[BindingKey],
+    link: Link,
+    uses: list[Use],
+    *,
+    snapshot: RoutingSnapshot,
+    config: Config,
+) -> None:
+    """Promote only the keys' own topics: split the link when it carries others too; refused where a
+    topic of theirs is written by someone who stays (see :mod:`switchyard.sharing`)."""
+    try:
+        topics = {p.topic for p in plan.partitions}
+        division = divide(
+            keys, link, topics, snapshot=snapshot, default_cluster=config.default_cluster, uses=uses
         )
+    except Unshareable as exc:
+        raise Refused(str(exc)) from None
+    if division.split:
+        new_link = split_id(link, division.moving)
+        plan.split = LinkSplit(link.id, new_link, division.moving)
+        plan.link = new_link
+        plan.partitions = [p for p in plan.partitions if p.topic in set(division.moving)]
+        plan.checks.append(
+            f"link {link.id} also copies {_listed(division.staying)} for others: it is split first, and "
+            f"{_listed(division.moving)} move{'s' if len(division.moving) == 1 else ''} along a link of "
+            f"their own, {new_link} ({len(plan.partitions)} partitions)"
+        )
+    else:
+        plan.checks.append(f"link {link.id} carries no topic of an application that stays on {link.source}")
+    for line in division.readers:
+        plan.checks.append(f"{line} on {link.source}, and will read what the reverse link copies back")
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def _keys(texts: list[str]) -> list[BindingKey]:

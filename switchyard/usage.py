@@ -2,14 +2,18 @@
 finds its applications from, and a switch finds the consumer groups of its keys from.
 
 Each gateway notes, per identity, every topic it produces to or fetches from and every group it works
-in, with when it last did, and publishes that every few seconds in an ephemeral node
-``usage/<gateway id>`` (so a gateway that dies takes its report with it). Readers merge the reports.
+in, with when it last did, and publishes that every few seconds in a persistent node
+``usage/<gateway id>``. A sighting counts for ``gateway.usage_window_s`` (days): a gateway that restarts
+takes up its own report again, and one that is gone leaves its report to age out, so an application that
+was idle, or whose gateway restarted, is still known to use its topics. Readers merge the reports.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +25,10 @@ from switchyard.errors import RoutingUnavailable
 from switchyard.keys import BindingKey, KeyKind
 from switchyard.routing.layout import Layout
 
+log = logging.getLogger(__name__)
 PRODUCE, CONSUME, GROUP = "produce", "consume", "group"
+MAX_REPORT_BYTES = 900_000
+"""ZooKeeper refuses a node over 1 MiB (``jute.maxbuffer``); a report is kept below it."""
 
 
 @dataclass(frozen=True)
@@ -44,9 +51,38 @@ class Use:
         app, instance, topic, role, group, seen = row
         return cls(str(app), instance, str(topic), str(role), group, float(seen))
 
+    @property
+    def key(self) -> tuple[str, str | None, str, str, str | None]:
+        """What a sighting is of; a newer one of the same replaces it."""
+        return (self.app, self.instance, self.topic, self.role, self.group)
+
 
 def encode(uses: Iterable[Use]) -> bytes:
-    return json.dumps({"uses": [u.row() for u in uses]}, separators=(",", ":")).encode()
+    """A gateway's report, compressed (JSON rows of ~80 bytes, which compress about tenfold). One that
+    would not fit in a node keeps its newest sightings (an estate whose instances come and go by the
+    thousand a day), and says so."""
+    rows = sorted(uses, key=lambda u: u.last_seen, reverse=True)
+    data = _packed(rows)
+    kept = len(rows)
+    while len(data) > MAX_REPORT_BYTES:
+        kept //= 2
+        data = _packed(rows[:kept])
+    if kept < len(rows):
+        log.warning("usage report of %d sightings: only the newest %d fit in ZooKeeper", len(rows), kept)
+    return data
+
+
+def _packed(rows: list[Use]) -> bytes:
+    return zlib.compress(json.dumps({"uses": [u.row() for u in rows]}, separators=(",", ":")).encode())
+
+
+def decode(data: bytes | None) -> list[Use]:
+    """A report as ``encode`` wrote it, or as plain JSON (written by gateways before reports were
+    compressed)."""
+    if not data:
+        return []
+    text = data if data.startswith(b"{") else zlib.decompress(data)
+    return [Use.of(row) for row in json.loads(text)["uses"]]
 
 
 def read_usage(zk: KazooClient, layout: Layout, *, within_s: float) -> list[Use]:
@@ -65,9 +101,13 @@ def read_usage(zk: KazooClient, layout: Layout, *, within_s: float) -> list[Use]
             data, _ = zk.get(f"{folder}/{name}")
         except NoNodeError:
             continue
-        for row in json.loads(data or b'{"uses": []}')["uses"]:
-            use = Use.of(row)
-            key = (use.app, use.instance, use.topic, use.role, use.group)
+        try:
+            report = decode(data)
+        except (ValueError, KeyError, TypeError, zlib.error) as exc:  # one bad report hides no other
+            log.warning("usage report %s/%s is unreadable, skipped: %r", folder, name, exc)
+            continue
+        for use in report:
+            key = use.key
             if use.last_seen >= cutoff and (key not in merged or merged[key].last_seen < use.last_seen):
                 merged[key] = use
     return sorted(merged.values(), key=lambda u: (u.app, u.topic, u.role, u.group or ""))

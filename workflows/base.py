@@ -128,6 +128,12 @@ class SagaWorkflow:
         workflow.set_current_details(f"**{phase}** {detail}".strip())
         workflow.upsert_search_attributes([PHASE.value_set(phase)])
 
+    def _step_after(self, before: str, name: str) -> None:
+        """Show step ``name``, one a saga takes only sometimes, in its place: after ``before``."""
+        names = [entry.name for entry in self._progress.steps]
+        at = names.index(before) + 1 if before in names else len(names)
+        self._progress.steps.insert(at, StepState(name))
+
     def _mark(self, name: str, state: str, detail: str = "") -> None:
         for entry in self._progress.steps:
             if entry.name == name:

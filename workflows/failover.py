@@ -55,8 +55,9 @@ class Failover(SagaWorkflow):
         await self._record("started", keys=request.keys, actor=request.actor, reason=request.reason)
         result = SagaResult(saga, Kind.FAILOVER, request.keys, "refused")
         asked = PlanRequest(
-            saga, Kind.FAILOVER, request.keys, request.target, request.link, request.source, True
-        )
+            saga, Kind.FAILOVER, request.keys, request.target, request.link, request.source, True,
+            unknown_keys=request.unknown_keys,
+        )  # fmt: skip
         plan = await self._plan(asked, result)
 
         probe = await self._step(

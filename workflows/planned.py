@@ -1,15 +1,18 @@
 """The planned switch, which the switchover and the switchback both are: the keys move from the cluster
 they are on to the target of the link that copies it, with nothing lost or copied twice.
 
-plan → approval? → lock → block → open transactions end → verify the fence → drain → sync groups →
-check → approval? → flip + promote (the point of no return) → every gateway applied it → reverse link →
-unlock → record
+plan → approval? → lock → split the link? → block → open transactions end → verify the fence → drain →
+sync groups → check → approval? → flip + promote (the point of no return) → every gateway applied it →
+reverse link → unlock → record
+
+A link that also carries topics of applications that stay behind is split first (switchyard/sharing.py):
+the keys' topics get a link of their own, which is the one promoted.
 
 Before the flip, every failure (and a cancellation, a rejection, an approval not given in time)
-compensates: the keys are unblocked where they were and the lock released; nothing else was changed.
-Every step there gives up in bounded time (its ``give_up_s``) and is retried on another worker when
-its own dies (a heartbeat of a few seconds), so clients are never held for long. After the flip, the
-saga only goes forward.
+compensates: the keys are unblocked where they were and the lock released; a split stays made once its
+new link is (it copies the topics as the old one did). Every step there gives up in bounded time (its
+``give_up_s``) and is retried on another worker when its own dies (a heartbeat of a few seconds), so
+clients are never held for long. After the flip, the saga only goes forward.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ with workflow.unsafe.imports_passed_through():
         ReverseRequest,
         Settled,
         SettleRequest,
+        Split,
+        SplitRequest,
         Unblocked,
         UnblockRequest,
         VerifyOutcome,
@@ -69,8 +74,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 STEPS = [
-    "plan", "lock", "block", "settle transactions", "fence", "drain", "sync groups", "check copy", "flip",
-    "acknowledged", "reverse link", "unlock",
+    "plan", "lock", "block", "settle transactions", "fence", "drain", "sync groups",
+    "check copy", "flip", "acknowledged", "reverse link", "unlock",
 ]  # fmt: skip
 FENCE_BESIDE_COPY = "fence-beside-copy"
 """The patch that runs the fence's window beside drain, group sync and check (less time clients are held)."""
@@ -120,7 +125,10 @@ class PlannedSwitch(SagaWorkflow):
         saga. ``started`` is what the RTO counts from, ``reverse`` names the reverse link, ``left``
         says what a compensation leaves in place."""
         saga = workflow.info().workflow_id
-        plan = await self._plan(PlanRequest(saga, kind, request.keys, request.target, request.link), result)
+        asked = PlanRequest(
+            saga, kind, request.keys, request.target, request.link, unknown_keys=request.unknown_keys
+        )
+        plan = await self._plan(asked, result)
 
         undo = Compensations()
         try:
@@ -167,6 +175,14 @@ class PlannedSwitch(SagaWorkflow):
         locks = LockRequest(saga, plan.keys, plan.link, plan.groups)
         undo.add("unlock", lambda: self._undo(steps.UNLOCK, locks, type(None)))
         await self._step("lock", steps.LOCK, locks, type(None), timeout_s=30, give_up_s=120)
+        if plan.split is not None:  # before the block: clients are not held while it is made
+            self._step_after("lock", "split link")
+            split = SplitRequest(saga, plan.split)
+            undo.add("undo split", lambda: self._undo(steps.UNSPLIT, split, bool))
+            await self._step(
+                "split link", steps.SPLIT, split, Split, timeout_s=2 * split.wait_s + 30,
+                give_up_s=2 * split.wait_s + 60,
+            )  # fmt: skip
 
         unbound = [k for k in plan.keys if not plan.epochs.get(k)]
         unblock = UnblockRequest(saga, plan.keys, plan.source, 0, policy.acks_timeout_s, unbound)

@@ -13,6 +13,7 @@ from switchyard.cli import (
     sagas,
     stack,
     status,
+    usage,
     verification,
 )
 from switchyard.cli.base import cli
@@ -29,6 +30,7 @@ __all__ = [
     "sagas",
     "stack",
     "status",
+    "usage",
     "verification",
 ]
 

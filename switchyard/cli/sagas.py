@@ -98,51 +98,56 @@ def _common(command: Callable[..., None]) -> Callable[..., None]:
 _spark = click.option(
     "--spark-verify", is_flag=True, default=None, help="Verify with the Spark job before the flip."
 )
+_UNKNOWN_HELP = (
+    "Switch keys that no binding names and no gateway saw use anything (refused otherwise: a typo, most "
+    "likely); the link is then promoted only where no other application uses it."
+)
 
 
 @cli.command("switchover")
 @_spark
+@click.option("--force", "unknown_keys", is_flag=True, help=_UNKNOWN_HELP)
 @_common
-def switchover(
-    ctx: click.Context, keys: tuple[BindingKey, ...], spark_verify: bool | None, **options: Any
-) -> None:
+def switchover(ctx: click.Context, keys: tuple[BindingKey, ...], **options: Any) -> None:
     """Move KEYS to the standby, planned: nothing lost, nothing copied twice.
 
     KEYS are binding keys: orders (the application), orders@host-7 (an instance), orders#payments (a
     topic), orders##billing (a consumer group).
     """
-    _start(ctx, Kind.SWITCHOVER, keys, {"spark_verify": spark_verify}, **options)
+    _start(ctx, Kind.SWITCHOVER, keys, _extra(options, "spark_verify", "unknown_keys"), **options)
 
 
 @cli.command("switchback")
 @_spark
+@click.option("--force", "unknown_keys", is_flag=True, help=_UNKNOWN_HELP)
 @_common
-def switchback(
-    ctx: click.Context, keys: tuple[BindingKey, ...], spark_verify: bool | None, **options: Any
-) -> None:
+def switchback(ctx: click.Context, keys: tuple[BindingKey, ...], **options: Any) -> None:
     """Move KEYS back along the reverse link their switchover left, the same exact way.
 
     Refused (dry run included) when KEYS have no switch to return from: a move that returns nothing is
     a switchover.
     """
-    _start(ctx, Kind.SWITCHBACK, keys, {"spark_verify": spark_verify}, **options)
+    _start(ctx, Kind.SWITCHBACK, keys, _extra(options, "spark_verify", "unknown_keys"), **options)
 
 
 @cli.command("failover")
 @click.option("--from", "source", type=CLUSTER, help="The cluster that failed (default: where the keys are).")
 @click.option("--force", is_flag=True, help="Fail over although the source still answers.")
+@click.option("--unknown-keys", is_flag=True, help=_UNKNOWN_HELP)
 @click.option(
     "--wait-recovery", "recovery_wait_s", type=float,
     help="Seconds to wait for the old primary to come back, to measure the lost window exactly.",
 )  # fmt: skip
 @_common
-def failover(
-    ctx: click.Context, keys: tuple[BindingKey, ...], source: str | None, force: bool,
-    recovery_wait_s: float | None, **options: Any,
-) -> None:  # fmt: skip
+def failover(ctx: click.Context, keys: tuple[BindingKey, ...], **options: Any) -> None:
     """Move KEYS off a cluster that is gone, at once; what the copy never got is measured."""
-    extra = {"source": source, "force": force, "recovery_wait_s": recovery_wait_s}
+    extra = _extra(options, "source", "force", "recovery_wait_s", "unknown_keys")
     _start(ctx, Kind.FAILOVER, keys, extra, **options)
+
+
+def _extra(options: dict[str, Any], *names: str) -> dict[str, Any]:
+    """The options of one saga command (taken out of ``options``, which keeps those all of them take)."""
+    return {name: options.pop(name) for name in names}
 
 
 def _start(
@@ -162,7 +167,11 @@ def _start(
     config = config_of(ctx)
     keys = list(dict.fromkeys(str(key) for key in parsed))  # each in its one text form
     if dry_run:
-        _dry_run(ctx, config, kind, keys, link=link, target=target, source=extra.get("source"))
+        asked = PlanRequest(
+            saga_id(keys), kind, keys, target, link, extra.get("source"), kind is Kind.FAILOVER,
+            unknown_keys=bool(extra.get("unknown_keys")),
+        )  # fmt: skip
+        _dry_run(ctx, config, asked)
         return
     policy = policy_of(
         config, kind, approval=approval, spark_verify=extra.get("spark_verify"),
@@ -170,7 +179,7 @@ def _start(
     )  # fmt: skip
     request = SwitchRequest(
         keys, target=target, link=link, source=extra.get("source"), force=bool(extra.get("force")),
-        actor=actor, reason=reason, policy=policy,
+        unknown_keys=bool(extra.get("unknown_keys")), actor=actor, reason=reason, policy=policy,
     )  # fmt: skip
     launch_saga(config, kind, saga_id(keys), request, wait=wait)
 
@@ -184,18 +193,18 @@ def launch_saga(config: Config, kind: Kind, workflow_id: str, request: object, *
         click.echo(f"follow it: switchyard sagas show '{workflow_id}'")
 
 
-def _dry_run(
-    ctx: click.Context, config: Config, kind: Kind, keys: list[str], *, link: str | None, target: str | None,
-    source: str | None,
-) -> None:  # fmt: skip
-    unplanned = kind is Kind.FAILOVER
+def _dry_run(ctx: click.Context, config: Config, asked: PlanRequest) -> None:
+    unplanned = asked.unplanned
     with store_of(ctx) as store:
-        plan = plan_switch(
-            store, config, PlanRequest(saga_id(keys), kind, keys, target, link, source, unplanned)
-        )
-    click.echo(f"{kind} of {', '.join(plan.keys or keys)} (dry run: nothing changes)")
+        plan = plan_switch(store, config, asked)
+    click.echo(f"{asked.kind} of {', '.join(plan.keys or asked.keys)} (dry run: nothing changes)")
     if plan.source:
         click.echo(f"  from {plan.source} to {plan.target or '?'} along link {plan.link or '?'}")
+    if plan.split is not None:
+        click.echo(
+            f"  link {plan.split.link} is split first: {', '.join(plan.split.topics)} move to "
+            f"{plan.split.new_link}, the rest stay on {plan.split.link}"
+        )
     for key, epoch in sorted(plan.epochs.items()):
         click.echo(f"  key {key}: epoch {epoch or 'unbound'}")
     if plan.partitions:
@@ -211,15 +220,19 @@ def _dry_run(
     if unplanned:
         click.echo("  would: lock, flip and promote, shield the source, measure the loss")
     else:
-        click.echo("  would: lock, block, check the fence, drain, sync groups, check, flip, reverse the link")
+        split = "split the link, " if plan.split is not None else ""
+        click.echo(
+            f"  would: lock, {split}block, check the fence, drain, sync groups, check, flip, reverse the link"
+        )
 
 
 @cli.command("migrate-topic")
 @click.argument("topic", type=NameType("the topic"))
 @click.option("--to", "target", type=CLUSTER, required=True, help="The cluster the topic moves to.")
 @click.option(
-    "--seen-within", "within_s", type=float, default=600.0, show_default=True,
-    help="Seconds: applications a gateway saw use the topic this recently move with it.",
+    "--seen-within", "within_s", type=float, default=None,
+    help="Seconds: applications a gateway saw use the topic this recently move with it "
+    "(default: gateway.usage_window_s).",
 )  # fmt: skip
 @click.option(
     "--keep-source", is_flag=True, help="Keep the topic on the source (copied back), never delete it."
@@ -237,7 +250,7 @@ def _dry_run(
 @reason_option
 @click.pass_context
 def migrate_topic(  # noqa: PLR0917 - one per option
-    ctx: click.Context, topic: str, target: str, within_s: float, keep_source: bool, wait: bool,
+    ctx: click.Context, topic: str, target: str, within_s: float | None, keep_source: bool, wait: bool,
     dry_run: bool, approval: str | None, actor: str, reason: str,
 ) -> None:  # fmt: skip
     """Move TOPIC to another cluster with every application the gateways saw use it.
@@ -256,7 +269,9 @@ def migrate_topic(  # noqa: PLR0917 - one per option
     launch_saga(config, Kind.MIGRATION, migration_id(topic), request, wait=wait)
 
 
-def _dry_run_migration(ctx: click.Context, config: Config, topic: str, target: str, within_s: float) -> None:
+def _dry_run_migration(
+    ctx: click.Context, config: Config, topic: str, target: str, within_s: float | None
+) -> None:
     with store_of(ctx) as store:
         found = find_users(
             store, config, UsersRequest(topic, target, migration_link(topic, target), within_s)

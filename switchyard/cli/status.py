@@ -15,6 +15,7 @@ import click
 
 from switchyard.cli.base import cli, config_of, store_of
 from switchyard.cli.sagas import saga_rows
+from switchyard.cli.usage import span
 from switchyard.config import Config, split_hostport
 from switchyard.mirror.status import read_status
 from switchyard.routing.gateways import registered
@@ -22,6 +23,7 @@ from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.store import RoutingStore
 from switchyard.stack import health
 from switchyard.table import render
+from switchyard.usage import read_usage
 
 PROBE_S = 2.0
 TEMPORAL_S = 10.0
@@ -39,6 +41,8 @@ def status(ctx: click.Context) -> None:
             snapshot = store.snapshot()
             lags = {link_id: _lag(store, link_id) for link_id in snapshot.links}
             gateways = registered(store.zk, store.layout)
+            window_s = config.gateway.usage_window_s
+            uses = read_usage(store.zk, store.layout, within_s=window_s)
     except Exception as exc:  # the rest still helps
         click.echo(f"routing state: not read ({exc})")
         failed = True
@@ -50,6 +54,12 @@ def status(ctx: click.Context) -> None:
             [(g.id, g.applied_epoch, snapshot.epoch - g.applied_epoch, f"{g.host}:{g.pid}")
              for g in sorted(gateways.values(), key=lambda g: g.id)],
         ) if gateways else "no gateway registered")  # fmt: skip
+        click.echo()
+        apps, topics = len({u.app for u in uses}), len({u.topic for u in uses if u.topic})
+        click.echo(
+            f"who uses what: {apps} applications, {topics} topics seen through the gateways within "
+            f"{span(window_s)} (switchyard usage)"
+        )
         click.echo()
     try:
         running = asyncio.run(asyncio.wait_for(saga_rows(config, 100, running=True), TEMPORAL_S))

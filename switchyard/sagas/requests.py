@@ -63,6 +63,8 @@ class SwitchRequest:
     """Failover: the cluster that failed (default: where the keys are bound)."""
     force: bool = False
     """Failover: go ahead although the source still answers."""
+    unknown_keys: bool = False
+    """Go ahead with keys that no binding names and no gateway saw (a typo, most likely, else refused)."""
     actor: str = "user:unknown"
     reason: str = ""
     policy: Policy = field(default_factory=Policy)
@@ -76,8 +78,9 @@ class MigrationRequest:
     target: str
     actor: str = "user:unknown"
     reason: str = ""
-    active_within_s: float = 600.0
-    """Applications count as using the topic if a gateway saw them within this many seconds."""
+    active_within_s: float | None = None
+    """Applications count as using the topic if a gateway saw them within this many seconds (None:
+    ``gateway.usage_window_s``)."""
     copy_timeout_s: float = 6 * 3600.0
     """How long the topic's first copy may take to catch up with the source."""
     policy: Policy = field(default_factory=Policy)

@@ -26,6 +26,8 @@ VERIFY = "verify_link"
 FLIP = "flip_keys"
 AWAIT_ACKS = "await_acks"
 REVERSE = "reverse_link"
+SPLIT = "split_link"
+UNSPLIT = "undo_split"
 MEASURE_LOSS = "measure_loss"
 FIND_LOST_WINDOW = "find_lost_window"
 RECORD = "record_saga"
@@ -75,6 +77,18 @@ class PlanRequest:
     source: str | None = None
     unplanned: bool = False
     """Failover: the source may be unreachable, and its link need not be running."""
+    unknown_keys: bool = False
+    """Go ahead with keys that no binding names and no gateway saw (else the plan refuses them)."""
+
+
+@dataclass
+class LinkSplit:
+    """The link a switch would promote carries topics of others too: those of its keys move to a link
+    of their own first (see :mod:`switchyard.sharing`)."""
+
+    link: str
+    new_link: str
+    topics: list[str]
 
 
 @dataclass
@@ -93,6 +107,8 @@ class Plan:
     """What was checked, one line each, for the operator."""
     refusal: str | None = None
     """Why the saga must not go on (nothing has changed); None when it may."""
+    split: LinkSplit | None = None
+    """The split to make before the block (``link`` is then the new one); None: the link is the keys'."""
 
 
 @dataclass
@@ -280,6 +296,22 @@ class CopyChecked:
 
 
 @dataclass
+class SplitRequest:
+    saga_id: str
+    split: LinkSplit
+    wait_s: float = 60.0
+    """How long the old link's mirror processes may take to let the moving topics go, and a mirror
+    process to take the new link up."""
+
+
+@dataclass
+class Split:
+    link: str
+    epoch: int
+    """The epoch the new link was made at (0: a retry found it made)."""
+
+
+@dataclass
 class ReverseRequest:
     saga_id: str
     link: str
@@ -372,7 +404,8 @@ class UsersRequest:
     target: str
     link: str
     """The migration's link (once made, a retry accepts the copy it started on the target)."""
-    within_s: float
+    within_s: float | None = None
+    """Users seen within this long count (None: ``gateway.usage_window_s``)."""
 
 
 @dataclass

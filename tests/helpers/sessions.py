@@ -63,7 +63,7 @@ class Gateway:
         self.inflight = InFlight(self.config.gateway.limits.stale_request_grace_s)
         self.budget = ByteBudget(self.config.gateway.limits.buffer_bytes)
         self.metrics = Metrics.create()
-        self.usage = UsageTracker()
+        self.usage = UsageTracker(7 * 24 * 3600.0)
         self.acked = AckedEnds()
         self.members = Members()
         self.moved = Moved(_nowhere, _nowhere)

@@ -20,7 +20,6 @@ groups' duplicates are reported, not judged: auto-commit promises no more.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import threading
@@ -36,7 +35,7 @@ from switchyard.config import Config
 from switchyard.keys import BindingKey
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
-from switchyard.usage import Use
+from switchyard.usage import decode
 from tests.helpers.compat import CODECS, LIBRARIES, App, judge, longest_gap, prepare, table, wait_until
 from tests.helpers.live import Live, unique
 from tests.helpers.processes import GatewayProcess
@@ -204,7 +203,7 @@ def test_five_client_libraries_see_nothing_of_a_switchover_through_one_gateway_o
 def apps_through(routing: RoutingStore, gateway_id: str) -> set[str]:
     """The applications whose requests ``gateway_id`` reports having seen."""
     data, _ = routing.zk.get(routing.layout.usage(gateway_id))
-    return {Use.of(row).app for row in json.loads(data)["uses"]}
+    return {use.app for use in decode(data)}
 
 
 def round_trip(

@@ -183,8 +183,9 @@ def test_a_switchback_returns_only_what_the_switch_moved_and_only_once(run: Oper
     over = switched(store, p2s, app, to="standby")
     store.create_link(s2p, "standby", "primary", reverse_of=p2s, actor=ACTOR, reason="t")
 
-    # the switch's keys may go back (the plan then looks at the link's topics and mirror, not set up here)
-    back = run("switchback", app, f"{app}@host-1", "--link", s2p, "--dry-run")
+    # the switch's keys may go back (the plan then looks at the link's topics and mirror, not set up here;
+    # an instance nobody saw is forced)
+    back = run("switchback", app, f"{app}@host-1", "--link", s2p, "--force", "--dry-run")
     assert f"ok: the keys return from the switch along {p2s} (epoch {over})" in back.stdout, back.stdout
     refused(
         run("switchback", other, "--link", s2p, "--dry-run"),
@@ -221,6 +222,12 @@ def test_status_shows_the_estate_and_names_what_it_could_not_read(run: Operator)
     assert re.match(r"primary +active +yes \(127\.0\.0\.1:\d+\) +(\d+ \w+, )*\d+ active", primary), primary
     assert any(line.startswith("LINK") or line == "no link" for line in lines)
     assert "no gateway registered" in lines
+    assert any(
+        re.fullmatch(
+            r"who uses what: \d+ applications, \d+ topics seen .* within 7d \(switchyard usage\)", line
+        )
+        for line in lines
+    )
     assert any(line.startswith("SAGA") or line == "no saga running" for line in lines)
 
     elsewhere = {**run.env, "SWITCHYARD__TEMPORAL__ADDRESS": "127.0.0.1:1"}
@@ -236,7 +243,7 @@ def test_a_refused_saga_shows_its_reason_in_the_web_ui_not_a_stack_trace(
     """What the workflow's page shows: the failure's message is the refusal, with no Python stack trace and
     no chain of causes under it; its current details say it was refused and why."""
     app = unique("nolink")
-    refused(run("switchover", app, "--to", "nowhere", "--wait"), 8, "refused")
+    refused(run("switchover", app, "--to", "nowhere", "--force", "--wait"), 8, "refused")
     config = load_config(stack_config.source, environ={**os.environ, **run.env})
 
     async def ended() -> tuple[Any, str]:

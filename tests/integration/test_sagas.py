@@ -333,7 +333,8 @@ def test_sagas_on_overlapping_keys_never_run_at_once(
         ids = [saga_id([k]) for k in keys]
         order = [first, 1 - first]
         await asyncio.gather(*(
-            launch.start(config, Kind.SWITCHOVER, ids[i], SwitchRequest([keys[i]], link=link, policy=policy))
+            launch.start(config, Kind.SWITCHOVER, ids[i],  # no client of theirs ever ran: forced
+                         SwitchRequest([keys[i]], link=link, policy=policy, unknown_keys=True))
             for i in order
         ))  # fmt: skip
         handles = [client.get_workflow_handle(i) for i in ids]
@@ -642,7 +643,7 @@ def test_a_cancelled_switch_of_a_key_never_bound_leaves_it_unbound(
     app, _, link = prepare(live, routing, stack_config, partitions=1)
     key = BindingKey.instance(app, "host-9")
     saga = saga_id([str(key)])
-    started = live.cli("switchover", str(key), "--link", link, "--approval", "before-flip")
+    started = live.cli("switchover", str(key), "--link", link, "--approval", "before-flip", "--force")
     assert started.returncode == 0, started.stderr
     wait_for_approval(live, saga)
     assert routing.binding(key).state is BindingState.BLOCKED  # type: ignore[union-attr]

@@ -5,7 +5,6 @@ broken group held every switch of the link — clients blocked — until someone
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from switchyard.model import BindingState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.stack import Stack
-from switchyard.usage import Use
+from switchyard.usage import decode
 from tests.helpers.live import Live, unique
 from tests.helpers.poison import PoisonProxy, poisoned_cluster
 
@@ -131,4 +130,4 @@ def uses_group(routing: RoutingStore, app: str, group: str) -> bool:
     if routing.zk.exists(node) is None:
         return False
     data, _ = routing.zk.get(node)
-    return any((u := Use.of(row)).app == app and u.group == group for row in json.loads(data)["uses"])
+    return any(u.app == app and u.group == group for u in decode(data))

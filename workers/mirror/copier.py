@@ -203,14 +203,7 @@ class LinkCopier:
                     next_settings = now + settings.settings_refresh_s if follow else next_settings
                     if found != topics:
                         topics = found
-                        if topics:
-                            consumer.subscribe(
-                                topics,
-                                on_assign=self._assigned,
-                                on_revoke=self._revoked,
-                                on_lost=self._revoked,
-                            )
-                        log.info("link %s: copying %d topics", link.id, len(topics))
+                        self._subscribe(consumer, topics)
                     next_refresh = now + settings.topic_refresh_s
                     self._link_error = None
                 self._follow_pause()
@@ -229,6 +222,16 @@ class LinkCopier:
             for helper in helpers:  # before the session's last status, which _run publishes
                 helper.join(LEAVE_WAIT_S if self._stop.is_set() else 30)  # a stopping process waits little
             self._close()
+
+    def _subscribe(self, consumer: Consumer, topics: list[str]) -> None:
+        """Copy ``topics`` from now on; none left (a split moved them to a link of their own): none."""
+        if topics:
+            consumer.subscribe(
+                topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
+            )
+        else:
+            consumer.unsubscribe()
+        log.info("link %s: copying %d topics", self.link.id, len(topics))
 
     def _refresh(self, source: AdminClient, target: AdminClient, follow: bool) -> list[str]:
         """The topics to copy, their copies on the target created (their settings brought in line when

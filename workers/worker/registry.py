@@ -9,6 +9,7 @@ from typing import Any
 from activities.aging import AgingActivities
 from activities.deps import Deps
 from activities.drills import DrillActivities
+from activities.links import LinkActivities
 from activities.migration import MigrationActivities
 from activities.mirror import MirrorActivities
 from activities.partitions import PartitionActivities
@@ -33,6 +34,7 @@ ACTIVITY_CLASSES = (
     PlanningActivities,
     RoutingActivities,
     MirrorActivities,
+    LinkActivities,
     TransactionActivities,
     MigrationActivities,
     PartitionActivities,

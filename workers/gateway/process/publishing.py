@@ -1,6 +1,7 @@
-"""What a gateway tells sagas through ZooKeeper besides its acknowledged epoch: what its clients used
-(an ephemeral node: it goes with the gateway) and how far their writes were acknowledged per partition
-(a persistent one: a fault migration chooses its end offset from it after the gateway is gone)."""
+"""What a gateway tells sagas through ZooKeeper besides its acknowledged epoch: what its clients used, and
+how far their writes were acknowledged per partition. Both nodes are persistent, and a gateway takes up
+its own again when it restarts: a plan counts an application idle since its gateway restarted as a user
+of its topics, and a fault migration chooses its end offset after the gateway is gone."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from kazoo.exceptions import NoNodeError
 from switchyard.acked import decode as decode_acked
 from switchyard.acked import encode as encode_acked
 from switchyard.routing.layout import Layout
-from switchyard.usage import encode
+from switchyard.usage import decode, encode
 from workers.gateway.process.usage import UsageTracker
 from workers.gateway.producers.acked import AckedEnds
 
@@ -36,7 +37,7 @@ class Publisher:
             await asyncio.sleep(USAGE_EVERY_S)
             data = encode(self.usage.uses())
             try:
-                await asyncio.to_thread(self._write, usage, data, ephemeral=True)
+                await asyncio.to_thread(self._write, usage, data)
                 await self.publish_acked()
             except Exception:
                 log.warning("gateway %s: usage not published", self.id, exc_info=True)
@@ -51,27 +52,39 @@ class Publisher:
             self.acked.changed = False
             try:
                 await asyncio.to_thread(
-                    self._write, self.layout.acked(self.id), encode_acked(self.acked.ends), ephemeral=False
+                    self._write, self.layout.acked(self.id), encode_acked(self.acked.ends)
                 )
             except BaseException:
                 self.acked.changed = True
                 raise
 
-    def recall_acked(self) -> None:
-        """What this gateway published before a restart: the next publication starts from it, so a
-        restart never lowers the ends a fault migration chooses its end offset from."""
-        try:
-            data, _ = self.zk.get(self.layout.acked(self.id))
-            self.acked.ends.update(decode_acked(data))
-        except NoNodeError:
-            pass
-        except (ValueError, TypeError, AttributeError):
-            log.warning(
-                "gateway %s: its published acknowledged ends are unreadable; starting afresh", self.id
-            )
+    def recall(self) -> None:
+        """What this gateway published before a restart: the next publications start from it, so a
+        restart never lowers the ends a fault migration chooses its end offset from, nor forgets who
+        used which topics."""
 
-    def _write(self, path: str, data: bytes, *, ephemeral: bool) -> None:
+        def acked_ends(data: bytes) -> None:
+            self.acked.ends.update(decode_acked(data))
+
+        def usage(data: bytes) -> None:
+            self.usage.recall(decode(data))
+
+        for what, path, take in (
+            ("acknowledged ends", self.layout.acked(self.id), acked_ends),
+            ("usage", self.layout.usage(self.id), usage),
+        ):
+            try:
+                data, _ = self.zk.get(path)
+                take(data)
+            except NoNodeError:
+                pass
+            except Exception as exc:  # unreadable, whatever the reason: published afresh
+                log.warning(
+                    "gateway %s: its published %s are unreadable (%r); starting afresh", self.id, what, exc
+                )
+
+    def _write(self, path: str, data: bytes) -> None:
         try:
             self.zk.set(path, data)
         except NoNodeError:
-            self.zk.create(path, data, ephemeral=ephemeral, makepath=True)
+            self.zk.create(path, data, makepath=True)

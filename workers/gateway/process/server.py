@@ -82,7 +82,7 @@ class Gateway:
         self.producers = ProducerIds(self.brokers, ProducerStore(zk, self.layout))
         self.links = LinkLookup(config)
         self.real_ids = RealIds(self.brokers.topic_ids)
-        self.usage = UsageTracker()
+        self.usage = UsageTracker(config.gateway.usage_window_s)
         self.acked = AckedEnds()
         self.publisher = Publisher(zk, self.layout, self.id, self.usage, self.acked)
         self.changes = RoutingChanges(lambda: self.view.snapshot)
@@ -116,7 +116,7 @@ class Gateway:
             except SaslError as exc:
                 raise ConfigError(f"gateway.sasl.users_file: {exc}") from exc
         await asyncio.to_thread(ensure_layout, self.zk, self.layout)
-        await asyncio.to_thread(self.publisher.recall_acked)
+        await asyncio.to_thread(self.publisher.recall)
         self.view.on_change(self._on_snapshot)
         await asyncio.to_thread(self.view.start)
         health = self.config.gateway.health_port

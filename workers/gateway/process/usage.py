@@ -10,14 +10,19 @@ from switchyard.usage import CONSUME, GROUP, PRODUCE, Use
 from workers.gateway.routing import apis
 from workers.gateway.routing.apis import Context
 
-RETENTION_S = 24 * 3600.0
-"""Sightings older than this are forgotten."""
 Key = tuple[str, str | None, str, str, str | None]
 
 
 class UsageTracker:
-    def __init__(self) -> None:
+    def __init__(self, retention_s: float) -> None:
+        self.retention_s = retention_s
+        """Sightings older than this are forgotten (``gateway.usage_window_s``)."""
         self._seen: dict[Key, float] = {}
+
+    def recall(self, uses: list[Use]) -> None:
+        """What this gateway reported before a restart: known still, unless seen again since."""
+        for use in uses:
+            self._seen[use.key] = max(self._seen.get(use.key, 0.0), use.last_seen)
 
     def note(self, identity: Identity, api_key: int, context: Context) -> None:
         if identity.anonymous:
@@ -37,7 +42,7 @@ class UsageTracker:
 
     def uses(self) -> list[Use]:
         """What was seen within the retention (older sightings are dropped now)."""
-        cutoff = time.time() - RETENTION_S
+        cutoff = time.time() - self.retention_s
         for key in [k for k, seen in self._seen.items() if seen < cutoff]:
             del self._seen[key]
         return [Use(*key, last_seen=seen) for key, seen in list(self._seen.items())]

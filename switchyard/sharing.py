@@ -1,0 +1,119 @@
+"""Whom else a switch would touch: keys nobody knows, and the applications that share the link it promotes.
+
+Promoting a link makes its topics the mirror's alone on the source (the reverse link writes them there),
+so a switch must promote only the topics of the keys it moves. The gateways' record of who used what
+(:mod:`switchyard.usage`, kept for ``gateway.usage_window_s``) says which those are:
+
+- a key no binding names and no gateway saw is refused (a typo must not promote a link);
+- the link's topics that the moving keys use move with them (all of them, when the gateways saw the keys
+  use none); where the link carries others too, the switch splits it (``Division.split``): the moving
+  topics go to a link of their own, which the switch promotes, and the rest keep being copied;
+- a moving topic that an identity staying on the source writes is refused, naming who must move too: its
+  writes would be refused there after the promotion. One that a staying identity only reads is not: the
+  reverse link copies the records back where it reads them.
+
+Reads only: a plan's step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from switchyard.identity import Identity
+from switchyard.keys import BindingKey, KeyKind
+from switchyard.model import Binding, BindingState, Link
+from switchyard.resolution import Resolution, resolve
+from switchyard.routing.snapshot import RoutingSnapshot
+from switchyard.usage import PRODUCE, Use, uses_of
+
+
+class Unshareable(Exception):
+    """Why the switch must not go ahead as asked (the words the plan refuses with)."""
+
+
+@dataclass
+class Division:
+    """How a switch divides its link: the topics that move with the keys, and those that stay."""
+
+    moving: list[str]
+    staying: list[str] = field(default_factory=list)
+    readers: list[str] = field(default_factory=list)
+    """Identities left on the source that read a moving topic (there, the reverse link's copy)."""
+
+    @property
+    def split(self) -> bool:
+        """Whether the link carries topics that must not move: the moving ones get a link of their own."""
+        return bool(self.moving and self.staying)
+
+
+def unknown_keys(keys: Iterable[BindingKey], snapshot: RoutingSnapshot, uses: list[Use]) -> list[BindingKey]:
+    """The keys that no binding names and whose clients no gateway saw within the window."""
+    return [key for key in keys if key not in snapshot.bindings and not uses_of(uses, [key])]
+
+
+def divide(
+    keys: list[BindingKey],
+    link: Link,
+    topics: Iterable[str],
+    *,
+    snapshot: RoutingSnapshot,
+    default_cluster: str,
+    uses: list[Use],
+) -> Division:
+    """Which of the link's ``topics`` (on its source now) move with ``keys`` (all of them when the
+    gateways saw the keys use none); :class:`Unshareable` when a moving topic is written by someone who
+    stays."""
+    after = dict(snapshot.bindings)
+    when = datetime.now(UTC)
+    for key in keys:
+        after[key] = Binding(link.target, 0, BindingState.ACTIVE, when, "plan")
+    on_link = set(topics)
+
+    def deciding(use: Use, bindings: dict[BindingKey, Binding]) -> Resolution:
+        identity = Identity(use.app, instance=use.instance)
+        return resolve(identity, bindings, default_cluster, topics=[use.topic], group=use.group)
+
+    used = [u for u in uses if u.topic in on_link]
+    moved = [
+        u for u in used
+        if deciding(u, snapshot.bindings).cluster == link.source and deciding(u, after).cluster == link.target
+    ]  # fmt: skip
+    staying = [u for u in used if deciding(u, after).cluster == link.source]
+    moving = {u.topic for u in moved} | {
+        k.name for k in keys if k.kind is KeyKind.TOPIC and k.name in on_link
+    }
+    if not moving:  # nothing says which are the keys': the whole link would move with them
+        moving = set(on_link)
+    writers = [u for u in staying if u.role == PRODUCE and u.topic in moving]
+    if writers:
+        shared = sorted({u.topic for u in writers})
+        # the key that keeps each writer there: its deciding binding, or its application's
+        along = sorted({str((deciding(u, after).keys or (BindingKey.for_app(u.app),))[0]) for u in writers})
+        one = len(shared) == 1
+        raise Unshareable(
+            f"{', '.join(shared[:5])} {'is' if one else 'are'} written by {_who(writers)} on "
+            f"{link.source}, which would stay there: promoting {'it' if one else 'them'} makes "
+            f"{link.source}'s copy the reverse link's alone, and those writes would be refused. Switch "
+            f"them together: {' '.join([*map(str, keys), *along])}"
+        )
+    readers = sorted({f"{_identity(u)} reads {u.topic}" for u in staying if u.topic in moving})
+    return Division(sorted(moving), sorted(on_link - moving), readers)
+
+
+def split_id(link: Link, moving: Iterable[str]) -> str:
+    """The id of the link a split gives the moving topics: the same for the same split, so a plan run
+    again (a retried step) names the link its first run made."""
+    digest = hashlib.sha1("\n".join(sorted(moving)).encode()).hexdigest()[:8]
+    return f"{link.id}-split-{digest}"
+
+
+def _identity(use: Use) -> str:
+    return f"{use.app}@{use.instance}" if use.instance else use.app
+
+
+def _who(uses: list[Use]) -> str:
+    names = sorted({_identity(u) for u in uses})
+    return ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
