@@ -78,7 +78,8 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
 
     window_s = config.gateway.usage_window_s
     uses = read_usage(store.zk, store.layout, within_s=window_s)
-    plan.checks.append(_known(keys, snapshot, uses, window_s, forced=request.unknown_keys))
+    flag = "--unknown-keys" if request.unplanned else "--force"
+    plan.checks.append(_known(keys, snapshot, uses, window_s, forced=request.unknown_keys, flag=flag))
     topics = {use.topic for use in uses_of(uses, keys) if use.topic}  # a group's use names no topic
     topics |= {key.name for key in keys if key.kind is KeyKind.TOPIC and key.name}
     link = _link(snapshot, source, request.target, request.link, topics, unplanned=request.unplanned)
@@ -133,7 +134,13 @@ def _no_migrated_partition(snapshot: RoutingSnapshot, link: Link, partitions: li
 
 
 def _known(
-    keys: list[BindingKey], snapshot: RoutingSnapshot, uses: list[Use], window_s: float, *, forced: bool
+    keys: list[BindingKey],
+    snapshot: RoutingSnapshot,
+    uses: list[Use],
+    window_s: float,
+    *,
+    forced: bool,
+    flag: str,
 ) -> str:
     """Refused when a key is named by no binding and used by no client a gateway saw: a typo, most
     likely, and a switch of it would still promote a link under everyone else's feet."""
@@ -143,11 +150,13 @@ def _known(
     named = ", ".join(unknown)
     if forced:
         return f"forced: {named} unknown (no binding, no client seen within {window_s:g}s)"
+    still = " — refused still where another application writes one" if flag == "--force" else ""
     raise Refused(
         f"{named}: no binding names {_them(unknown)} and no gateway saw "
         f"{'their' if len(unknown) > 1 else 'its'} clients within {window_s:g}s (gateway.usage_window_s; "
-        f"switchyard usage). A typo? With --force the switch goes ahead: {_them(unknown)} would be bound "
-        "to the target, and the link promoted only where no other application uses it"
+        f"switchyard usage). A typo? With {flag} the switch goes ahead: {_them(unknown)} would be bound "
+        f"to the target, and every topic of the link would move with {_them(unknown)} (nothing says which "
+        f"are {'theirs' if len(unknown) > 1 else 'its'}){still}"
     )
 
 

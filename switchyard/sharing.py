@@ -18,7 +18,7 @@ Reads only: a plan's step.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -27,7 +27,7 @@ from switchyard.keys import BindingKey, KeyKind
 from switchyard.model import Binding, BindingState, Link
 from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
-from switchyard.usage import PRODUCE, Use, uses_of
+from switchyard.usage import CONSUME, PRODUCE, Use, uses_of
 
 
 class Unshareable(Exception):
@@ -64,8 +64,9 @@ def divide(
     uses: list[Use],
 ) -> Division:
     """Which of the link's ``topics`` (on its source now) move with ``keys`` (all of them when the
-    gateways saw the keys use none); :class:`Unshareable` when a moving topic is written by someone who
-    stays."""
+    gateways saw the keys use no topic at all); :class:`Unshareable` when a moving topic is written by
+    someone who stays, when a client's requests would name topics that move and topics that stay, or
+    when the keys use topics only elsewhere."""
     after = dict(snapshot.bindings)
     when = datetime.now(UTC)
     for key in keys:
@@ -76,17 +77,25 @@ def divide(
         identity = Identity(use.app, instance=use.instance)
         return resolve(identity, bindings, default_cluster, topics=[use.topic], group=use.group)
 
+    def moves(use: Use) -> bool:
+        return (
+            deciding(use, snapshot.bindings).cluster == link.source
+            and deciding(use, after).cluster == link.target
+        )
+
+    _one_way_each(uses, moves, lambda u: deciding(u, after).cluster == link.source, keys)
     used = [u for u in uses if u.topic in on_link]
-    moved = [
-        u for u in used
-        if deciding(u, snapshot.bindings).cluster == link.source and deciding(u, after).cluster == link.target
-    ]  # fmt: skip
     staying = [u for u in used if deciding(u, after).cluster == link.source]
-    moving = {u.topic for u in moved} | {
-        k.name for k in keys if k.kind is KeyKind.TOPIC and k.name in on_link
-    }
-    if not moving:  # nothing says which are the keys': the whole link would move with them
-        moving = set(on_link)
+    named = {k.name for k in keys if k.kind is KeyKind.TOPIC and k.name in on_link}
+    moving = {u.topic for u in used if moves(u)} | named
+    if not moving:
+        theirs = sorted({u.topic for u in uses if u.topic and moves(u)})
+        if theirs:
+            raise Unshareable(
+                f"{', '.join(map(str, keys))} use{'s' if len(keys) == 1 else ''} "
+                f"{', '.join(theirs[:5])}, which link {link.id} does not copy: is it the right link?"
+            )
+        moving = set(on_link)  # nothing says which are the keys': the whole link moves with them
     writers = [u for u in staying if u.role == PRODUCE and u.topic in moving]
     if writers:
         shared = sorted({u.topic for u in writers})
@@ -101,6 +110,33 @@ def divide(
         )
     readers = sorted({f"{_identity(u)} reads {u.topic}" for u in staying if u.topic in moving})
     return Division(sorted(moving), sorted(on_link - moving), readers)
+
+
+def _one_way_each(
+    uses: list[Use], moves: Callable[[Use], bool], stays: Callable[[Use], bool], keys: list[BindingKey]
+) -> None:
+    """A client's Produce or Fetch names every partition it has for one broker, and follows topic keys
+    only when all of its topics are bound alike: one that writes (or reads) topics that move and
+    topics that stay would stay whole on the source, its writes of the moving ones refused there."""
+    requests = [u for u in uses if u.role in (PRODUCE, CONSUME) and u.group is None and u.topic]
+    by_client: dict[tuple[str, str | None, str], list[Use]] = {}
+    for use in requests:
+        by_client.setdefault((use.app, use.instance, use.role), []).append(use)
+    mixed = []
+    for (app, instance, role), seen in by_client.items():
+        going = sorted(u.topic for u in seen if moves(u))
+        left = sorted(u.topic for u in seen if stays(u))
+        if going and left:
+            verb = "writes" if role == PRODUCE else "reads"
+            mixed.append(f"{app}@{instance or '-'} {verb} {', '.join(going[:3])}, which move, and "
+                         f"{', '.join(left[:3])}, which stay")  # fmt: skip
+    if mixed:
+        mixed.sort()
+        raise Unshareable(
+            f"{'; '.join(mixed[:3])}: one request names them all and follows neither's key, so it would "
+            f"stay on the source. Switch the application whole, or bind its other topics "
+            f"(App#topic) along with {', '.join(map(str, keys))}"
+        )
 
 
 def split_id(link: Link, moving: Iterable[str]) -> str:

@@ -100,7 +100,7 @@ _spark = click.option(
 )
 _UNKNOWN_HELP = (
     "Switch keys that no binding names and no gateway saw use anything (refused otherwise: a typo, most "
-    "likely); the link is then promoted only where no other application uses it."
+    "likely); all of the link's topics move with them, refused still where another application writes one."
 )
 
 

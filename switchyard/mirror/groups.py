@@ -82,8 +82,11 @@ def sync_groups(
     ``mirrored`` is how far the copy got per partition; with it, only those partitions are synced and
     offsets ahead of the copy wait. Without it (after a drain) every partition of a copied topic is.
     ``groups`` names the groups that must come over: one that cannot be read or written fails the sync,
-    named. Without it, every group on the source is tried, and one that fails is skipped (with the
-    reason) so that it never holds the others back. Each group's target is read and written within its
+    named. Without it (the mirror's periodic carry), every group on the source is tried, one that fails
+    is skipped (with the reason) so that it never holds the others back, and no offset is moved back: a
+    group further along on the target than on the source reads there (one a switch left reading the
+    promoted topics' copy on the old source, say, whose offsets the reverse link's carry would otherwise
+    rewind to the flip as soon as it restarted). Each group's target is read and written within its
     ``turn``, and left alone when someone else holds it.
     """
     report = GroupSyncReport()
@@ -97,7 +100,7 @@ def sync_groups(
                         if holder is not None:
                             report.skipped.append(f"{group}: left to {holder}, which moves it")
                             continue
-                        _write_group(target, group, wanted, report, timeout_s)
+                        _write_group(target, group, wanted, report, timeout_s, rewind=groups is not None)
         except KafkaOperationError as exc:
             if groups is not None:
                 raise
@@ -146,7 +149,13 @@ def _wanted(  # noqa: PLR0917 - one group of sync_groups
 
 
 def _write_group(
-    target: AdminClient, group: str, wanted: dict[Key, GroupOffset], report: GroupSyncReport, timeout_s: float
+    target: AdminClient,
+    group: str,
+    wanted: dict[Key, GroupOffset],
+    report: GroupSyncReport,
+    timeout_s: float,
+    *,
+    rewind: bool,
 ) -> None:
     state, members = group_state(target, group, timeout_s)
     if not idle(state, members):
@@ -156,6 +165,14 @@ def _write_group(
     ends = kafka.listed_ends(target, wanted, timeout_s=timeout_s)
     wanted = {k: replace(o, target=min(o.target, ends.get(k, o.target))) for k, o in wanted.items()}
     current = committed_offsets(target, group, timeout_s)
+    if not rewind:
+        further = {k: o for k, o in wanted.items() if current.get(k, -1) > o.target}
+        for (topic, partition), o in sorted(further.items()):
+            report.skipped.append(
+                f"{group}: {topic}[{partition}] at {current[(topic, partition)]} on the target, further than "
+                f"the source's {o.target}: not moved back"
+            )
+        wanted = {k: o for k, o in wanted.items() if k not in further}
     changed = [o for key, o in wanted.items() if current.get(key) != o.target]
     report.unchanged += len(wanted) - len(changed)
     if changed:

@@ -6,10 +6,11 @@ first moves its keys' topics to a new link, between the same clusters, which it 
 link keeps copying the rest (see :mod:`switchyard.sharing`).
 
 The copy must go on exactly where it was, by exactly one writer: the old link gives the topics up first
-(it excludes them by name, a fenced change in the ledger), and only once no mirror process of it holds
-one of their partitions are its offset-map segments for them stored under the new link and the new link
-made. A mirror process taking the new link up finds the target's ends and the map as the old link left
-them, and resumes from there. Each stage finds what an earlier attempt did, so a retried step goes on.
+(it excludes them by name, a fenced change in the ledger), and only once every mirror process of it has
+listed its topics under that change (so none can be assigned one of them again) and holds none of their
+partitions are its offset-map segments for them stored under the new link and the new link made. A
+mirror process taking the new link up finds the target's ends and the map as the old link left them,
+and resumes from there. Each stage finds what an earlier attempt did, so a retried step goes on.
 While the old link has let the topics go and the new one is not made yet (seconds), nothing copies them:
 the source keeps their records, and the switch's drain waits for the new link to catch up.
 """
@@ -19,13 +20,12 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from datetime import datetime
 
 from switchyard.config import Config
 from switchyard.errors import BindingRefused
 from switchyard.mirror.mapstore import read_link, segment_record, store_records
 from switchyard.mirror.status import read_status
-from switchyard.model import LinkState, now
+from switchyard.model import LinkState
 from switchyard.routing import LinkChange, RoutingStore
 
 _POLL_S = 0.2
@@ -54,15 +54,19 @@ def split_link(
         raise BindingRefused(f"link {link_id} is {old.state}: only a running link is split")
     names = set(topics)
     patterns = tuple(re.escape(t) for t in sorted(names))
-    since = now()
     excluded = tuple(p for p in patterns if p not in old.exclude)
+    given_up = old.epoch  # by an earlier attempt (the link's epoch is at least that change's)
     if excluded:
         change = LinkChange(
             old.id, old.epoch, old.source, old.target, old.include, old.exclude + excluded, old.state,
             old.reverse_of,
         )  # fmt: skip
-        store.apply([change], actor=actor, reason=f"{reason}: {', '.join(sorted(names))} move to {new_id}")
-    _wait_let_go(store, link_id, names, since=since, wait_s=wait_s, progress=progress)
+        why = f"{reason}: {', '.join(sorted(names))} move to {new_id}"
+        given_up = store.apply([change], actor=actor, reason=why)
+    _wait_let_go(store, link_id, names, epoch=given_up, wait_s=wait_s, progress=progress)
+    now_old = store.link(link_id)  # an attempt gone on past the saga's compensation must not go on
+    if now_old is None or not set(patterns) <= set(now_old.exclude):
+        raise BindingRefused(f"link {link_id} took {', '.join(sorted(names))} back meanwhile: not split")
     target = config.clusters[old.target].bootstrap
     maps = read_link(target, link_id).maps
     store_records(
@@ -105,25 +109,27 @@ def _wait_let_go(
     link_id: str,
     names: set[str],
     *,
-    since: datetime,
+    epoch: int,
     wait_s: float,
     progress: Callable[[str], None],
 ) -> None:
-    """Until every live mirror process of the link has reported since ``since`` and holds none of the
-    topics' partitions (a process reports what it holds once its group has assigned the rest)."""
+    """Until every live mirror process of the link has listed its topics under ``epoch`` or later (so
+    it is subscribed without ``names``, and no assignment can give it one of them again) and holds none
+    of their partitions (it reports what it holds once its group has assigned the rest)."""
     deadline = time.monotonic() + wait_s
     while True:
         holding = sorted(
             m.member
             for m in read_status(store.zk, store.layout, link_id)
-            if m.updated_at < since or any(p.topic in names for p in m.partitions)
+            if m.listed_epoch < epoch or any(p.topic in names for p in m.partitions)
         )
         if not holding:
             return
         if time.monotonic() > deadline:
             raise BindingRefused(
                 f"link {link_id}: mirror processes {', '.join(holding)} still copy "
-                f"{', '.join(sorted(names)[:5])} after {wait_s:g}s; the split is not made"
+                f"{', '.join(sorted(names)[:5])} after {wait_s:g}s, or have not taken the change of its "
+                f"topics up (epoch {epoch}); the split is not made"
             )
         progress(f"waiting for {', '.join(holding)} to let {', '.join(sorted(names)[:5])} go")
         time.sleep(_POLL_S)

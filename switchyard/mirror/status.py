@@ -62,6 +62,9 @@ class MemberStatus:
     notes: tuple[str, ...] = ()
     """What is copied differently from the source while the records flow: a topic setting or ACLs the
     target refused."""
+    listed_epoch: int = 0
+    """The link's epoch when this member last listed the topics it copies (and subscribed to them): a
+    change of the link's topics has reached it once this is at the change's epoch or later."""
 
     def to_json(self) -> bytes:
         raw = asdict(self)
@@ -80,7 +83,8 @@ class MemberStatus:
             for p in raw["partitions"]
         )
         return cls(raw["member"], raw["host"], datetime.fromisoformat(raw["updated_at"]), partitions,
-                   raw.get("link_error"), tuple(raw.get("notes", ())))  # fmt: skip
+                   raw.get("link_error"), tuple(raw.get("notes", ())),
+                   raw.get("listed_epoch", 0))  # fmt: skip
 
 
 def members_path(layout: Layout, link_id: str) -> str:

@@ -23,7 +23,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.mirror import MirrorActivities
 from switchyard.config import Config
-from switchyard.mirror.groups import committed_offsets, group_state
+from switchyard.mirror.groups import committed_offsets, group_state, sync_groups
 from switchyard.routing import RoutingStore
 from switchyard.sagas.steps import CopyCheckRequest, DrainRequest, GroupSyncRequest, PartitionEnd
 from tests.helpers.deps import worker_deps
@@ -94,6 +94,35 @@ def test_the_drain_brings_the_copys_settings_in_line_with_the_source(
     (on_target,) = (future.result(10) for future in futures.values())
     assert on_target["retention.ms"].value == "1209600000"
     assert on_target["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+
+
+@pytest.mark.usefixtures("stack")
+def test_the_periodic_carry_never_moves_a_groups_offset_back_and_a_sync_of_named_groups_does(
+    stack_config: Config,
+) -> None:
+    """A group further along on the target reads there (a reader a switch left on the old source, whose
+    topic the reverse link copies back): the mirror's periodic carry leaves it; a saga's sync of the
+    groups it moves writes exactly what the source says."""
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    topic = f"carried-t-{uuid.uuid4().hex[:6]}"
+    group = f"{topic}-readers"
+    for bootstrap in (primary, standby):
+        fill_topic(bootstrap, topic, COPIED, partitions=1, size=16)
+    commit_offset(primary, group, topic, 10)
+    commit_offset(standby, group, topic, 30)
+    source, target = (AdminClient({"bootstrap.servers": b}) for b in (primary, standby))
+
+    def copies(name: str) -> bool:
+        return name == topic
+
+    periodic = sync_groups(source, target, copies, {}, {(topic, 0): COPIED}, groups=None)
+    assert committed_offsets(target, group) == {(topic, 0): 30}
+    assert f"{group}: {topic}[0] at 30 on the target, further than the source's 10: not moved back" in (
+        periodic.skipped
+    )
+    named = sync_groups(source, target, copies, {}, groups=[group])
+    assert [w.target for w in named.written] == [10]
+    assert committed_offsets(target, group) == {(topic, 0): 10}
 
 
 def test_the_group_sync_waits_while_the_group_has_members_on_the_target_and_names_it(

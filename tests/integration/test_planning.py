@@ -174,3 +174,31 @@ def readers(store: RoutingStore, topic: str, *apps: str) -> None:
     store.zk.create(
         store.layout.usage(f"gw-{uuid.uuid4().hex[:4]}"), encode(uses), makepath=True, ephemeral=True
     )
+
+
+def test_a_client_whose_requests_would_mix_moving_and_staying_topics_is_refused(
+    store: RoutingStore, stack_config: Config, link: tuple[str, str]
+) -> None:
+    """shop writes the link's topic and another: switching only ``shop#<topic>`` would leave its Produce
+    requests, which name both, on the source."""
+    _, topic = link
+    producers(store, topic, "shop")
+    producers(store, f"elsewhere-{topic}", "shop")
+    refusal = plan(store, stack_config, f"shop#{topic}")
+    assert refusal is not None
+    assert refusal.startswith(
+        f"shop@shop-1 writes {topic}, which move, and elsewhere-{topic}, which stay: one request names "
+        "them all"
+    )
+    assert plan(store, stack_config, "shop") is None  # the application whole
+
+
+def test_keys_whose_topics_are_all_on_other_links_are_refused_on_this_one(
+    store: RoutingStore, stack_config: Config, link: tuple[str, str]
+) -> None:
+    link_id, topic = link
+    producers(store, f"elsewhere-{topic}", "shop")
+    refusal = plan(store, stack_config, "shop")
+    assert refusal == (
+        f"shop uses elsewhere-{topic}, which link {link_id} does not copy: is it the right link?"
+    )

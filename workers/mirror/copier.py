@@ -83,6 +83,8 @@ class LinkCopier:
         self._failure: str | None = None
         self._link_error: str | None = None
         self._notes: dict[str, str] = {}
+        self._listed_epoch = 0
+        """The link's epoch when its topics were last listed and subscribed to (see MemberStatus)."""
         """What the target refused of the source's topics while their records are copied: topic
         settings (per topic, from its creation by this process) and ACLs (key "acls", from the latest
         refresh)."""
@@ -91,6 +93,8 @@ class LinkCopier:
         self._admins: Admins | None = None
         """This session's admin clients."""
         self._maps: dict[Key, OffsetMap] = {}
+        self._target = ""
+        """The target's bootstrap, in this session."""
         self._final: dict[Key, PartitionCopy] = {}
         self._left: dict[Key, PartitionCopy] = {}
         """The partitions given up (revoked, lost, or the session ended), as last seen: shown until the
@@ -130,8 +134,9 @@ class LinkCopier:
         """Every partition as last seen: held by this session, or let go since the last one held it."""
         return {**self._left, **self._partitions}
 
-    def _current(self) -> tuple[list[PartitionStatus], str | None, tuple[str, ...]]:
-        return self.statuses(), self._link_error, tuple(v for _, v in sorted(dict(self._notes).items()))
+    def _current(self) -> tuple[list[PartitionStatus], str | None, tuple[str, ...], int]:
+        notes = tuple(v for _, v in sorted(dict(self._notes).items()))
+        return self.statuses(), self._link_error, notes, self._listed_epoch
 
     def stop(self, timeout_s: float = 30.0, *, forget: bool = False) -> None:
         """End the copy; ``forget`` (the link was removed) also takes a promoted link's final status
@@ -173,6 +178,7 @@ class LinkCopier:
         self._admins = admins = Admins(lambda cluster: self.config.clusters[cluster].bootstrap)
         ensure_map_topic(admins.get(link.target))
         self._maps = read_maps(target, link.id)
+        self._target = target
         self._clients = clients = CopyClients.connect(
             settings, link.id, self.member, source=source, target=target, stats=self.source.from_stats
         )
@@ -199,11 +205,13 @@ class LinkCopier:
                     return
                 if now >= next_refresh:
                     follow = now >= next_settings
-                    found = self._refresh(admins.get(link.source), admins.get(link.target), follow)
+                    listed = self.link  # the link the topics are listed under, whatever changes meanwhile
+                    found = self._refresh(listed, admins.get(link.source), admins.get(link.target), follow)
                     next_settings = now + settings.settings_refresh_s if follow else next_settings
                     if found != topics:
                         topics = found
                         self._subscribe(consumer, topics)
+                    self._listed_epoch = listed.epoch
                     next_refresh = now + settings.topic_refresh_s
                     self._link_error = None
                 self._follow_pause()
@@ -229,18 +237,20 @@ class LinkCopier:
             consumer.subscribe(
                 topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
             )
-        else:
+        else:  # nothing polls the consumer from now on to serve its revocation: let go here
             consumer.unsubscribe()
+            self._revoked(consumer, [TopicPartition(t, p) for t, p in self._partitions])
+            self._left = {}  # it holds nothing, and shows nothing
         log.info("link %s: copying %d topics", self.link.id, len(topics))
 
-    def _refresh(self, source: AdminClient, target: AdminClient, follow: bool) -> list[str]:
-        """The topics to copy, their copies on the target created (their settings brought in line when
-        ``follow``), and their ACLs there brought in line."""
-        found, notes = sync_topics(self.link, source, target, self._stop, follow=follow)
+    def _refresh(self, link: Link, source: AdminClient, target: AdminClient, follow: bool) -> list[str]:
+        """The topics ``link`` copies, their copies on the target created (their settings brought in
+        line when ``follow``), and their ACLs there brought in line."""
+        found, notes = sync_topics(link, source, target, self._stop, follow=follow)
         self.source.answered()
         for key, note in notes.items():
             self._note(key, note)
-        self._note("acls", sync_acls(source, target, found, self._principals(self.link)) if found else None)
+        self._note("acls", sync_acls(source, target, found, self._principals(link)) if found else None)
         return found
 
     def _principals(self, link: Link) -> Mapping[str, str]:
@@ -311,6 +321,9 @@ class LinkCopier:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self._left = {}  # the group has spoken: what this session holds is all this process shows
         fresh = [key for key in keys if key not in self._maps]  # new to the link, or to this session
+        if keys:  # another process may have held them since this session read the maps, adding segments
+            stored = read_maps(self._target, self.link.id)
+            self._maps.update((key, stored[key]) for key in keys if key in stored)
         if fresh:  # added on the target before its ends are asked there
             grow_copies(self._admins.get(self.link.target), fresh)
             _await_partitions([probe, self._clients.producer, source_probe], fresh)

@@ -85,7 +85,7 @@ class StatusNode:
         layout: Layout,
         member: str,
         link_id: Callable[[], str],
-        current: Callable[[], tuple[list[PartitionStatus], str | None, tuple[str, ...]]],
+        current: Callable[[], tuple[list[PartitionStatus], str | None, tuple[str, ...], int]],
     ) -> None:
         self.zk, self.layout, self.member = zk, layout, member
         self._link_id = link_id
@@ -109,7 +109,7 @@ class StatusNode:
                 log.exception("link %s: status not published", self._link_id())
 
     def publish(self) -> None:
-        partitions, link_error, notes = self._current()
+        partitions, link_error, notes, listed_epoch = self._current()
         status = MemberStatus(
             member=self.member,
             host=f"{os.uname().nodename}:{os.getpid()}",
@@ -117,6 +117,7 @@ class StatusNode:
             partitions=tuple(partitions),
             link_error=link_error,
             notes=notes,
+            listed_epoch=listed_epoch,
         )
         link_id = self._link_id()
         path = member_path(self.layout, link_id, self.member)

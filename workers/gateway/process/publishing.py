@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+import zlib
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -20,6 +22,9 @@ from workers.gateway.producers.acked import AckedEnds
 
 log = logging.getLogger(__name__)
 USAGE_EVERY_S = 2.0
+"""How often the report is looked at: published when a client used something new since the last time."""
+USAGE_REFRESH_S = 30.0
+"""Published this often anyway, so that its last-seen times move on (the window is days)."""
 
 
 class Publisher:
@@ -33,11 +38,17 @@ class Publisher:
     async def run(self) -> None:
         """Every few seconds, what the clients used and how far their writes were acknowledged."""
         usage = self.layout.usage(self.id)
+        published: set[tuple[str, str | None, str, str, str | None]] = set()
+        published_at = 0.0
         while True:
             await asyncio.sleep(USAGE_EVERY_S)
-            data = encode(self.usage.uses())
+            uses = self.usage.uses()
+            seen = {use.key for use in uses}
             try:
-                await asyncio.to_thread(self._write, usage, data)
+                if seen != published or time.monotonic() - published_at >= USAGE_REFRESH_S:
+                    data = await asyncio.to_thread(encode, uses)  # off the loop: thousands of rows
+                    await asyncio.to_thread(self._write, usage, data)
+                    published, published_at = seen, time.monotonic()
                 await self.publish_acked()
             except Exception:
                 log.warning("gateway %s: usage not published", self.id, exc_info=True)
@@ -78,7 +89,9 @@ class Publisher:
                 take(data)
             except NoNodeError:
                 pass
-            except Exception as exc:  # unreadable, whatever the reason: published afresh
+            # unreadable: published afresh. (ZooKeeper out of reach is not caught: the start fails,
+            # rather than overwrite what it could not read.)
+            except (ValueError, TypeError, KeyError, AttributeError, zlib.error) as exc:
                 log.warning(
                     "gateway %s: its published %s are unreadable (%r); starting afresh", self.id, what, exc
                 )
