@@ -55,6 +55,7 @@ from switchyard.sagas.steps import (
     FlipRequest,
     GroupsSynced,
     GroupSyncRequest,
+    LinkSplit,
     LockRequest,
     Loss,
     LossRequest,
@@ -85,6 +86,8 @@ from switchyard.sagas.steps import (
     SagaRecord,
     Settled,
     SettleRequest,
+    Split,
+    SplitRequest,
     TopicUser,
     TopicUsers,
     Unblocked,
@@ -118,6 +121,8 @@ class Script:
     """Records a partition migration's origin check finds past the end offset."""
     call_off: PartitionMigrated = field(default_factory=lambda: PartitionMigrated(22, 2, -1, None))
     """What calling a partition migration off finds (an end offset: it had taken effect after all)."""
+    split: LinkSplit | None = None
+    """A split the plan finds the keys need (their topics then move along ``split.new_link``)."""
 
     @property
     def steps(self) -> list[str]:
@@ -146,6 +151,8 @@ class Script:
             steps.FLIP: (FlipRequest, lambda _: Flipped(12, ENDS)),
             steps.AWAIT_ACKS: (AcksRequest, lambda r: Acked(r.epoch, 2)),
             steps.REVERSE: (ReverseRequest, lambda r: Reversed(r.new_link)),
+            steps.SPLIT: (SplitRequest, lambda r: Split(r.split.new_link, 9)),
+            steps.UNSPLIT: (SplitRequest, lambda _: True),
             steps.MEASURE_LOSS: (LossRequest, self._loss),
             steps.FIND_LOST_WINDOW: (
                 LostWindowRequest,
@@ -212,8 +219,9 @@ class Script:
         if self.refusal:
             return Plan(request.keys, epochs, refusal=self.refusal)
         return Plan(
-            request.keys, epochs, "primary", "standby", "primary-to-standby",
-            [Partition("orders", 0), Partition("orders", 1)], ["stand-in plan"],
+            request.keys, epochs, "primary", "standby",
+            self.split.new_link if self.split else "primary-to-standby",
+            [Partition("orders", 0), Partition("orders", 1)], ["stand-in plan"], split=self.split,
         )  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from switchyard.sagas.requests import (
     Progress,
     SwitchRequest,
 )
-from switchyard.sagas.steps import PartitionEnd, PartitionMigrated
+from switchyard.sagas.steps import LinkSplit, PartitionEnd, PartitionMigrated
 from tests.workflows.conftest import Sagas, capture, refused
 
 PLANNED = [
@@ -187,6 +187,35 @@ def test_a_group_sync_that_cannot_succeed_gives_up_compensates_and_names_the_gro
     assert sagas.script.calls.count(steps.SYNC_GROUPS) > 1  # retried until it gave up
     assert sagas.script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
     assert result["pause_ms"] > 0  # held from the block until the unblock: a compensated switch held them too
+
+
+def test_a_switch_whose_link_is_shared_splits_it_after_the_lock_and_moves_along_the_new_one(
+    sagas: Sagas,
+) -> None:
+    sagas.script.split = LinkSplit("shared", "shared-split-1a2b3c4d", ["orders"])
+
+    async def scenario(s: Sagas) -> Any:
+        handle = await s.start("Switchover", SwitchRequest(["orders"]))
+        return await handle.result(), await progress(handle)
+
+    result, shown = sagas.run(scenario)
+    assert sagas.script.steps == [*PLANNED[:2], steps.SPLIT, *PLANNED[2:]]  # before the block
+    (split,) = sagas.script.requests[steps.SPLIT]
+    assert split.split == LinkSplit("shared", "shared-split-1a2b3c4d", ["orders"])
+    assert sagas.script.requests[steps.FLIP][0].link == "shared-split-1a2b3c4d"
+    assert sagas.script.requests[steps.REVERSE][0].link == "shared-split-1a2b3c4d"
+    assert [s.name for s in shown.steps][:4] == ["plan", "lock", "split link", "block"]
+    assert (result.outcome, result.link) == ("switched", "shared-split-1a2b3c4d")
+
+
+def test_a_switch_abandoned_after_its_split_gives_the_topics_back_to_their_link(sagas: Sagas) -> None:
+    sagas.script.split = LinkSplit("shared", "shared-split-1a2b3c4d", ["orders"])
+    sagas.script.fail[steps.CHECK_COPY] = refused("CopyDiverged", "orders[0]: the target holds 99")
+    kind, result = fails(sagas, "Switchover", SwitchRequest(["orders"]))
+    assert kind == "SwitchAbandoned"
+    assert "switch abandoned before the flip at check copy" in result["detail"]
+    assert sagas.script.steps[-3:] == [steps.UNBLOCK, steps.UNSPLIT, steps.UNLOCK]
+    assert sagas.script.requests[steps.UNSPLIT][0].split.new_link == "shared-split-1a2b3c4d"
 
 
 def test_a_lock_held_by_another_saga_refuses_naming_it(sagas: Sagas) -> None:
