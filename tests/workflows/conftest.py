@@ -123,6 +123,8 @@ class Script:
     """What calling a partition migration off finds (an end offset: it had taken effect after all)."""
     split: LinkSplit | None = None
     """A split the plan finds the keys need (their topics then move along ``split.new_link``)."""
+    split_given_back: bool = True
+    """What undoing the split finds: the new link was not made yet (else it stays)."""
 
     @property
     def steps(self) -> list[str]:
@@ -152,7 +154,7 @@ class Script:
             steps.AWAIT_ACKS: (AcksRequest, lambda r: Acked(r.epoch, 2)),
             steps.REVERSE: (ReverseRequest, lambda r: Reversed(r.new_link)),
             steps.SPLIT: (SplitRequest, lambda r: Split(r.split.new_link, 9)),
-            steps.UNSPLIT: (SplitRequest, lambda _: True),
+            steps.UNSPLIT: (SplitRequest, lambda _: self.split_given_back),
             steps.MEASURE_LOSS: (LossRequest, self._loss),
             steps.FIND_LOST_WINDOW: (
                 LostWindowRequest,

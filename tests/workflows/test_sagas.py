@@ -214,8 +214,19 @@ def test_a_switch_abandoned_after_its_split_gives_the_topics_back_to_their_link(
     kind, result = fails(sagas, "Switchover", SwitchRequest(["orders"]))
     assert kind == "SwitchAbandoned"
     assert "switch abandoned before the flip at check copy" in result["detail"]
+    assert "stays made" not in result["detail"]
     assert sagas.script.steps[-3:] == [steps.UNBLOCK, steps.UNSPLIT, steps.UNLOCK]
     assert sagas.script.requests[steps.UNSPLIT][0].split.new_link == "shared-split-1a2b3c4d"
+
+
+def test_a_switch_abandoned_after_its_new_link_was_made_says_it_stays(sagas: Sagas) -> None:
+    sagas.script.split = LinkSplit("shared", "shared-split-1a2b3c4d", ["orders"])
+    sagas.script.split_given_back = False
+    sagas.script.fail[steps.CHECK_COPY] = refused("CopyDiverged", "orders[0]: the target holds 99")
+    _, result = fails(sagas, "Switchover", SwitchRequest(["orders"]))
+    assert result["detail"].endswith(
+        "; keys unblocked where they were; link shared-split-1a2b3c4d stays made: it copies orders"
+    )
 
 
 def test_a_lock_held_by_another_saga_refuses_naming_it(sagas: Sagas) -> None:
