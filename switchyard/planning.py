@@ -182,8 +182,7 @@ def _divide(
         new_link = split_id(link, division.moving)
         plan.split = LinkSplit(link.id, new_link, division.moving)
         plan.link = new_link
-        moving = set(division.moving)
-        plan.partitions = [p for p in plan.partitions if p.topic in moving]
+        plan.partitions = [p for p in plan.partitions if p.topic in set(division.moving)]
         plan.checks.append(
             f"link {link.id} also copies {_listed(division.staying)} for others: it is split first, and "
             f"{_listed(division.moving)} move{'s' if len(division.moving) == 1 else ''} along a link of "

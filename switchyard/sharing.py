@@ -18,7 +18,7 @@ Reads only: a plan's step.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -73,22 +73,19 @@ def divide(
         after[key] = Binding(link.target, 0, BindingState.ACTIVE, when, "plan")
     on_link = set(topics)
 
-    def deciding(use: Use, bindings: Mapping[BindingKey, Binding]) -> Resolution:
+    def deciding(use: Use, bindings: dict[BindingKey, Binding]) -> Resolution:
         identity = Identity(use.app, instance=use.instance)
         return resolve(identity, bindings, default_cluster, topics=[use.topic], group=use.group)
 
-    now = {use: deciding(use, snapshot.bindings).cluster for use in uses}
-    then = {use: deciding(use, after) for use in uses}  # each use resolved once, where it goes after
-
     def moves(use: Use) -> bool:
-        return now[use] == link.source and then[use].cluster == link.target
+        return (
+            deciding(use, snapshot.bindings).cluster == link.source
+            and deciding(use, after).cluster == link.target
+        )
 
-    def stays(use: Use) -> bool:
-        return then[use].cluster == link.source
-
-    _one_way_each(uses, moves, stays, keys)
+    _one_way_each(uses, moves, lambda u: deciding(u, after).cluster == link.source, keys)
     used = [u for u in uses if u.topic in on_link]
-    staying = [u for u in used if stays(u)]
+    staying = [u for u in used if deciding(u, after).cluster == link.source]
     named = {k.name for k in keys if k.kind is KeyKind.TOPIC and k.name in on_link}
     moving = {u.topic for u in used if moves(u)} | named
     if not moving:
@@ -103,7 +100,7 @@ def divide(
     if writers:
         shared = sorted({u.topic for u in writers})
         # the key that keeps each writer there: its deciding binding, or its application's
-        along = sorted({str((then[u].keys or (BindingKey.for_app(u.app),))[0]) for u in writers})
+        along = sorted({str((deciding(u, after).keys or (BindingKey.for_app(u.app),))[0]) for u in writers})
         one = len(shared) == 1
         raise Unshareable(
             f"{', '.join(shared[:5])} {'is' if one else 'are'} written by {_who(writers)} on "

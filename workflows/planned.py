@@ -149,9 +149,13 @@ class PlannedSwitch(SagaWorkflow):
                 result.detail = f"refused: {why}"
                 await self._fail(result, "SwitchRefused")
             result.outcome = "compensated"
-            split, stays = plan.split, ""
-            if split is not None and any(n == "undo split" and r is False for n, r in undone):
-                stays = f"; link {split.new_link} stays made: it copies {', '.join(split.topics)}"
+            split = plan.split
+            kept = split is not None and any(n == "undo split" and r is False for n, r in undone)
+            stays = (
+                f"; link {split.new_link} stays made: it copies {', '.join(split.topics)}"
+                if (split is not None and kept)
+                else ""
+            )
             result.detail = (
                 f"switch abandoned before the flip{self._at(exc)}: {why}"
                 + (

@@ -177,7 +177,7 @@ class LinkCopier:
         self._failure = None
         self._admins = admins = Admins(lambda cluster: self.config.clusters[cluster].bootstrap)
         ensure_map_topic(admins.get(link.target))
-        self._maps = {}  # read as partitions are assigned (_take_up)
+        self._maps = read_maps(target, link.id)
         self._target = target
         self._clients = clients = CopyClients.connect(
             settings, link.id, self.member, source=source, target=target, stats=self.source.from_stats
@@ -320,10 +320,10 @@ class LinkCopier:
         probe, source_probe = self._clients.probe, self._clients.source_probe
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self._left = {}  # the group has spoken: what this session holds is all this process shows
-        # the maps as stored now: another process may have held these partitions, adding segments
-        stored = read_maps(self._target, self.link.id) if keys else {}
-        fresh = [key for key in keys if key not in self._maps and key not in stored]  # new to the link
-        self._maps.update((key, stored[key]) for key in keys if key in stored)
+        fresh = [key for key in keys if key not in self._maps]  # new to the link, or to this session
+        if keys:  # another process may have held them since this session read the maps, adding segments
+            stored = read_maps(self._target, self.link.id)
+            self._maps.update((key, stored[key]) for key in keys if key in stored)
         if fresh:  # added on the target before its ends are asked there
             grow_copies(self._admins.get(self.link.target), fresh)
             _await_partitions([probe, self._clients.producer, source_probe], fresh)
