@@ -58,7 +58,7 @@ class Use:
 
 
 def encode(uses: Iterable[Use]) -> bytes:
-    """A gateway's report, compressed (JSON rows of ~80 bytes, which compress about tenfold). One that
+    """A gateway's report, compressed (JSON rows of ~60 bytes, which compress about ninefold). One that
     would not fit in a node keeps its newest sightings (an estate whose instances come and go by the
     thousand a day), and says so."""
     rows = sorted(uses, key=lambda u: u.last_seen, reverse=True)

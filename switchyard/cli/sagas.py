@@ -230,7 +230,7 @@ def _dry_run(ctx: click.Context, config: Config, asked: PlanRequest) -> None:
 @click.argument("topic", type=NameType("the topic"))
 @click.option("--to", "target", type=CLUSTER, required=True, help="The cluster the topic moves to.")
 @click.option(
-    "--seen-within", "within_s", type=float, default=None,
+    "--seen-within", "within_s", type=click.FloatRange(min=0, min_open=True), default=None,
     help="Seconds: applications a gateway saw use the topic this recently move with it "
     "(default: gateway.usage_window_s).",
 )  # fmt: skip

@@ -16,7 +16,7 @@ from switchyard.usage import read_usage
 @click.option("--app", help="Only this application (AppID).")
 @click.option("--topic", help="Only this topic.")
 @click.option(
-    "--within", "within_s", type=float, default=None,
+    "--within", "within_s", type=click.FloatRange(min=0, min_open=True), default=None,
     help="Seconds: only what was seen this recently (default: gateway.usage_window_s).",
 )  # fmt: skip
 @click.pass_context

@@ -137,12 +137,16 @@ def test_a_fresh_link_copies_with_identical_offsets(
     wait_drained(routing, link, partitions, since=now())
     assert sum(len(r) for r in same_records(stack_config, topic).values()) == 1500
 
+    wanted = {"mirrored_offset": 1500, "source_end_offset": 1500, "lag_records": 0}
     deadline = time.monotonic() + 10  # the same figures as metrics (OTLP, every 0.5 s)
-    while mirrors.otlp.latest("switchyard.mirror.mirrored_offset", link=link, topic=topic) < 1500:
-        assert time.monotonic() < deadline, f"mirror metrics: {mirrors.otlp.points[-4:]}"
+
+    def seen() -> dict[str, float]:
+        latest = mirrors.otlp.latest
+        return {name: latest(f"switchyard.mirror.{name}", link=link, topic=topic) for name in wanted}
+
+    while seen() != wanted:
+        assert time.monotonic() < deadline, f"mirror metrics {seen()}, expected {wanted}"
         time.sleep(0.3)
-    assert mirrors.otlp.latest("switchyard.mirror.source_end_offset", link=link, topic=topic) == 1500
-    assert mirrors.otlp.latest("switchyard.mirror.lag_records", link=link, topic=topic) == 0
 
 
 def test_kill_9_mid_stream_then_restart_copies_every_record_exactly_once(

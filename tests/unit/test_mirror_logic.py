@@ -12,6 +12,7 @@ from switchyard.errors import BindingRefused
 from switchyard.mirror.control import reverse_maps
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.model import Link, LinkState
+from workers.mirror.progress import PartitionCopy
 
 # a source log: a start offset, then the gaps between consecutive records (0 = adjacent)
 logs = st.tuples(
@@ -150,3 +151,16 @@ def test_a_link_with_a_pattern_that_does_not_compile_copies_nothing_and_says_why
     assert good.problem is None
     assert good.copies("orders")
     assert not good.copies("orders-x")
+
+
+def test_a_partitions_status_never_shows_its_source_ending_before_what_was_read() -> None:
+    """librdkafka's statistics can carry a high watermark older than the fetch that delivered records
+    past it; the status (and the gauges) must not show a copy ahead of its source."""
+    copy = PartitionCopy("t", 0, OffsetMap(), next_target=500, acked_target=500, start=0, read_to=500)
+    copy.source_end = 296
+    status = copy.status("copying", now=0.0)
+    assert (status.source_end, status.mirrored, status.lag) == (500, 500, 0)
+    copy.source_end = 800  # the source holds more than was read: the lag says so
+    assert copy.status("copying", now=0.0).lag == 300
+    unknown = PartitionCopy("t", 1, OffsetMap(), next_target=0, acked_target=0, start=0, read_to=0)
+    assert unknown.status("copying", now=0.0).source_end == -1
