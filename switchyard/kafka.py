@@ -378,6 +378,33 @@ def _probe(bootstrap: str) -> Iterator[Consumer]:
         consumer.close()
 
 
+def data_between(
+    bootstrap: str, moved: dict[tuple[str, int], tuple[int, int]], *, timeout_s: float = 10.0
+) -> int:
+    """How many records clients wrote (committed, aborted or open) between each partition's two offsets:
+    0 when only transaction markers lie there. None of them read: a record found ends the look at its
+    partition. A partition not read to its second offset in time counts as written."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "switchyard-bounds",
+                         "isolation.level": "read_uncommitted", "enable.partition.eof": True,
+                         "fetch.wait.max.ms": READ_WAIT_MS})  # fmt: skip
+    try:
+        consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _) in moved.items()])
+        waiting, found = dict(moved), 0
+        deadline = time.monotonic() + timeout_s
+        while waiting and time.monotonic() < deadline:
+            for msg in _next_messages(consumer):
+                key, error = (msg.topic() or "", msg.partition() or 0), msg.error()
+                if key not in waiting or (error is not None and error.code() != KafkaError._PARTITION_EOF):
+                    continue
+                if error is None and (msg.offset() or 0) < waiting[key][1]:
+                    found += 1
+                if error is None or (msg.offset() or 0) >= waiting[key][1]:
+                    del waiting[key]
+        return found + len(waiting)
+    finally:
+        consumer.close()
+
+
 def log_ends(
     consumer: Consumer, partitions: Iterable[tuple[str, int]], *, timeout_s: float = 30.0
 ) -> dict[tuple[str, int], int]:

@@ -18,6 +18,7 @@ from confluent_kafka import (
     Consumer,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
+    KafkaException,
     Producer,
     TopicPartition,
 )
@@ -753,12 +754,14 @@ def test_a_transaction_open_at_the_block_is_waited_for_and_nothing_behind_it_is_
     capture(live, run.saga_id, run.run_id, "switchover-transaction-settled")
 
 
-def test_a_blocked_transactional_producer_cannot_end_its_transaction_on_the_old_cluster(
+def test_a_blocked_transactional_producer_aborts_its_open_transaction_on_the_old_cluster(
     live: Live, routing: RoutingStore, stack_config: Config
 ) -> None:
-    """While its identity is blocked, a transaction's commit (EndTxn) is held with its writes: ended on
-    the old cluster after the block, its marker would move the source's end under the fence and the
-    drain. Let go when the block lifts, it commits there."""
+    """While its identity is blocked, a transaction in progress cannot commit: committed on the old cluster
+    after the block, its records and marker would move the source's end under the fence and the drain.
+    Its commit is answered with an abortable error at once (not held: held, it would keep the
+    transaction open until the saga gave up); the application aborts, the abort goes to the old cluster,
+    and nothing of the transaction is read there."""
     assert live.gateway is not None
     app, topic, _link = prepare(live, routing, stack_config, partitions=1)
     primary = stack_config.clusters["primary"].bootstrap
@@ -772,15 +775,19 @@ def test_a_blocked_transactional_producer_cannot_end_its_transaction_on_the_old_
     wait_for_acks(routing.zk, routing.layout, routing.set_binding(
         key, "primary", BindingState.BLOCKED, actor=ACTOR, reason="test"), timeout_s=10)  # fmt: skip
     admin = AdminClient({"bootstrap.servers": primary})
-    committing = Worker(lambda: producer.commit_transaction(60), name="commit")
-    committing.start()
-    time.sleep(2.0)
-    assert kafka.open_transactions(admin, [(topic, 0)]) == {(topic, 0): (0, 1)}  # not ended: held
+    with pytest.raises(KafkaException) as refused:
+        producer.commit_transaction(30)
+    assert refused.value.args[0].txn_requires_abort(), refused.value
+    assert not refused.value.args[0].fatal()
+    producer.abort_transaction(30)
+    deadline = time.monotonic() + 10  # the coordinator writes the markers after it answered the abort
+    while kafka.open_transactions(admin, [(topic, 0)]):
+        assert time.monotonic() < deadline, "the abort never reached the partition"
+        time.sleep(0.1)
+    assert kafka.read_partitions(primary, topic)[0] == []
     wait_for_acks(routing.zk, routing.layout, routing.set_binding(
         key, "primary", actor=ACTOR, reason="test"), timeout_s=10)  # fmt: skip
-    committing.join(60)
-    deadline = time.monotonic() + 10  # the coordinator writes the markers after it answered the commit
-    while kafka.open_transactions(admin, [(topic, 0)]):
-        assert time.monotonic() < deadline, "the commit never reached the partition"
-        time.sleep(0.1)
-    assert [r.value for r in kafka.read_partitions(primary, topic)[0]] == [b"in a transaction"]
+    producer.begin_transaction()  # unblocked, it writes on where it was
+    producer.produce(topic, b"after")
+    producer.commit_transaction(30)
+    assert [r.value for r in kafka.read_partitions(primary, topic)[0]] == [b"after"]

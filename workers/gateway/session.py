@@ -51,6 +51,7 @@ from workers.gateway.framing.protocol import (
     parse_request,
     replace_body,
     request_schema,
+    response_schema,
     with_size,
 )
 from workers.gateway.framing.sasl import Credentials, SaslError
@@ -59,6 +60,7 @@ from workers.gateway.migrated.offsets import Listed
 from workers.gateway.migrated.partitions import Part, Split, listed_of
 from workers.gateway.producers.ids import origin_of
 from workers.gateway.producers.sequences import Unsendable, established, mark_refused
+from workers.gateway.producers.transactions import TxnRequest, abortable, transactional
 from workers.gateway.producers.translation import ProducerRoute, Translation, translate
 from workers.gateway.routing import apis
 from workers.gateway.routing.apis import Context, context_of
@@ -298,6 +300,11 @@ class ClientSession:
                 snapshot = self.gateway.view.snapshot
                 resolution = self._resolve(snapshot, incoming.identity, context.topics, context.group)
         decision = self._decide(incoming, snapshot, resolution)
+        txn = transactional(request)
+        if txn is not None:
+            handled = await self._transactional(incoming, decision, txn, snapshot, resolution)
+            if handled is not None:
+                return handled
         holding = self._released is not None and not self._released.done()
         if decision.action is Action.HOLD or (holding and key in apis.BLOCKABLE):
             if decision.action is Action.HOLD:
@@ -306,6 +313,66 @@ class ClientSession:
             self._held[let_go] = self._waiting[let_go] = None
             return self.later(self._hold(incoming, snapshot, let_go))
         return await self._carry_out(incoming, decision, snapshot, resolution)
+
+    async def _transactional(
+        self,
+        incoming: Incoming,
+        decision: Decision,
+        txn: TxnRequest,
+        snapshot: RoutingSnapshot,
+        resolution: Resolution,
+    ) -> Awaitable[Reply] | None:
+        """A transactional producer's request, where a switch concerns it (see
+        :mod:`workers.gateway.producers.transactions`); None: routed as any other."""
+        request = incoming.request
+        if decision.action is Action.HOLD:  # blocked: an open transaction ends now, where it began
+            if not txn.aborting:
+                ongoing = await self.gateway.transactions.ongoing(decision.cluster, txn)
+                return _abortable(request) if ongoing else None
+            broker = self.listener.broker
+            node = broker.node_id if broker is not None and broker.cluster == decision.cluster else None
+            return await self._carry_out(incoming, Decision(Action.FORWARD, decision.cluster, node), snapshot,
+                                         resolution)  # fmt: skip
+        if decision.action is not Action.FORWARD:
+            return None
+        issuer = await self.gateway.transactions.foreign(incoming.identity, txn, decision.cluster)
+        if issuer is None:
+            return None
+        if request.api_key == apis.INIT_PRODUCER_ID or (txn.aborting and request.api_version >= 5):
+            return self.later(self._carried(incoming, decision, txn, issuer, snapshot.epoch))
+        if txn.aborting:  # nothing of its transaction reached this cluster: aborted already, as it is here
+            return _unsent(OwnAnswer(ErrorCode.none))
+        return _abortable(request)
+
+    async def _carried(
+        self, incoming: Incoming, decision: Decision, txn: TxnRequest, issuer: str, epoch: int
+    ) -> Reply:
+        """A foreign producer's request for a new epoch (an InitProducerId, or a version 2 abort whose answer
+        carries one): the transactional id started afresh on the cluster it is routed to, if the client is
+        its live producer where its id was issued; that cluster's id and epoch in the answer."""
+        request, carrier = incoming.request, self.gateway.transactions
+        timeout = await carrier.live(txn, issuer)
+        if timeout is None:
+            log.info("%s: %s is not the live producer of %s on %s: fenced", incoming.identity, txn, issuer,
+                     txn.transactional_id)  # fmt: skip
+            return OwnAnswer(ErrorCode.producer_fenced)
+        if request.api_key == apis.INIT_PRODUCER_ID:
+            timeout = request.body.transaction_timeout
+        try:
+            started = await carrier.start(decision.cluster, decision.node, txn, timeout)
+        except (UpstreamError, OSError, TimeoutError) as exc:
+            log.info("%s: transactional id %s not started on %s: %s", incoming.identity, txn.transactional_id,
+                     decision.cluster, exc)  # fmt: skip
+            return OwnAnswer()
+        if started.error_code != ErrorCode.none:
+            return OwnAnswer(started.error_code)
+        await self.gateway.producers.issued(incoming.identity, started.producer_id, decision.cluster, epoch)
+        carrier.fence(issuer, txn.transactional_id)
+        log.info("%s: transactional id %s carried from %s to %s", incoming.identity, txn.transactional_id,
+                 issuer, decision.cluster)  # fmt: skip
+        answer = make(response_schema(request.api_key, request.api_version), error_code=ErrorCode.none,
+                      producer_id=started.producer_id, producer_epoch=started.producer_epoch)  # fmt: skip
+        return encode_response(request, answer)
 
     def _decide(self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution) -> Decision:
         request, context = incoming.request, incoming.context
@@ -466,7 +533,15 @@ class ClientSession:
                     self._refusing(incoming, resolution.cluster)
             else:
                 decision = self._decide(incoming, snapshot, resolution)
-            answer = await self._carry_out(incoming, decision, snapshot, resolution)
+            txn = transactional(incoming.request) if decision.action is not Action.HOLD else None
+            handled = None if txn is None else await self._transactional(
+                incoming, decision, txn, snapshot, resolution
+            )  # fmt: skip
+            answer = (
+                handled
+                if handled is not None
+                else await self._carry_out(incoming, decision, snapshot, resolution)
+            )
             carried_out = not isinstance(answer, _Unsent)
         finally:
             self._held.pop(let_go, None)
@@ -1083,6 +1158,15 @@ def _led(partition_cls: Any, index: int, leader: int) -> Any:
     nodes = (leader,)
     return make(partition_cls, partition_index=index, leader_id=leader, leader_epoch=-1, replica_nodes=nodes,
                 isr_nodes=nodes, error_code=error)  # fmt: skip
+
+
+def _abortable(request: Request) -> Awaitable[Reply]:
+    """The answer that has the client abort its transaction (see ``abortable``), nothing sent on."""
+    code = abortable(request)
+    if request.api_key == apis.PRODUCE:
+        return _unsent(OwnAnswer(codes={(t.name, p.index): code for t in request.body.topic_data
+                                        for p in t.partition_data}))  # fmt: skip
+    return _unsent(OwnAnswer(code))
 
 
 def _ready(value: Any) -> Awaitable[Any]:

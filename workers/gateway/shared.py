@@ -24,6 +24,7 @@ from workers.gateway.process.usage import UsageTracker
 from workers.gateway.producers.acked import AckedEnds
 from workers.gateway.producers.ids import ProducerIds
 from workers.gateway.producers.sequences import Sequences
+from workers.gateway.producers.transactions import Carrier
 from workers.gateway.routing.holds import RoutingChanges
 from workers.gateway.routing.inflight import InFlight
 from workers.gateway.routing.links import LinkLookup
@@ -44,6 +45,7 @@ class Shared(Protocol):
     brokers: BrokerDirectory
     answers: LocalAnswers
     producers: ProducerIds
+    transactions: Carrier
     sequences: Sequences
     links: LinkLookup
     real_ids: RealIds

@@ -45,6 +45,7 @@ from workers.gateway.producers.acked import AckedEnds
 from workers.gateway.producers.ids import ProducerIds
 from workers.gateway.producers.sequences import Sequences
 from workers.gateway.producers.store import ProducerStore
+from workers.gateway.producers.transactions import Carrier
 from workers.gateway.routing.holds import RoutingChanges
 from workers.gateway.routing.inflight import InFlight, describe
 from workers.gateway.routing.links import LinkLookup
@@ -80,6 +81,8 @@ class Gateway:
         self.brokers = BrokerDirectory(config, self.vnodes, self.metrics, self._listen, self.id)
         self.answers = LocalAnswers(self.brokers, self.users, self.id)
         self.producers = ProducerIds(self.brokers, ProducerStore(zk, self.layout))
+        self.transactions = Carrier(self.brokers, self.producers)
+        """Transactional producers across a switch (:mod:`workers.gateway.producers.transactions`)."""
         self.links = LinkLookup(config)
         self.real_ids = RealIds(self.brokers.topic_ids)
         self.usage = UsageTracker(config.gateway.usage_window_s)

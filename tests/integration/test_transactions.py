@@ -1,0 +1,250 @@
+"""Exactly-once applications across switches, on Apache Kafka: transactional producers (librdkafka) and a
+read-process-write loop, switched over, back and over again while they run, judged by what a
+``read_committed`` reader sees on the cluster they end on."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.keys import BindingKey
+from switchyard.routing.gateways import wait_for_acks
+from switchyard.routing.store import RoutingStore
+from switchyard.sagas.ids import saga_id
+from switchyard.threads import Worker
+from tests.helpers.links import ACTOR
+from tests.helpers.live import Live, unique
+
+ROUND_TRIP = ("switchover", "switchback", "switchover")
+
+
+def _prepare(live: Live, routing: RoutingStore, config: Config, topics: list[str]) -> tuple[str, str]:
+    """An application bound to the primary, its topics, and a link copying them; (app, link)."""
+    app, link = unique("app"), unique("link")
+    kafka.create_topics(config.clusters["primary"].bootstrap, topics, partitions=3)
+    routing.create_link(link, "primary", "standby", include=topics, actor=ACTOR, reason="test")
+    epoch = routing.set_binding(BindingKey.for_app(app), "primary", actor=ACTOR, reason="test")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    return app, link
+
+
+def _switch_around(
+    live: Live, routing: RoutingStore, app: str, link: str, running: Callable[[], int]
+) -> None:
+    """Switch ``app`` over, back and over again, each along the link the one before left (its reverse),
+    each once its application has committed more work."""
+    for kind in ROUND_TRIP:
+        seen = running()
+        deadline = time.monotonic() + 60
+        while running() < seen + 5:  # the application works between switches
+            assert time.monotonic() < deadline, f"the application committed nothing before the {kind}"
+            time.sleep(0.05)
+        done = live.cli(kind, app, "--link", link, "--wait", "--reason", "exactly-once test")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"{kind} switched: {app}" in done.stdout, done.stdout
+        result = routing.ledger.saga_runs(saga_id([app]))[0].result
+        assert result is not None
+        link = result["reverse_link"]
+
+
+class _Transactions:
+    """A transactional producer through the gateway, committing numbered transactions of five records, one
+    per partition and more; on an abortable error it aborts and writes the same transaction again."""
+
+    def __init__(self, bootstrap: str, app: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": bootstrap, "client.id": app,
+                                  "transactional.id": unique("txn")})  # fmt: skip
+        self.committed: list[int] = []
+        self.aborted = 0
+        self.fatal: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        self.producer.init_transactions(60)
+        number = 0
+        while not self.stop.is_set():
+            try:
+                self.producer.begin_transaction()
+                for part in range(5):
+                    self.producer.produce(self.topic, f"{number}-{part}".encode(), partition=part % 3)
+                _retried(lambda: self.producer.commit_transaction(60))
+            except KafkaException as exc:
+                error = exc.args[0]
+                if not error.txn_requires_abort():
+                    self.fatal.append(str(error))
+                    return
+                _retried(lambda: self.producer.abort_transaction(60))
+                self.aborted += 1
+                continue
+            self.committed.append(number)
+            number += 1
+
+
+def _retried(call: Callable[[], None]) -> None:
+    """A commit or abort again while it fails with a retriable error, as librdkafka asks."""
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            if not exc.args[0].retriable():
+                raise
+
+
+def test_librdkafka_transactions_are_read_exactly_once_across_a_round_trip(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """Every committed transaction's records are on the cluster the application ends on, once each, and no
+    record of an aborted one is: a transaction open at a switch is aborted on the cluster it began on and
+    written again on the other, never split between them."""
+    assert live.gateway is not None
+    topic = unique("payments")
+    app, link = _prepare(live, routing, stack_config, [topic])
+    writer = _Transactions(live.gateway.bootstrap, app, topic)
+    worker = Worker(writer.run, name="transactions")
+    worker.start()
+    try:
+        _switch_around(live, routing, app, link, lambda: len(writer.committed))
+        settled, deadline = len(writer.committed), time.monotonic() + 60
+        while len(writer.committed) < settled + 5:  # it commits on the cluster it was switched to
+            assert not writer.fatal, writer.fatal
+            assert time.monotonic() < deadline, "no transaction committed after the last switch"
+            time.sleep(0.05)
+    finally:
+        writer.stop.set()
+        worker.join(90)
+    assert not writer.fatal, writer.fatal
+    committed = set(writer.committed)
+    read = Counter(
+        r.value.decode()
+        for records in kafka.read_partitions(stack_config.clusters["standby"].bootstrap, topic).values()
+        for r in records
+        if r.value is not None
+    )
+    expected = Counter(f"{n}-{part}" for n in committed for part in range(5))
+    assert read == expected, (
+        f"twice: {sorted(k for k, c in read.items() if c > 1)[:10]}; "
+        f"missing: {sorted(set(expected) - set(read))[:10]}; "
+        f"never committed: {sorted(set(read) - set(expected))[:10]}"
+    )
+    assert writer.aborted >= 1, "no switch met an open transaction: the test proves nothing"
+
+
+class _Loop:
+    """A read-process-write loop through the gateway: reads ``source`` (read_committed) in group ``group``,
+    writes each record transformed to ``sink``, and commits the read offsets in the same transaction; on
+    an abortable error it aborts and reads again what the transaction had read."""
+
+    def __init__(self, bootstrap: str, app: str, source: str, sink: str) -> None:
+        self.sink = sink
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": app,
+                                  "group.id": unique("loop"), "enable.auto.commit": False,
+                                  "auto.offset.reset": "earliest"})  # fmt: skip
+        self.consumer.subscribe([source])
+        self.producer = Producer({"bootstrap.servers": bootstrap, "client.id": app,
+                                  "transactional.id": unique("loop")})  # fmt: skip
+        self.transactions = 0
+        self.aborted = 0
+        self.fatal: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        self.producer.init_transactions(60)
+        try:
+            while not self.stop.is_set():
+                read = [m for m in self.consumer.consume(100, 0.2) if m.error() is None]
+                if read:
+                    self._process(read)
+        finally:
+            self.consumer.close()
+
+    def _process(self, read: list[Message]) -> None:
+        try:
+            self.producer.begin_transaction()
+            for msg in read:
+                self.producer.produce(
+                    self.sink, b"out-" + (msg.value() or b""), partition=msg.partition() or 0
+                )
+            positions = self.consumer.position(self.consumer.assignment())
+            self.producer.send_offsets_to_transaction(positions, self.consumer.consumer_group_metadata(), 60)
+            _retried(lambda: self.producer.commit_transaction(60))
+        except KafkaException as exc:
+            if not exc.args[0].txn_requires_abort():
+                self.fatal.append(str(exc.args[0]))
+                self.stop.set()
+                return
+            _retried(lambda: self.producer.abort_transaction(60))
+            self.aborted += 1
+            self._rewind(read)
+            return
+        self.transactions += 1
+
+    def _rewind(self, read: list[Message]) -> None:
+        """Read again what the aborted transaction undid: each partition from its first record read (a
+        partition the group has given away meanwhile is read from its committed offset by its new owner)."""
+        first: dict[tuple[str, int], int] = {}
+        for msg in read:
+            key = (msg.topic() or "", msg.partition() or 0)
+            first[key] = min(first.get(key, msg.offset() or 0), msg.offset() or 0)
+        owned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+        for (topic, partition), offset in first.items():
+            if (topic, partition) in owned:
+                self.consumer.seek(TopicPartition(topic, partition, offset))
+
+
+def test_a_read_process_write_loop_writes_each_input_once_across_a_round_trip(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """Input keeps arriving while the loop is switched over, back and over again: every input record
+    leads to exactly one committed output on the cluster the loop ends on."""
+    assert live.gateway is not None
+    source, sink = unique("in"), unique("out")
+    app, link = _prepare(live, routing, stack_config, [source, sink])
+    gateway = live.gateway.bootstrap
+    loop = _Loop(gateway, app, source, sink)
+    written: list[bytes] = []
+    writing = threading.Event()
+
+    def delivered(error: KafkaError | None, msg: Message) -> None:
+        if error is None:
+            written.append(msg.value() or b"")
+
+    def write() -> None:  # the application's own input, through the gateway too
+        producer = Producer({"bootstrap.servers": gateway, "client.id": app})
+        number = 0
+        while not writing.is_set():
+            producer.produce(source, f"{number}".encode(), partition=number % 3, on_delivery=delivered)
+            producer.poll(0.005)
+            number += 1
+        assert producer.flush(60) == 0
+
+    workers = [Worker(loop.run, name="loop"), Worker(write, name="input")]
+    for worker in workers:
+        worker.start()
+    try:
+        _switch_around(live, routing, app, link, lambda: loop.transactions)
+    finally:
+        writing.set()
+        workers[1].join(90)
+    deadline = time.monotonic() + 90
+    standby = stack_config.clusters["standby"].bootstrap
+    while True:
+        out = Counter(r.value or b"" for rs in kafka.read_partitions(standby, sink).values() for r in rs)
+        if sum(out.values()) >= len(written) or loop.fatal or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    loop.stop.set()
+    workers[0].join(60)
+    assert not loop.fatal, loop.fatal
+    expected = Counter(b"out-" + v for v in written)
+    assert out == expected, (
+        f"twice: {sorted(k for k, c in out.items() if c > 1)[:10]}; "
+        f"missing: {sorted(set(expected) - set(out))[:10]}; extra: {sorted(set(out) - set(expected))[:10]}"
+    )
+    assert loop.aborted >= 1, "no switch met an open transaction: the test proves nothing"

@@ -1,0 +1,301 @@
+"""Transactional producers across a switch: a transaction never spans two clusters, and the producer's
+transactional id is carried to the cluster it is switched to, fencing whatever is left behind.
+
+A transactional producer's id and epoch are known only to the cluster whose coordinator issued them,
+and a transaction's records and markers belong to one cluster. So the gateway never forwards one
+producer's transaction to a cluster other than the one that issued its id (its *issuer*, known from the
+InitProducerId answers it saw, :class:`~workers.gateway.producers.ids.ProducerIds`). Instead it makes the
+client end the transaction and take an id on the new cluster, with the errors every client already
+handles as "abort and try again" (:func:`abortable`):
+
+1. **While the producer's identity is blocked**, the requests of a transaction open on the old cluster
+   (its coordinator says so) are answered at once with an abortable error instead of being held, and its
+   abort (EndTxn, aborting) goes on there: the transaction ends where it began, its records aborted,
+   before the saga fences the copy. A request that would begin a transaction is held like a write, and
+   the transaction begins after the switch.
+2. **After the flip**, the first transactional request from an id the new cluster did not issue gets the
+   abortable error. The client aborts — the abort is answered here, since nothing of it ever reached
+   the new cluster — and asks for a new epoch (InitProducerId with its id and epoch, KIP-360), which the
+   gateway sends to the new cluster as a fresh start of the transactional id. A client of transaction
+   version 2 asks for nothing: it takes the id and epoch its abort's answer carries (EndTxn v5), so the
+   gateway takes them from the new cluster and answers with them.
+3. **Only the live producer is carried.** The old cluster's coordinator knows the id's current producer
+   id and epoch; a client presenting any other (a zombie fenced there by a newer instance) is fenced
+   (PRODUCER_FENCED), as that coordinator would. Once carried, the id is fenced on the old cluster too
+   (its epoch bumped, any transaction still open there aborted), so nothing left behind writes there.
+
+What an application sees: one abortable error per switch, on the transaction in progress, which it
+aborts and retries as its error handling already does; records of an aborted transaction are never
+read by a ``read_committed`` reader, on either cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from switchyard.identity import Identity
+from workers.gateway.brokers.directory import BrokerDirectory
+from workers.gateway.brokers.upstream import UpstreamError
+from workers.gateway.framing.bounds import BoundsError, after_string, check_response_header
+from workers.gateway.framing.protocol import Request, encode_request
+from workers.gateway.producers.ids import ProducerIds
+from workers.gateway.routing import apis
+
+log = logging.getLogger(__name__)
+DESCRIBE_TRANSACTIONS = 65
+_KEY_TYPE_TRANSACTION = 1
+_RETRIED = frozenset(
+    {
+        ErrorCode.concurrent_transactions,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.not_coordinator,
+    }
+)
+_MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available})
+_TIMEOUT = timedelta(minutes=1)
+"""A transaction time-out where the client's is not known: both clients' default."""
+_UNKNOWN_FOR_S = 60.0
+_REMEMBERED = 10_000
+_WITHIN_S = 10.0
+"""How long the gateway itself retries a coordinator that is busy (an open transaction being aborted
+answers CONCURRENT_TRANSACTIONS until its markers are written): well inside a client's request time-out."""
+
+
+@dataclass(frozen=True)
+class TxnRequest:
+    """What a transactional request says about its producer."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    aborting: bool = False
+    """An EndTxn that aborts."""
+
+
+def transactional(request: Request) -> TxnRequest | None:
+    """The producer a transactional request speaks for (None: not one, or a first InitProducerId)."""
+    key, body = request.api_key, request.body
+    if key == apis.PRODUCE:
+        if not body.transactional_id:
+            return None
+        found = apis.producer_of_body(body)
+        return None if found is None else TxnRequest(body.transactional_id, *found)
+    if key == apis.ADD_PARTITIONS_TO_TXN:
+        return TxnRequest(body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
+                          body.v3_and_below_producer_epoch)  # fmt: skip
+    if key in (apis.ADD_OFFSETS_TO_TXN, apis.TXN_OFFSET_COMMIT, apis.END_TXN, apis.INIT_PRODUCER_ID):
+        if not body.transactional_id or body.producer_id < 0:
+            return None
+        aborting = key == apis.END_TXN and not body.committed
+        return TxnRequest(body.transactional_id, body.producer_id, body.producer_epoch, aborting)
+    return None
+
+
+def abortable(request: Request) -> ErrorCode:
+    """The error that makes the request's client abort its transaction (and, where the client bumps its
+    epoch itself, ask for a new one) without closing the producer.
+
+    TRANSACTION_ABORTABLE (KIP-890) where the request's version allows it: the Java client (3.8+) aborts
+    on it and nothing else, never closing the producer. Below those versions (librdkafka, which does not
+    know the code, and older requests of the Java client), UNKNOWN_PRODUCER_ID: both clients abort on it,
+    and bump their epoch with InitProducerId after, which is how they reach the new cluster."""
+    key, version = request.api_key, request.api_version
+    since = {apis.PRODUCE: 11, apis.END_TXN: 4, apis.TXN_OFFSET_COMMIT: 4}.get(key)
+    if since is not None and version >= since:
+        return ErrorCode.transaction_abortable
+    return ErrorCode.unknown_producer_id
+
+
+class Carrier:
+    """Takes a live transactional producer's id onto the cluster it is switched to, and fences it on the
+    cluster it left (see the module)."""
+
+    def __init__(self, brokers: BrokerDirectory, ids: ProducerIds) -> None:
+        self.brokers, self.ids = brokers, ids
+        self._unknown: dict[tuple[Identity, int], float] = {}
+        """Producer ids no gateway saw issued, and when that was read: not asked of ZooKeeper at every
+        request (an id is stored before its client hears of it, so this changes only if the number is
+        issued again)."""
+        self._fencing: set[asyncio.Task[None]] = set()
+
+    async def foreign(self, identity: Identity, txn: TxnRequest, cluster: str) -> str | None:
+        """The cluster that issued the request's producer id, where that is not ``cluster`` (None: it is,
+        or the issuer is unknown — an id issued before any gateway saw it, forwarded as it was)."""
+        key, now = (identity, txn.producer_id), time.monotonic()
+        if now - self._unknown.get(key, -_UNKNOWN_FOR_S) < _UNKNOWN_FOR_S:
+            return None
+        issuer = await self.ids.issuer(identity, txn.producer_id)
+        if issuer is None:
+            self._unknown[key] = now
+            while len(self._unknown) > _REMEMBERED:
+                del self._unknown[next(iter(self._unknown))]
+        return issuer if issuer is not None and issuer != cluster else None
+
+    async def ongoing(self, cluster: str, txn: TxnRequest) -> bool:
+        """Whether the request's producer has a transaction open on ``cluster`` (asked of its coordinator;
+        taken as open when it cannot be asked: an abortable error is never wrong, only a retry more)."""
+        try:
+            state = await self._describe(cluster, txn.transactional_id)
+        except (UpstreamError, OSError, TimeoutError):
+            return True
+        return state is not None and state.state == "Ongoing"
+
+    async def live(self, txn: TxnRequest, issuer: str) -> timedelta | None:
+        """Whether ``issuer``'s coordinator has the request's producer id and epoch as the transactional
+        id's current ones: the id's transaction time-out there if so (what a fresh start keeps), else None.
+        A cluster that cannot be asked (failed over from) is taken at the client's word."""
+        try:
+            state = await self._describe(issuer, txn.transactional_id)
+        except (UpstreamError, OSError, TimeoutError) as exc:
+            log.warning("%s: not asked whether %s is live (%s); carried", issuer, txn.transactional_id, exc)
+            return _TIMEOUT
+        if state is None:
+            return _TIMEOUT
+        if (state.producer_id, state.epoch) != (txn.producer_id, txn.epoch):
+            return None
+        return timedelta(milliseconds=state.timeout_ms) if state.timeout_ms > 0 else _TIMEOUT
+
+    async def start(self, cluster: str, node: int | None, txn: TxnRequest, timeout: timedelta) -> Any:
+        """A fresh start of the transactional id on ``cluster`` (InitProducerId without an id: any other
+        producer of it there fenced, a transaction of it left open there aborted); the broker's answer."""
+        return await self._retried(
+            cluster, node, apis.INIT_PRODUCER_ID, txn.transactional_id, transactional_id=txn.transactional_id,
+            transaction_timeout=timeout, producer_id=-1, producer_epoch=-1,
+        )  # fmt: skip
+
+    def fence(self, cluster: str, transactional_id: str) -> None:
+        """Fence the id on the cluster it left, in the background (a failed fence is logged: the cluster
+        is away, and its coordinator aborts what is open there at the transaction's time-out)."""
+        task = asyncio.create_task(self._fence(cluster, transactional_id))
+        self._fencing.add(task)
+        task.add_done_callback(self._fencing.discard)
+
+    async def _fence(self, cluster: str, transactional_id: str) -> None:
+        try:
+            if await self._describe(cluster, transactional_id) is None:
+                return
+            answer = await self._retried(
+                cluster, None, apis.INIT_PRODUCER_ID, transactional_id, transactional_id=transactional_id,
+                transaction_timeout=_TIMEOUT, producer_id=-1, producer_epoch=-1,
+            )  # fmt: skip
+        except (UpstreamError, OSError, TimeoutError) as exc:
+            log.warning("%s: transactional id %s not fenced: %s", cluster, transactional_id, exc)
+            return
+        if answer.error_code != ErrorCode.none:
+            log.warning("%s: transactional id %s not fenced: %s", cluster, transactional_id,
+                        answer.error_code.name)  # fmt: skip
+        else:
+            log.info("%s: transactional id %s fenced (it moved)", cluster, transactional_id)
+
+    async def _describe(self, cluster: str, transactional_id: str) -> Described | None:
+        """The id's state at ``cluster``'s coordinator (None: the coordinator does not know it)."""
+        loop = asyncio.get_running_loop()
+        deadline, pause, node, at = loop.time() + _WITHIN_S, 0.05, None, None
+        while True:
+            if node is None:
+                node, at = await self._coordinator(cluster, transactional_id)
+            request = encode_request(DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": (transactional_id,)},
+                                     client_id="switchyard-gateway")  # fmt: skip
+            upstream = self.brokers.upstream(cluster, node, at=at)
+            try:
+                answer = await upstream.send(request.frame, request.correlation_id, expects_response=True)
+                assert answer is not None
+                state = described(await asyncio.wait_for(answer, upstream.connect_timeout_s))
+            finally:
+                upstream.close()
+            if state.error == ErrorCode.transactional_id_not_found:
+                return None
+            if state.error == ErrorCode.none:
+                return state
+            if state.error not in _RETRIED or loop.time() + pause > deadline:
+                raise UpstreamError(f"{cluster}: describing {transactional_id}: {state.error.name}")
+            node = None if state.error in _MOVED else node
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
+
+    async def _retried(self, cluster: str, node: int | None, api_key: int, txn: str, **fields: Any) -> Any:
+        """Ask transactional id ``txn``'s coordinator on ``cluster`` (the real broker ``node``, if known),
+        again while it is busy or has moved."""
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + _WITHIN_S, 0.05
+        at: tuple[str, int] | None = None
+        while True:
+            if node is None:
+                node, at = await self._coordinator(cluster, txn)
+            upstream = self.brokers.upstream(cluster, node, at=at)
+            try:
+                answer = await upstream.ask(api_key, self.brokers.version(api_key), **fields)
+            finally:
+                upstream.close()
+            code = answer.error_code
+            if code not in _RETRIED or loop.time() + pause > deadline:
+                return answer
+            node = None if code in _MOVED else node
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
+
+    async def _coordinator(self, cluster: str, txn: str) -> tuple[int, tuple[str, int]]:
+        upstream = self.brokers.upstream(cluster, None)
+        try:
+            answer = await upstream.ask(
+                apis.FIND_COORDINATOR, self.brokers.version(apis.FIND_COORDINATOR, 3),
+                key=txn, key_type=_KEY_TYPE_TRANSACTION,
+            )  # fmt: skip
+        finally:
+            upstream.close()
+        if answer.error_code != ErrorCode.none:
+            raise UpstreamError(f"{cluster}: no coordinator for {txn}: {answer.error_code.name}")
+        return int(answer.node_id), (answer.host, answer.port)
+
+
+@dataclass(frozen=True)
+class Described:
+    """A transactional id's state at its coordinator (DescribeTransactions)."""
+
+    error: ErrorCode
+    state: str
+    timeout_ms: int
+    producer_id: int
+    epoch: int
+
+
+_CODE = struct.Struct(">h")
+_AFTER_STATE = struct.Struct(">iqqh")  # time-out, start time, producer id, epoch
+
+
+def described(frame: bytes) -> Described:
+    """The first transactional id's state in a DescribeTransactions v0 answer, read by hand: kio's reader
+    refuses the start time -1 that an id with no transaction open has."""
+    try:
+        at = check_response_header(frame, flexible=True) + 4  # past the throttle time
+        count, at = _uvarint_at(frame, at)
+        if count < 2:  # compact arrays count one more than they hold
+            raise BoundsError("no transactional id in the answer")
+        (code,) = _CODE.unpack_from(frame, at)
+        at = after_string(frame, at + _CODE.size, flexible=True)  # the transactional id
+        length, start = _uvarint_at(frame, at)
+        state = frame[start : start + max(length - 1, 0)].decode()
+        at = after_string(frame, at, flexible=True)
+        timeout_ms, _, producer_id, epoch = _AFTER_STATE.unpack_from(frame, at)
+    except (BoundsError, struct.error, UnicodeDecodeError) as exc:
+        raise UpstreamError(f"undecodable DescribeTransactions answer: {exc}") from exc
+    return Described(ErrorCode(code), state, timeout_ms, producer_id, epoch)
+
+
+def _uvarint_at(frame: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    for index in range(at, min(at + 5, len(frame))):
+        value |= (frame[index] & 0x7F) << shift
+        if not frame[index] & 0x80:
+            return value, index + 1
+        shift += 7
+    raise BoundsError(f"no varint at {at}")
