@@ -28,12 +28,13 @@ from tests.helpers.stacks import KAFKA_DIST
 from tests.helpers.traffic import topic_ids
 
 ROOT = Path(__file__).resolve().parents[2]
-_JAVA = [
+JAVA_CLIENT = [
     "java", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
     "-cp", KafkaDistribution(DEFAULT_KAFKA_VERSION, KAFKA_DIST).classpath,
-    str(ROOT / "tests/compat/java/CompatApp.java"),
 ]  # fmt: skip
-"""The Java client of the stack's Kafka version, its application run as a single source file."""
+"""A JVM with the Java client of the stack's Kafka version: an application after it runs as a single
+source file."""
+_JAVA = [*JAVA_CLIENT, str(ROOT / "tests/compat/java/CompatApp.java")]
 NEW_PROTOCOL = ["--group-protocol", "consumer"]
 LIBRARIES = {
     "confluent-kafka": [sys.executable, "-m", "tests.compat.confluent_app"],

@@ -4,10 +4,12 @@ read-process-write loop, switched over, back and over again while they run, judg
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -18,6 +20,7 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.threads import Worker
+from tests.helpers.compat import JAVA_CLIENT, ROOT
 from tests.helpers.links import ACTOR
 from tests.helpers.live import Live, unique
 
@@ -51,6 +54,23 @@ def _switch_around(
         result = routing.ledger.saga_runs(saga_id([app]))[0].result
         assert result is not None
         link = result["reverse_link"]
+
+
+def _read_exactly_once(config: Config, topic: str, committed: set[int]) -> None:
+    """A read_committed reader of the standby (where the round trip ends) sees each committed transaction's
+    five records once, and nothing else."""
+    read = Counter(
+        r.value.decode()
+        for records in kafka.read_partitions(config.clusters["standby"].bootstrap, topic).values()
+        for r in records
+        if r.value is not None
+    )
+    expected = Counter(f"{n}-{part}" for n in committed for part in range(5))
+    assert read == expected, (
+        f"twice: {sorted(k for k, c in read.items() if c > 1)[:10]}; "
+        f"missing: {sorted(set(expected) - set(read))[:10]}; "
+        f"never committed: {sorted(set(read) - set(expected))[:10]}"
+    )
 
 
 class _Transactions:
@@ -120,19 +140,7 @@ def test_librdkafka_transactions_are_read_exactly_once_across_a_round_trip(
         writer.stop.set()
         worker.join(90)
     assert not writer.fatal, writer.fatal
-    committed = set(writer.committed)
-    read = Counter(
-        r.value.decode()
-        for records in kafka.read_partitions(stack_config.clusters["standby"].bootstrap, topic).values()
-        for r in records
-        if r.value is not None
-    )
-    expected = Counter(f"{n}-{part}" for n in committed for part in range(5))
-    assert read == expected, (
-        f"twice: {sorted(k for k, c in read.items() if c > 1)[:10]}; "
-        f"missing: {sorted(set(expected) - set(read))[:10]}; "
-        f"never committed: {sorted(set(read) - set(expected))[:10]}"
-    )
+    _read_exactly_once(stack_config, topic, set(writer.committed))
     assert writer.aborted >= 1, "no switch met an open transaction: the test proves nothing"
 
 
@@ -248,3 +256,37 @@ def test_a_read_process_write_loop_writes_each_input_once_across_a_round_trip(
         f"missing: {sorted(set(expected) - set(out))[:10]}; extra: {sorted(set(out) - set(expected))[:10]}"
     )
     assert loop.aborted >= 1, "no switch met an open transaction: the test proves nothing"
+
+
+def test_java_transactions_are_read_exactly_once_across_a_round_trip(
+    live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path
+) -> None:
+    """The Java client at its defaults, transaction version 2 on Apache Kafka 4.x (its abort's answer
+    carries the new cluster's producer id and epoch): every committed transaction's records once on the
+    cluster it ends on, none of an aborted one, and the producer never fenced."""
+    assert live.gateway is not None
+    topic = unique("payments")
+    app, link = _prepare(live, routing, stack_config, [topic])
+    events = tmp_path / "events"
+    events.touch()
+    java = subprocess.Popen([*JAVA_CLIENT, str(ROOT / "tests/compat/java/TxnApp.java"),
+                             "--bootstrap", live.gateway.bootstrap, "--client-id", app, "--topic", topic,
+                             "--transactional-id", unique("txn"), "--dir", str(tmp_path)])  # fmt: skip
+
+    def lines(kind: str) -> list[str]:
+        return [line.split(" ", 1)[1] for line in events.read_text().splitlines() if line.startswith(kind)]
+
+    try:
+        _switch_around(live, routing, app, link, lambda: len(lines("committed")))
+        settled, deadline = len(lines("committed")), time.monotonic() + 60
+        while len(lines("committed")) < settled + 5:
+            assert not lines("fatal"), lines("fatal")
+            assert time.monotonic() < deadline, "no transaction committed after the last switch"
+            time.sleep(0.1)
+    finally:
+        (tmp_path / "stop").touch()
+        java.wait(60)
+    assert not lines("fatal"), lines("fatal")
+    assert java.returncode == 0
+    _read_exactly_once(stack_config, topic, {int(n) for n in lines("committed")})
+    assert lines("aborted"), "no switch met an open transaction: the test proves nothing"

@@ -23,11 +23,14 @@ def _end(version: int, committed: bool) -> Request:
                     committed=committed)  # fmt: skip
 
 
+def _add(version: int) -> Request:
+    return _request(apis.ADD_PARTITIONS_TO_TXN, version, v3_and_below_transactional_id="t",
+                    v3_and_below_producer_id=7, v3_and_below_producer_epoch=2,
+                    v3_and_below_topics=())  # fmt: skip
+
+
 def test_the_producer_a_transactional_request_speaks_for() -> None:
-    add = _request(apis.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id="t",
-                   v3_and_below_producer_id=7, v3_and_below_producer_epoch=2,
-                   v3_and_below_topics=())  # fmt: skip
-    assert transactional(add) == TxnRequest("t", 7, 2)
+    assert transactional(_add(3)) == TxnRequest("t", 7, 2)
     assert transactional(_end(5, committed=False)) == TxnRequest("t", 7, 2, aborting=True)
     assert transactional(_end(1, committed=True)) == TxnRequest("t", 7, 2)
     bump = _request(apis.INIT_PRODUCER_ID, 4, transactional_id="t", transaction_timeout=timedelta(minutes=1),
@@ -49,6 +52,8 @@ def test_the_producer_a_transactional_request_speaks_for() -> None:
         (_end(4, committed=True), ErrorCode.transaction_abortable),
         # librdkafka (EndTxn v0-1, Produce up to v10) does not know it: UNKNOWN_PRODUCER_ID, abort and bump
         (_end(1, committed=True), ErrorCode.unknown_producer_id),
+        (_add(3), ErrorCode.transaction_abortable),  # UNKNOWN_PRODUCER_ID: closed by the documented pattern
+        (_add(0), ErrorCode.unknown_producer_id),
     ],
 )
 def test_the_abortable_error_is_one_the_requests_client_knows(request_: Request, code: ErrorCode) -> None:

@@ -342,6 +342,8 @@ class ClientSession:
             return self.later(self._carried(incoming, decision, txn, issuer, snapshot.epoch))
         if txn.aborting:  # nothing of its transaction reached this cluster: aborted already, as it is here
             return _unsent(OwnAnswer(ErrorCode.none))
+        if request.api_key in (apis.ADD_PARTITIONS_TO_TXN, apis.ADD_OFFSETS_TO_TXN) and request.api_version:
+            return _unsent(OwnAnswer(ErrorCode.none))  # the Java client's: its write, refused next, bumps
         return _abortable(request)
 
     async def _carried(

@@ -14,11 +14,15 @@ handles as "abort and try again" (:func:`abortable`):
    before the saga fences the copy. A request that would begin a transaction is held like a write, and
    the transaction begins after the switch.
 2. **After the flip**, the first transactional request from an id the new cluster did not issue gets the
-   abortable error. The client aborts — the abort is answered here, since nothing of it ever reached
-   the new cluster — and asks for a new epoch (InitProducerId with its id and epoch, KIP-360), which the
-   gateway sends to the new cluster as a fresh start of the transactional id. A client of transaction
-   version 2 asks for nothing: it takes the id and epoch its abort's answer carries (EndTxn v5), so the
-   gateway takes them from the new cluster and answers with them.
+   abortable error (the Java client's AddPartitionsToTxn and AddOffsetsToTxn are answered as done
+   instead: an abortable error there would have it abort without a new epoch and ask again, while the
+   write that follows, refused, has it ask for one). The client aborts — the abort is answered here,
+   since nothing of it ever reached the new cluster — and asks for a new epoch (InitProducerId with its
+   id and epoch, KIP-360), which the gateway sends to the new cluster as a fresh start of the
+   transactional id. A client of transaction version 2 asks for nothing: it takes the id and epoch its
+   abort's answer carries (EndTxn v5), so the gateway takes them from the new cluster and answers with
+   them (the gateway does not offer version 2 yet: its ApiVersions answer carries no finalized
+   features, so the Java client uses version 1 through it).
 3. **Only the live producer is carried.** The old cluster's coordinator knows the id's current producer
    id and epoch; a client presenting any other (a zombie fenced there by a newer instance) is fenced
    (PRODUCER_FENCED), as that coordinator would. Once carried, the id is fenced on the old cluster too
@@ -104,12 +108,15 @@ def abortable(request: Request) -> ErrorCode:
     """The error that makes the request's client abort its transaction (and, where the client bumps its
     epoch itself, ask for a new one) without closing the producer.
 
-    TRANSACTION_ABORTABLE (KIP-890) where the request's version allows it: the Java client (3.8+) aborts
-    on it and nothing else, never closing the producer. Below those versions (librdkafka, which does not
-    know the code, and older requests of the Java client), UNKNOWN_PRODUCER_ID: both clients abort on it,
-    and bump their epoch with InitProducerId after, which is how they reach the new cluster."""
+    TRANSACTION_ABORTABLE (KIP-890) for the Java client (3.8+), which aborts on it and never closes the
+    producer (UNKNOWN_PRODUCER_ID would reach the application as an OutOfOrderSequenceException, which
+    the client's documentation says to close the producer on); it is told apart by its versions (a
+    Produce from v11, AddPartitionsToTxn and AddOffsetsToTxn from v1). For librdkafka (Produce up to
+    v10, AddPartitionsToTxn and AddOffsetsToTxn v0, EndTxn v0-1), which does not know that code,
+    UNKNOWN_PRODUCER_ID: it aborts, and bumps its epoch with InitProducerId after."""
     key, version = request.api_key, request.api_version
-    since = {apis.PRODUCE: 11, apis.END_TXN: 4, apis.TXN_OFFSET_COMMIT: 4}.get(key)
+    since = {apis.PRODUCE: 11, apis.END_TXN: 4, apis.TXN_OFFSET_COMMIT: 4, apis.ADD_PARTITIONS_TO_TXN: 1,
+             apis.ADD_OFFSETS_TO_TXN: 1}.get(key)  # fmt: skip
     if since is not None and version >= since:
         return ErrorCode.transaction_abortable
     return ErrorCode.unknown_producer_id

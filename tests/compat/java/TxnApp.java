@@ -1,0 +1,68 @@
+// A transactional producer on the Java client (kafka-clients) at its default settings: numbered
+// transactions of five records over three partitions, each committed, aborted and written again on an
+// abortable error as the client's documentation says. Writes "committed N" and "aborted" lines to
+// DIR/events, "fatal ..." when the producer must close; stops once DIR/stop exists. Run as a single
+// source file against the stack's Kafka jars (tests/integration/test_transactions.py).
+
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Properties;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.errors.AuthorizationException;
+import org.apache.kafka.common.errors.OutOfOrderSequenceException;
+import org.apache.kafka.common.errors.ProducerFencedException;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public final class TxnApp {
+    public static void main(String[] argv) throws IOException {
+        Map<String, String> args = new HashMap<>();
+        for (int i = 0; i + 1 < argv.length; i += 2) {
+            args.put(argv[i].replaceFirst("^--", ""), argv[i + 1]);
+        }
+        Path dir = Path.of(args.get("dir"));
+        Properties props = new Properties();
+        props.put("bootstrap.servers", args.get("bootstrap"));
+        props.put("client.id", args.get("client-id"));
+        props.put("transactional.id", args.get("transactional-id"));
+        String topic = args.get("topic");
+        try (OutputStream events = new FileOutputStream(dir.resolve("events").toFile(), true);
+             KafkaProducer<byte[], byte[]> producer =
+                 new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer())) {
+            producer.initTransactions();
+            int number = 0;
+            while (!Files.exists(dir.resolve("stop"))) {
+                try {
+                    producer.beginTransaction();
+                    for (int part = 0; part < 5; part++) {
+                        byte[] value = (number + "-" + part).getBytes(StandardCharsets.UTF_8);
+                        producer.send(new ProducerRecord<>(topic, part % 3, null, value));
+                    }
+                    producer.commitTransaction();
+                } catch (ProducerFencedException | OutOfOrderSequenceException | AuthorizationException e) {
+                    write(events, "fatal " + e);
+                    e.printStackTrace();
+                    return;
+                } catch (KafkaException e) {
+                    producer.abortTransaction();
+                    write(events, "aborted " + e);
+                    continue;
+                }
+                write(events, "committed " + number);
+                number++;
+            }
+        }
+    }
+
+    private static void write(OutputStream events, String line) throws IOException {
+        events.write((line + "\n").getBytes(StandardCharsets.UTF_8));
+        events.flush();
+    }
+}
