@@ -25,7 +25,14 @@ from activities.mirror import MirrorActivities
 from switchyard.config import Config
 from switchyard.mirror.groups import committed_offsets, group_state, sync_groups
 from switchyard.routing import RoutingStore
-from switchyard.sagas.steps import CopyCheckRequest, DrainRequest, GroupSyncRequest, PartitionEnd
+from switchyard.sagas.steps import (
+    CopyCheckRequest,
+    DrainRequest,
+    FenceRequest,
+    GroupSyncRequest,
+    Partition,
+    PartitionEnd,
+)
 from tests.helpers.deps import worker_deps
 from tests.helpers.records import commit_offset, fill_topic
 
@@ -199,3 +206,41 @@ def test_a_group_at_the_end_of_a_transaction_is_synced_to_the_copys_end_not_past
     )
     assert synced.written == 1, synced
     assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 7}
+
+
+@pytest.mark.parametrize("moved_by", ["an abort's marker", "a record"])
+def test_the_fence_lets_transaction_markers_pass_and_stops_at_a_record(
+    activities: MirrorActivities, routing: RoutingStore, stack_config: Config, moved_by: str
+) -> None:
+    """A transaction aborted (or committed) during the fence's window writes only a marker on the source:
+    nothing a client wrote, so nothing left behind (a blocked application's abort lands there so). One
+    record written in the window is a writer around the gateway, and stops the switch."""
+    primary = stack_config.clusters["primary"].bootstrap
+    topic, link = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("fenced-t", "fenced-l"))
+    fill_topic(primary, topic, 3, partitions=1, size=16)
+    routing.create_link(link, "primary", "standby", include=[topic], actor="user:test", reason="t")
+    producer = Producer({"bootstrap.servers": primary, "transactional.id": f"fenced-{uuid.uuid4().hex[:6]}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"in a transaction", partition=0)
+    assert producer.flush(10) == 0
+
+    def moving() -> None:
+        time.sleep(0.5)  # inside the window, after its first read
+        if moved_by == "a record":
+            producer.produce(topic, b"around the gateway", partition=0)
+            assert producer.flush(10) == 0
+        producer.abort_transaction(30)
+
+    mover = threading.Thread(target=moving)
+    mover.start()
+    request = FenceRequest(link, [Partition(topic, 0)], window_s=2.0)
+    try:
+        if moved_by == "a record":
+            with pytest.raises(ApplicationError, match="FenceBroken"):
+                ActivityEnvironment().run(activities.verify_fence, request)
+        else:
+            fence = ActivityEnvironment().run(activities.verify_fence, request)
+            assert fence.ends == [PartitionEnd(topic, 0, 5)]  # three records, one aborted, its marker
+    finally:
+        mover.join(30)

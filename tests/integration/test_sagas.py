@@ -754,14 +754,15 @@ def test_a_transaction_open_at_the_block_is_waited_for_and_nothing_behind_it_is_
     capture(live, run.saga_id, run.run_id, "switchover-transaction-settled")
 
 
-def test_a_blocked_transactional_producer_aborts_its_open_transaction_on_the_old_cluster(
-    live: Live, routing: RoutingStore, stack_config: Config
+@pytest.mark.parametrize("during_the_block", ["commits", "writes"])
+def test_a_blocked_transactional_producers_open_transaction_ends_on_the_old_cluster(
+    live: Live, routing: RoutingStore, stack_config: Config, during_the_block: str
 ) -> None:
-    """While its identity is blocked, a transaction in progress cannot commit: committed on the old cluster
-    after the block, its records and marker would move the source's end under the fence and the drain.
-    Its commit is answered with an abortable error at once (not held: held, it would keep the
-    transaction open until the saga gave up); the application aborts, the abort goes to the old cluster,
-    and nothing of the transaction is read there."""
+    """While its identity is blocked, a transaction open on the old cluster ends there, before the saga
+    fences the copy, and no record lands there after the block: its commit goes on (markers only), while
+    a write of it is answered with an abortable error at once (held, the transaction would stay open
+    until the saga gave up), and the application aborts it there. A transaction begun during the block
+    waits for the block to lift."""
     assert live.gateway is not None
     app, topic, _link = prepare(live, routing, stack_config, partitions=1)
     primary = stack_config.clusters["primary"].bootstrap
@@ -769,25 +770,35 @@ def test_a_blocked_transactional_producer_aborts_its_open_transaction_on_the_old
                          "transactional.id": unique("txn")})  # fmt: skip
     producer.init_transactions(30)
     producer.begin_transaction()
-    producer.produce(topic, b"in a transaction")
+    producer.produce(topic, b"before the block")
     assert producer.flush(10) == 0
     key = BindingKey.for_app(app)
     wait_for_acks(routing.zk, routing.layout, routing.set_binding(
         key, "primary", BindingState.BLOCKED, actor=ACTOR, reason="test"), timeout_s=10)  # fmt: skip
     admin = AdminClient({"bootstrap.servers": primary})
-    with pytest.raises(KafkaException) as refused:
+    if during_the_block == "commits":
         producer.commit_transaction(30)
-    assert refused.value.args[0].txn_requires_abort(), refused.value
-    assert not refused.value.args[0].fatal()
-    producer.abort_transaction(30)
-    deadline = time.monotonic() + 10  # the coordinator writes the markers after it answered the abort
+        kept = [b"before the block"]
+    else:
+        producer.produce(topic, b"during the block")
+        with pytest.raises(KafkaException) as refused:
+            producer.commit_transaction(30)
+        assert refused.value.args[0].txn_requires_abort(), refused.value
+        assert not refused.value.args[0].fatal()
+        producer.abort_transaction(30)
+        kept = []
+    deadline = time.monotonic() + 10  # the coordinator writes the markers after it answered
     while kafka.open_transactions(admin, [(topic, 0)]):
-        assert time.monotonic() < deadline, "the abort never reached the partition"
+        assert time.monotonic() < deadline, "the transaction never ended on the partition"
         time.sleep(0.1)
-    assert kafka.read_partitions(primary, topic)[0] == []
+    assert [r.value for r in kafka.read_partitions(primary, topic)[0]] == kept  # still blocked
+    producer.begin_transaction()  # a new one: its first write waits for the block to lift
+    producer.produce(topic, b"after")
+    committing = Worker(lambda: producer.commit_transaction(60), name="commit")
+    committing.start()
+    time.sleep(1.0)
+    assert [r.value for r in kafka.read_partitions(primary, topic)[0]] == kept
     wait_for_acks(routing.zk, routing.layout, routing.set_binding(
         key, "primary", actor=ACTOR, reason="test"), timeout_s=10)  # fmt: skip
-    producer.begin_transaction()  # unblocked, it writes on where it was
-    producer.produce(topic, b"after")
-    producer.commit_transaction(30)
-    assert [r.value for r in kafka.read_partitions(primary, topic)[0]] == [b"after"]
+    committing.join(60)
+    assert [r.value for r in kafka.read_partitions(primary, topic)[0]] == [*kept, b"after"]

@@ -11,11 +11,13 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.keys import BindingKey
+from switchyard.mirror.status import read_status
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
@@ -28,12 +30,19 @@ ROUND_TRIP = ("switchover", "switchback", "switchover")
 
 
 def _prepare(live: Live, routing: RoutingStore, config: Config, topics: list[str]) -> tuple[str, str]:
-    """An application bound to the primary, its topics, and a link copying them; (app, link)."""
+    """An application bound to the primary, its topics, and a link copying them, taken up by the mirror;
+    (app, link)."""
     app, link = unique("app"), unique("link")
     kafka.create_topics(config.clusters["primary"].bootstrap, topics, partitions=3)
     routing.create_link(link, "primary", "standby", include=topics, actor=ACTOR, reason="test")
     epoch = routing.set_binding(BindingKey.for_app(app), "primary", actor=ACTOR, reason="test")
     wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    deadline = time.monotonic() + 60
+    while len({p.key for m in read_status(routing.zk, routing.layout, link) for p in m.partitions}) < 3 * len(
+        topics
+    ):
+        assert time.monotonic() < deadline, "the mirror never took up the link"
+        time.sleep(0.2)
     return app, link
 
 
@@ -144,6 +153,35 @@ def test_librdkafka_transactions_are_read_exactly_once_across_a_round_trip(
     assert writer.aborted >= 1, "no switch met an open transaction: the test proves nothing"
 
 
+class _Input:
+    """An application's input, written through the gateway as ``client_id`` until stopped: the values
+    0, 1, 2, ... (each its own key), and those acknowledged."""
+
+    def __init__(self, bootstrap: str, client_id: str, topic: str) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id})
+        self.topic = topic
+        self.written: list[int] = []
+        self.stop = threading.Event()
+        self.worker = Worker(self._write, name="input")
+
+    def _write(self) -> None:
+        number = 0
+        while not self.stop.is_set():
+            value = f"{number}".encode()
+            self.producer.produce(self.topic, value, key=value, on_delivery=self._delivered)
+            self.producer.poll(0.005)
+            number += 1
+        assert self.producer.flush(60) == 0
+
+    def _delivered(self, error: KafkaError | None, msg: Message) -> None:
+        if error is None:
+            self.written.append(int(msg.value() or b"0"))
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.worker.join(90)
+
+
 class _Loop:
     """A read-process-write loop through the gateway: reads ``source`` (read_committed) in group ``group``,
     writes each record transformed to ``sink``, and commits the read offsets in the same transaction; on
@@ -214,43 +252,26 @@ def test_a_read_process_write_loop_writes_each_input_once_across_a_round_trip(
     assert live.gateway is not None
     source, sink = unique("in"), unique("out")
     app, link = _prepare(live, routing, stack_config, [source, sink])
-    gateway = live.gateway.bootstrap
-    loop = _Loop(gateway, app, source, sink)
-    written: list[bytes] = []
-    writing = threading.Event()
-
-    def delivered(error: KafkaError | None, msg: Message) -> None:
-        if error is None:
-            written.append(msg.value() or b"")
-
-    def write() -> None:  # the application's own input, through the gateway too
-        producer = Producer({"bootstrap.servers": gateway, "client.id": app})
-        number = 0
-        while not writing.is_set():
-            producer.produce(source, f"{number}".encode(), partition=number % 3, on_delivery=delivered)
-            producer.poll(0.005)
-            number += 1
-        assert producer.flush(60) == 0
-
-    workers = [Worker(loop.run, name="loop"), Worker(write, name="input")]
-    for worker in workers:
-        worker.start()
+    loop = _Loop(live.gateway.bootstrap, app, source, sink)
+    looping = Worker(loop.run, name="loop")
+    looping.start()
+    inputs = _Input(live.gateway.bootstrap, app, source)  # the application's own input
+    inputs.worker.start()
     try:
         _switch_around(live, routing, app, link, lambda: loop.transactions)
     finally:
-        writing.set()
-        workers[1].join(90)
+        inputs.finish()
     deadline = time.monotonic() + 90
     standby = stack_config.clusters["standby"].bootstrap
     while True:
         out = Counter(r.value or b"" for rs in kafka.read_partitions(standby, sink).values() for r in rs)
-        if sum(out.values()) >= len(written) or loop.fatal or time.monotonic() > deadline:
+        if sum(out.values()) >= len(inputs.written) or loop.fatal or time.monotonic() > deadline:
             break
         time.sleep(1)
     loop.stop.set()
-    workers[0].join(60)
+    looping.join(60)
     assert not loop.fatal, loop.fatal
-    expected = Counter(b"out-" + v for v in written)
+    expected = Counter(f"out-{v}".encode() for v in inputs.written)
     assert out == expected, (
         f"twice: {sorted(k for k, c in out.items() if c > 1)[:10]}; "
         f"missing: {sorted(set(expected) - set(out))[:10]}; extra: {sorted(set(out) - set(expected))[:10]}"
@@ -290,3 +311,67 @@ def test_java_transactions_are_read_exactly_once_across_a_round_trip(
     assert java.returncode == 0
     _read_exactly_once(stack_config, topic, {int(n) for n in lines("committed")})
     assert lines("aborted"), "no switch met an open transaction: the test proves nothing"
+
+
+def test_a_fenced_producer_writes_nothing_after_a_switch_and_the_live_one_goes_on(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """Two instances of one transactional id through the gateway: the second fenced the first on the
+    primary. After a switch the first (a zombie) must not get an id on the standby — it is fenced, as
+    the primary would — while the second is carried and commits there."""
+    assert live.gateway is not None
+    topic = unique("payments")
+    app, link = _prepare(live, routing, stack_config, [topic])
+    settings = {
+        "bootstrap.servers": live.gateway.bootstrap,
+        "client.id": app,
+        "transactional.id": unique("txn"),
+    }
+    zombie, current = Producer(settings), Producer(settings)
+    zombie.init_transactions(30)
+    current.init_transactions(30)  # fences the first on the primary
+    done = live.cli("switchover", app, "--link", link, "--wait", "--reason", "zombie test")
+    assert done.returncode == 0, done.stdout + done.stderr
+    fatal = _zombie_tries(zombie, topic)
+    assert fatal.code() == KafkaError._FENCED, fatal
+    _commit_one(current, topic, b"from the live instance")  # one abortable error as its id moves
+    on_standby = kafka.read_partitions(stack_config.clusters["standby"].bootstrap, topic)
+    assert [r.value for records in on_standby.values() for r in records] == [b"from the live instance"]
+
+
+def _commit_one(producer: Producer, topic: str, value: bytes) -> None:
+    """One record in a transaction, aborted and written again on an abortable error."""
+    for _ in range(3):
+        producer.begin_transaction()
+        producer.produce(topic, value, partition=0)
+        try:
+            producer.commit_transaction(60)
+            return
+        except KafkaException as exc:
+            if not exc.args[0].txn_requires_abort():
+                raise
+            producer.abort_transaction(60)
+    pytest.fail("three abortable errors in a row")
+
+
+def _zombie_tries(zombie: Producer, topic: str) -> KafkaError:
+    """A fenced instance's transaction, tried as an application would (aborted and tried again on an
+    abortable error): the fatal error that ends it (its commit must never succeed)."""
+    for _ in range(5):
+        zombie.begin_transaction()
+        zombie.produce(topic, b"from the zombie", partition=0)
+        try:
+            zombie.commit_transaction(30)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.fatal():
+                return error
+            try:
+                zombie.abort_transaction(30)
+            except KafkaException as again:
+                error = again.args[0]
+                if error.fatal():
+                    return error
+            continue
+        pytest.fail("the fenced instance committed a transaction after the switch")
+    pytest.fail("the fenced instance was never told it is fenced")

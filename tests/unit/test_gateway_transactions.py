@@ -23,6 +23,11 @@ def _end(version: int, committed: bool) -> Request:
                     committed=committed)  # fmt: skip
 
 
+def _produce(version: int) -> Request:
+    return _request(apis.PRODUCE, version, transactional_id="t", acks=-1, timeout=timedelta(seconds=30),
+                    topic_data=())  # fmt: skip
+
+
 def _add(version: int) -> Request:
     return _request(apis.ADD_PARTITIONS_TO_TXN, version, v3_and_below_transactional_id="t",
                     v3_and_below_producer_id=7, v3_and_below_producer_epoch=2,
@@ -52,7 +57,12 @@ def test_the_producer_a_transactional_request_speaks_for() -> None:
         (_end(4, committed=True), ErrorCode.transaction_abortable),
         # librdkafka (EndTxn v0-1, Produce up to v10) does not know it: UNKNOWN_PRODUCER_ID, abort and bump
         (_end(1, committed=True), ErrorCode.unknown_producer_id),
-        (_add(3), ErrorCode.transaction_abortable),  # UNKNOWN_PRODUCER_ID: closed by the documented pattern
+        (_add(3), ErrorCode.transaction_abortable),
+        (_produce(11), ErrorCode.invalid_producer_epoch),  # Streams fails on TRANSACTION_ABORTABLE there
+        (
+            _produce(10),
+            ErrorCode.unknown_producer_id,
+        ),  # UNKNOWN_PRODUCER_ID: closed by the documented pattern
         (_add(0), ErrorCode.unknown_producer_id),
     ],
 )

@@ -327,8 +327,10 @@ class ClientSession:
         request = incoming.request
         if decision.action is Action.HOLD:  # blocked: an open transaction ends now, where it began
             if not txn.aborting:
-                ongoing = await self.gateway.transactions.ongoing(decision.cluster, txn)
-                return _abortable(request) if ongoing else None
+                if not await self.gateway.transactions.ongoing(decision.cluster, txn):
+                    return None  # it would begin one: held, it begins after the switch
+                if request.api_key in (apis.PRODUCE, apis.ADD_PARTITIONS_TO_TXN):
+                    return _abortable(request)  # no record lands on the old cluster after the block
             broker = self.listener.broker
             node = broker.node_id if broker is not None and broker.cluster == decision.cluster else None
             return await self._carry_out(incoming, Decision(Action.FORWARD, decision.cluster, node), snapshot,

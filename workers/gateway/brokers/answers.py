@@ -33,7 +33,21 @@ class LocalAnswers:
             for k, (low, high) in sorted(self.brokers.offered.items())
         )
         error = ErrorCode.none if supported else ErrorCode.unsupported_version
-        return make(cls, error_code=error, api_keys=keys)
+        if not supported or request.api_version < 3:
+            return make(cls, error_code=error, api_keys=keys)
+        features = sorted(self.brokers.features.items())
+        return make(
+            cls, error_code=error, api_keys=keys, finalized_features_epoch=1 if features else -1,
+            supported_features=tuple(
+                make(element_type(cls, "supported_features"), name=n, min_version=1, max_version=level)
+                for n, level in features
+            ),
+            finalized_features=tuple(
+                make(element_type(cls, "finalized_features"), name=n, min_version_level=level,
+                     max_version_level=level)
+                for n, level in features
+            ),
+        )  # fmt: skip
 
     def sasl_handshake(self, request: Request, *, authenticated: bool) -> Any:
         """Accept PLAIN, the one mechanism offered; a second login on one connection is refused."""

@@ -43,6 +43,7 @@ LOCAL_APIS = {
     apis.SASL_AUTHENTICATE: (0, 2),
 }
 """APIs the gateway answers itself, offered whatever the clusters offer."""
+TRANSACTION_VERSION = "transaction.version"
 SOFTWARE = {
     "client_software_name": "switchyard-gateway",
     "client_software_version": re.sub(r"[^A-Za-z0-9.-]", "-", __version__),
@@ -70,6 +71,10 @@ class BrokerDirectory:
         """Per cluster, each real broker's address."""
         self.offered: dict[int, tuple[int, int]] = {}
         """API key -> (lowest, highest) version offered to clients."""
+        self._features: dict[str, dict[str, int]] = {}
+        """Per cluster (from its first answer): each finalized feature's level."""
+        self.features: dict[str, int] = {}
+        """Finalized features offered to clients (see ``_offer_features``)."""
 
     def offers(self, api_key: int, api_version: int) -> bool:
         """Whether this gateway offers ``api_key`` at ``api_version`` (what ApiVersions tells clients)."""
@@ -243,10 +248,24 @@ class BrokerDirectory:
                 log.info("gateway %s: cluster %s reachable again (%s)", self._id, cluster, address)
             if first:
                 self._offer(theirs)
+                self._offer_features(cluster, versions.finalized_features)
             return
         self.metrics.reachable[cluster] = False
         if was is not False:  # once per outage: the probe runs every few seconds
             log.warning("gateway %s: cluster %s not reachable: %s", self._id, cluster, "; ".join(failures))
+
+    def _offer_features(self, cluster: str, finalized: Any) -> None:
+        """Offer the transaction protocol version (KIP-890's ``transaction.version``) every configured
+        cluster has finalized, once each has answered: a client may be switched to any of them, and one
+        that began with version 2 would be refused by a cluster without it. Until then, none: the Java
+        client then uses version 1, which every cluster takes."""
+        self._features[cluster] = {f.name: f.max_version_level for f in finalized or ()}
+        if set(self._features) != set(self.config.clusters) or self.features:
+            return
+        levels = [found.get(TRANSACTION_VERSION, 0) for found in self._features.values()]
+        if min(levels) > 0:
+            self.features = {TRANSACTION_VERSION: min(levels)}
+            log.info("gateway %s: offering %s %d", self._id, TRANSACTION_VERSION, min(levels))
 
     def _offer(self, theirs: dict[int, tuple[int, int]]) -> None:
         """Offer each API at the versions every reachable cluster, kio and the gateway all handle."""

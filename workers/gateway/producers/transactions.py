@@ -8,10 +8,12 @@ InitProducerId answers it saw, :class:`~workers.gateway.producers.ids.ProducerId
 client end the transaction and take an id on the new cluster, with the errors every client already
 handles as "abort and try again" (:func:`abortable`):
 
-1. **While the producer's identity is blocked**, the requests of a transaction open on the old cluster
-   (its coordinator says so) are answered at once with an abortable error instead of being held, and its
-   abort (EndTxn, aborting) goes on there: the transaction ends where it began, its records aborted,
-   before the saga fences the copy. A request that would begin a transaction is held like a write, and
+1. **While the producer's identity is blocked**, a transaction open on the old cluster (its coordinator
+   says so) ends there, before the saga fences the copy: its writes (a Produce, AddPartitionsToTxn) are
+   answered at once with an abortable error, so no record lands there after the block, while its
+   commit or abort (EndTxn, with TxnOffsetCommit and AddOffsetsToTxn before it) goes on there — markers
+   only. A transaction whose records were all written before the block commits; one with a write
+   refused is aborted by its client. A request that would begin a transaction is held like a write, and
    the transaction begins after the switch.
 2. **After the flip**, the first transactional request from an id the new cluster did not issue gets the
    abortable error (the Java client's AddPartitionsToTxn and AddOffsetsToTxn are answered as done
@@ -21,8 +23,7 @@ handles as "abort and try again" (:func:`abortable`):
    id and epoch, KIP-360), which the gateway sends to the new cluster as a fresh start of the
    transactional id. A client of transaction version 2 asks for nothing: it takes the id and epoch its
    abort's answer carries (EndTxn v5), so the gateway takes them from the new cluster and answers with
-   them (the gateway does not offer version 2 yet: its ApiVersions answer carries no finalized
-   features, so the Java client uses version 1 through it).
+   them (version 2 is offered where every cluster has it: ``BrokerDirectory.features``).
 3. **Only the live producer is carried.** The old cluster's coordinator knows the id's current producer
    id and epoch; a client presenting any other (a zombie fenced there by a newer instance) is fenced
    (PRODUCER_FENCED), as that coordinator would. Once carried, the id is fenced on the old cluster too
@@ -56,6 +57,8 @@ from workers.gateway.routing import apis
 log = logging.getLogger(__name__)
 DESCRIBE_TRANSACTIONS = 65
 _KEY_TYPE_TRANSACTION = 1
+_JAVA_PRODUCE = 11
+"""The Java client writes with Produce v11 and later (librdkafka up to v10)."""
 _RETRIED = frozenset(
     {
         ErrorCode.concurrent_transactions,
@@ -111,11 +114,17 @@ def abortable(request: Request) -> ErrorCode:
     TRANSACTION_ABORTABLE (KIP-890) for the Java client (3.8+), which aborts on it and never closes the
     producer (UNKNOWN_PRODUCER_ID would reach the application as an OutOfOrderSequenceException, which
     the client's documentation says to close the producer on); it is told apart by its versions (a
-    Produce from v11, AddPartitionsToTxn and AddOffsetsToTxn from v1). For librdkafka (Produce up to
-    v10, AddPartitionsToTxn and AddOffsetsToTxn v0, EndTxn v0-1), which does not know that code,
-    UNKNOWN_PRODUCER_ID: it aborts, and bumps its epoch with InitProducerId after."""
+    Produce from v11, AddPartitionsToTxn and AddOffsetsToTxn from v1). On its writes,
+    INVALID_PRODUCER_EPOCH instead (KIP-588: abortable, and the client bumps its epoch): Kafka Streams
+    takes a write refused with it as its tasks having migrated (it aborts, and restores their state from
+    the changelogs), while TRANSACTION_ABORTABLE there goes to its production exception handler, which
+    fails the application. For librdkafka (Produce up to v10, AddPartitionsToTxn and AddOffsetsToTxn v0,
+    EndTxn v0-1), which does not know that code, UNKNOWN_PRODUCER_ID: it aborts, and bumps its epoch with
+    InitProducerId after."""
     key, version = request.api_key, request.api_version
-    since = {apis.PRODUCE: 11, apis.END_TXN: 4, apis.TXN_OFFSET_COMMIT: 4, apis.ADD_PARTITIONS_TO_TXN: 1,
+    if key == apis.PRODUCE and version >= _JAVA_PRODUCE:
+        return ErrorCode.invalid_producer_epoch
+    since = {apis.END_TXN: 4, apis.TXN_OFFSET_COMMIT: 4, apis.ADD_PARTITIONS_TO_TXN: 1,
              apis.ADD_OFFSETS_TO_TXN: 1}.get(key)  # fmt: skip
     if since is not None and version >= since:
         return ErrorCode.transaction_abortable
