@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 _BACKOFF_MAX_S = 30.0
 _IDLE_WAIT_S = 0.1
 """A link with no topic to copy looks again this often (pause, promotion, stop; topics every refresh)."""
+_SLOW_REFRESH_S = 5.0
+"""A topic listing (with settings and ACLs) slower than this is logged: the copy loop waits for it, and
+a session that times out meanwhile rejoins its group only after it."""
 
 
 class MirrorError(Exception):
@@ -246,11 +249,14 @@ class LinkCopier:
     def _refresh(self, link: Link, source: AdminClient, target: AdminClient, follow: bool) -> list[str]:
         """The topics ``link`` copies, their copies on the target created (their settings brought in
         line when ``follow``), and their ACLs there brought in line."""
+        began = time.monotonic()
         found, notes = sync_topics(link, source, target, self._stop, follow=follow)
         self.source.answered()
         for key, note in notes.items():
             self._note(key, note)
         self._note("acls", sync_acls(source, target, found, self._principals(link)) if found else None)
+        if (took := time.monotonic() - began) > _SLOW_REFRESH_S:  # nothing was copied meanwhile
+            log.warning("link %s: listing its topics took %.1fs (copying waited)", link.id, took)
         return found
 
     def _principals(self, link: Link) -> Mapping[str, str]:
