@@ -337,29 +337,35 @@ class ClientSession:
                                          resolution)  # fmt: skip
         if decision.action is not Action.FORWARD:
             return None
-        issuer = await self.gateway.transactions.foreign(incoming.identity, txn, decision.cluster)
-        if issuer is None:
+        if not await self.gateway.transactions.foreign(txn, decision.cluster):
             return None
         if request.api_key == apis.INIT_PRODUCER_ID or (txn.aborting and request.api_version >= 5):
-            return self.later(self._carried(incoming, decision, txn, issuer, snapshot.epoch))
+            return self.later(self._carried(incoming, decision, txn))
         if txn.aborting:  # nothing of its transaction reached this cluster: aborted already, as it is here
             return _unsent(OwnAnswer(ErrorCode.none))
         if request.api_key in (apis.ADD_PARTITIONS_TO_TXN, apis.ADD_OFFSETS_TO_TXN) and request.api_version:
             return _unsent(OwnAnswer(ErrorCode.none))  # the Java client's: its write, refused next, bumps
         return _abortable(request)
 
-    async def _carried(
-        self, incoming: Incoming, decision: Decision, txn: TxnRequest, issuer: str, epoch: int
-    ) -> Reply:
+    async def _carried(self, incoming: Incoming, decision: Decision, txn: TxnRequest) -> Reply:
         """A foreign producer's request for a new epoch (an InitProducerId, or a version 2 abort whose answer
         carries one): the transactional id started afresh on the cluster it is routed to, if the client is
-        its live producer where its id was issued; that cluster's id and epoch in the answer."""
+        its live producer on the cluster it left; that cluster's id and epoch in the answer."""
+        async with self.gateway.transactions.carrying(txn.transactional_id):
+            return await self._carry_once(incoming, decision, txn)
+
+    async def _carry_once(self, incoming: Incoming, decision: Decision, txn: TxnRequest) -> Reply:
         request, carrier = incoming.request, self.gateway.transactions
-        timeout = await carrier.live(txn, issuer)
-        if timeout is None:
-            log.info("%s: %s is not the live producer of %s on %s: fenced", incoming.identity, txn, issuer,
+        cls = response_schema(request.api_key, request.api_version)
+        if (again := carrier.already(txn, decision.cluster)) is not None:
+            return encode_response(request, make(cls, error_code=ErrorCode.none, producer_id=again[0],
+                                                 producer_epoch=again[1]))  # fmt: skip
+        found = await carrier.live(txn, decision.cluster)
+        if found is None:
+            log.info("%s: %s is nowhere the live producer of %s: fenced", incoming.identity, txn,
                      txn.transactional_id)  # fmt: skip
             return OwnAnswer(ErrorCode.producer_fenced)
+        left, timeout = found
         if request.api_key == apis.INIT_PRODUCER_ID:
             timeout = request.body.transaction_timeout
         try:
@@ -370,12 +376,13 @@ class ClientSession:
             return OwnAnswer()
         if started.error_code != ErrorCode.none:
             return OwnAnswer(started.error_code)
-        await self.gateway.producers.issued(incoming.identity, started.producer_id, decision.cluster, epoch)
-        carrier.fence(issuer, txn.transactional_id)
+        carrier.carried(txn, decision.cluster, started.producer_id, started.producer_epoch)
+        if left is not None:
+            carrier.fence(left, txn.transactional_id)
         log.info("%s: transactional id %s carried from %s to %s", incoming.identity, txn.transactional_id,
-                 issuer, decision.cluster)  # fmt: skip
-        answer = make(response_schema(request.api_key, request.api_version), error_code=ErrorCode.none,
-                      producer_id=started.producer_id, producer_epoch=started.producer_epoch)  # fmt: skip
+                 left or "a cluster not reached", decision.cluster)  # fmt: skip
+        answer = make(cls, error_code=ErrorCode.none, producer_id=started.producer_id,
+                      producer_epoch=started.producer_epoch)  # fmt: skip
         return encode_response(request, answer)
 
     def _decide(self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution) -> Decision:
@@ -779,8 +786,8 @@ class ClientSession:
                 if moved is not None:
                     established(moved, producer[1], produced)
             return produced
-        if request.api_key == apis.INIT_PRODUCER_ID:
-            issued = decode_response(request, frame)
+        if request.api_key == apis.INIT_PRODUCER_ID and not request.body.transactional_id:
+            issued = decode_response(request, frame)  # a transactional id's: its coordinators are asked
             if issued.producer_id >= 0:
                 await self.gateway.producers.issued(identity, issued.producer_id, cluster, epoch)
         elif request.api_key in (apis.SYNC_GROUP, apis.JOIN_GROUP):

@@ -81,7 +81,7 @@ class Gateway:
         self.brokers = BrokerDirectory(config, self.vnodes, self.metrics, self._listen, self.id)
         self.answers = LocalAnswers(self.brokers, self.users, self.id)
         self.producers = ProducerIds(self.brokers, ProducerStore(zk, self.layout))
-        self.transactions = Carrier(self.brokers, self.producers)
+        self.transactions = Carrier(self.brokers, list(config.clusters))
         """Transactional producers across a switch (:mod:`workers.gateway.producers.transactions`)."""
         self.links = LinkLookup(config)
         self.real_ids = RealIds(self.brokers.topic_ids)

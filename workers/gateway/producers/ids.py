@@ -70,14 +70,6 @@ class ProducerIds:
             self._keep(key, _Known(route, -1, epoch))
             self._unstored(producer_id)
 
-    async def issuer(self, identity: Identity, producer_id: int) -> str | None:
-        """The cluster that issued a transactional producer's id (None: no gateway saw it issued)."""
-        key = (identity, producer_id)
-        known = self._known.get(key)
-        if known is None:
-            known = await self._load(key, -1)
-        return None if known is None else known.route.cluster
-
     async def translation(
         self, identity: Identity, producer_id: int, cluster: str, epoch: int
     ) -> Translation | None:

@@ -15,7 +15,8 @@ handles as "abort and try again" (:func:`abortable`):
    only. A transaction whose records were all written before the block commits; one with a write
    refused is aborted by its client. A request that would begin a transaction is held like a write, and
    the transaction begins after the switch.
-2. **After the flip**, the first transactional request from an id the new cluster did not issue gets the
+2. **After the flip**, the first transactional request from a producer id the new cluster's coordinator
+   does not have for its transactional id gets the
    abortable error (the Java client's AddPartitionsToTxn and AddOffsetsToTxn are answered as done
    instead: an abortable error there would have it abort without a new epoch and ask again, while the
    write that follows, refused, has it ask for one). The client aborts — the abort is answered here,
@@ -24,9 +25,10 @@ handles as "abort and try again" (:func:`abortable`):
    transactional id. A client of transaction version 2 asks for nothing: it takes the id and epoch its
    abort's answer carries (EndTxn v5), so the gateway takes them from the new cluster and answers with
    them (version 2 is offered where every cluster has it: ``BrokerDirectory.features``).
-3. **Only the live producer is carried.** The old cluster's coordinator knows the id's current producer
-   id and epoch; a client presenting any other (a zombie fenced there by a newer instance) is fenced
-   (PRODUCER_FENCED), as that coordinator would. Once carried, the id is fenced on the old cluster too
+3. **Only the live producer is carried.** The coordinator of the cluster it left has its producer id and
+   epoch as the id's current ones; a client presenting any other (a zombie fenced there by a newer
+   instance) is fenced (PRODUCER_FENCED), as that coordinator would. Once carried, the id is fenced on
+   the old cluster too
    (its epoch bumped, any transaction still open there aborted), so nothing left behind writes there.
 
 What an application sees: one abortable error per switch, on the transaction in progress, which it
@@ -46,12 +48,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from switchyard.identity import Identity
 from workers.gateway.brokers.directory import BrokerDirectory
 from workers.gateway.brokers.upstream import UpstreamError
 from workers.gateway.framing.bounds import BoundsError, after_string, check_response_header
 from workers.gateway.framing.protocol import Request, encode_request
-from workers.gateway.producers.ids import ProducerIds
 from workers.gateway.routing import apis
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ _RETRIED = frozenset(
 _MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available})
 _TIMEOUT = timedelta(minutes=1)
 """A transaction time-out where the client's is not known: both clients' default."""
-_UNKNOWN_FOR_S = 60.0
+_FOREIGN_FOR_S = 60.0
 _REMEMBERED = 10_000
 _WITHIN_S = 10.0
 """How long the gateway itself retries a coordinator that is busy (an open transaction being aborted
@@ -135,26 +135,42 @@ class Carrier:
     """Takes a live transactional producer's id onto the cluster it is switched to, and fences it on the
     cluster it left (see the module)."""
 
-    def __init__(self, brokers: BrokerDirectory, ids: ProducerIds) -> None:
-        self.brokers, self.ids = brokers, ids
-        self._unknown: dict[tuple[Identity, int], float] = {}
-        """Producer ids no gateway saw issued, and when that was read: not asked of ZooKeeper at every
-        request (an id is stored before its client hears of it, so this changes only if the number is
-        issued again)."""
+    def __init__(self, brokers: BrokerDirectory, clusters: list[str]) -> None:
+        self.brokers, self.clusters = brokers, clusters
+        self._seen: dict[tuple[str, int, str], tuple[bool, float]] = {}
+        """Per (transactional id, producer id, cluster): whether the cluster has that producer id for the
+        id (a cluster keeps an id's producer id across epochs), and when that was asked. That it has
+        not is asked again after a while: an id's producer id changes when its epochs run out."""
+        self._carried: dict[tuple[str, int, int, str], tuple[int, int, float]] = {}
+        """Per (transactional id, producer id, epoch, cluster) carried: the new producer id and epoch, and
+        when. A client that asks again (librdkafka sends a bump twice at times) gets the same answer, as
+        a coordinator answers a retried bump: the cluster left is fenced by then, and would say no."""
+        self._carrying: dict[str, asyncio.Lock] = {}
+        """One carry of a transactional id at a time (in this process): a second ask, while the first is
+        under way, waits for its answer."""
         self._fencing: set[asyncio.Task[None]] = set()
 
-    async def foreign(self, identity: Identity, txn: TxnRequest, cluster: str) -> str | None:
-        """The cluster that issued the request's producer id, where that is not ``cluster`` (None: it is,
-        or the issuer is unknown — an id issued before any gateway saw it, forwarded as it was)."""
-        key, now = (identity, txn.producer_id), time.monotonic()
-        if now - self._unknown.get(key, -_UNKNOWN_FOR_S) < _UNKNOWN_FOR_S:
-            return None
-        issuer = await self.ids.issuer(identity, txn.producer_id)
-        if issuer is None:
-            self._unknown[key] = now
-            while len(self._unknown) > _REMEMBERED:
-                del self._unknown[next(iter(self._unknown))]
-        return issuer if issuer is not None and issuer != cluster else None
+    async def foreign(self, txn: TxnRequest, cluster: str) -> bool:
+        """Whether the request's producer id is not the one ``cluster``'s coordinator has for its
+        transactional id (asked once per id, producer id and cluster; a coordinator that cannot be asked
+        leaves the request to be forwarded as it was).
+
+        Asked, not looked up in the producer-id store: producer ids are numbered per cluster, so an id
+        one cluster issued to a client can be the number another issued to another producer of the same
+        application, and a carried id recorded there would take over that producer's route."""
+        key, now = (txn.transactional_id, txn.producer_id, cluster), time.monotonic()
+        known = self._seen.get(key)
+        if known is not None and (known[0] or now - known[1] < _FOREIGN_FOR_S):
+            return not known[0]
+        try:
+            state = await self._describe(cluster, txn.transactional_id)
+        except (UpstreamError, OSError, TimeoutError):
+            return False
+        native = state is not None and state.producer_id == txn.producer_id
+        self._seen[key] = (native, now)
+        while len(self._seen) > _REMEMBERED:
+            del self._seen[next(iter(self._seen))]
+        return not native
 
     async def ongoing(self, cluster: str, txn: TxnRequest) -> bool:
         """Whether the request's producer has a transaction open on ``cluster`` (asked of its coordinator;
@@ -165,20 +181,45 @@ class Carrier:
             return True
         return state is not None and state.state == "Ongoing"
 
-    async def live(self, txn: TxnRequest, issuer: str) -> timedelta | None:
-        """Whether ``issuer``'s coordinator has the request's producer id and epoch as the transactional
-        id's current ones: the id's transaction time-out there if so (what a fresh start keeps), else None.
-        A cluster that cannot be asked (failed over from) is taken at the client's word."""
-        try:
-            state = await self._describe(issuer, txn.transactional_id)
-        except (UpstreamError, OSError, TimeoutError) as exc:
-            log.warning("%s: not asked whether %s is live (%s); carried", issuer, txn.transactional_id, exc)
-            return _TIMEOUT
-        if state is None:
-            return _TIMEOUT
-        if (state.producer_id, state.epoch) != (txn.producer_id, txn.epoch):
+    async def live(self, txn: TxnRequest, cluster: str) -> tuple[str | None, timedelta] | None:
+        """Where the request's producer id and epoch are the transactional id's current ones, among the
+        clusters other than ``cluster``, and the id's transaction time-out there (what a fresh start
+        keeps); None if nowhere (a zombie). A cluster that cannot be asked (failed over from) may be
+        where it is live: the client is then taken at its word (no cluster named, nothing to fence)."""
+        unasked = False
+        for other in self.clusters:
+            if other == cluster:
+                continue
+            try:
+                state = await self._describe(other, txn.transactional_id)
+            except (UpstreamError, OSError, TimeoutError) as exc:
+                log.warning("%s: not asked whether %s is live there (%s)", other, txn.transactional_id, exc)
+                unasked = True
+                continue
+            if state is not None and (state.producer_id, state.epoch) == (txn.producer_id, txn.epoch):
+                return other, timedelta(milliseconds=state.timeout_ms) if state.timeout_ms > 0 else _TIMEOUT
+        return (None, _TIMEOUT) if unasked else None
+
+    def carrying(self, transactional_id: str) -> asyncio.Lock:
+        if len(self._carrying) > _REMEMBERED:
+            self._carrying = {k: v for k, v in self._carrying.items() if v.locked()}
+        return self._carrying.setdefault(transactional_id, asyncio.Lock())
+
+    def already(self, txn: TxnRequest, cluster: str) -> tuple[int, int] | None:
+        """The producer id and epoch the request's producer was carried to ``cluster`` with, lately."""
+        found = self._carried.get((txn.transactional_id, txn.producer_id, txn.epoch, cluster))
+        if found is None or time.monotonic() - found[2] > _FOREIGN_FOR_S:
             return None
-        return timedelta(milliseconds=state.timeout_ms) if state.timeout_ms > 0 else _TIMEOUT
+        return found[0], found[1]
+
+    def carried(self, txn: TxnRequest, cluster: str, producer_id: int, epoch: int) -> None:
+        self._carried[(txn.transactional_id, txn.producer_id, txn.epoch, cluster)] = (
+            producer_id,
+            epoch,
+            time.monotonic(),
+        )
+        while len(self._carried) > _REMEMBERED:
+            del self._carried[next(iter(self._carried))]
 
     async def start(self, cluster: str, node: int | None, txn: TxnRequest, timeout: timedelta) -> Any:
         """A fresh start of the transactional id on ``cluster`` (InitProducerId without an id: any other
