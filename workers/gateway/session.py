@@ -356,10 +356,8 @@ class ClientSession:
 
     async def _carry_once(self, incoming: Incoming, decision: Decision, txn: TxnRequest) -> Reply:
         request, carrier = incoming.request, self.gateway.transactions
-        cls = response_schema(request.api_key, request.api_version)
         if (again := carrier.already(txn, decision.cluster)) is not None:
-            return encode_response(request, make(cls, error_code=ErrorCode.none, producer_id=again[0],
-                                                 producer_epoch=again[1]))  # fmt: skip
+            return _new_epoch(request, *again)
         found = await carrier.live(txn, decision.cluster)
         if found is None:
             log.info("%s: %s is nowhere the live producer of %s: fenced", incoming.identity, txn,
@@ -369,7 +367,7 @@ class ClientSession:
         if request.api_key == apis.INIT_PRODUCER_ID:
             timeout = request.body.transaction_timeout
         try:
-            started = await carrier.start(decision.cluster, decision.node, txn, timeout)
+            started = await carrier.start(decision.cluster, decision.node, txn.transactional_id, timeout)
         except (UpstreamError, OSError, TimeoutError) as exc:
             log.info("%s: transactional id %s not started on %s: %s", incoming.identity, txn.transactional_id,
                      decision.cluster, exc)  # fmt: skip
@@ -381,9 +379,7 @@ class ClientSession:
             carrier.fence(left, txn.transactional_id)
         log.info("%s: transactional id %s carried from %s to %s", incoming.identity, txn.transactional_id,
                  left or "a cluster not reached", decision.cluster)  # fmt: skip
-        answer = make(cls, error_code=ErrorCode.none, producer_id=started.producer_id,
-                      producer_epoch=started.producer_epoch)  # fmt: skip
-        return encode_response(request, answer)
+        return _new_epoch(request, started.producer_id, started.producer_epoch)
 
     def _decide(self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution) -> Decision:
         request, context = incoming.request, incoming.context
@@ -1169,6 +1165,13 @@ def _led(partition_cls: Any, index: int, leader: int) -> Any:
     nodes = (leader,)
     return make(partition_cls, partition_index=index, leader_id=leader, leader_epoch=-1, replica_nodes=nodes,
                 isr_nodes=nodes, error_code=error)  # fmt: skip
+
+
+def _new_epoch(request: Request, producer_id: int, epoch: int) -> bytes:
+    """The answer to an InitProducerId or a version 2 EndTxn that hands the client ``producer_id``."""
+    cls = response_schema(request.api_key, request.api_version)
+    return encode_response(request, make(cls, error_code=ErrorCode.none, producer_id=producer_id,
+                                         producer_epoch=epoch))  # fmt: skip
 
 
 def _abortable(request: Request) -> Awaitable[Reply]:

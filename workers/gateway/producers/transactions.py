@@ -42,19 +42,21 @@ import asyncio
 import logging
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from workers.gateway.brokers.directory import BrokerDirectory
-from workers.gateway.brokers.upstream import UpstreamError
+from workers.gateway.brokers.upstream import Upstream, UpstreamError
 from workers.gateway.framing.bounds import BoundsError, after_string, check_response_header
 from workers.gateway.framing.protocol import Request, encode_request
 from workers.gateway.routing import apis
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 DESCRIBE_TRANSACTIONS = 65
 _KEY_TYPE_TRANSACTION = 1
 _JAVA_PRODUCE = 11
@@ -221,13 +223,19 @@ class Carrier:
         while len(self._carried) > _REMEMBERED:
             del self._carried[next(iter(self._carried))]
 
-    async def start(self, cluster: str, node: int | None, txn: TxnRequest, timeout: timedelta) -> Any:
+    async def start(self, cluster: str, node: int | None, transactional_id: str, timeout: timedelta) -> Any:
         """A fresh start of the transactional id on ``cluster`` (InitProducerId without an id: any other
         producer of it there fenced, a transaction of it left open there aborted); the broker's answer."""
-        return await self._retried(
-            cluster, node, apis.INIT_PRODUCER_ID, txn.transactional_id, transactional_id=txn.transactional_id,
-            transaction_timeout=timeout, producer_id=-1, producer_epoch=-1,
-        )  # fmt: skip
+
+        async def ask(upstream: Upstream) -> tuple[Any, ErrorCode]:
+            answer = await upstream.ask(
+                apis.INIT_PRODUCER_ID, self.brokers.version(apis.INIT_PRODUCER_ID),
+                transactional_id=transactional_id, transaction_timeout=timeout, producer_id=-1,
+                producer_epoch=-1,
+            )  # fmt: skip
+            return answer, answer.error_code
+
+        return await self._retried(cluster, node, transactional_id, ask)
 
     def fence(self, cluster: str, transactional_id: str) -> None:
         """Fence the id on the cluster it left, in the background (a failed fence is logged: the cluster
@@ -240,10 +248,7 @@ class Carrier:
         try:
             if await self._describe(cluster, transactional_id) is None:
                 return
-            answer = await self._retried(
-                cluster, None, apis.INIT_PRODUCER_ID, transactional_id, transactional_id=transactional_id,
-                transaction_timeout=_TIMEOUT, producer_id=-1, producer_epoch=-1,
-            )  # fmt: skip
+            answer = await self.start(cluster, None, transactional_id, _TIMEOUT)
         except (UpstreamError, OSError, TimeoutError) as exc:
             log.warning("%s: transactional id %s not fenced: %s", cluster, transactional_id, exc)
             return
@@ -255,33 +260,31 @@ class Carrier:
 
     async def _describe(self, cluster: str, transactional_id: str) -> Described | None:
         """The id's state at ``cluster``'s coordinator (None: the coordinator does not know it)."""
-        loop = asyncio.get_running_loop()
-        deadline, pause, node, at = loop.time() + _WITHIN_S, 0.05, None, None
-        while True:
-            if node is None:
-                node, at = await self._coordinator(cluster, transactional_id)
+
+        async def ask(upstream: Upstream) -> tuple[Described, ErrorCode]:
             request = encode_request(DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": (transactional_id,)},
                                      client_id="switchyard-gateway")  # fmt: skip
-            upstream = self.brokers.upstream(cluster, node, at=at)
-            try:
-                answer = await upstream.send(request.frame, request.correlation_id, expects_response=True)
-                assert answer is not None
-                state = described(await asyncio.wait_for(answer, upstream.connect_timeout_s))
-            finally:
-                upstream.close()
-            if state.error == ErrorCode.transactional_id_not_found:
-                return None
-            if state.error == ErrorCode.none:
-                return state
-            if state.error not in _RETRIED or loop.time() + pause > deadline:
-                raise UpstreamError(f"{cluster}: describing {transactional_id}: {state.error.name}")
-            node = None if state.error in _MOVED else node
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 0.5)
+            answer = await upstream.send(request.frame, request.correlation_id, expects_response=True)
+            assert answer is not None
+            state = described(await asyncio.wait_for(answer, upstream.connect_timeout_s))
+            return state, state.error
 
-    async def _retried(self, cluster: str, node: int | None, api_key: int, txn: str, **fields: Any) -> Any:
-        """Ask transactional id ``txn``'s coordinator on ``cluster`` (the real broker ``node``, if known),
-        again while it is busy or has moved."""
+        state = await self._retried(cluster, None, transactional_id, ask)
+        if state.error == ErrorCode.transactional_id_not_found:
+            return None
+        if state.error != ErrorCode.none:
+            raise UpstreamError(f"{cluster}: describing {transactional_id}: {state.error.name}")
+        return state
+
+    async def _retried(
+        self,
+        cluster: str,
+        node: int | None,
+        txn: str,
+        ask: Callable[[Upstream], Awaitable[tuple[T, ErrorCode]]],
+    ) -> T:
+        """``ask`` transactional id ``txn``'s coordinator on ``cluster`` (the real broker ``node``, if
+        known), again while it is busy or has moved; its last answer."""
         loop = asyncio.get_running_loop()
         deadline, pause = loop.time() + _WITHIN_S, 0.05
         at: tuple[str, int] | None = None
@@ -290,10 +293,9 @@ class Carrier:
                 node, at = await self._coordinator(cluster, txn)
             upstream = self.brokers.upstream(cluster, node, at=at)
             try:
-                answer = await upstream.ask(api_key, self.brokers.version(api_key), **fields)
+                answer, code = await ask(upstream)
             finally:
                 upstream.close()
-            code = answer.error_code
             if code not in _RETRIED or loop.time() + pause > deadline:
                 return answer
             node = None if code in _MOVED else node
