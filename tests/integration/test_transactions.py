@@ -297,8 +297,12 @@ def test_java_transactions_are_read_exactly_once_across_a_round_trip(
     def lines(kind: str) -> list[str]:
         return [line.split(" ", 1)[1] for line in events.read_text().splitlines() if line.startswith(kind)]
 
+    def committed() -> int:
+        assert not lines("fatal"), lines("fatal")
+        return len(lines("committed"))
+
     try:
-        _switch_around(live, routing, app, link, lambda: len(lines("committed")))
+        _switch_around(live, routing, app, link, committed)
         settled, deadline = len(lines("committed")), time.monotonic() + 60
         while len(lines("committed")) < settled + 5:
             assert not lines("fatal"), lines("fatal")

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import struct
+import time
 from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from workers.gateway.brokers.upstream import UpstreamError
 from workers.gateway.framing.protocol import Request, encode_request
-from workers.gateway.producers.transactions import Described, TxnRequest, abortable, described, transactional
+from workers.gateway.producers.issuers import Issued, IssuerStore
+from workers.gateway.producers.transactions import (
+    Carrier,
+    Described,
+    TxnRequest,
+    abortable,
+    described,
+    transactional,
+)
 from workers.gateway.routing import apis
 
 
@@ -82,3 +94,73 @@ def test_a_transactional_ids_state_is_read_though_no_transaction_ever_began() ->
     assert described(frame) == Described(ErrorCode.none, "Empty", 60_000, 4001, 3)
     with pytest.raises(UpstreamError):
         described(frame[:20])
+
+
+class _Issuers:
+    """The issuer store's contract in memory (a dict per transactional id)."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, Issued] = {}
+
+    def load(self, transactional_id: str) -> Issued | None:
+        return self.kept.get(transactional_id)
+
+    def save(self, transactional_id: str, issued: Issued) -> None:
+        self.kept[transactional_id] = issued
+
+
+class _Coordinators(Carrier):
+    """A carrier whose coordinators all have producer id 6 for the id (ids are numbered per cluster), and
+    whose fresh starts hand out the answers given, in turn."""
+
+    def __init__(self, starts: list[tuple[int, int]]) -> None:
+        super().__init__(cast(Any, None), ["primary", "standby"], cast(IssuerStore, _Issuers()))
+        self.starts, self.described = starts, 0
+
+    async def _describe(self, cluster: str, transactional_id: str) -> Described | None:
+        self.described += 1
+        return Described(ErrorCode.none, "Ongoing", 60_000, 6, 0)
+
+    async def _retried(self, cluster: str, node: int | None, txn: str, ask: Any) -> Any:
+        producer_id, epoch = self.starts.pop(0)
+        return SimpleNamespace(error_code=ErrorCode.none, producer_id=producer_id, producer_epoch=epoch)
+
+
+def test_a_producer_id_both_clusters_issued_is_judged_by_its_issuer_not_the_coordinators() -> None:
+    """Both coordinators have producer id 6 for the id: only the issuer the gateway kept says whose it is
+    (judged by the coordinators, a producer switched back stalled on a cluster that had fenced it)."""
+    carrier, txn = _Coordinators([]), TxnRequest("t", 6, 0)
+
+    async def judged() -> tuple[bool, bool, bool, bool]:
+        await carrier.issued("t", Issued("primary", 6, 0), epoch=1)
+        on_primary = await carrier.foreign(txn, "primary", epoch=1)
+        on_standby = await carrier.foreign(txn, "standby", epoch=2)
+        await carrier.issued("t", Issued("standby", 6, 1, carried_from=(6, 0), at=time.time()), epoch=2)
+        carried = TxnRequest("t", 6, 1)
+        return (
+            on_primary,
+            on_standby,
+            await carrier.foreign(carried, "standby", 2),
+            await carrier.foreign(carried, "primary", 3),
+        )
+
+    assert asyncio.run(judged()) == (False, True, False, True)
+    assert carrier.described == 0
+
+
+def test_a_producer_id_with_no_issuer_kept_is_judged_by_the_coordinator() -> None:
+    carrier = _Coordinators([])
+    assert asyncio.run(carrier.foreign(TxnRequest("t", 6, 0), "standby", epoch=1)) is False
+    assert asyncio.run(carrier.foreign(TxnRequest("t", 9, 0), "standby", epoch=1)) is True
+    assert carrier.described == 2
+
+
+def test_a_carry_never_hands_the_client_the_id_and_epoch_it_holds() -> None:
+    """librdkafka takes its own id and epoch back as no change and keeps its sequence numbers, which the
+    new cluster refuses (OUT_OF_ORDER_SEQUENCE_NUMBER, fatal): the id is started once more."""
+    carrier = _Coordinators([(6, 2), (6, 3)])
+    started = asyncio.run(carrier.start("standby", None, "t", timedelta(minutes=1), unlike=(6, 2)))
+    assert (started.producer_id, started.producer_epoch) == (6, 3)
+    carrier = _Coordinators([(6, 2)])
+    started = asyncio.run(carrier.start("standby", None, "t", timedelta(minutes=1), unlike=(6, 1)))
+    assert (started.producer_id, started.producer_epoch) == (6, 2)

@@ -59,6 +59,7 @@ from workers.gateway.groups.handling import GroupHandling, Send
 from workers.gateway.migrated.offsets import Listed
 from workers.gateway.migrated.partitions import Part, Split, listed_of
 from workers.gateway.producers.ids import origin_of
+from workers.gateway.producers.issuers import Issued
 from workers.gateway.producers.sequences import Unsendable, established, mark_refused
 from workers.gateway.producers.transactions import TxnRequest, abortable, transactional
 from workers.gateway.producers.translation import ProducerRoute, Translation, translate
@@ -337,26 +338,28 @@ class ClientSession:
                                          resolution)  # fmt: skip
         if decision.action is not Action.FORWARD:
             return None
-        if not await self.gateway.transactions.foreign(txn, decision.cluster):
+        if not await self.gateway.transactions.foreign(txn, decision.cluster, snapshot.epoch):
             return None
         if request.api_key == apis.INIT_PRODUCER_ID or (txn.aborting and request.api_version >= 5):
-            return self.later(self._carried(incoming, decision, txn))
-        if txn.aborting:  # nothing of its transaction reached this cluster: aborted already, as it is here
-            return _unsent(OwnAnswer(ErrorCode.none))
+            return self.later(self._carried(incoming, decision, txn, snapshot.epoch))
+        if txn.aborting and abortable(request) == ErrorCode.transaction_abortable:
+            return _unsent(OwnAnswer(ErrorCode.none))  # the Java client's: nothing of it reached this cluster
+        if txn.aborting:  # librdkafka's: refused so, it bumps its epoch (KIP-360), and the bump is carried
+            return _abortable(request)
         if request.api_key in (apis.ADD_PARTITIONS_TO_TXN, apis.ADD_OFFSETS_TO_TXN) and request.api_version:
             return _unsent(OwnAnswer(ErrorCode.none))  # the Java client's: its write, refused next, bumps
         return _abortable(request)
 
-    async def _carried(self, incoming: Incoming, decision: Decision, txn: TxnRequest) -> Reply:
+    async def _carried(self, incoming: Incoming, decision: Decision, txn: TxnRequest, epoch: int) -> Reply:
         """A foreign producer's request for a new epoch (an InitProducerId, or a version 2 abort whose answer
         carries one): the transactional id started afresh on the cluster it is routed to, if the client is
         its live producer on the cluster it left; that cluster's id and epoch in the answer."""
         async with self.gateway.transactions.carrying(txn.transactional_id):
-            return await self._carry_once(incoming, decision, txn)
+            return await self._carry_once(incoming, decision, txn, epoch)
 
-    async def _carry_once(self, incoming: Incoming, decision: Decision, txn: TxnRequest) -> Reply:
+    async def _carry_once(self, incoming: Incoming, decision: Decision, txn: TxnRequest, epoch: int) -> Reply:
         request, carrier = incoming.request, self.gateway.transactions
-        if (again := carrier.already(txn, decision.cluster)) is not None:
+        if (again := await carrier.already(txn, decision.cluster)) is not None:
             return _new_epoch(request, *again)
         found = await carrier.live(txn, decision.cluster)
         if found is None:
@@ -367,14 +370,17 @@ class ClientSession:
         if request.api_key == apis.INIT_PRODUCER_ID:
             timeout = request.body.transaction_timeout
         try:
-            started = await carrier.start(decision.cluster, decision.node, txn.transactional_id, timeout)
+            started = await carrier.start(decision.cluster, decision.node, txn.transactional_id, timeout,
+                                          (txn.producer_id, txn.epoch))  # fmt: skip
         except (UpstreamError, OSError, TimeoutError) as exc:
             log.info("%s: transactional id %s not started on %s: %s", incoming.identity, txn.transactional_id,
                      decision.cluster, exc)  # fmt: skip
             return OwnAnswer()
         if started.error_code != ErrorCode.none:
             return OwnAnswer(started.error_code)
-        carrier.carried(txn, decision.cluster, started.producer_id, started.producer_epoch)
+        carry = Issued(decision.cluster, started.producer_id, started.producer_epoch,
+                       (txn.producer_id, txn.epoch), time.time())  # fmt: skip
+        await carrier.issued(txn.transactional_id, carry, epoch)
         if left is not None:
             carrier.fence(left, txn.transactional_id)
         log.info("%s: transactional id %s carried from %s to %s", incoming.identity, txn.transactional_id,
@@ -782,9 +788,12 @@ class ClientSession:
                 if moved is not None:
                     established(moved, producer[1], produced)
             return produced
-        if request.api_key == apis.INIT_PRODUCER_ID and not request.body.transactional_id:
-            issued = decode_response(request, frame)  # a transactional id's: its coordinators are asked
-            if issued.producer_id >= 0:
+        if request.api_key == apis.INIT_PRODUCER_ID:
+            issued, transactional_id = decode_response(request, frame), request.body.transactional_id
+            if issued.producer_id >= 0 and transactional_id:
+                issuer = Issued(cluster, issued.producer_id, issued.producer_epoch)
+                await self.gateway.transactions.issued(transactional_id, issuer, epoch)
+            elif issued.producer_id >= 0:
                 await self.gateway.producers.issued(identity, issued.producer_id, cluster, epoch)
         elif request.api_key in (apis.SYNC_GROUP, apis.JOIN_GROUP):
             self.groups.learn(request, frame, cluster, identity)

@@ -43,6 +43,7 @@ from workers.gateway.process.publishing import Publisher
 from workers.gateway.process.usage import UsageTracker
 from workers.gateway.producers.acked import AckedEnds
 from workers.gateway.producers.ids import ProducerIds
+from workers.gateway.producers.issuers import IssuerStore
 from workers.gateway.producers.sequences import Sequences
 from workers.gateway.producers.store import ProducerStore
 from workers.gateway.producers.transactions import Carrier
@@ -81,7 +82,7 @@ class Gateway:
         self.brokers = BrokerDirectory(config, self.vnodes, self.metrics, self._listen, self.id)
         self.answers = LocalAnswers(self.brokers, self.users, self.id)
         self.producers = ProducerIds(self.brokers, ProducerStore(zk, self.layout))
-        self.transactions = Carrier(self.brokers, list(config.clusters))
+        self.transactions = Carrier(self.brokers, list(config.clusters), IssuerStore(zk, self.layout))
         """Transactional producers across a switch (:mod:`workers.gateway.producers.transactions`)."""
         self.links = LinkLookup(config)
         self.real_ids = RealIds(self.brokers.topic_ids)
@@ -302,16 +303,19 @@ class Gateway:
         self._closed_clusters = closed  # only once done: a failure is retried with the epoch's ack
 
     async def _prune_producers(self) -> None:
-        """Every hour, the producer routes no gateway touched for a day (their brokers forgot the ids)."""
+        """Every hour, the producer routes and transactional ids' issuers no gateway touched for as long as
+        their brokers keep them (their brokers forgot the ids)."""
         while True:
             await asyncio.sleep(_PRUNE_EVERY_S)
-            try:
-                removed = await asyncio.to_thread(self.producers.store.prune)
-            except Exception:
-                log.warning("gateway %s: producer routes not pruned", self.id, exc_info=True)
-                continue
-            if removed:
-                log.info("gateway %s: %d idle producer routes removed", self.id, removed)
+            for what, prune in (("producer routes", self.producers.store.prune),
+                                ("transactional ids' issuers", self.transactions.store.prune)):  # fmt: skip
+                try:
+                    removed = await asyncio.to_thread(prune)
+                except Exception:
+                    log.warning("gateway %s: %s not pruned", self.id, what, exc_info=True)
+                    continue
+                if removed:
+                    log.info("gateway %s: %d idle %s removed", self.id, removed, what)
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready once it listens, is registered and has its routing: never on the clusters' account (a

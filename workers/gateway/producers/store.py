@@ -59,27 +59,35 @@ class ProducerStore:
 
     def prune(self, older_than_s: float = STALE_S) -> int:
         """Remove the routes untouched for ``older_than_s``; how many."""
-        folder, removed = self.layout.folder("producers"), 0
-        cutoff_ms = (time.time() - older_than_s) * 1000
-        try:
-            identities = self.zk.get_children(folder)
-        except NoNodeError:
-            return 0
-        for name in identities:
-            for child in self.zk.get_children(f"{folder}/{name}"):
-                path = f"{folder}/{name}/{child}"
-                stat = self.zk.exists(path)
-                if stat is not None and stat.mtime < cutoff_ms:
-                    try:
-                        self.zk.delete(path, version=stat.version)
-                        removed += 1
-                    except (NoNodeError, BadVersionError):
-                        pass
-        return removed
+        return prune_leaves(self.zk, self.layout.folder("producers"), older_than_s)
 
     def _path(self, identity: Identity, producer_id: int) -> str:
         key = quote(json.dumps([identity.app, identity.instance, identity.legacy_topic]), safe="")
         return f"{self.layout.folder('producers')}/{key}/{producer_id}"
+
+
+def prune_leaves(zk: KazooClient, folder: str, older_than_s: float) -> int:
+    """Remove the nodes under ``folder`` that have no children and were untouched for ``older_than_s``;
+    how many (one written meanwhile stays: the delete is at the version seen)."""
+    cutoff_ms, removed = (time.time() - older_than_s) * 1000, 0
+    try:
+        children = zk.get_children(folder)
+    except NoNodeError:
+        return 0
+    for child in children:
+        path = f"{folder}/{child}"
+        stat = zk.exists(path)
+        if stat is None:
+            continue
+        if stat.numChildren:
+            removed += prune_leaves(zk, path, older_than_s)
+        elif stat.mtime < cutoff_ms:
+            try:
+                zk.delete(path, version=stat.version)
+                removed += 1
+            except (NoNodeError, BadVersionError):
+                pass
+    return removed
 
 
 def encode(route: ProducerRoute) -> bytes:

@@ -4,7 +4,8 @@ transactional id is carried to the cluster it is switched to, fencing whatever i
 A transactional producer's id and epoch are known only to the cluster whose coordinator issued them,
 and a transaction's records and markers belong to one cluster. So the gateway never forwards one
 producer's transaction to a cluster other than the one that issued its id (its *issuer*, known from the
-InitProducerId answers it saw, :class:`~workers.gateway.producers.ids.ProducerIds`). Instead it makes the
+InitProducerId answers it saw and the carries it made, :mod:`~workers.gateway.producers.issuers`). Instead
+it makes the
 client end the transaction and take an id on the new cluster, with the errors every client already
 handles as "abort and try again" (:func:`abortable`):
 
@@ -15,9 +16,8 @@ handles as "abort and try again" (:func:`abortable`):
    only. A transaction whose records were all written before the block commits; one with a write
    refused is aborted by its client. A request that would begin a transaction is held like a write, and
    the transaction begins after the switch.
-2. **After the flip**, the first transactional request from a producer id the new cluster's coordinator
-   does not have for its transactional id gets the
-   abortable error (the Java client's AddPartitionsToTxn and AddOffsetsToTxn are answered as done
+2. **After the flip**, the first transactional request from a producer id the new cluster did not issue
+   gets the abortable error (the Java client's AddPartitionsToTxn and AddOffsetsToTxn are answered as done
    instead: an abortable error there would have it abort without a new epoch and ask again, while the
    write that follows, refused, has it ask for one). The client aborts — the abort is answered here,
    since nothing of it ever reached the new cluster — and asks for a new epoch (InitProducerId with its
@@ -47,12 +47,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from kazoo.exceptions import KazooException
 from kio.schema.errors import ErrorCode
 
 from workers.gateway.brokers.directory import BrokerDirectory
 from workers.gateway.brokers.upstream import Upstream, UpstreamError
 from workers.gateway.framing.bounds import BoundsError, after_string, check_response_header
 from workers.gateway.framing.protocol import Request, encode_request
+from workers.gateway.producers.issuers import Issued, IssuerStore
 from workers.gateway.routing import apis
 
 log = logging.getLogger(__name__)
@@ -72,7 +74,9 @@ _RETRIED = frozenset(
 _MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available})
 _TIMEOUT = timedelta(minutes=1)
 """A transaction time-out where the client's is not known: both clients' default."""
-_FOREIGN_FOR_S = 60.0
+_AGAIN_WITHIN_S = 60.0
+"""How long after a carry a client presenting the producer id and epoch it was carried from gets the same
+answer again (past that, it is a zombie of its former self, and fenced)."""
 _REMEMBERED = 10_000
 _WITHIN_S = 10.0
 """How long the gateway itself retries a coordinator that is busy (an open transaction being aborted
@@ -137,42 +141,52 @@ class Carrier:
     """Takes a live transactional producer's id onto the cluster it is switched to, and fences it on the
     cluster it left (see the module)."""
 
-    def __init__(self, brokers: BrokerDirectory, clusters: list[str]) -> None:
-        self.brokers, self.clusters = brokers, clusters
-        self._seen: dict[tuple[str, int, str], tuple[bool, float]] = {}
-        """Per (transactional id, producer id, cluster): whether the cluster has that producer id for the
-        id (a cluster keeps an id's producer id across epochs), and when that was asked. That it has
-        not is asked again after a while: an id's producer id changes when its epochs run out."""
-        self._carried: dict[tuple[str, int, int, str], tuple[int, int, float]] = {}
-        """Per (transactional id, producer id, epoch, cluster) carried: the new producer id and epoch, and
-        when. A client that asks again (librdkafka sends a bump twice at times) gets the same answer, as
-        a coordinator answers a retried bump: the cluster left is fenced by then, and would say no."""
+    def __init__(self, brokers: BrokerDirectory, clusters: list[str], store: IssuerStore) -> None:
+        self.brokers, self.clusters, self.store = brokers, clusters, store
+        self._native: dict[tuple[str, int, str], int] = {}
+        """Per (transactional id, producer id, cluster) judged native there: the routing epoch it was judged
+        at. A producer id becomes another cluster's only by a carry, after a flip: within one epoch the
+        judgement holds. That an id is foreign is never kept: it is asked again, and a carry ends it."""
         self._carrying: dict[str, asyncio.Lock] = {}
         """One carry of a transactional id at a time (in this process): a second ask, while the first is
         under way, waits for its answer."""
         self._fencing: set[asyncio.Task[None]] = set()
+        self._unstored = False
 
-    async def foreign(self, txn: TxnRequest, cluster: str) -> bool:
-        """Whether the request's producer id is not the one ``cluster``'s coordinator has for its
-        transactional id (asked once per id, producer id and cluster; a coordinator that cannot be asked
-        leaves the request to be forwarded as it was).
-
-        Asked, not looked up in the producer-id store: producer ids are numbered per cluster, so an id
-        one cluster issued to a client can be the number another issued to another producer of the same
-        application, and a carried id recorded there would take over that producer's route."""
-        key, now = (txn.transactional_id, txn.producer_id, cluster), time.monotonic()
-        known = self._seen.get(key)
-        if known is not None and (known[0] or now - known[1] < _FOREIGN_FOR_S):
-            return not known[0]
-        try:
-            state = await self._describe(cluster, txn.transactional_id)
-        except (UpstreamError, OSError, TimeoutError):
+    async def foreign(self, txn: TxnRequest, cluster: str, epoch: int) -> bool:
+        """Whether the request's producer id is not one ``cluster`` issued for its transactional id, under
+        routing ``epoch``: the issuer stored (:mod:`~workers.gateway.producers.issuers`), or where none is
+        stored for that producer id (a client that began before the gateway), ``cluster``'s coordinator
+        asked whether it has that producer id for the transactional id (a coordinator that cannot be
+        asked leaves the request to be forwarded as it was)."""
+        key = (txn.transactional_id, txn.producer_id, cluster)
+        if self._native.get(key) == epoch:
             return False
-        native = state is not None and state.producer_id == txn.producer_id
-        self._seen[key] = (native, now)
-        while len(self._seen) > _REMEMBERED:
-            del self._seen[next(iter(self._seen))]
+        issued = await self._load(txn.transactional_id)
+        if issued is not None and issued.producer_id == txn.producer_id:
+            native = issued.cluster == cluster
+        else:
+            try:
+                state = await self._describe(cluster, txn.transactional_id)
+            except (UpstreamError, OSError, TimeoutError):
+                return False
+            native = state is not None and state.producer_id == txn.producer_id
+        if native:
+            self._remember(key, epoch)
         return not native
+
+    async def issued(self, transactional_id: str, issued: Issued, epoch: int) -> None:
+        """``issued.cluster`` issued a producer id and epoch for the transactional id (an InitProducerId
+        answer, or a carry): stored before the client hears of it."""
+        self._remember((transactional_id, issued.producer_id, issued.cluster), epoch)
+        try:
+            await asyncio.to_thread(self.store.save, transactional_id, issued)
+        except KazooException:
+            if not self._unstored:  # said once per outage
+                log.warning("transactional ids' issuers not stored (ZooKeeper); judged by their coordinators")
+            self._unstored = True
+            return
+        self._unstored = False
 
     async def ongoing(self, cluster: str, txn: TxnRequest) -> bool:
         """Whether the request's producer has a transaction open on ``cluster`` (asked of its coordinator;
@@ -207,25 +221,46 @@ class Carrier:
             self._carrying = {k: v for k, v in self._carrying.items() if v.locked()}
         return self._carrying.setdefault(transactional_id, asyncio.Lock())
 
-    def already(self, txn: TxnRequest, cluster: str) -> tuple[int, int] | None:
-        """The producer id and epoch the request's producer was carried to ``cluster`` with, lately."""
-        found = self._carried.get((txn.transactional_id, txn.producer_id, txn.epoch, cluster))
-        if found is None or time.monotonic() - found[2] > _FOREIGN_FOR_S:
+    async def already(self, txn: TxnRequest, cluster: str) -> tuple[int, int] | None:
+        """The producer id and epoch the request's producer was carried to ``cluster`` with, lately (a client
+        that asks again gets the same answer, as a coordinator answers a retried bump: librdkafka sends a
+        bump twice at times, and the cluster left is fenced by then, and would say no)."""
+        issued = await self._load(txn.transactional_id)
+        if (
+            issued is None
+            or issued.cluster != cluster
+            or issued.carried_from != (txn.producer_id, txn.epoch)
+            or time.time() - issued.at > _AGAIN_WITHIN_S
+        ):
             return None
-        return found[0], found[1]
+        return issued.producer_id, issued.epoch
 
-    def carried(self, txn: TxnRequest, cluster: str, producer_id: int, epoch: int) -> None:
-        self._carried[(txn.transactional_id, txn.producer_id, txn.epoch, cluster)] = (
-            producer_id,
-            epoch,
-            time.monotonic(),
-        )
-        while len(self._carried) > _REMEMBERED:
-            del self._carried[next(iter(self._carried))]
+    async def _load(self, transactional_id: str) -> Issued | None:
+        try:
+            return await asyncio.to_thread(self.store.load, transactional_id)
+        except KazooException:
+            return None
 
-    async def start(self, cluster: str, node: int | None, transactional_id: str, timeout: timedelta) -> Any:
+    def _remember(self, key: tuple[str, int, str], epoch: int) -> None:
+        self._native[key] = epoch
+        while len(self._native) > _REMEMBERED:
+            del self._native[next(iter(self._native))]
+
+    async def start(
+        self,
+        cluster: str,
+        node: int | None,
+        transactional_id: str,
+        timeout: timedelta,
+        unlike: tuple[int, int] | None = None,
+    ) -> Any:
         """A fresh start of the transactional id on ``cluster`` (InitProducerId without an id: any other
-        producer of it there fenced, a transaction of it left open there aborted); the broker's answer."""
+        producer of it there fenced, a transaction of it left open there aborted); the broker's answer.
+
+        Started again if it hands out the producer id and epoch ``unlike`` (what the client holds from the
+        cluster it left: producer ids are numbered per cluster, and epochs alike): a client told the id
+        and epoch it has keeps its sequence numbers (librdkafka takes them as no change), and the new
+        cluster refuses them (OUT_OF_ORDER_SEQUENCE_NUMBER, fatal; found in the tests)."""
 
         async def ask(upstream: Upstream) -> tuple[Any, ErrorCode]:
             answer = await upstream.ask(
@@ -235,7 +270,10 @@ class Carrier:
             )  # fmt: skip
             return answer, answer.error_code
 
-        return await self._retried(cluster, node, transactional_id, ask)
+        answer = await self._retried(cluster, node, transactional_id, ask)
+        if answer.error_code == ErrorCode.none and (answer.producer_id, answer.producer_epoch) == unlike:
+            answer = await self._retried(cluster, node, transactional_id, ask)
+        return answer
 
     def fence(self, cluster: str, transactional_id: str) -> None:
         """Fence the id on the cluster it left, in the background (a failed fence is logged: the cluster
