@@ -10,7 +10,10 @@ so a switch must promote only the topics of the keys it moves. The gateways' rec
   topics go to a link of their own, which the switch promotes, and the rest keep being copied;
 - a moving topic that an identity staying on the source writes is refused, naming who must move too: its
   writes would be refused there after the promotion. One that a staying identity only reads is not: the
-  reverse link copies the records back where it reads them.
+  reverse link copies the records back where it reads them;
+- a Kafka Streams internal topic (a changelog, a repartition topic) that the keys use and the link does not
+  copy is refused, naming it: on the target the application would restore its state from nothing and
+  lose the records in flight between its sub-topologies, and exactly-once with them.
 
 Reads only: a plan's step.
 """
@@ -28,6 +31,10 @@ from switchyard.model import Binding, BindingState, Link
 from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.usage import CONSUME, PRODUCE, Use, uses_of
+
+STREAMS_INTERNAL = ("-changelog", "-repartition", "-subscription-registration-topic",
+                    "-subscription-response-topic")  # fmt: skip
+"""How Kafka Streams names the topics it makes for an application (``<application.id>-<name><suffix>``)."""
 
 
 class Unshareable(Exception):
@@ -96,6 +103,7 @@ def divide(
                 f"{', '.join(theirs[:5])}, which link {link.id} does not copy: is it the right link?"
             )
         moving = set(on_link)  # nothing says which are the keys': the whole link moves with them
+    _internal_copied(uses, moves, on_link, keys, link)
     writers = [u for u in staying if u.role == PRODUCE and u.topic in moving]
     if writers:
         shared = sorted({u.topic for u in writers})
@@ -110,6 +118,22 @@ def divide(
         )
     readers = sorted({f"{_identity(u)} reads {u.topic}" for u in staying if u.topic in moving})
     return Division(sorted(moving), sorted(on_link - moving), readers)
+
+
+def _internal_copied(
+    uses: list[Use], moves: Callable[[Use], bool], on_link: set[str], keys: list[BindingKey], link: Link
+) -> None:
+    uncopied = sorted({u.topic for u in uses if u.topic.endswith(STREAMS_INTERNAL) and u.topic not in on_link
+                       and moves(u)})  # fmt: skip
+    if uncopied:
+        one = len(uncopied) == 1
+        raise Unshareable(
+            f"{', '.join(map(str, keys))} use{'s' if len(keys) == 1 else ''} {', '.join(uncopied[:5])}, "
+            f"Kafka Streams' internal topic{'' if one else 's'}, which link {link.id} does not copy: on "
+            f"{link.target} the application would restore its state without {'it' if one else 'them'} and "
+            f"count again what it had counted. Switch along a link that copies the application's topics "
+            f"and its internal ones (switchyard links create ... --include '<application.id>-.*')"
+        )
 
 
 def _one_way_each(
