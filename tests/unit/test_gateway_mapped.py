@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -80,6 +81,18 @@ def test_a_fetch_and_a_commit_go_in_the_copys_offsets() -> None:
         make(commit_partition, partition_index=0, committed_offset=10),
     )),))  # fmt: skip
     assert mapped.request(apis.OFFSET_COMMIT, commit, lookup).topics[0].partitions[0].committed_offset == 9
+    delete_schema = request_schema(apis.DELETE_RECORDS, 2)
+    delete_topic = element_type(delete_schema, "topics")
+    delete_partition = element_type(delete_topic, "partitions")
+    purge = make(delete_schema, timeout=timedelta(seconds=30), topics=(make(delete_topic, name="orders",
+                                                                            partitions=(
+        make(delete_partition, partition_index=0, offset=10),  # up to the client's 10: the copy's 9
+        make(delete_partition, partition_index=1, offset=10),
+    )),))  # fmt: skip
+    assert [p.offset for p in mapped.request(apis.DELETE_RECORDS, purge, lookup).topics[0].partitions] == [
+        9,
+        10,
+    ]
     assert mapped.request(apis.FETCH, fetch, lambda _t, _p: None) is fetch  # nothing to translate
 
 
@@ -90,13 +103,17 @@ def test_a_fetch_and_a_commit_go_in_the_copys_offsets() -> None:
         (apis.LIST_OFFSETS, ("topics", "partitions", "partition_index", "name"), "offset", 5, 6),
         (apis.OFFSET_FETCH, ("topics", "partitions", "partition_index", "name"), "committed_offset", 5, 6),
         (apis.OFFSET_FOR_LEADER_EPOCH, ("topics", "partitions", "partition", "topic"), "end_offset", 9, 10),
+        (apis.DELETE_RECORDS, ("topics", "partitions", "partition_index", "name"), "low_watermark", 5, 6),
     ],
 )
 def test_offsets_in_answers_are_the_clients(
     api: int, shape: tuple[str, str, str, str], field: str, real: int, seen: int
 ) -> None:
     topics_field, partitions_field, index_field, name_field = shape
-    cls = response_schema(api, {apis.PRODUCE: 11, apis.LIST_OFFSETS: 8, apis.OFFSET_FETCH: 7}.get(api, 4))
+    cls = response_schema(
+        api,
+        {apis.PRODUCE: 11, apis.LIST_OFFSETS: 8, apis.OFFSET_FETCH: 7, apis.DELETE_RECORDS: 2}.get(api, 4),
+    )
     topic_cls = element_type(cls, topics_field)
     partition_cls = element_type(topic_cls, partitions_field)
     partition = make(partition_cls, **{index_field: 0, field: real})

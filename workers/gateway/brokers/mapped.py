@@ -4,7 +4,10 @@ Where an identity is bound to the target of a promoted link whose offset map is 
 see the topic's home offsets (:mod:`switchyard.mirror.presented`): the offsets a client sends — where a
 Fetch reads from, what it commits — go to the target as the target's, and those in the target's answers
 — record batches, ends, listed offsets, committed offsets, where a write landed — come back as home
-offsets. Batches are rebased by their headers alone (:mod:`workers.gateway.framing.batches`): a copy's
+offsets. A DeleteRecords goes in the target's offsets too (Kafka Streams purges its repartition topics
+up to what it committed): sent as the client numbered it, it named the wrong record there, beyond the end
+(OFFSET_OUT_OF_RANGE) or, where the client's offsets run behind the target's, records not yet read.
+Batches are rebased by their headers alone (:mod:`workers.gateway.framing.batches`): a copy's
 batch never spans two segments of the map. One that does (written otherwise) would be misplaced, so its
 partition is answered with the retriable error instead, and logged.
 """
@@ -31,6 +34,7 @@ _REQUESTS = {
     apis.FETCH: ("topics", "topic", "partitions", "partition", ("fetch_offset", "log_start_offset")),
     apis.OFFSET_COMMIT: ("topics", "name", "partitions", "partition_index", ("committed_offset",)),
     apis.TXN_OFFSET_COMMIT: ("topics", "name", "partitions", "partition_index", ("committed_offset",)),
+    apis.DELETE_RECORDS: ("topics", "name", "partitions", "partition_index", ("offset",)),
 }
 _ANSWERS = {
     apis.FETCH: ("responses", "topic", "partitions", "partition_index",
@@ -39,6 +43,7 @@ _ANSWERS = {
     apis.OFFSET_FETCH: ("topics", "name", "partitions", "partition_index", ("committed_offset",)),
     apis.PRODUCE: ("responses", "name", "partition_responses", "index", ("base_offset", "log_start_offset")),
     apis.OFFSET_FOR_LEADER_EPOCH: ("topics", "topic", "partitions", "partition", ("end_offset",)),
+    apis.DELETE_RECORDS: ("topics", "name", "partitions", "partition_index", ("low_watermark",)),
 }  # fmt: skip
 _ASKED = {
     apis.FETCH: ("topics", "topic"),
@@ -46,6 +51,7 @@ _ASKED = {
     apis.OFFSET_FETCH: ("topics", "name"),
     apis.PRODUCE: ("topic_data", "name"),
     apis.OFFSET_FOR_LEADER_EPOCH: ("topics", "topic"),
+    apis.DELETE_RECORDS: ("topics", "name"),
 }
 """Where a request whose answer is translated names its topics (an OffsetFetch may name none: all)."""
 TRANSLATED_REQUESTS, TRANSLATED_ANSWERS = frozenset(_REQUESTS), frozenset(_ANSWERS)
