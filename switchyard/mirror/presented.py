@@ -24,6 +24,7 @@ after everything before it is acknowledged), so rebasing its base offset moves a
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -64,6 +65,24 @@ class Presented:
         source = self._source_of(offset)
         return source if self.through is None else self.through.to_client(source)
 
+    def position_to_client(self, position: int) -> int:
+        """The client position for the target's ``position`` (an end, a committed offset, a log start):
+        just after the client offset of the record before it, where one is (negative: kept).
+
+        Not :meth:`to_client` of the offset: a position where two runs meet (the target's end at the
+        promotion, say) would then name the next run's start, past the gap between them in client
+        offsets — a transaction marker the copy does not have. A consumer reading up to that end never
+        gets there: it moves past a record, not past a marker it is never sent, and Kafka Streams waited
+        for ever to finish restoring a changelog whose last transaction's marker was not copied."""
+        if position <= 0:
+            return position
+        runs = self._runs
+        i = bisect.bisect_right(self._run_starts, position - 1) - 1
+        if i >= 0 and position - 1 < runs[i][1]:
+            start, _, client = runs[i]
+            return client + (position - start)
+        return self.to_client(position)
+
     def spans(self, base: int, last: int) -> bool:
         """Whether the target's batch ``base``..``last`` keeps its offsets' spacing in client offsets
         (it lies within one segment of the map, or after the promotion)."""
@@ -97,6 +116,10 @@ class Presented:
                     runs.append((start + first - source, start + last - source, client + first - low))
                 k += 1
         return tuple(runs)
+
+    @cached_property
+    def _run_starts(self) -> list[int]:
+        return [start for start, _, _ in self._runs]
 
     def _own_runs(self) -> list[tuple[int, int, int]]:
         """(start, stop, source start) of each run of this link's copy, then of its records since."""

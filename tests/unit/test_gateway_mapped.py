@@ -22,6 +22,10 @@ from workers.gateway.routing import apis
 PRESENTED = Presented(OffsetMap([(6, 5)]), copied=10, target_end=9)
 
 
+NAMED = ("topics", "partitions", "partition_index", "name")
+"""Where most answers keep their partitions."""
+
+
 def lookup(topic: str, partition: int) -> Presented | None:
     return PRESENTED if (topic, partition) == ("orders", 0) else None
 
@@ -97,17 +101,22 @@ def test_a_fetch_and_a_commit_go_in_the_copys_offsets() -> None:
 
 
 @pytest.mark.parametrize(
-    ("api", "shape", "field", "real", "seen"),
+    ("api", "shape", "field", "real", "seen", "given"),
     [
-        (apis.PRODUCE, ("responses", "partition_responses", "index", "name"), "base_offset", 9, 10),
-        (apis.LIST_OFFSETS, ("topics", "partitions", "partition_index", "name"), "offset", 5, 6),
-        (apis.OFFSET_FETCH, ("topics", "partitions", "partition_index", "name"), "committed_offset", 5, 6),
-        (apis.OFFSET_FOR_LEADER_EPOCH, ("topics", "partitions", "partition", "topic"), "end_offset", 9, 10),
-        (apis.DELETE_RECORDS, ("topics", "partitions", "partition_index", "name"), "low_watermark", 5, 6),
+        (apis.PRODUCE, ("responses", "partition_responses", "index", "name"), "base_offset", 9, 10, {}),
+        # target 5 holds the record after the source's marker: a position there is the marker's, 5
+        (apis.LIST_OFFSETS, NAMED, "offset", 5, 5, {}),
+        (apis.LIST_OFFSETS, NAMED, "offset", 5, 6,
+         {"timestamp": 1_700_000_000_000}),  # found by its time: the record's own offset
+        (apis.OFFSET_FETCH, NAMED, "committed_offset", 5, 5, {}),
+        (apis.OFFSET_FETCH, NAMED, "committed_offset", 7, 8, {}),
+        (apis.OFFSET_FOR_LEADER_EPOCH, ("topics", "partitions", "partition", "topic"), "end_offset", 9, 10,
+         {}),
+        (apis.DELETE_RECORDS, NAMED, "low_watermark", 5, 5, {}),
     ],
-)
+)  # fmt: skip
 def test_offsets_in_answers_are_the_clients(
-    api: int, shape: tuple[str, str, str, str], field: str, real: int, seen: int
+    api: int, shape: tuple[str, str, str, str], field: str, real: int, seen: int, given: dict[str, int]
 ) -> None:
     topics_field, partitions_field, index_field, name_field = shape
     cls = response_schema(
@@ -116,9 +125,24 @@ def test_offsets_in_answers_are_the_clients(
     )
     topic_cls = element_type(cls, topics_field)
     partition_cls = element_type(topic_cls, partitions_field)
-    partition = make(partition_cls, **{index_field: 0, field: real})
+    partition = make(partition_cls, **{index_field: 0, field: real, **given})
     body = make(
         cls, **{topics_field: (make(topic_cls, **{name_field: "orders", partitions_field: (partition,)}),)}
     )
     answered = mapped.answer(api, body, lookup)
     assert getattr(getattr(getattr(answered, topics_field)[0], partitions_field)[0], field) == seen
+
+
+def test_an_end_after_a_marker_the_copy_lacks_is_where_a_reader_gets_to() -> None:
+    """The source's last transaction's marker (10) was not copied: the copy's end at the promotion (9) is
+    the clients' 10, where a consumer stands after the last record (9), not 11 — Kafka Streams restored a
+    changelog until its position reached the end, and waited for ever one short of it. A record written
+    on the copy since is the clients' 11, after the marker."""
+    presented = Presented(OffsetMap([(6, 5)]), copied=11, target_end=9)
+    assert presented.position_to_client(9) == 10
+    assert presented.to_client(9) == 11  # the record written there since the promotion
+    assert presented.position_to_client(10) == 12
+    assert presented.to_target(10) == 9  # and back: a reader at 10 fetches what comes next
+    answer = mapped.answer(apis.FETCH, fetch_answer(b""), lambda t, p: presented if p == 0 else None)
+    ended = answer.responses[0].partitions[0]
+    assert (ended.high_watermark, ended.last_stable_offset) == (10, 10)

@@ -82,7 +82,7 @@ def request(api_key: int, body: Any, lookup: Lookup) -> Any:
     shape = _REQUESTS.get(api_key)
     if shape is None:
         return body
-    return _each(body, shape, lookup, Presented.to_target, None)
+    return _each(body, shape, lookup, lambda presented, offset, *_: presented.to_target(offset), None)
 
 
 def answer(api_key: int, body: Any, lookup: Lookup) -> Any:
@@ -92,14 +92,22 @@ def answer(api_key: int, body: Any, lookup: Lookup) -> Any:
     if shape is None:
         return body
     extra = _fetched if api_key == apis.FETCH else None
-    return _each(body, shape, lookup, Presented.to_client, extra)
+    return _each(body, shape, lookup, _to_client, extra)
+
+
+def _to_client(presented: Presented, offset: int, field: str, partition: Any) -> int:
+    """A position (an end, a committed offset, a log start) as clients see it; a record's offset (where a
+    Produce's batch landed, the record a ListOffsets found by its time) as its record's."""
+    if field == "base_offset" or getattr(partition, "timestamp", -1) >= 0:
+        return presented.to_client(offset)
+    return presented.position_to_client(offset)
 
 
 def _each(
     body: Any,
     shape: tuple[str, str, str, str, tuple[str, ...]],
     lookup: Lookup,
-    move: Callable[[Presented, int], int],
+    move: Callable[[Presented, int, str, Any], int],
     extra: Callable[[Presented, str, int, Any], Any] | None,
 ) -> Any:
     topics_field, name_field, partitions_field, index_field, offset_fields = shape
@@ -114,7 +122,9 @@ def _each(
             if presented is None:
                 partitions.append(given)
                 continue
-            moved = {f: move(presented, getattr(given, f)) for f in offset_fields if hasattr(given, f)}
+            moved = {
+                f: move(presented, getattr(given, f), f, given) for f in offset_fields if hasattr(given, f)
+            }
             partition = dataclasses.replace(given, **moved)
             partitions.append(extra(presented, name, index, partition) if extra is not None else partition)
             changed = True

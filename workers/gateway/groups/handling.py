@@ -269,7 +269,7 @@ class GroupHandling:
                 presented = presenter(topic, partition) if presenter is not None else None
                 if final is None or presented is None:
                     return None if final is None else final[1]
-                return presented.to_client(final[1])
+                return presented.position_to_client(final[1])
 
             body = carried_commit(request.body, end, planned=planned)
             rejoin = self._rejoins.get(request.body.group_id)
