@@ -25,6 +25,20 @@ def test_a_transactional_ids_issuer_is_kept_and_a_carry_replaces_it(zk: KazooCli
     assert store.load("orders/tx 2") is None
 
 
+def test_any_transactional_id_is_kept_and_what_this_store_did_not_write_is_none(
+    zk: KazooClient, zk_root: str
+) -> None:
+    """A client names any id, empty or a path's dots among them (the fuzz test sent an empty one, which
+    named the folder itself, whose empty data failed to decode)."""
+    store = IssuerStore(zk, Layout(zk_root))
+    for name in ("", ".", "..", "a/b", "zookeeper"):
+        assert store.load(name) is None
+        store.save(name, Issued("standby", 3, 1))
+        assert store.load(name) == Issued("standby", 3, 1), name
+    zk.create(f"{Layout(zk_root).folder('transactional')}/t-garbage", b"not json")
+    assert store.load("garbage") is None
+
+
 def test_only_what_was_untouched_for_long_is_pruned(zk: KazooClient, zk_root: str) -> None:
     layout = Layout(zk_root)
     issuers, routes = IssuerStore(zk, layout), ProducerStore(zk, layout)
@@ -33,9 +47,9 @@ def test_only_what_was_untouched_for_long_is_pruned(zk: KazooClient, zk_root: st
     time.sleep(2)
     issuers.save("tx-new", Issued("primary", 2, 0))
     routes.save(Identity("app"), 8, ProducerRoute("primary", None), -1)
-    stat = zk.exists(f"{layout.folder('transactional')}/tx-new")
+    stat = zk.exists(f"{layout.folder('transactional')}/t-tx-new")
     assert stat is not None
-    between_s = stat.mtime / 1000 - 1  # a second before the newer ones were written, after the older
+    between_s: float = stat.mtime / 1000 - 1  # a second before the newer ones were written, after the older
 
     def age() -> float:
         return time.time() - between_s

@@ -48,6 +48,10 @@ def _add(version: int) -> Request:
 
 def test_the_producer_a_transactional_request_speaks_for() -> None:
     assert transactional(_add(3)) == TxnRequest("t", 7, 2)
+    nameless = _request(apis.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id="",
+                        v3_and_below_producer_id=7, v3_and_below_producer_epoch=2,
+                        v3_and_below_topics=())  # fmt: skip
+    assert transactional(nameless) is None  # a broker refuses it: nothing of a producer to judge
     assert transactional(_end(5, committed=False)) == TxnRequest("t", 7, 2, aborting=True)
     assert transactional(_end(1, committed=True)) == TxnRequest("t", 7, 2)
     bump = _request(apis.INIT_PRODUCER_ID, 4, transactional_id="t", transaction_timeout=timedelta(minutes=1),

@@ -52,7 +52,10 @@ class IssuerStore:
             data, _ = self.zk.get(self._path(transactional_id))
         except NoNodeError:
             return None
-        raw = json.loads(data)
+        try:
+            raw = json.loads(data)
+        except ValueError:  # not one this store wrote: as if none were stored
+            return None
         carried = raw.get("carried_from")
         return Issued(
             str(raw["cluster"]),
@@ -83,4 +86,6 @@ class IssuerStore:
         return prune_leaves(self.zk, self.layout.folder("transactional"), older_than_s)
 
     def _path(self, transactional_id: str) -> str:
-        return f"{self.layout.folder('transactional')}/{quote(transactional_id, safe='')}"
+        """The id's node: named with a prefix, so that no id ("", ".", "..") names the folder itself or
+        a path ZooKeeper refuses."""
+        return f"{self.layout.folder('transactional')}/t-{quote(transactional_id, safe='')}"

@@ -103,6 +103,8 @@ def transactional(request: Request) -> TxnRequest | None:
         found = apis.producer_of_body(body)
         return None if found is None else TxnRequest(body.transactional_id, *found)
     if key == apis.ADD_PARTITIONS_TO_TXN:
+        if not body.v3_and_below_transactional_id:
+            return None
         return TxnRequest(body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
                           body.v3_and_below_producer_epoch)  # fmt: skip
     if key in (apis.ADD_OFFSETS_TO_TXN, apis.TXN_OFFSET_COMMIT, apis.END_TXN, apis.INIT_PRODUCER_ID):
