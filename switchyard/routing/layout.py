@@ -9,7 +9,7 @@ usage/<gateway id>          ephemeral: which identities used which topics and gr
 acked/<gateway id>          how far each partition's writes were acknowledged through it (acked.py)
 producers/<identity>/<id>   an idempotent producer's route: the cluster that issued its id, where its
                             batches go now and as whom (workers/gateway/producers/store.py)
-transactional/<txn id>      the cluster that issued a transactional id's producer id, and the carry that
+transactional/t-<txn id>    the cluster that issued a transactional id's producer id, and the carry that
                             took it there (workers/gateway/producers/issuers.py)
 links/<id>                  mirror link: {source, target, include, exclude, state, reverse_of, epoch, ...}
 links/<id>/members/<member> ephemeral: one mirror process's partitions and their status

@@ -1,5 +1,5 @@
 """Which cluster issued each transactional id's producer id, kept in ZooKeeper
-(``transactional/<transactional id>``) for every gateway and process.
+(``transactional/t-<transactional id>``) for every gateway and process.
 
 A transactional request's producer id alone does not say which cluster's it is: producer ids are numbered
 per cluster, and a carry's fresh start on the new cluster can hand out the very number (and epoch) the
