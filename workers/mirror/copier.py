@@ -54,10 +54,11 @@ from switchyard.model import Link, LinkState
 from switchyard.routing.layout import Layout
 from workers.mirror.acls import sync_acls
 from workers.mirror.carry import GroupCarry
-from workers.mirror.clients import LEAVE_WAIT_S, CopyClients
+from workers.mirror.clients import LEAVE_WAIT_S, CopyClients, group_id
 from workers.mirror.progress import Key, PartitionCopy, gone
 from workers.mirror.reporting import SourceEnds, StatusNode
 from workers.mirror.topics import grow_copies, partition_counts, sync_topics
+from workers.mirror.watch import SessionWatch, is_member
 
 log = logging.getLogger(__name__)
 _BACKOFF_MAX_S = 30.0
@@ -190,12 +191,14 @@ class LinkCopier:
         next_refresh = next_status = next_settings = 0.0
         session_over = threading.Event()
         self._publish_due = due = threading.Event()  # this session's: a late publisher never takes it
+        watch = SessionWatch(link.id, self._thread)
         helpers = [
             threading.Thread(target=target, args=args, name=f"mirror-{name}-{link.id}", daemon=True)
             for name, target, args in (
                 # off the copy loop: listing a source's groups can take long; a ZooKeeper write waits
                 ("groups", self.carry.every, (settings.group_sync_interval_s, admins, session_over)),
                 ("status", self.status.when_due, (due, session_over)),
+                ("watch", watch.watch, (session_over,)),
             )
         ]
         for helper in helpers:
@@ -203,6 +206,7 @@ class LinkCopier:
         try:
             while not self._stop.is_set():
                 now = time.time()
+                watch.turned()
                 if self.link.state is LinkState.PROMOTED:
                     self._finish()
                     return
@@ -223,9 +227,7 @@ class LinkCopier:
                 if self._failure:
                     raise MirrorError(self._failure)
                 if now >= next_status:
-                    if self._paused:
-                        self.source.read(clients.source_probe, link.id)
-                    self._publish_due.set()
+                    self._status_due(watch, admins.get(link.source), bool(topics), now)
                     next_status = now + settings.status_interval_s
         finally:
             session_over.set()
@@ -233,6 +235,21 @@ class LinkCopier:
             for helper in helpers:  # before the session's last status, which _run publishes
                 helper.join(LEAVE_WAIT_S if self._stop.is_set() else 30)  # a stopping process waits little
             self._close()
+
+    def _status_due(self, watch: SessionWatch, source: AdminClient, subscribed: bool, now: float) -> None:
+        """Every status interval: the source's ends read while paused (nothing is fetched then); a
+        member that has held nothing for a while and that its group does not list ends the session, so
+        that the next one joins with a new consumer (``workers/mirror/watch.py``)."""
+        assert self._clients is not None
+        consumer = self._clients.consumer
+        if self._paused:
+            self.source.read(self._clients.source_probe, self.link.id)
+        elif (
+            watch.ask_group(bool(self._partitions), subscribed, now)
+            and is_member(source, group_id(self.link.id), consumer.memberid()) is False
+        ):
+            raise MirrorError("its group has not taken this process back since its session ended")
+        self._publish_due.set()
 
     def _subscribe(self, consumer: Consumer, topics: list[str]) -> None:
         """Copy ``topics`` from now on; none left (a split moved them to a link of their own): none."""

@@ -1,0 +1,41 @@
+"""The copy session's question to its group, on Apache Kafka: is this member in it? A session whose
+group never took it back after its session ended copied nothing while the gateway held a switch's
+clients (``workers/mirror/watch.py``)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.stack import Stack
+from workers.mirror.watch import is_member
+
+
+def test_the_group_says_whether_it_lists_a_member(stack: Stack, stack_config: Config) -> None:
+    primary = stack_config.clusters["primary"].bootstrap
+    topic, group = f"watch-{uuid.uuid4().hex[:8]}", f"watch-{uuid.uuid4().hex[:8]}"
+    kafka.create_topics(primary, [topic], partitions=1)
+    admin = AdminClient({"bootstrap.servers": primary})
+    consumer = Consumer({"bootstrap.servers": primary, "group.id": group, "session.timeout.ms": 6000})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "the consumer never joined"
+            consumer.poll(0.2)
+        member = consumer.memberid()
+        assert member
+        assert is_member(admin, group, member) is True
+        assert is_member(admin, group, f"{member}-not") is False
+        assert is_member(admin, group, None) is False  # librdkafka's answer while it is no member
+        consumer.close()
+        assert is_member(admin, group, member) is False  # left
+    finally:
+        consumer.close()
+    away = AdminClient({"bootstrap.servers": "127.0.0.1:1"})
+    assert is_member(away, group, member, timeout_s=1) is None  # not known: no new session for that
