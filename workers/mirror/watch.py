@@ -22,9 +22,11 @@ from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger(__name__)
 
-REJOIN_WITHIN_S = 60.0
-"""A subscribed member that held nothing this long asks the group whether it is in it at all: a join
-takes a session time-out at most (45 s by default) when a member died without leaving."""
+REJOIN_WITHIN_S = 20.0
+"""A subscribed member that held nothing this long asks the group whether it is in it at all. A member
+that has joined is listed while the group waits for the others (up to a session time-out for one that
+died), so asking early costs one describe; librdkafka rejoined within 1-8 s of a broker's restart here,
+and a switch's drain waits 60 s."""
 STALL_S = 60.0
 """A copy loop that has not turned for this long is stuck in a call: its stack is logged, once per stall
 (a topic listing against a source that is down takes up to ~10 s, a flush of what is in flight 30 s)."""
