@@ -16,6 +16,7 @@ which moves a position inside a gap forward to the next record copied). Group of
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass, field
 
 
@@ -87,11 +88,25 @@ class OffsetMap:
         return self.source_of(target_end - 1) + 1 if target_end > 0 else 0
 
     def inverse(self) -> OffsetMap:
-        """The map for copying back the other way: this link's target offsets become the source."""
-        segments = self._all()
-        ends = [t for _, t in segments[1:]] + [_MAX]
-        holding = [(t, s) for (s, t), end in zip(segments, ends, strict=True) if end > t]
-        return OffsetMap([seg for seg in holding if seg != (0, 0)])
+        """The map for copying back the other way: this link's target offsets become the source.
+
+        A segment holds as many records as fit before the next one in both offsets. A segment that
+        holds none (stored ahead of records that never came: a reverse link's start, where the first
+        transaction after the switch aborted) is left out, and the run before it then ends with a
+        segment of its own, at the end of its records: inverted without it, that run reached on into
+        the gap, and a marker of the old source was taken for the first aborted record after it."""
+        segments = [*self._all(), (_MAX, _MAX)]
+        runs = [
+            (s, t, length)
+            for (s, t), (next_s, next_t) in itertools.pairwise(segments)
+            if (length := min(next_s - s, next_t - t)) > 0
+        ]
+        inverse = []
+        for (s, t, length), (next_s, next_t, _) in itertools.pairwise([*runs, (_MAX, _MAX, 0)]):
+            inverse.append((t, s))
+            if t + length < next_t and s + length < next_s < _MAX:
+                inverse.append((t + length, next_s))  # holds none: the run ends here
+        return OffsetMap([segment for segment in inverse if segment != (0, 0)])
 
     def _all(self) -> list[tuple[int, int]]:
         return [(0, 0), *self.segments]

@@ -17,6 +17,10 @@ records a transaction wrote while switched over sit there without the markers be
 copy back does not write, so the clients' offsets for them (counted with the markers) are not the
 home's.
 
+A cluster clients come back to (the target of a link that reverses another) also holds records no link
+copied: those of transactions that aborted there while it was theirs, and the markers. They keep the
+offsets clients saw them at then (``earlier``: how that cluster was presented, or its own offsets).
+
 Positions (the next offset to read, a committed offset, an end) and record offsets are translated
 alike: a target batch never spans two segments of the map (the mirror writes each segment's records
 after everything before it is acknowledged), so rebasing its base offset moves all of its records.
@@ -42,6 +46,12 @@ class Presented:
     """The target's end then: where the target's records written since the promotion begin."""
     through: Presented | None = None
     """How the link's source is presented, where the link reverses another (None: its source is home)."""
+    returns: bool = False
+    """Whether the target is a cluster clients used before (the link reverses another): its records that
+    no link copied keep the offsets clients saw them at then (``earlier``)."""
+    earlier: Presented | None = None
+    """Where ``returns``: how the target was presented while clients used it (None: as its own offsets,
+    the home's, or a copy's that were identical)."""
 
     @cached_property
     def identical(self) -> bool:
@@ -62,6 +72,11 @@ class Presented:
         """The client offset of the target's record or position ``offset`` (negative: kept)."""
         if offset < 0:
             return offset
+        runs = self._runs
+        i = bisect.bisect_right(self._run_starts, offset) - 1
+        if i >= 0 and offset < runs[i][1]:
+            start, _, client = runs[i]
+            return client + (offset - start)
         source = self._source_of(offset)
         return source if self.through is None else self.through.to_client(source)
 
@@ -99,10 +114,19 @@ class Presented:
         offsets follow one another: the records copied and those written since the promotion. Offsets
         that hold none (a marker's, one below the copy's first, a target's own before a reverse link)
         are left out: no client reads a record there. Both lists are in offset order, so composing
-        them is one walk (a transactional topic has a run per marker)."""
+        them is one walk (a transactional topic has a run per marker).
+
+        On a cluster clients used before, the records no link copied (a transaction's that aborted there,
+        its markers) fill the gaps between the runs at the offsets clients saw them at then: a batch of an
+        aborted transaction is fetched like any other (the client drops it), and translated through the
+        runs around it, it spanned two of them and its partition stalled."""
+        runs = self._composed()
+        return tuple(_filled(runs, self.earlier) if self.returns else runs)
+
+    def _composed(self) -> list[tuple[int, int, int]]:
         own = self._own_runs()
         if self.through is None:
-            return tuple(own)
+            return own
         under, runs, j = self.through._runs, [], 0
         for start, stop, source in own:
             end = source + (stop - start)
@@ -115,7 +139,7 @@ class Presented:
                 if first < last:
                     runs.append((start + first - source, start + last - source, client + first - low))
                 k += 1
-        return tuple(runs)
+        return runs
 
     @cached_property
     def _run_starts(self) -> list[int]:
@@ -131,6 +155,22 @@ class Presented:
             if length > 0:
                 runs.append((target, target + length, source))
         return [*runs, (self.target_end, _MAX, self.copied)]
+
+
+def _filled(runs: list[tuple[int, int, int]], earlier: Presented | None) -> list[tuple[int, int, int]]:
+    """``runs`` with each gap between them filled from ``earlier``'s runs (None: the offsets as they are)."""
+    under = earlier._runs if earlier is not None else ((0, _MAX, 0),)
+    filled: list[tuple[int, int, int]] = []
+    at = 0
+    for run in runs:
+        filled.extend(
+            (max(low, at), min(high, run[0]), client + max(low, at) - low)
+            for low, high, client in under
+            if low < run[0] and high > at and at < run[0]
+        )
+        filled.append(run)
+        at = run[1]
+    return filled
 
 
 _MAX = 1 << 62

@@ -81,7 +81,7 @@ def switched_back(over: Presented, written: list[int], copy_end: int) -> Present
     for n, offset in enumerate(written):
         if not back.continues(offset, over.copied + n):
             back.add(offset, over.copied + n)
-    return Presented(back, copy_end, over.copied + len(written), through=over)
+    return Presented(back, copy_end, over.copied + len(written), through=over, returns=True)
 
 
 def test_a_switch_back_of_records_alone_needs_no_translation_on_the_home() -> None:
@@ -116,9 +116,29 @@ def test_a_second_switch_over_presents_the_copy_through_both_links() -> None:
     back = switched_back(over, [75, 76, 78, 79], 81)
     maps, _ = reverse_maps({KEY: (81, 104)}, {KEY: back.offset_map}, {KEY: 81})
     assert maps[KEY].next_source(81) == 104  # the copy ended on a marker: the home's records go after it
-    again = Presented(maps[KEY], copied=106, target_end=83, through=back)
+    again = Presented(maps[KEY], copied=106, target_end=83, through=back, returns=True, earlier=over)
     assert [again.to_client(t) for t in (0, 74, 75, 76, 78, 79, 81, 82, 83)] == [
         25, 99, 100, 101, 103, 104, 106, 107, 108
     ]  # fmt: skip
     assert [again.to_target(c) for c in (25, 100, 103, 106, 107, 108)] == [0, 75, 78, 81, 82, 83]
     assert not again.identical
+
+
+def test_a_transaction_aborted_while_switched_over_keeps_its_offsets_when_the_copy_is_used_again() -> None:
+    """Kafka Streams restoring its changelog after a third switch stalled: the batch of a transaction
+    that aborted on the copy while switched over, fetched there again, spanned two runs. The home holds
+    records 0-3, a marker at 4, records 5-8, a marker at 9; switched over, the copy (records 0-7) got an
+    aborted transaction (records 8-11, its marker at 12) and a committed one (13-14, marker 15); switched
+    back, those two records went to the home's 10-11 and the home wrote 12-13 (marker 14); switched over
+    again, they went to the copy's 16-17. The aborted records keep the offsets clients saw them at."""
+    over = Presented(OffsetMap([(5, 4)]), copied=10, target_end=8)
+    back = switched_back(over, [13, 14], 16)
+    assert back.offset_map.segments == [(4, 5), (8, 10), (13, 10)]  # (8, 10) holds none: all aborted
+    assert [back.to_client(t) for t in (9, 10, 11, 12)] == [9, 15, 16, 18]  # 9: the home's marker
+    maps, _ = reverse_maps({KEY: (16, 12)}, {KEY: back.offset_map}, {KEY: 16})
+    assert maps[KEY].target_of(9) is None  # the home's marker: not the copy's first aborted record
+    again = Presented(maps[KEY], copied=15, target_end=18, through=back, returns=True, earlier=over)
+    clients = [again.to_client(t) for t in range(20)]
+    assert clients == [0, 1, 2, 3, 5, 6, 7, 8, *range(10, 20), 21, 22]  # 20: the home's marker at 14
+    assert again.spans(8, 11)  # the aborted transaction's batch
+    assert [again.position_to_client(p) for p in (8, 12, 13, 16)] == [9, 14, 15, 18]

@@ -119,12 +119,15 @@ class LinkLookup:
         if tables is None:
             reversed_ = snapshot.links[link.reverse_of] if link.reverse_of is not None else None
             through = await self._presented(snapshot, reversed_) if reversed_ is not None else {}
+            before = reversed_.reverse_of if reversed_ is not None else None  # the target, presented earlier
+            earlier = await self._presented(snapshot, snapshot.links[before]) if before is not None else {}
             records = await self.link_records(link)
             tables = {}
             for (topic, partition), (copied, target_end) in records.ends.items():
                 found = Presented(
                     records.maps.get((topic, partition), OffsetMap()), copied, target_end,
-                    through=through.get(topic, {}).get(partition),
+                    through=through.get(topic, {}).get(partition), returns=reversed_ is not None,
+                    earlier=earlier.get(topic, {}).get(partition),
                 )  # fmt: skip
                 if not found.identical:
                     tables.setdefault(topic, {})[partition] = found
