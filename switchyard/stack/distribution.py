@@ -1,16 +1,16 @@
 """Apache Kafka's jars for the embedded stack, resolved from Maven Central once per version.
 
 There is no tarball to download here: Maven resolves the broker (``kafka_2.13``), its tools
-(``kafka-tools``: the storage formatter, topic and ACL commands) and the Java client into one folder of
-jars, like the release's ``libs/``, and ``java -cp 'DIR/*' CLASS`` runs anything in it. The published POMs
-leave logging out (the release ships its binding beside them), so the folder also gets Log4j 2 with its
-SLF4J 1.7 binding for 4.x, whose clients still log through ``slf4j-api`` 1.7; 3.9.x brings reload4j and
-its binding with it.
+(``kafka-tools``: the storage formatter, topic and ACL commands), the Java client and Kafka Streams (for
+the test applications) into one folder of jars, like the release's ``libs/``, and ``java -cp 'DIR/*'
+CLASS`` runs anything in it. The published POMs leave logging out (the release ships its binding beside
+them), so the folder also gets Log4j 2 with its SLF4J 1.7 binding for 4.x, whose clients still log
+through ``slf4j-api`` 1.7; 3.9.x brings reload4j and its binding with it.
 
-A folder is complete once its ``complete`` marker is written, and only then used: a resolution that fails
-leaves nothing behind (a process killed meanwhile leaves a scratch folder, ``.<version>-*``), and
-processes resolving at once (test workers) take turns behind one lock, as they share Maven's local
-repository; the second finds the first one's folder and asks Maven nothing.
+A folder is complete once its ``complete`` marker is written, naming what it was resolved from, and only
+then used: a resolution that fails leaves nothing behind (a process killed meanwhile leaves a scratch
+folder, ``.<version>-*``), and processes resolving at once (test workers) take turns behind one lock, as
+they share Maven's local repository; the second finds the first one's folder and asks Maven nothing.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ class KafkaDistribution:
         return self.folder / f"broker-{key}.jsa"
 
     def ready(self) -> bool:
-        return (self.folder / _COMPLETE).exists()
+        marker = self.folder / _COMPLETE
+        return marker.exists() and marker.read_text() == self._stamp()
 
     def ensure(self, *, timeout_s: float = 900.0) -> KafkaDistribution:
         """Resolve the jars unless a complete folder is there already; raise StackError naming what
@@ -106,17 +107,23 @@ class KafkaDistribution:
                     f"(is it a released version?):\n"
                     + "\n".join(said[:5] or [f"exit code {done.returncode}"])
                 )
-            (work / _COMPLETE).write_text(self.version + "\n")
+            (work / _COMPLETE).write_text(self._stamp())
             if self.folder.exists():  # an earlier attempt's leftovers
                 shutil.rmtree(self.folder)
             os.replace(work, self.folder)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
+    def _stamp(self) -> str:
+        """What a complete folder was resolved from: a folder of an older list of artifacts (one without
+        Kafka Streams) is resolved again."""
+        return f"{self.version} {hashlib.sha256(self.pom().encode()).hexdigest()[:16]}\n"
+
     def pom(self) -> str:
         artifacts = [("org.apache.kafka", "kafka_2.13", self.version),
                      ("org.apache.kafka", "kafka-tools", self.version),
-                     ("org.apache.kafka", "kafka-clients", self.version)]  # fmt: skip
+                     ("org.apache.kafka", "kafka-clients", self.version),
+                     ("org.apache.kafka", "kafka-streams", self.version)]  # fmt: skip
         if self.major >= 4:
             artifacts += [("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
                           ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION)]  # fmt: skip

@@ -29,17 +29,20 @@ from tests.helpers.live import Live, unique
 ROUND_TRIP = ("switchover", "switchback", "switchover")
 
 
-def _prepare(live: Live, routing: RoutingStore, config: Config, topics: list[str]) -> tuple[str, str]:
-    """An application bound to the primary, its topics, and a link copying them, taken up by the mirror;
-    (app, link)."""
-    app, link = unique("app"), unique("link")
-    kafka.create_topics(config.clusters["primary"].bootstrap, topics, partitions=3)
+def _prepare(
+    live: Live, routing: RoutingStore, config: Config, topics: list[str], *, app: str | None = None
+) -> tuple[str, str]:
+    """An application bound to the primary, its topics (those not patterns made), and a link copying
+    them; (app, link)."""
+    app, link = app or unique("app"), unique("link")
+    made = [t for t in topics if not t.endswith(".*")]
+    kafka.create_topics(config.clusters["primary"].bootstrap, made, partitions=3)
     routing.create_link(link, "primary", "standby", include=topics, actor=ACTOR, reason="test")
     epoch = routing.set_binding(BindingKey.for_app(app), "primary", actor=ACTOR, reason="test")
     wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
     deadline = time.monotonic() + 60
     while len({p.key for m in read_status(routing.zk, routing.layout, link) for p in m.partitions}) < 3 * len(
-        topics
+        made
     ):
         assert time.monotonic() < deadline, "the mirror never took up the link"
         time.sleep(0.2)
@@ -379,3 +382,64 @@ def _zombie_tries(zombie: Producer, topic: str) -> KafkaError:
             continue
         pytest.fail("the fenced instance committed a transaction after the switch")
     pytest.fail("the fenced instance was never told it is fenced")
+
+
+def test_a_kafka_streams_application_counts_exactly_once_across_a_round_trip(
+    live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path
+) -> None:
+    """A Kafka Streams application (exactly_once_v2, a count behind a repartition topic, its changelog),
+    switched over, back and over again while its input keeps arriving through the gateway: its final
+    counts are the input's own, and no count is written twice (each group's updates only grow)."""
+    assert live.gateway is not None
+    app, source, sink = unique("streams"), unique("in"), unique("out")
+    application_id = unique("counter")
+    _, link = _prepare(live, routing, stack_config, [source, sink, f"{application_id}-.*"], app=app)
+    gateway = live.gateway.bootstrap
+    inputs = _Input(gateway, f"{app}@input", source)
+    events = tmp_path / "events"
+    events.touch()
+    streams = subprocess.Popen([*JAVA_CLIENT, str(ROOT / "tests/compat/java/StreamsApp.java"),
+                                "--bootstrap", gateway, "--client-id", f"{app}@streams",
+                                "--application-id", application_id, "--input", source, "--output", sink,
+                                "--dir", str(tmp_path)])  # fmt: skip
+
+    def said(kind: str) -> list[str]:
+        return [line for line in events.read_text().splitlines() if line.startswith(kind)]
+
+    try:
+        deadline = time.monotonic() + 120
+        while "state RUNNING" not in said("state"):
+            assert streams.poll() is None, f"the application ended: {said('')}"
+            assert not said("fatal"), said("fatal")
+            assert time.monotonic() < deadline, f"the application never ran: {said('state')}"
+            time.sleep(0.2)
+        inputs.worker.start()
+        _switch_around(live, routing, app, link, lambda: len(inputs.written) // 50)
+        inputs.finish()
+        expected = Counter(f"g{n % 7}" for n in inputs.written)
+        deadline = time.monotonic() + 120
+        latest: dict[str, int] = {}
+        updates: dict[str, list[int]] = {}
+        while latest != dict(expected):
+            assert not said("fatal"), said("fatal")
+            assert time.monotonic() < deadline, f"counts {latest}, expected {dict(expected)}"
+            time.sleep(1)
+            updates = _updates(stack_config.clusters["standby"].bootstrap, sink)
+            latest = {group: counts[-1] for group, counts in updates.items()}
+    finally:
+        inputs.stop.set()
+        (tmp_path / "stop").touch()
+        streams.wait(60)
+    for group, counts in updates.items():
+        assert counts == sorted(set(counts)), f"{group}: a count written twice or going back: {counts}"
+
+
+def _updates(bootstrap: str, topic: str) -> dict[str, list[int]]:
+    """Each group's count updates in the order written (a key's updates are in one partition)."""
+    updates: dict[str, list[int]] = {}
+    for records in kafka.read_partitions(bootstrap, topic).values():  # counts: 8-byte big-endian longs
+        for record in records:
+            updates.setdefault((record.key or b"").decode(), []).append(
+                int.from_bytes(record.value or b"", "big")
+            )
+    return updates

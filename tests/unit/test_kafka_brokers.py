@@ -70,11 +70,19 @@ def test_the_older_line_gets_no_share_groups_and_brings_its_own_logging(tmp_path
     assert older.dist.logging_options(tmp_path)[0].startswith("-Dlog4j.configuration=file:")
 
 
-def test_the_pom_asks_for_the_broker_its_tools_the_client_and_a_logging_binding(tmp_path: Path) -> None:
+def test_the_pom_asks_for_the_broker_its_tools_the_clients_and_a_logging_binding(tmp_path: Path) -> None:
     pom = KafkaDistribution("4.4.0", tmp_path).pom()
-    for artifact in ("kafka_2.13", "kafka-tools", "kafka-clients", "log4j-core", "log4j-slf4j-impl"):
+    for artifact in ("kafka_2.13", "kafka-tools", "kafka-clients", "kafka-streams", "log4j-core",
+                     "log4j-slf4j-impl"):  # fmt: skip
         assert f"<artifactId>{artifact}</artifactId>" in pom
-    assert pom.count("<version>4.4.0</version>") == 4  # the project's own, and the three of Kafka
+    assert pom.count("<version>4.4.0</version>") == 5  # the project's own, and the four of Kafka
+
+
+def test_a_folder_resolved_from_other_artifacts_is_resolved_again(tmp_path: Path) -> None:
+    dist = KafkaDistribution("4.4.0", tmp_path)
+    dist.folder.mkdir()
+    (dist.folder / "complete").write_text("4.4.0\n")  # what a folder without Kafka Streams says
+    assert not dist.ready()
 
 
 def test_a_cluster_id_never_starts_like_an_option(monkeypatch: pytest.MonkeyPatch) -> None:
