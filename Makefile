@@ -7,7 +7,7 @@ CONFIG ?= infra/embedded.yaml
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 
-.PHONY: setup system-packages bytecode demo test unit integration bench soak up down status lint clean
+.PHONY: setup system-packages bytecode demo test test-kafka39 unit integration bench soak up down status lint clean
 
 NODE_STAMP := tests/compat/js/node_modules/.installed
 
@@ -49,6 +49,9 @@ test: setup
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(PYTEST_ARGS)
 	$(BIN)/pytest -m alone tests/integration $(PYTEST_ARGS)
 
+# The exactly-once tests on Apache Kafka 3.9.2 clusters (the transaction protocol before version 2).
+test-kafka39: setup
+	SWITCHYARD_TEST_KAFKA_VERSION=3.9.2 $(BIN)/pytest tests/integration/test_transactions.py $(PYTEST_ARGS)
 unit: setup
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
 

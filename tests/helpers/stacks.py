@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,7 +39,7 @@ def stack_config_data(state_dir: Path) -> dict[str, Any]:
         "stack": {
             "state_dir": str(state_dir),
             "temporal_ui_port": ui,
-            "kafka": {"dist_dir": str(KAFKA_DIST)},
+            "kafka": {"dist_dir": str(KAFKA_DIST), **_kafka_version()},
             "clusters": {
                 "primary": {"controllers": f"127.0.0.1:{primary_controller}"},
                 "standby": {"controllers": f"127.0.0.1:{standby_controller}"},
@@ -47,6 +48,13 @@ def stack_config_data(state_dir: Path) -> dict[str, Any]:
         "spark": {"submit_args": QUICK_JVMS},
         "mirror": {"consumer": dict(QUICK_CONSUMER)},  # tests kill mirrors: their groups notice in 6 s
     }
+
+
+def _kafka_version() -> dict[str, str]:
+    """``SWITCHYARD_TEST_KAFKA_VERSION`` runs the tests' stacks on another Apache Kafka release (e.g. the
+    transaction tests on 3.9.2, where clients speak the transaction protocol before version 2)."""
+    version = os.environ.get("SWITCHYARD_TEST_KAFKA_VERSION")
+    return {"version": version} if version else {}
 
 
 QUICK_JVMS = [
