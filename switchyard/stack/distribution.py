@@ -119,11 +119,13 @@ class KafkaDistribution:
         Kafka Streams) is resolved again."""
         return f"{self.version} {hashlib.sha256(self.pom().encode()).hexdigest()[:16]}\n"
 
+    def artifacts(self) -> list[tuple[str, str, str]]:
+        """(group, artifact, version) of what the folder holds, with what each depends on."""
+        return [("org.apache.kafka", name, self.version)
+                for name in ("kafka_2.13", "kafka-tools", "kafka-clients", "kafka-streams")]  # fmt: skip
+
     def pom(self) -> str:
-        artifacts = [("org.apache.kafka", "kafka_2.13", self.version),
-                     ("org.apache.kafka", "kafka-tools", self.version),
-                     ("org.apache.kafka", "kafka-clients", self.version),
-                     ("org.apache.kafka", "kafka-streams", self.version)]  # fmt: skip
+        artifacts = self.artifacts()
         if self.major >= 4:
             artifacts += [("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
                           ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION)]  # fmt: skip
