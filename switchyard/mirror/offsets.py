@@ -102,6 +102,8 @@ class OffsetMap:
             if (length := min(next_s - s, next_t - t)) > 0
         ]
         inverse = []
+        if runs and min(runs[0][:2]) > 0:  # records before the first run's were none of this link's
+            inverse.append((0, runs[0][0]))  # holds none: else the implicit (0, 0) would hold some
         for (s, t, length), (next_s, next_t, _) in itertools.pairwise([*runs, (_MAX, _MAX, 0)]):
             inverse.append((t, s))
             if t + length < next_t and s + length < next_s < _MAX:

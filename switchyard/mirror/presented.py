@@ -158,16 +158,21 @@ class Presented:
 
 
 def _filled(runs: list[tuple[int, int, int]], earlier: Presented | None) -> list[tuple[int, int, int]]:
-    """``runs`` with each gap between them filled from ``earlier``'s runs (None: the offsets as they are)."""
+    """``runs`` with each gap between them filled from ``earlier``'s runs (None: the offsets as they are).
+    Both are in offset order: one walk (a transactional topic has a run per marker, on both)."""
     under = earlier._runs if earlier is not None else ((0, _MAX, 0),)
     filled: list[tuple[int, int, int]] = []
-    at = 0
+    at, j = 0, 0
     for run in runs:
-        filled.extend(
-            (max(low, at), min(high, run[0]), client + max(low, at) - low)
-            for low, high, client in under
-            if low < run[0] and high > at and at < run[0]
-        )
+        while j < len(under) and under[j][1] <= at:
+            j += 1
+        k = j
+        while k < len(under) and under[k][0] < run[0]:
+            low, high, client = under[k]
+            first, last = max(low, at), min(high, run[0])
+            if first < last:
+                filled.append((first, last, client + first - low))
+            k += 1
         filled.append(run)
         at = run[1]
     return filled

@@ -8,9 +8,9 @@ import time
 import uuid
 
 from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
+from switchyard.admins import Admins
 from switchyard.config import Config
 from switchyard.stack import Stack
 from workers.mirror.watch import is_member
@@ -20,7 +20,7 @@ def test_the_group_says_whether_it_lists_a_member(stack: Stack, stack_config: Co
     primary = stack_config.clusters["primary"].bootstrap
     topic, group = f"watch-{uuid.uuid4().hex[:8]}", f"watch-{uuid.uuid4().hex[:8]}"
     kafka.create_topics(primary, [topic], partitions=1)
-    admin = AdminClient({"bootstrap.servers": primary})
+    admins = Admins(lambda _: primary)
     consumer = Consumer({"bootstrap.servers": primary, "group.id": group, "session.timeout.ms": 6000})
     try:
         consumer.subscribe([topic])
@@ -30,12 +30,12 @@ def test_the_group_says_whether_it_lists_a_member(stack: Stack, stack_config: Co
             consumer.poll(0.2)
         member = consumer.memberid()
         assert member
-        assert is_member(admin, group, member) is True
-        assert is_member(admin, group, f"{member}-not") is False
-        assert is_member(admin, group, None) is False  # librdkafka's answer while it is no member
+        assert is_member(admins, "primary", group, member) is True
+        assert is_member(admins, "primary", group, f"{member}-not") is False
+        assert is_member(admins, "primary", group, "") is False  # librdkafka's id while it is no member
         consumer.close()
-        assert is_member(admin, group, member) is False  # left
+        assert is_member(admins, "primary", group, member) is False  # left
     finally:
         consumer.close()
-    away = AdminClient({"bootstrap.servers": "127.0.0.1:1"})
-    assert is_member(away, group, member, timeout_s=1) is None  # not known: no new session for that
+    away = Admins(lambda _: "127.0.0.1:1")
+    assert is_member(away, "gone", group, "", timeout_s=1) is None  # not known: no new session for that

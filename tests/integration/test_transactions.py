@@ -429,7 +429,11 @@ def test_a_kafka_streams_application_counts_exactly_once_across_a_round_trip(
     finally:
         inputs.stop.set()
         (tmp_path / "stop").touch()
-        streams.wait(60)
+        try:
+            streams.wait(60)
+        except subprocess.TimeoutExpired:
+            streams.kill()
+            streams.wait(10)
     for group, counts in updates.items():
         assert counts == sorted(set(counts)), f"{group}: a count written twice or going back: {counts}"
 

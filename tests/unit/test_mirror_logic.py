@@ -68,6 +68,15 @@ def test_the_inverse_map_copies_back_exactly(log: tuple[int, list[int]]) -> None
         assert back.source_of(s) == target
 
 
+def test_an_inverse_holds_nothing_where_the_map_holds_none() -> None:
+    """Segments that hold no record (stored ahead of records that never came: a reverse link's start
+    where the first transaction after the switch aborted) bound the runs around them once inverted."""
+    between = OffsetMap([(32, 40), (36, 45), (41, 45)]).inverse()  # copy 32-35 -> 40-43; 36-40 never
+    assert [between.target_of(s) for s in range(40, 47)] == [32, 33, 34, 35, None, 41, 42]
+    first = OffsetMap([(0, 3), (4, 3)]).inverse()  # nothing copied before; the copy's 0-2 never came
+    assert [first.target_of(s) for s in range(6)] == [None, None, None, 4, 5, 6]
+
+
 def test_identical_offsets_need_no_segment() -> None:
     assert copy(list(range(100))).segments == []
     assert copy(list(range(100))).inverse().segments == []

@@ -227,7 +227,7 @@ class LinkCopier:
                 if self._failure:
                     raise MirrorError(self._failure)
                 if now >= next_status:
-                    self._status_due(watch, admins.get(link.source), bool(topics), now)
+                    self._status_due(watch, admins, bool(topics), now)
                     next_status = now + settings.status_interval_s
         finally:
             session_over.set()
@@ -236,7 +236,7 @@ class LinkCopier:
                 helper.join(LEAVE_WAIT_S if self._stop.is_set() else 30)  # a stopping process waits little
             self._close()
 
-    def _status_due(self, watch: SessionWatch, source: AdminClient, subscribed: bool, now: float) -> None:
+    def _status_due(self, watch: SessionWatch, admins: Admins, subscribed: bool, now: float) -> None:
         """Every status interval: the source's ends read while paused (nothing is fetched then); a
         member that has held nothing for a while and that its group does not list ends the session, so
         that the next one joins with a new consumer (``workers/mirror/watch.py``)."""
@@ -246,7 +246,7 @@ class LinkCopier:
             self.source.read(self._clients.source_probe, self.link.id)
         elif (
             watch.ask_group(bool(self._partitions), subscribed, now)
-            and is_member(source, group_id(self.link.id), consumer.memberid()) is False
+            and is_member(admins, self.link.source, group_id(self.link.id), consumer.memberid()) is False
         ):
             raise MirrorError("its group has not taken this process back since its session ended")
         self._publish_due.set()

@@ -18,7 +18,7 @@ import threading
 import time
 import traceback
 
-from confluent_kafka.admin import AdminClient
+from switchyard.admins import Admins
 
 log = logging.getLogger(__name__)
 
@@ -71,14 +71,17 @@ class SessionWatch:
             stalled = idle > STALL_S
 
 
-def is_member(admin: AdminClient, group: str, member_id: str | None, timeout_s: float = 10.0) -> bool | None:
-    """Whether ``group`` lists ``member_id`` among its members; None when the group could not be
-    described (the source is away: a new session would not help)."""
-    if not member_id:
-        return False
+def is_member(
+    admins: Admins, cluster: str, group: str, member_id: str | None, timeout_s: float = 10.0
+) -> bool | None:
+    """Whether ``group`` on ``cluster`` lists ``member_id`` among its members (librdkafka's id is empty
+    after a session ended until it joins again: listed by none); None when the group could not be
+    described (the cluster is away: a new session would not help). A client whose request failed is
+    retired (librdkafka's AdminClient may never answer a group request again after one)."""
     try:
-        for future in admin.describe_consumer_groups([group], request_timeout=timeout_s).values():
-            return any(m.member_id == member_id for m in future.result(timeout_s).members)
+        with admins.asking(cluster) as admin:
+            for future in admin.describe_consumer_groups([group], request_timeout=timeout_s).values():
+                return any(m.member_id == member_id for m in future.result(timeout_s).members)
     except Exception as exc:  # a describe that fails says nothing about the member
         log.info("group %s not described: %s", group, exc)
     return None
