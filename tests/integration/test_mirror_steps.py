@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -210,11 +210,17 @@ def test_a_group_at_the_end_of_a_transaction_is_synced_to_the_copys_end_not_past
 
 @pytest.mark.parametrize("moved_by", ["an abort's marker", "a record"])
 def test_the_fence_lets_transaction_markers_pass_and_stops_at_a_record(
-    activities: MirrorActivities, routing: RoutingStore, stack_config: Config, moved_by: str
+    activities: MirrorActivities,
+    routing: RoutingStore,
+    stack_config: Config,
+    moved_by: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A transaction aborted (or committed) during the fence's window writes only a marker on the source:
     nothing a client wrote, so nothing left behind (a blocked application's abort lands there so). One
-    record written in the window is a writer around the gateway, and stops the switch."""
+    record written in the window is a writer around the gateway, and stops the switch. The write waits
+    for the fence's first read of the ends: a fixed half second after the start was once before it, on
+    a busy machine (the record was then part of the ends the fence held to, and nothing was caught)."""
     primary = stack_config.clusters["primary"].bootstrap
     topic, link = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("fenced-t", "fenced-l"))
     fill_topic(primary, topic, 3, partitions=1, size=16)
@@ -225,8 +231,20 @@ def test_the_fence_lets_transaction_markers_pass_and_stops_at_a_record(
     producer.produce(topic, b"in a transaction", partition=0)
     assert producer.flush(10) == 0
 
+    read = threading.Event()
+    ends = activities.deps.ends
+
+    def reading(cluster: str, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        try:
+            return ends(cluster, keys)
+        finally:
+            read.set()
+
+    monkeypatch.setattr(activities.deps, "ends", reading)
+
     def moving() -> None:
-        time.sleep(0.5)  # inside the window, after its first read
+        assert read.wait(30)
+        time.sleep(0.2)  # inside the window (2 s), after its first read
         if moved_by == "a record":
             producer.produce(topic, b"around the gateway", partition=0)
             assert producer.flush(10) == 0
