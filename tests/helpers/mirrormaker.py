@@ -8,7 +8,6 @@ come from Maven Central like the brokers' (``connect-mirror`` and what it depend
 from __future__ import annotations
 
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,11 +100,3 @@ class MirrorMaker:
     def log_tail(self, lines: int = 20) -> str:
         path = self.work / "mirrormaker.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
-
-
-def wait_until(condition: object, timeout_s: float, what: str) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
