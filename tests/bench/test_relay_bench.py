@@ -33,8 +33,10 @@ from switchyard.stack import health
 from switchyard.table import render
 from tests.bench.test_gateway_bench import fetch, full_speed
 from tests.helpers import ports
+from tests.helpers.kroxylicious import KROXYLICIOUS_VERSION, Kroxylicious
 from tests.helpers.processes import GatewayProcess, cpu_seconds
 from tests.helpers.services import PrivateService
+from tests.helpers.stacks import KAFKA_DIST
 
 SIZES = {1024: 200_000, 100: 1_000_000}
 """Record size (bytes) -> records per run: 195 MiB and 95 MiB of payload, enough for the CPU accounting's
@@ -107,6 +109,7 @@ def paths(
     plain = PrivateService.kafka(directory / "plain")
     relay: subprocess.Popen[bytes] | None = None
     gateway: GatewayProcess | None = None
+    kroxylicious: Kroxylicious | None = None
     try:
         for broker in (relayed, plain):
             broker.start()
@@ -126,7 +129,11 @@ def paths(
         )  # fmt: skip
         gateway.start()
         assert gateway.process is not None
-        for pid in (relay.pid, gateway.process.pid):
+        kroxylicious = Kroxylicious(KAFKA_DIST, directory / "kroxylicious", target=plain.connect,
+                                    port=ports.reserve_block(4))  # fmt: skip
+        kroxylicious.start()
+        assert kroxylicious.process is not None
+        for pid in (relay.pid, gateway.process.pid, kroxylicious.process.pid):
             pin(pid, PROXY_CORE)
         for broker in (relayed, plain):
             broker_pid = broker.process.pid()
@@ -136,8 +143,11 @@ def paths(
             Route("direct", plain.connect, plain.connect, None),
             Route("relay", f"127.0.0.1:{relay_port}", f"127.0.0.1:{relay_port}", relay.pid),
             Route("gateway", gateway.bootstrap, plain.connect, gateway.process.pid),
+            Route("kroxylicious", kroxylicious.bootstrap, plain.connect, kroxylicious.process.pid),
         ]
     finally:
+        if kroxylicious is not None:
+            kroxylicious.stop()
         if gateway is not None:
             gateway.stop()
         if relay is not None:
@@ -147,7 +157,7 @@ def paths(
             broker.stop()
 
 
-def test_the_gateway_against_a_plain_relay_and_direct(paths: list[Route]) -> None:
+def test_the_gateway_against_kroxylicious_a_plain_relay_and_direct(paths: list[Route]) -> None:
     cores = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {REST_CORE})  # the client (and librdkafka's threads, started after) on one core
     try:
@@ -167,6 +177,9 @@ def test_the_gateway_against_a_plain_relay_and_direct(paths: list[Route]) -> Non
     def per_core(cpu_s: float | None, mib: float) -> str:
         return "" if not cpu_s else f"{mib / cpu_s:.0f}"
 
+    def ratio(ours: float | None, theirs: float | None) -> str:
+        return "" if not ours or not theirs else f"{ours / theirs:.2f}x"
+
     rows = []
     for size in SIZES:
         for p in paths:
@@ -176,7 +189,12 @@ def test_the_gateway_against_a_plain_relay_and_direct(paths: list[Route]) -> Non
                 per_gib(r.produce_cpu_s, r.payload_mib), per_core(r.produce_cpu_s, r.payload_mib),
                 per_gib(r.fetch_cpu_s, r.payload_mib), per_core(r.fetch_cpu_s, r.payload_mib),
             ))  # fmt: skip
-        g, relay, d = (runs[(name, size)] for name in ("gateway", "relay", "direct"))
+        g, relay, d, k = (runs[(name, size)] for name in ("gateway", "relay", "direct", "kroxylicious"))
+        rows.append((
+            "gateway/kroxylicious", f"{size} B", f"{g.produce_mib_s / k.produce_mib_s:.0%}",
+            f"{g.fetch_mib_s / k.fetch_mib_s:.0%}", ratio(g.produce_cpu_s, k.produce_cpu_s), "",
+            ratio(g.fetch_cpu_s, k.fetch_cpu_s), "",
+        ))  # fmt: skip
         rows.append((
             "gateway/relay", f"{size} B", f"{g.produce_mib_s / relay.produce_mib_s:.0%}",
             f"{g.fetch_mib_s / relay.fetch_mib_s:.0%}", "", "", "", "",
@@ -187,7 +205,8 @@ def test_the_gateway_against_a_plain_relay_and_direct(paths: list[Route]) -> Non
         ))  # fmt: skip
     print(
         f"\nproxies pinned to core {PROXY_CORE}, client and brokers to core {REST_CORE}; "
-        f"{PARTITIONS} partitions; payload MiB/s; medians of {ROUNDS} rounds"
+        f"{PARTITIONS} partitions; payload MiB/s; medians of {ROUNDS} rounds; "
+        f"Kroxylicious {KROXYLICIOUS_VERSION} (runtime, pass-through)"
     )
     print(
         render(
