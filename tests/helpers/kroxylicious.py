@@ -9,32 +9,20 @@ from __future__ import annotations
 
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from switchyard.stack.distribution import KafkaDistribution
+from tests.helpers.peers import PeerDistribution, stop_process
 
 KROXYLICIOUS_VERSION = "0.12.0"
 LAUNCHER = Path(__file__).resolve().parent / "java" / "KroxyliciousProxy.java"
-
-
-@dataclass(frozen=True)
-class KroxyliciousDistribution(KafkaDistribution):
-    """``kroxylicious-runtime``'s jars under ``home/kroxylicious-<version>/libs``."""
-
-    @property
-    def folder(self) -> Path:
-        return self.home / f"kroxylicious-{self.version}"
-
-    def artifacts(self) -> list[tuple[str, str, str]]:
-        return [("io.kroxylicious", "kroxylicious-runtime", self.version)]
 
 
 class Kroxylicious:
     """One proxy in front of ``target``: clients bootstrap at ``port``, brokers at the ports after it."""
 
     def __init__(self, home: Path, work: Path, *, target: str, port: int, brokers: int = 3) -> None:
-        self.dist = KroxyliciousDistribution(KROXYLICIOUS_VERSION, home).ensure()
+        runtime = PeerDistribution(KROXYLICIOUS_VERSION, home, "io.kroxylicious", "kroxylicious-runtime")
+        self.dist = runtime.ensure()
         self.work, self.target, self.port, self.brokers = work, target, port, brokers
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -72,12 +60,6 @@ class Kroxylicious:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
+        if self.process is not None:
+            stop_process(self.process)
         self.process = None

@@ -8,10 +8,9 @@ come from Maven Central like the brokers' (``connect-mirror`` and what it depend
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
-from switchyard.stack.distribution import KafkaDistribution
+from tests.helpers.peers import PeerDistribution, stop_process
 from tests.helpers.processes import cpu_seconds
 
 MM2_VERSION = "4.3.1"
@@ -25,25 +24,13 @@ INTERNAL = ("checkpoints.topic", "heartbeats.topic", "offset-syncs.topic", "offs
 MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
 
 
-@dataclass(frozen=True)
-class MirrorMakerDistribution(KafkaDistribution):
-    """``connect-mirror``'s jars under ``home/mirrormaker-<version>/libs``."""
-
-    @property
-    def folder(self) -> Path:
-        return self.home / f"mirrormaker-{self.version}"
-
-    def artifacts(self) -> list[tuple[str, str, str]]:
-        return [("org.apache.kafka", "connect-mirror", self.version)]
-
-
 class MirrorMaker:
     """One dedicated MirrorMaker 2 process copying ``topics`` (a regex) from source to target."""
 
     def __init__(
         self, home: Path, work: Path, *, source: str, target: str, topics: str, policy: str = IDENTITY
     ) -> None:
-        self.dist = MirrorMakerDistribution(MM2_VERSION, home).ensure()
+        self.dist = PeerDistribution(MM2_VERSION, home, "org.apache.kafka", "connect-mirror").ensure()
         self.work = work
         self.source, self.target, self.topics, self.policy = source, target, topics, policy
         self.process: subprocess.Popen[bytes] | None = None
@@ -84,14 +71,8 @@ class MirrorMaker:
         return cpu_seconds(self.process.pid)
 
     def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
+        if self.process is not None:
+            stop_process(self.process)
         self.process = None
 
     def alive(self) -> bool:
