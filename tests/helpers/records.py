@@ -1,8 +1,10 @@
-"""Writing records and offsets directly to a cluster, as a test's set-up."""
+"""Writing records and offsets directly to a cluster, and joining a group, as a test's set-up."""
 
 from __future__ import annotations
 
 import time
+
+from confluent_kafka import Consumer
 
 RECENT_MS = (int(time.time()) - 3600) * 1000
 """A fixed timestamp for a test run's records, an hour old: within any topic's retention. (A date years
@@ -47,3 +49,12 @@ def fill_topic(bootstrap: str, topic: str, count: int, *, partitions: int, size:
             except BufferError:
                 producer.poll(0.01)
     assert producer.flush(120) == 0
+
+
+def join(consumer: Consumer, topic: str, what: str, timeout_s: float = 30.0) -> None:
+    """Subscribe ``consumer`` to ``topic`` and poll until its group has given it partitions."""
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + timeout_s
+    while not consumer.assignment():
+        assert time.monotonic() < deadline, f"{what} never joined"
+        consumer.poll(0.2)

@@ -24,6 +24,7 @@ from switchyard.routing.gateways import registered, wait_for_acks
 from switchyard.routing.store import RoutingStore
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.raw import RawClient, consumer_heartbeat
+from tests.helpers.records import join
 from workers.gateway.brokers.vnodes import slot
 from workers.gateway.framing.entities import element_type, make
 from workers.gateway.framing.protocol import decode_response, encode_request, request_schema, with_size
@@ -180,11 +181,7 @@ def test_a_member_the_gateway_never_saw_join_is_still_moved_and_its_commit_carri
         {"bootstrap.servers": primary, "group.id": group, "session.timeout.ms": 6000, "client.id": app}
     )
     try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + 60
-        while not consumer.assignment():
-            assert time.monotonic() < deadline, "the consumer never joined on the primary"
-            consumer.poll(0.2)
+        join(consumer, topic, "the consumer (on the primary)", timeout_s=60)
         member, generation = consumer.memberid(), 1
         epoch = routing.set_binding(BindingKey.for_app(app), "standby", actor="user:test", reason="test")
         wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)

@@ -36,7 +36,7 @@ from switchyard.stack import Stack
 from switchyard.threads import Worker
 from tests.helpers.mirrors import Mirrors, records, unique, wait_drained, wait_group_offset
 from tests.helpers.processes import MirrorProcess, cpu_seconds
-from tests.helpers.records import commit_offset
+from tests.helpers.records import commit_offset, join
 from tests.helpers.services import PrivateService
 from tests.helpers.stacks import QUICK_CONSUMER
 
@@ -683,11 +683,7 @@ def test_sigterm_during_a_group_join_exits_within_seconds(
         {"bootstrap.servers": primary, "group.id": f"switchyard-mirror.{link}", "enable.auto.commit": False}
     )
     try:
-        stalled.subscribe([topic])
-        deadline = time.monotonic() + 30
-        while not stalled.assignment():
-            assert time.monotonic() < deadline, "the stalled member never joined"
-            stalled.poll(0.2)
+        join(stalled, topic, "the stalled member")
         process = mirrors.start("m-join", SWITCHYARD__MIRROR__CONSUMER="{}")  # librdkafka's defaults
         assert process.process is not None
         deadline = time.monotonic() + 60

@@ -4,7 +4,6 @@ clients (``workers/mirror/watch.py``)."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 from confluent_kafka import Consumer
@@ -13,6 +12,7 @@ from switchyard import kafka
 from switchyard.admins import Admins
 from switchyard.config import Config
 from switchyard.stack import Stack
+from tests.helpers.records import join
 from workers.mirror.watch import is_member
 
 
@@ -23,11 +23,7 @@ def test_the_group_says_whether_it_lists_a_member(stack: Stack, stack_config: Co
     admins = Admins(lambda _: primary)
     consumer = Consumer({"bootstrap.servers": primary, "group.id": group, "session.timeout.ms": 6000})
     try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + 30
-        while not consumer.assignment():
-            assert time.monotonic() < deadline, "the consumer never joined"
-            consumer.poll(0.2)
+        join(consumer, topic, "the consumer")
         member = consumer.memberid()
         assert member
         assert is_member(admins, "primary", group, member) is True
