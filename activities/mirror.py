@@ -9,7 +9,9 @@ mirror's own report of how far it read says the rest.
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -20,11 +22,11 @@ from confluent_kafka.admin import AdminClient
 from temporalio import activity
 
 from activities.deps import Deps, Key
+from activities.fence import stood_still
 from activities.pulse import beat
 from activities.recorded import step
-from switchyard import kafka
 from switchyard.admins import Admins
-from switchyard.errors import CopyDiverged, DrainTimeout, FenceBroken, GroupActive
+from switchyard.errors import CopyDiverged, DrainTimeout, GroupActive
 from switchyard.mirror.groups import (
     about,
     committed_offsets,
@@ -65,23 +67,13 @@ class MirrorActivities:
 
     @step(steps.FENCE)
     def verify_fence(self, request: FenceRequest) -> Fence:
-        """The source's ends, read after the block, must stand still through the window: whatever still
-        moves them writes around the gateway, and the switch would lose its records."""
+        """The source's ends, read after the block, must stand still through a fixed window (sagas started
+        before the flip closed the window themselves: ``workflows/planned.py``)."""
         link = self.deps.link(request.link)
-        keys = [(p.topic, p.partition) for p in request.partitions]
-        first = self.deps.ends(link.source, keys)
+        first = self.deps.ends(link.source, [(p.topic, p.partition) for p in request.partitions])
         time.sleep(request.window_s)
         beat("the source's ends read twice")
-        second = self.deps.ends(link.source, keys)
-        moved = {k: (first[k], second[k]) for k in keys if second[k] != first[k]}
-        if moved and kafka.data_between(self.deps.bootstrap(link.source), moved) == 0:
-            moved = {}  # markers only: a blocked producer's abort, or another's transaction ending
-        if moved:
-            named = ", ".join(f"{t}[{p}] {a} -> {b}" for (t, p), (a, b) in sorted(moved.items()))
-            raise FenceBroken(
-                f"after the block, the source kept being written: {named}. Something writes to "
-                f"{link.source} without the gateway; stop it, or those records would be left behind"
-            )
+        second = stood_still(self.deps, link.source, first)
         return Fence([PartitionEnd(t, p, e) for (t, p), e in sorted(second.items())])
 
     @step(steps.DRAIN)
@@ -95,6 +87,12 @@ class MirrorActivities:
         deadline = time.monotonic() + request.timeout_s
         maps: dict[Key, OffsetMap] = {}
         maps_read = 0.0
+        topics = sorted({t for t, _ in wanted})
+        settings = threading.Thread(  # beside the wait, not after it: clients are held meanwhile
+            target=contextvars.copy_context().run, daemon=True, name=f"follow-settings-{link.id}",
+            args=(self._follow_settings, link.id, link.source, link.target, topics),
+        )  # fmt: skip
+        settings.start()
         while True:
             if time.monotonic() - maps_read > _MAPS_AGE_S:  # gaps may add segments while it drains
                 maps, maps_read = self.deps.link_records(link.target, link.id).maps, time.monotonic()
@@ -105,7 +103,7 @@ class MirrorActivities:
             if behind:
                 behind = self._read_past_markers(link.id, behind, since)
             if not behind:
-                self._follow_settings(link.id, link.source, link.target, sorted({t for t, _ in wanted}))
+                settings.join(max(0.0, deadline - time.monotonic()))
                 return Drained(
                     [PartitionEnd(t, p, e) for (t, p), e in sorted(ends.items())], sum(ends.values()),
                     [PartitionEnd(t, p, e) for (t, p), e in sorted(wanted.items())],
@@ -205,16 +203,15 @@ class MirrorActivities:
         copied yet would be lost at the flip) — and the groups read the same records."""
         link = self.deps.link(request.link)
         keys = {(e.topic, e.partition): e.end for e in request.ends}
-        source, target = self.deps.ends(link.source, keys), self.deps.ends(link.target, keys)
+        stood_still(self.deps, link.source, keys)  # the fence's window is open: no record may land there
+        target = self.deps.ends(link.target, keys)
         maps = self.deps.link_records(link.target, link.id).maps
         problems = []
         expected = {k: maps.get(k, OffsetMap()).position(fenced) for k, fenced in keys.items()}
         short = {k: keys[k] for k in keys if target[k] < expected[k]}
         if short:  # unless what is missing is transaction markers, which take no target offset
             short = self._read_past_markers(link.id, short, _since(request.since))
-        for (t, p), fenced in sorted(keys.items()):
-            if source[(t, p)] != fenced:
-                problems.append(f"{t}[{p}]: the source moved from {fenced} to {source[(t, p)]}")
+        for t, p in sorted(keys):
             held, copied = target[(t, p)], expected[(t, p)]
             if held > copied:
                 problems.append(f"{t}[{p}]: the target holds {held}, more than the {copied} copied")

@@ -12,6 +12,7 @@ import time
 from temporalio import activity
 
 from activities.deps import Deps
+from activities.fence import stood_still
 from activities.pulse import beat
 from activities.recorded import step
 from switchyard import kafka
@@ -103,9 +104,10 @@ class RoutingActivities:
 
     @step(steps.FLIP)
     def flip_keys(self, request: FlipRequest) -> Flipped:
-        """Store where the copy stands, then in one fenced change: the keys active on the target, the
-        link promoted (the gateway refuses clients' writes to an unpromoted target, so none sees one
-        without the other) and, for a failover, the source shielded."""
+        """Close the fence's window when asked (the source's ends must be those the copy was drained to),
+        store where the copy stands, then in one fenced change: the keys active on the target, the link
+        promoted (the gateway refuses clients' writes to an unpromoted target, so none sees one without
+        the other) and, for a failover, the source shielded."""
         store, deps = self.deps.store, self.deps
         flip_id = request_id("flip")
         link = deps.link(request.link)
@@ -114,6 +116,8 @@ class RoutingActivities:
             if done is not None:  # this step's own change, retried after its answer was lost
                 return Flipped(done, self._final(request))
             raise BindingRefused(f"link {link.id} was promoted by someone else")
+        if request.fence:  # the window opened with the ends the drain read; nothing may have moved them
+            stood_still(deps, request.source, {(e.topic, e.partition): e.end for e in request.ends})
         final = self._store_final(request)
         bindings = [
             BindingChange(BindingKey.parse(k), request.epochs[k], request.target, BindingState.ACTIVE)

@@ -293,8 +293,9 @@ class SagasConfig(_Section):
     approval: dict[SagaKind, Approval] = Field(default_factory=dict)
     """Which sagas wait for a human, and where; a kind not named waits for nobody."""
     approval_timeout_s: PositiveSeconds = 3600.0
-    fence_window_s: PositiveSeconds = 0.5
-    """After the block, the source's ends must stand still this long."""
+    fence_window_s: Annotated[float, Field(ge=0)] = 0.0
+    """How much longer than the held steps take the fence watches the source's ends before the flip
+    (0: no longer — from the drain's read to the flip's, clients held all the while)."""
     transaction_wait_s: PositiveSeconds = 10.0
     """After the block, how long a transaction open on a partition being switched may take to end before
     the switch is abandoned naming it (the mirror copies committed records only)."""

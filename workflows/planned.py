@@ -1,9 +1,13 @@
 """The planned switch, which the switchover and the switchback both are: the keys move from the cluster
 they are on to the target of the link that copies it, with nothing lost or copied twice.
 
-plan → approval? → lock → split the link? → block → open transactions end → verify the fence → drain →
-sync groups → check → approval? → flip + promote (the point of no return) → every gateway applied it →
-reverse link → unlock → record
+plan → approval? → lock → split the link? → block → open transactions end → drain → sync groups →
+check → approval? → the fence closed + flip + promote (the point of no return) → every gateway applied
+it → reverse link → unlock → record
+
+The fence's window runs from the drain's read of the source's ends to the flip's second read of them:
+the whole stretch while clients are held, with no wait of its own. Those steps, from the block to the
+flip, run on the saga's worker (local steps): none waits on a trip through the Temporal server.
 
 A link that also carries topics of applications that stay behind is split first (switchyard/sharing.py):
 the keys' topics get a link of their own, which is the one promoted.
@@ -79,6 +83,10 @@ STEPS = [
 ]  # fmt: skip
 FENCE_BESIDE_COPY = "fence-beside-copy"
 """The patch that runs the fence's window beside drain, group sync and check (less time clients are held)."""
+HELD_BRIEFLY = "held-briefly"
+"""The patch that runs the steps while clients are held on the saga's worker (local steps), with no
+fence step of its own: the flip re-reads the source's ends the drain started from before its fenced write
+(sagas started before it ran the fence's fixed window beside the copy, the steps through the server)."""
 SETTLE_TRANSACTIONS = "settle-transactions"
 """The patch that waits for transactions open on the source to end before the fence (sagas started
 before it went straight to the fence)."""
@@ -98,6 +106,8 @@ class _Moved:
     drained: Drained
     synced: GroupsSynced
     verdict: str
+    brief: bool
+    """Held briefly: the flip closes the fence's window (:data:`HELD_BRIEFLY`)."""
 
 
 class PlannedSwitch(SagaWorkflow):
@@ -134,10 +144,19 @@ class PlannedSwitch(SagaWorkflow):
         try:
             moved = await self._up_to_the_flip(request, plan, undo)
             epochs = {k: moved.blocked.epoch for k in plan.keys}
-            flip = FlipRequest(saga, plan.keys, epochs, plan.source, plan.target, plan.link, moved.fence.ends)
-            flipped = await self._step("flip", steps.FLIP, flip, Flipped, timeout_s=60, give_up_s=120)
+            ends = moved.fence.ends
+            flip = FlipRequest(
+                saga, plan.keys, epochs, plan.source, plan.target, plan.link, ends, fence=moved.brief
+            )
+            flipped = await self._step(
+                "flip", steps.FLIP, flip, Flipped, timeout_s=60, give_up_s=120, local=moved.brief
+            )
+            if moved.brief:
+                self._mark("fence", "done", "the source's ends stood still from the drain's read to the flip")
         except BaseException as exc:
             why = reason(exc)
+            if error_type(exc) == "FenceBroken":  # at the flip, which closes the fence's window
+                self._mark("fence", "failed", why)
             undone = await undo.run()
             if any(isinstance(r, Unblocked) and r.flipped for _, r in undone):
                 raise  # the flip landed after all; a rerun of the saga finds it done
@@ -192,6 +211,7 @@ class PlannedSwitch(SagaWorkflow):
                 give_up_s=2 * split.wait_s + 60,
             )  # fmt: skip
 
+        brief = workflow.patched(HELD_BRIEFLY)
         unbound = [k for k in plan.keys if not plan.epochs.get(k)]
         unblock = UnblockRequest(saga, plan.keys, plan.source, 0, policy.acks_timeout_s, unbound)
         undo.add("unblock", lambda: self._undo(steps.UNBLOCK, unblock, Unblocked))
@@ -199,17 +219,20 @@ class PlannedSwitch(SagaWorkflow):
         acks_s = policy.acks_timeout_s
         self._blocked_at = workflow.now()  # clients may be held from here: the figure errs long, not short
         blocked = await self._step(
-            "block", steps.BLOCK, block, Blocked, timeout_s=acks_s + 10, give_up_s=acks_s + 30
+            "block", steps.BLOCK, block, Blocked, timeout_s=acks_s + 10, give_up_s=acks_s + 30, local=brief
         )
         unblock.block_epoch = blocked.epoch
         if workflow.patched(SETTLE_TRANSACTIONS):
             wait_s = policy.transaction_wait_s
             await self._step(
                 "settle transactions", steps.SETTLE, SettleRequest(plan.link, plan.partitions, wait_s),
-                Settled, timeout_s=wait_s + 30, give_up_s=wait_s + CHECK_GIVE_UP_S,
+                Settled, timeout_s=wait_s + 30, give_up_s=wait_s + CHECK_GIVE_UP_S, local=brief,
             )  # fmt: skip
 
-        fence, drained, synced = await self._fence_beside_copy(plan, policy)
+        if brief:
+            fence, drained, synced = await self._copy_then_fence_at_the_flip(plan, policy)
+        else:
+            fence, drained, synced = await self._fence_beside_copy(plan, policy)
         for state, end in zip(self._progress.partitions, fence.ends, strict=True):
             state.source_end = end.end
         for state, end in zip(self._progress.partitions, drained.target_ends, strict=True):
@@ -228,7 +251,7 @@ class PlannedSwitch(SagaWorkflow):
             verdict = f"clean (Spark, {spark.records} records)"
         if policy.approval is ApprovalPoint.BEFORE_FLIP:
             await self._await_approval("before the flip", policy.approval_timeout_s)
-        return _Moved(plan, blocked, fence, drained, synced, verdict)
+        return _Moved(plan, blocked, fence, drained, synced, verdict, brief)
 
     async def _fence_beside_copy(self, plan: Plan, policy: Policy) -> tuple[Fence, Drained, GroupsSynced]:
         """The fence's window beside the copy's steps (clients are held meanwhile): the drain copies up to
@@ -250,30 +273,44 @@ class PlannedSwitch(SagaWorkflow):
             raise SagaAbandoned(f"FenceBroken: the source moved after the block: {', '.join(moved)}")
         return fence, drained, synced
 
-    async def _copy(self, plan: Plan, policy: Policy) -> tuple[Drained, GroupsSynced]:
-        drained = await self._drain(
-            DrainRequest(plan.link, [], policy.drain_timeout_s, plan.partitions), policy
-        )
-        return drained, await self._carry_and_check(plan, policy, drained.source_ends)
+    async def _copy_then_fence_at_the_flip(
+        self, plan: Plan, policy: Policy
+    ) -> tuple[Fence, Drained, GroupsSynced]:
+        """The copy's steps, one after the other on this worker; the fence's window opens with the ends
+        the drain reads when it starts and closes in the flip, which reads them again before its write."""
+        self._mark("fence", "running", "the window is open until the flip")
+        drained, synced = await self._copy(plan, policy, local=True)
+        if policy.fence_window_s > 0:  # the operator asked for a longer watch than the held steps take
+            await workflow.sleep(policy.fence_window_s)
+        return Fence(drained.source_ends), drained, synced
 
-    async def _drain(self, request: DrainRequest, policy: Policy) -> Drained:
+    async def _copy(self, plan: Plan, policy: Policy, *, local: bool = False) -> tuple[Drained, GroupsSynced]:
+        drained = await self._drain(
+            DrainRequest(plan.link, [], policy.drain_timeout_s, plan.partitions), policy, local=local
+        )
+        return drained, await self._carry_and_check(plan, policy, drained.source_ends, local=local)
+
+    async def _drain(self, request: DrainRequest, policy: Policy, *, local: bool = False) -> Drained:
         return await self._step(
             "drain", steps.DRAIN, request, Drained, timeout_s=policy.drain_timeout_s + 30,
-            give_up_s=policy.drain_timeout_s + 30,
+            give_up_s=policy.drain_timeout_s + 30, local=local,
         )  # fmt: skip
 
-    async def _carry_and_check(self, plan: Plan, policy: Policy, ends: list[PartitionEnd]) -> GroupsSynced:
+    async def _carry_and_check(
+        self, plan: Plan, policy: Policy, ends: list[PartitionEnd], *, local: bool = False
+    ) -> GroupsSynced:
         """The groups' offsets carried, then the copy checked against the source's ``ends``."""
         sync = GroupSyncRequest(plan.link, plan.groups, policy.group_sync_timeout_s)
         synced = await self._step(
             "sync groups", steps.SYNC_GROUPS, sync, GroupsSynced, timeout_s=sync.idle_timeout_s + 30,
-            give_up_s=sync.idle_timeout_s + 5,
+            give_up_s=sync.idle_timeout_s + 5, local=local,
         )  # fmt: skip
         assert self._blocked_at is not None
         check = CopyCheckRequest(plan.link, ends, synced.groups, self._blocked_at.isoformat())
         await self._step(
-            "check copy", steps.CHECK_COPY, check, CopyChecked, timeout_s=30, give_up_s=CHECK_GIVE_UP_S
-        )
+            "check copy", steps.CHECK_COPY, check, CopyChecked, timeout_s=30, give_up_s=CHECK_GIVE_UP_S,
+            local=local,
+        )  # fmt: skip
         return synced
 
     async def _after_the_flip(  # noqa: PLR0917 - the saga's state, handed from one half to the other

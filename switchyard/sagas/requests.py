@@ -30,8 +30,10 @@ class Policy:
     approval: ApprovalPoint = ApprovalPoint.NONE
     approval_timeout_s: float = 3600.0
     """An approval not given in time compensates, as a rejection does."""
-    fence_window_s: float = 0.5
-    """After the block, the source's ends must stand still this long (a writer around the gateway)."""
+    fence_window_s: float = 0.0
+    """How much longer than the held steps the fence watches the source's ends (a writer around the
+    gateway moves them) before the flip. Sagas started before the flip closed the window watched this
+    long beside the copy instead (their histories hold the 0.5 s they were given)."""
     transaction_wait_s: float = 10.0
     """After the block, how long a transaction open on a partition being switched may take to end."""
     drain_timeout_s: float = 60.0

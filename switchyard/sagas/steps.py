@@ -187,6 +187,9 @@ class FlipRequest:
     """The source ends the copy was drained to (empty for a failover: the source is gone)."""
     shield_source: bool = False
     """Failover: no binding may move back onto the source by itself."""
+    fence: bool = False
+    """Read the source's ends again before the write: they must still be ``ends`` (the fence's window
+    closes here)."""
 
 
 @dataclass

@@ -51,7 +51,7 @@ TOPIC_MOST = 100
 COMMITTED = 2
 """The offset each group commits on every partition it reads (each partition holds 3 records first)."""
 HELD_STEPS = {
-    steps.BLOCK: "block", steps.FENCE: "fence", steps.DRAIN: "drain", steps.SYNC_GROUPS: "sync groups",
+    steps.BLOCK: "block", steps.SETTLE: "settle", steps.DRAIN: "drain", steps.SYNC_GROUPS: "sync groups",
     steps.CHECK_COPY: "check copy", steps.FLIP: "flip", steps.AWAIT_ACKS: "acks (block+flip)",
 }  # fmt: skip
 """The steps that run while clients are held, as the ledger names them, and as the table does."""

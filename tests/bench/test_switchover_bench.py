@@ -7,6 +7,8 @@ start to the first acknowledgement on the target, and the pause (the longest tim
 acknowledgement while the saga ran: last on the source to first on the target). The baseline, taken in
 the same run, is the longest time without an acknowledgement over an equal window before the first
 saga, with no switch. Nothing lost or written twice is asserted every run; timings are only printed.
+SWITCHYARD_BENCH_STEPS=1 also prints each switch's steps (start and duration, from the ledger): where the
+time while clients are held goes.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ def one_run(live: Live, routing: RoutingStore, config: Config) -> list[dict[str,
             request = SwitchRequest([app], link=link, actor=ACTOR, reason="bench", policy=policy)
             began = time.monotonic()
             result, fenced = asyncio.run(switch(config, app, kind, request))
+            if os.environ.get("SWITCHYARD_BENCH_STEPS") == "1":
+                print(f"\n{kind.value}: {step_times(routing, saga_id([app]))}")
             traffic.wait_for(RATE)
             ended = time.monotonic()
             assert result["outcome"] == "switched", result
@@ -95,8 +99,22 @@ async def switch(
     await launch.start(config, kind, workflow_id, request)
     result = await launch.follow(config, workflow_id, lambda _line: None)
     client = await temporal.connect(config)
-    progress = await client.get_workflow_handle(workflow_id).query("progress", result_type=Progress)
+    handle = client.get_workflow_handle(workflow_id)
+    progress = await handle.query("progress", result_type=Progress)
     return result, {p.partition: p.source_end for p in progress.partitions if topic in (None, p.topic)}
+
+
+def step_times(routing: RoutingStore, workflow_id: str) -> str:
+    """Each step of the saga's last run as ``name@start+duration`` in milliseconds from its first step:
+    where the time while clients are held goes (SWITCHYARD_BENCH_STEPS=1 prints it per switch)."""
+    run = routing.ledger.saga_runs(workflow_id, limit=1)[0]
+    ran = routing.ledger.saga_steps(run.run_id)
+    first = min(s.started_at for s in ran)
+    return " ".join(
+        f"{s.step}@{(s.started_at - first).total_seconds() * 1000:.0f}"
+        f"+{(s.ended_at - s.started_at).total_seconds() * 1000:.0f}"
+        for s in sorted(ran, key=lambda s: s.started_at)
+    )
 
 
 def test_a_round_trip_under_live_load(live: Live, routing: RoutingStore, stack_config: Config) -> None:

@@ -116,7 +116,7 @@ class Script:
     bound: bool = True
     """Whether the plan finds the keys bound (else at epoch 0)."""
     drained_from: list[PartitionEnd] = field(default_factory=lambda: list(ENDS))
-    """The source ends the drain reads when it starts beside the fence."""
+    """The source ends the drain reads when it starts (where the fence's window opens)."""
     overrun: int = 0
     """Records a partition migration's origin check finds past the end offset."""
     call_off: PartitionMigrated = field(default_factory=lambda: PartitionMigrated(22, 2, -1, None))
@@ -125,16 +125,6 @@ class Script:
     """A split the plan finds the keys need (their topics then move along ``split.new_link``)."""
     split_given_back: bool = True
     """What undoing the split finds: the new link was not made yet (else it stays)."""
-
-    @property
-    def steps(self) -> list[str]:
-        """The calls, with the fence and the drain (which run side by side, so either may start first)
-        in the order the saga lists them."""
-        found = list(self.calls)
-        for i in range(len(found) - 1):
-            if found[i : i + 2] == [steps.DRAIN, steps.FENCE]:
-                found[i : i + 2] = [steps.FENCE, steps.DRAIN]
-        return found
 
     def activities(self) -> list[Callable[..., Any]]:
         answers: dict[str, tuple[type, Callable[[Any], Any]]] = {

@@ -4,12 +4,16 @@ refusals — on the session's real Temporal server."""
 from __future__ import annotations
 
 import asyncio
+import json
+import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+from switchyard import launch
 from switchyard.sagas import steps
 from switchyard.sagas.requests import (
     ApprovalPoint,
@@ -18,14 +22,15 @@ from switchyard.sagas.requests import (
     PartitionMigrationRequest,
     Policy,
     Progress,
+    SagaResult,
     SwitchRequest,
 )
 from switchyard.sagas.steps import LinkSplit, PartitionEnd, PartitionMigrated
 from tests.workflows.conftest import Sagas, capture, refused
 
 PLANNED = [
-    steps.PLAN, steps.LOCK, steps.BLOCK, steps.SETTLE, steps.FENCE, steps.DRAIN, steps.SYNC_GROUPS,
-    steps.CHECK_COPY, steps.FLIP, steps.AWAIT_ACKS, steps.REVERSE, steps.UNLOCK,
+    steps.PLAN, steps.LOCK, steps.BLOCK, steps.SETTLE, steps.DRAIN, steps.SYNC_GROUPS, steps.CHECK_COPY,
+    steps.FLIP, steps.AWAIT_ACKS, steps.REVERSE, steps.UNLOCK,
 ]  # fmt: skip
 BEFORE_THE_FLIP_UNDONE = [steps.UNBLOCK, steps.UNLOCK]
 
@@ -77,7 +82,7 @@ def test_a_switchover_runs_every_step_in_order_and_reports(sagas: Sagas) -> None
         return result
 
     result = sagas.run(scenario)
-    assert sagas.script.steps == PLANNED
+    assert sagas.script.calls == PLANNED
     assert (result.outcome, result.source, result.target, result.link) == (
         "switched", "primary", "standby", "primary-to-standby",
     )  # fmt: skip
@@ -114,7 +119,7 @@ def test_a_failure_before_the_flip_unblocks_and_unlocks_in_reverse(sagas: Sagas)
     assert result["outcome"] == "compensated"
     assert "DrainTimeout: link p2s did not copy up to the fenced ends" in result["detail"]
     assert "keys unblocked where they were" in result["detail"]
-    assert sagas.script.steps == [*PLANNED[:6], *BEFORE_THE_FLIP_UNDONE]
+    assert sagas.script.calls == [*PLANNED[:5], *BEFORE_THE_FLIP_UNDONE]
     unblock = sagas.script.requests[steps.UNBLOCK][0]
     assert (unblock.source, unblock.block_epoch, unblock.unbind) == ("primary", 10, [])
 
@@ -128,33 +133,40 @@ def test_a_compensation_leaves_a_key_that_was_not_bound_unbound(sagas: Sagas) ->
     assert unblock.unbind == ["orders@host-9"]  # not pinned to where it resolved when the saga began
 
 
-HELD = [
-    steps.BLOCK, steps.SETTLE, steps.FENCE, steps.DRAIN, steps.SYNC_GROUPS, steps.CHECK_COPY, steps.FLIP,
-]  # fmt: skip
+HELD = [steps.BLOCK, steps.SETTLE, steps.DRAIN, steps.SYNC_GROUPS, steps.CHECK_COPY, steps.FLIP]
 """The steps that run while clients are held."""
 
 
-def test_every_step_while_clients_are_held_heartbeats_retries_and_gives_up(sagas: Sagas) -> None:
-    """A dead worker is noticed by a missing heartbeat within seconds and the step retried on another; and
-    no step is retried for ever with clients held. (The fence once had no heartbeat — a minute before a
-    retry — and the group sync no give-up time.)"""
+def test_every_step_while_clients_are_held_runs_on_the_sagas_worker(sagas: Sagas) -> None:
+    """Held steps are local: no trip through the server before or after each (tens of milliseconds a
+    step, most of a pause once). A worker that dies in one is noticed by the saga's decision time-out —
+    two seconds, as ``launch`` starts every saga — and another worker runs the step again."""
 
-    async def scenario(s: Sagas) -> list[Any]:
-        handle = await s.start("Switchover", SwitchRequest(["orders"]))
+    async def scenario(s: Sagas) -> Any:
+        assert s.client is not None
+        handle = await s.client.start_workflow(
+            "Switchover", SwitchRequest(["orders"]), id=f"test-{uuid.uuid4().hex[:10]}", task_queue=s.queue,
+            result_type=SagaResult, task_timeout=launch.WORKFLOW_TASK_TIMEOUT,
+        )  # fmt: skip
         await handle.result()
-        history = await handle.fetch_history()
-        return [
-            e.activity_task_scheduled_event_attributes
-            for e in history.events
-            if e.HasField("activity_task_scheduled_event_attributes")
-        ]
+        return await handle.fetch_history()
 
-    scheduled = {a.activity_type.name: a for a in sagas.run(scenario)}
-    for name in HELD:
-        options = scheduled[name]
-        assert 0 < options.heartbeat_timeout.ToTimedelta().total_seconds() <= 5, name
-        assert options.retry_policy.maximum_attempts != 1, name
-        assert 0 < options.schedule_to_close_timeout.ToTimedelta().total_seconds() <= 120, name
+    history = sagas.run(scenario)
+    scheduled = {
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    }
+    local = {
+        json.loads(e.marker_recorded_event_attributes.details["data"].payloads[0].data)["activity_type"]
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    }
+    assert set(HELD) <= local, local
+    assert not set(HELD) & scheduled, scheduled
+    started = history.events[0].workflow_execution_started_event_attributes
+    assert started.workflow_task_timeout.ToTimedelta() == launch.WORKFLOW_TASK_TIMEOUT <= timedelta(seconds=2)
 
 
 def retryable(kind: str, message: str) -> ApplicationError:
@@ -185,7 +197,7 @@ def test_a_group_sync_that_cannot_succeed_gives_up_compensates_and_names_the_gro
         "KafkaOperationError: group billing: Broker: Coordinator not available"
     ) in result["detail"]
     assert sagas.script.calls.count(steps.SYNC_GROUPS) > 1  # retried until it gave up
-    assert sagas.script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
+    assert sagas.script.calls[-2:] == BEFORE_THE_FLIP_UNDONE
     assert result["pause_ms"] > 0  # held from the block until the unblock: a compensated switch held them too
 
 
@@ -199,7 +211,7 @@ def test_a_switch_whose_link_is_shared_splits_it_after_the_lock_and_moves_along_
         return await handle.result(), await progress(handle)
 
     result, shown = sagas.run(scenario)
-    assert sagas.script.steps == [*PLANNED[:2], steps.SPLIT, *PLANNED[2:]]  # before the block
+    assert sagas.script.calls == [*PLANNED[:2], steps.SPLIT, *PLANNED[2:]]  # before the block
     (split,) = sagas.script.requests[steps.SPLIT]
     assert split.split == LinkSplit("shared", "shared-split-1a2b3c4d", ["orders"])
     assert sagas.script.requests[steps.FLIP][0].link == "shared-split-1a2b3c4d"
@@ -215,7 +227,7 @@ def test_a_switch_abandoned_after_its_split_gives_the_topics_back_to_their_link(
     assert kind == "SwitchAbandoned"
     assert "switch abandoned before the flip at check copy" in result["detail"]
     assert "stays made" not in result["detail"]
-    assert sagas.script.steps[-3:] == [steps.UNBLOCK, steps.UNSPLIT, steps.UNLOCK]
+    assert sagas.script.calls[-3:] == [steps.UNBLOCK, steps.UNSPLIT, steps.UNLOCK]
     assert sagas.script.requests[steps.UNSPLIT][0].split.new_link == "shared-split-1a2b3c4d"
 
 
@@ -236,42 +248,59 @@ def test_a_lock_held_by_another_saga_refuses_naming_it(sagas: Sagas) -> None:
     kind, result = fails(sagas, "Switchover", SwitchRequest(["orders@host-7"]))
     assert (kind, result["outcome"]) == ("SwitchRefused", "refused")
     assert "refused: LockHeld: orders@host-7: locked by switchyard:orders since" in result["detail"]
-    assert steps.BLOCK not in sagas.script.steps
+    assert steps.BLOCK not in sagas.script.calls
 
 
-def test_a_source_that_moved_between_the_drains_read_and_the_fences_compensates(sagas: Sagas) -> None:
-    """The drain copies up to the ends it read when it started; the fence's ends must be those."""
+def test_the_flip_closes_the_fences_window_on_the_ends_the_drain_read(sagas: Sagas) -> None:
+    """No fence step waits on its own: the window opens with the ends the drain reads when it starts and
+    the flip, asked to, reads them again before its write."""
     sagas.script.drained_from = [PartitionEnd("orders", 0, 99), PartitionEnd("orders", 1, 80)]
-    kind, result = fails(sagas, "Switchover", SwitchRequest(["orders"]))
-    assert kind == "SwitchAbandoned"
-    assert "FenceBroken: the source moved after the block: orders[0] 99 -> 100" in result["detail"]
-    assert sagas.script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
-    assert steps.FLIP not in sagas.script.steps
+    result = sagas.run(lambda s: _result(s, SwitchRequest(["orders"])))
+    assert result.outcome == "switched"
+    (flip,) = sagas.script.requests[steps.FLIP]
+    assert (flip.fence, flip.ends) == (True, sagas.script.drained_from)
+    assert steps.FENCE not in sagas.script.calls
 
 
-def test_a_broken_fence_is_named_though_the_copy_check_failed_first(sagas: Sagas) -> None:
-    """A writer around the gateway makes both fail: the copy check sees the source moved before the fence's
-    window ends. The saga waits for the fence and names the cause, not the symptom."""
-    script = sagas.script
-    script.hold[steps.FENCE] = asyncio.Event()
-    script.fail[steps.FENCE] = refused("FenceBroken", "after the block, the source kept being written")
-    script.fail[steps.CHECK_COPY] = refused("CopyDiverged", "orders[0]: the source moved from 99 to 140")
+def test_a_longer_fence_window_asked_for_waits_before_the_flip(sagas: Sagas) -> None:
+    """``sagas.fence_window_s`` above 0 watches that much longer (slow writers around the gateway), at the
+    cost of holding clients as long: a timer between the check and the flip."""
 
-    async def scenario(s: Sagas) -> WorkflowFailureError:
+    async def scenario(s: Sagas) -> Any:
+        handle = await s.start("Switchover", SwitchRequest(["orders"], policy=Policy(fence_window_s=0.3)))
+        await handle.result()
+        return await handle.fetch_history()
+
+    history = sagas.run(scenario)
+    timers = [
+        e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+        for e in history.events
+        if e.HasField("timer_started_event_attributes")
+    ]
+    assert timers == [timedelta(seconds=0.3)]
+    assert sagas.script.calls == PLANNED
+
+
+def test_a_fence_broken_at_the_flip_compensates_and_shows_the_fence_failed(sagas: Sagas) -> None:
+    sagas.script.fail[steps.FLIP] = refused(
+        "FenceBroken", "after the block, the source kept being written: orders[0] 100 -> 101"
+    )
+
+    async def scenario(s: Sagas) -> tuple[WorkflowFailureError, Progress]:
         handle = await s.start("Switchover", SwitchRequest(["orders"]))
-        while steps.CHECK_COPY not in script.calls:
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)  # the check's failure is in the history before the fence's verdict
-        script.hold[steps.FENCE].set()
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
-        return failed.value
+        return failed.value, await handle.query("progress", result_type=Progress)
 
-    kind, result = failure(sagas.run(scenario))
+    failed, progress = sagas.run(scenario)
+    kind, result = failure(failed)
     assert kind == "SwitchAbandoned"
-    assert "FenceBroken: after the block, the source kept being written" in result["detail"]
-    assert "CopyDiverged" not in result["detail"]
-    assert script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
+    named = "at flip: FenceBroken: after the block, the source kept being written: orders[0]"
+    assert named in result["detail"]
+    assert sagas.script.calls[-2:] == BEFORE_THE_FLIP_UNDONE
+    fence = next(s for s in progress.steps if s.name == "fence")
+    assert fence.state == "failed", fence
+    assert "FenceBroken" in fence.detail, fence
 
 
 def test_a_transaction_that_stays_open_abandons_the_switch_before_the_fence_naming_it(sagas: Sagas) -> None:
@@ -285,7 +314,7 @@ def test_a_transaction_that_stays_open_abandons_the_switch_before_the_fence_nami
     assert kind == "SwitchAbandoned"
     named = "at settle transactions: TransactionsOpen: orders[0]: a transaction open since offset 20"
     assert named in result["detail"]
-    assert sagas.script.steps == [*PLANNED[:4], *BEFORE_THE_FLIP_UNDONE]  # no fence, no drain
+    assert sagas.script.calls == [*PLANNED[:4], *BEFORE_THE_FLIP_UNDONE]  # no fence, no drain
     assert sagas.script.requests[steps.SETTLE][0].timeout_s == 3.5
 
 
@@ -294,7 +323,7 @@ def test_a_failed_copy_check_is_named_when_the_fence_held(sagas: Sagas) -> None:
     kind, result = fails(sagas, "Switchover", SwitchRequest(["orders"]))
     assert kind == "SwitchAbandoned"
     assert "CopyDiverged: orders[0]: the target holds 120" in result["detail"]
-    assert sagas.script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
+    assert sagas.script.calls[-2:] == BEFORE_THE_FLIP_UNDONE
 
 
 def test_a_refused_plan_changes_nothing(sagas: Sagas) -> None:
@@ -306,7 +335,7 @@ def test_a_refused_plan_changes_nothing(sagas: Sagas) -> None:
         "refused",
         "no link copies from primary to dr",
     )
-    assert sagas.script.steps == [steps.PLAN]
+    assert sagas.script.calls == [steps.PLAN]
 
 
 def test_an_approval_is_only_taken_while_awaited_and_a_rejection_compensates(sagas: Sagas) -> None:
@@ -335,7 +364,7 @@ def test_an_approval_is_only_taken_while_awaited_and_a_rejection_compensates(sag
     assert kind == "SwitchAbandoned"
     assert "rejected before the flip by user:oncall: not during the sale" in result["detail"]
     assert result["approvals"] == ["rejected before the flip by user:oncall: not during the sale"]
-    assert sagas.script.steps == [*PLANNED[:8], *BEFORE_THE_FLIP_UNDONE]
+    assert sagas.script.calls == [*PLANNED[:7], *BEFORE_THE_FLIP_UNDONE]
 
 
 def test_an_approval_lets_the_switch_go_on(sagas: Sagas) -> None:
@@ -344,7 +373,7 @@ def test_an_approval_lets_the_switch_go_on(sagas: Sagas) -> None:
     async def scenario(s: Sagas) -> Any:
         handle = await s.start("Switchover", SwitchRequest(["orders"], policy=policy))
         waiting = await until(handle, lambda p: p.awaiting_approval is not None)
-        assert sagas.script.steps == [steps.PLAN]  # nothing held while it waits
+        assert sagas.script.calls == [steps.PLAN]  # nothing held while it waits
         assert waiting.phase == "awaiting approval"
         await handle.execute_update("approve", Decision("user:lead", "go"), result_type=str)
         result = await handle.result()
@@ -354,7 +383,7 @@ def test_an_approval_lets_the_switch_go_on(sagas: Sagas) -> None:
     result = sagas.run(scenario)
     assert result.outcome == "switched"
     assert result.approvals == ["approved before the block by user:lead: go"]
-    assert sagas.script.steps == PLANNED
+    assert sagas.script.calls == PLANNED
 
 
 def test_an_approval_not_given_in_time_compensates(sagas: Sagas) -> None:
@@ -363,7 +392,7 @@ def test_an_approval_not_given_in_time_compensates(sagas: Sagas) -> None:
     kind, result = fails(sagas, "Switchover", SwitchRequest(["orders"], policy=policy))
     assert kind == "SwitchAbandoned"
     assert "no approval before the flip within 1s" in result["detail"]
-    assert sagas.script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
+    assert sagas.script.calls[-2:] == BEFORE_THE_FLIP_UNDONE
 
 
 def test_a_failover_not_approved_in_time_ends_compensated_before_its_lock(sagas: Sagas) -> None:
@@ -373,8 +402,8 @@ def test_a_failover_not_approved_in_time_ends_compensated_before_its_lock(sagas:
     assert kind == "SwitchAbandoned"
     assert result["outcome"] == "compensated"
     assert "failover abandoned before the flip: no approval before the flip within 1s" in result["detail"]
-    assert steps.LOCK not in sagas.script.steps
-    assert steps.FLIP not in sagas.script.steps
+    assert steps.LOCK not in sagas.script.calls
+    assert steps.FLIP not in sagas.script.calls
 
 
 def test_cancelled_before_the_flip_it_undoes_what_it_did(sagas: Sagas) -> None:
@@ -391,8 +420,8 @@ def test_cancelled_before_the_flip_it_undoes_what_it_did(sagas: Sagas) -> None:
     kind, result = failure(sagas.run(scenario))
     assert kind == "SwitchAbandoned"
     assert "switch abandoned before the flip at drain: cancelled" in result["detail"]
-    assert sagas.script.steps[-2:] == BEFORE_THE_FLIP_UNDONE
-    assert steps.FLIP not in sagas.script.steps
+    assert sagas.script.calls[-2:] == BEFORE_THE_FLIP_UNDONE
+    assert steps.FLIP not in sagas.script.calls
 
 
 def test_a_failover_refuses_a_source_that_answers_unless_forced(sagas: Sagas) -> None:
@@ -425,7 +454,7 @@ def test_a_failover_flips_at_once_shields_and_measures_the_loss(sagas: Sagas) ->
         return result
 
     result = sagas.run(scenario)
-    calls = sagas.script.steps
+    calls = sagas.script.calls
     assert calls[:7] == [
         steps.PLAN, steps.PROBE, steps.LOCK, steps.FLIP, steps.AWAIT_ACKS, steps.MEASURE_LOSS, steps.UNLOCK,
     ]  # fmt: skip
@@ -477,7 +506,7 @@ def test_a_topic_migration_moves_every_user_and_retires_the_source_once_approved
         handle = await s.start("TopicMigration", MigrationRequest("orders", "standby", actor="user:test"))
         waiting = await until(handle, lambda p: p.awaiting_approval is not None)
         assert waiting.awaiting_approval == "before retiring the source copy"
-        assert sagas.script.steps == MIGRATION  # the clients moved; the source copy waits
+        assert sagas.script.calls == MIGRATION  # the clients moved; the source copy waits
         approval = Decision("user:owner", "nobody reads it there")
         await handle.execute_update("approve", approval, result_type=str)
         result = await handle.result()
@@ -485,7 +514,7 @@ def test_a_topic_migration_moves_every_user_and_retires_the_source_once_approved
         return result
 
     result = sagas.run(scenario)
-    assert sagas.script.steps == [*MIGRATION, steps.RETIRE_TOPIC]
+    assert sagas.script.calls == [*MIGRATION, steps.RETIRE_TOPIC]
     assert result.outcome == "migrated"
     assert result.moved == ["billing##billing", "billing#orders", "shop#orders"]
     assert sagas.script.requests[steps.PLAN][0].keys == result.moved
@@ -508,7 +537,7 @@ def test_a_topic_migration_keeps_the_source_copy_when_retiring_is_rejected(sagas
 
     result = sagas.run(scenario)
     assert result.outcome == "migrated"  # the clients moved all the same
-    assert steps.RETIRE_TOPIC not in sagas.script.steps
+    assert steps.RETIRE_TOPIC not in sagas.script.calls
     assert "orders stays on primary, copied back by migrate-orders-to-standby-back" in result.detail
     assert "rejected before retiring the source copy by user:owner: keep it a week" in result.detail
 
@@ -519,11 +548,11 @@ def test_a_topic_migration_whose_copy_fails_moves_nobody(sagas: Sagas) -> None:
     kind, result = fails(sagas, "TopicMigration", MigrationRequest("orders", "standby"))
     assert kind == "MigrationAbandoned"
     assert "CopyFailed: link stopped copying orders[1]; no client was moved" in result["detail"]
-    assert sagas.script.steps == [steps.TOPIC_USERS, steps.PREPARE_MIGRATION]
+    assert sagas.script.calls == [steps.TOPIC_USERS, steps.PREPARE_MIGRATION]
 
 
 def test_a_topic_migration_abandoned_before_the_flip_leaves_the_copy_running(sagas: Sagas) -> None:
-    sagas.script.fail[steps.FENCE] = refused("FenceBroken", "after the block, orders[0] kept being written")
+    sagas.script.fail[steps.FLIP] = refused("FenceBroken", "after the block, orders[0] kept being written")
 
     kind, result = fails(sagas, "TopicMigration", MigrationRequest("orders", "standby"))
     assert kind == "SwitchAbandoned"
@@ -532,7 +561,7 @@ def test_a_topic_migration_abandoned_before_the_flip_leaves_the_copy_running(sag
         "keys unblocked where they were; link migrate-orders-to-standby keeps copying (run the migration "
         "again to finish)"
     )
-    assert sagas.script.steps == [*MIGRATION[:8], *BEFORE_THE_FLIP_UNDONE]  # the drain ran beside the fence
+    assert sagas.script.calls == [*MIGRATION[:10], *BEFORE_THE_FLIP_UNDONE]  # up to the flip, which fenced
 
 
 PARTITION = [steps.PLAN_PARTITION, steps.HOLD_PARTITION, steps.MIGRATE_PARTITION, steps.CHECK_ORIGIN]
@@ -549,7 +578,7 @@ def test_a_partition_migration_holds_takes_effect_and_checks_the_origin(sagas: S
         return result
 
     result = sagas.run(scenario)
-    assert sagas.script.steps == PARTITION
+    assert sagas.script.calls == PARTITION
     assert (result.outcome, result.source, result.target) == ("migrated", "primary", "standby")
     assert (result.block_epoch, result.flip_epoch, result.end_offset) == (20, 21, 1200)
     assert result.keys == ["orders[1]"]
@@ -577,7 +606,7 @@ def test_a_partition_migration_that_fails_before_it_takes_effect_is_called_off(s
     assert result["detail"] == (
         "orders[1] stays on primary: BindingConflict: migration of orders[1] moved at take effect"
     )
-    assert sagas.script.steps == [steps.PLAN_PARTITION, steps.HOLD_PARTITION, steps.MIGRATE_PARTITION,
+    assert sagas.script.calls == [steps.PLAN_PARTITION, steps.HOLD_PARTITION, steps.MIGRATE_PARTITION,
                                   steps.CALL_OFF_PARTITION]  # fmt: skip
 
 
@@ -586,7 +615,7 @@ def test_a_partition_migration_refused_or_rejected_changes_nothing(sagas: Sagas)
     kind, result = fails(sagas, "PartitionMigration", PartitionMigrationRequest("orders", 1, "standby"))
     assert (kind, result["outcome"]) == ("SwitchRefused", "refused")
     assert result["detail"] == "link p2s copies orders between primary and standby"
-    assert sagas.script.steps == [steps.PLAN_PARTITION]
+    assert sagas.script.calls == [steps.PLAN_PARTITION]
 
     sagas.script.refusal, sagas.script.calls = None, []
     request = PartitionMigrationRequest("orders", 1, "standby", policy=Policy(ApprovalPoint.BEFORE_BLOCK))
@@ -603,7 +632,7 @@ def test_a_partition_migration_refused_or_rejected_changes_nothing(sagas: Sagas)
     kind, result = failure(sagas.run(scenario))
     assert (kind, result["outcome"]) == ("SwitchAbandoned", "compensated")
     assert "rejected before the partition moves by user:owner: not today" in result["detail"]
-    assert sagas.script.steps == [steps.PLAN_PARTITION]  # nothing to call off: nothing was held
+    assert sagas.script.calls == [steps.PLAN_PARTITION]  # nothing to call off: nothing was held
 
 
 def test_a_partition_migration_whose_step_failed_after_it_took_effect_goes_forward(sagas: Sagas) -> None:
@@ -616,4 +645,4 @@ def test_a_partition_migration_whose_step_failed_after_it_took_effect_goes_forwa
 
     result = sagas.run(scenario)
     assert (result.outcome, result.end_offset, result.flip_epoch) == ("migrated", 1200, 21)
-    assert sagas.script.steps == [*PARTITION[:3], steps.CALL_OFF_PARTITION, steps.CHECK_ORIGIN]
+    assert sagas.script.calls == [*PARTITION[:3], steps.CALL_OFF_PARTITION, steps.CHECK_ORIGIN]
