@@ -38,7 +38,10 @@ SECONDS = int(os.environ.get("SWITCHYARD_LOAD_S", "5"))
 PARTITIONS = 3
 ROUNDS = int(os.environ.get("SWITCHYARD_LOAD_ROUNDS", "3"))
 
-pytestmark = pytest.mark.timeout(ROUNDS * len(SIZES) * len(LOADS_MIB_S) * 3 * (SECONDS + 60) + 300)  # 3 paths
+PATHS = 4
+"""direct, the plain relay, the gateway, Kroxylicious (:func:`tests.bench.test_relay_bench.paths`)."""
+
+pytestmark = pytest.mark.timeout(ROUNDS * len(SIZES) * len(LOADS_MIB_S) * PATHS * (SECONDS + 60) + 300)
 
 
 def measured(path: Route, size: int, load: int) -> tuple[Load, float]:
@@ -93,5 +96,25 @@ def test_fixed_loads(paths: list[Route]) -> None:  # noqa: F811
     header = ("RECORDS", "OFFERED MiB/s", "PATH", "ACHIEVED MiB/s", "PRODUCE p50", "p99", "ADDED p50 / p99",
               "END TO END p50", "p99", "ADDED p50 / p99", "PROXY CPU")  # fmt: skip
     print(render(header, rows))
+    print(render(("RECORDS", "OFFERED MiB/s", "ADDED PRODUCE p99, GATEWAY / KROXYLICIOUS",
+                  "ADDED END-TO-END p99, GATEWAY / KROXYLICIOUS", "PROXY CPU, GATEWAY / KROXYLICIOUS"),
+                 beside_kroxylicious(results)))  # fmt: skip
     read = [r.e2e_samples / max(r.produce_samples, 1) for r, _ in results.values()]
     print(f"end-to-end samples read back: {min(read):.0%} at least")
+
+
+def beside_kroxylicious(results: dict[tuple[str, int, int], tuple[Load, float]]) -> list[tuple[str, ...]]:
+    """Per size and load, what the gateway adds to the direct path's p99 beside what Kroxylicious adds,
+    and their CPU (each as a share of a core over its own run, so per record carried at the same load)."""
+    rows: list[tuple[str, ...]] = []
+    for size in SIZES:
+        for load in LOADS_MIB_S:
+            direct, _ = results[("direct", size, load)]
+            (g, g_cpu), (k, k_cpu) = results[("gateway", size, load)], results[("kroxylicious", size, load)]
+            rows.append((
+                f"{size} B", f"{load}",
+                f"{g.produce_p99 - direct.produce_p99:+.2f} / {k.produce_p99 - direct.produce_p99:+.2f} ms",
+                f"{g.e2e_p99 - direct.e2e_p99:+.2f} / {k.e2e_p99 - direct.e2e_p99:+.2f} ms",
+                f"{g_cpu:.0%} / {k_cpu:.0%} ({g_cpu / k_cpu:.2f}x)" if k_cpu else f"{g_cpu:.0%} / -",
+            ))  # fmt: skip
+    return rows

@@ -75,6 +75,13 @@ class MirrorMaker:
             stop_process(self.process)
         self.process = None
 
+    def kill(self) -> None:
+        """At once, as when its source cluster dies: it copies nothing more."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(10)
+        self.process = None
+
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
