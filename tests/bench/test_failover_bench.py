@@ -42,6 +42,7 @@ from switchyard.routing.store import RoutingStore
 from switchyard.sagas.requests import Kind, SwitchRequest
 from switchyard.table import render
 from switchyard.traffic import Reader, Traffic, account
+from tests.bench.test_mirror_bench import mm2_copy_exists, wait_for
 from tests.bench.test_switchover_bench import ACTOR, prepare, switch
 from tests.helpers.live import Live
 from tests.helpers.mirrormaker import MM2_VERSION, MirrorMaker
@@ -69,14 +70,6 @@ class Outcome:
     """How long the application could not write: stopped until repointed, or the producer's pause."""
 
 
-def wait_for(condition: object, timeout_s: float, what: str) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
-
-
 def through_mirrormaker(stack_config: Config, work: Path, *, planned: bool) -> Outcome:
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
     app = f"mm2-{uuid.uuid4().hex[:6]}"
@@ -87,7 +80,7 @@ def through_mirrormaker(stack_config: Config, work: Path, *, planned: bool) -> O
     traffic = Traffic(primary, app, topic, group, idempotent=True, rate_per_s=RATE)
     stopped = False
     try:
-        wait_for(lambda: bool(kafka.partitions(standby, lambda t: t == topic)), 120, "MM2 made no copy")
+        wait_for(lambda: mm2_copy_exists(standby, topic), 120, "MirrorMaker 2 made no copy")
         traffic.start()
         traffic.wait_for(RATE)
         target_admin = AdminClient({"bootstrap.servers": standby})
