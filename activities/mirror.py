@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from confluent_kafka import KafkaException
+from confluent_kafka import ConsumerGroupState, KafkaException
 from confluent_kafka.admin import AdminClient
 from temporalio import activity
 
@@ -52,6 +52,7 @@ from switchyard.sagas.steps import (
     LossRequest,
     PartitionEnd,
 )
+from switchyard.threads import at_once
 from switchyard.topic_copies import follow_settings
 
 log = logging.getLogger(__name__)
@@ -180,11 +181,13 @@ class MirrorActivities:
     def _wait_idle(self, cluster: str, groups: list[str], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
-            active = {}
-            for group in groups:
+
+            def state(group: str) -> tuple[ConsumerGroupState, int]:
                 with about(group):
-                    active[group] = _of_group(self.deps.admins, cluster, group_state, group)
-            active = {g: s for g, s in active.items() if not idle(*s)}
+                    return _of_group(self.deps.admins, cluster, group_state, group)
+
+            states = dict(zip(groups, at_once(state, groups), strict=True))
+            active = {g: s for g, s in states.items() if not idle(*s)}
             if not active:
                 return
             named = ", ".join(f"{g} ({n} members, {s.name})" for g, (s, n) in sorted(active.items()))
@@ -203,7 +206,8 @@ class MirrorActivities:
         copied yet would be lost at the flip) — and the groups read the same records."""
         link = self.deps.link(request.link)
         keys = {(e.topic, e.partition): e.end for e in request.ends}
-        stood_still(self.deps, link.source, keys)  # the fence's window is open: no record may land there
+        if not request.fenced_at_flip:
+            stood_still(self.deps, link.source, keys)  # the fence's window is open: no record may land there
         target = self.deps.ends(link.target, keys)
         maps = self.deps.link_records(link.target, link.id).maps
         problems = []
@@ -219,6 +223,8 @@ class MirrorActivities:
                 problems.append(f"{t}[{p}]: the target holds {held}, fewer than the {copied} to copy")
         problems += self._groups_differ(link.source, link.target, maps, target, request.groups)
         if problems:
+            if request.fenced_at_flip:  # a writer around the gateway, if the source moved: named so
+                stood_still(self.deps, link.source, keys)
             raise CopyDiverged(f"link {link.id}: {'; '.join(problems[:10])}")
         return CopyChecked("clean")
 
@@ -227,12 +233,16 @@ class MirrorActivities:
     ) -> list[str]:
         """How the groups' offsets on the target differ from the source's, translated (within the
         target's ``ends``: see ``sync_groups``)."""
-        found = []
         admins = self.deps.admins
-        for group in groups:
+
+        def offsets(asked: tuple[str, str]) -> dict[Key, int]:
+            cluster, group = asked
             with about(group):
-                theirs = _of_group(admins, target, committed_offsets, group)
-                ours = _of_group(admins, source, committed_offsets, group)
+                return _of_group(admins, cluster, committed_offsets, group)
+
+        read = at_once(offsets, [(cluster, g) for g in groups for cluster in (target, source)])
+        found = []
+        for group, theirs, ours in zip(groups, read[::2], read[1::2], strict=True):
             for key, offset in ours.items():
                 if key not in ends or offset < 0:
                     continue

@@ -8,6 +8,7 @@ nothing twice.
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 
 from temporalio import activity
 
@@ -38,6 +39,7 @@ from switchyard.sagas.steps import (
     Unblocked,
     UnblockRequest,
 )
+from switchyard.threads import beside
 
 _ACK_POLL_S = 1.0
 
@@ -104,8 +106,8 @@ class RoutingActivities:
 
     @step(steps.FLIP)
     def flip_keys(self, request: FlipRequest) -> Flipped:
-        """Close the fence's window when asked (the source's ends must be those the copy was drained to),
-        store where the copy stands, then in one fenced change: the keys active on the target, the link
+        """Store where the copy stands, closing the fence's window when asked (the source's ends must be
+        those the copy was drained to), then in one fenced change: the keys active on the target, the link
         promoted (the gateway refuses clients' writes to an unpromoted target, so none sees one without
         the other) and, for a failover, the source shielded."""
         store, deps = self.deps.store, self.deps
@@ -116,8 +118,6 @@ class RoutingActivities:
             if done is not None:  # this step's own change, retried after its answer was lost
                 return Flipped(done, self._final(request))
             raise BindingRefused(f"link {link.id} was promoted by someone else")
-        if request.fence:  # the window opened with the ends the drain read; nothing may have moved them
-            stood_still(deps, request.source, {(e.topic, e.partition): e.end for e in request.ends})
         final = self._store_final(request)
         bindings = [
             BindingChange(BindingKey.parse(k), request.epochs[k], request.target, BindingState.ACTIVE)
@@ -141,12 +141,21 @@ class RoutingActivities:
 
     def _store_final(self, request: FlipRequest) -> list[PartitionEnd]:
         """Each partition's final position next to the offset map: how far the source was copied, and
-        the target's end then — where the lost window and the reverse link start."""
+        the target's end then — where the lost window and the reverse link start. The fence, when asked,
+        reads the source's ends beside the target's (clients are held), and is judged before anything
+        is written: the window opened with the ends the drain read, and nothing may have moved them."""
         final = self._final(request)
+        fence: Future[object] | None = None
+        if request.fence:
+            fenced = {(e.topic, e.partition): e.end for e in request.ends}
+            fence = beside(lambda: stood_still(self.deps, request.source, fenced), "fence")
+        target_ends = self._target_ends(request, final)
+        if fence is not None:
+            fence.result()  # FenceBroken: nothing written
         target = self.deps.bootstrap(request.target)
         records = [
             end_record(request.link, p.topic, p.partition, p.end, end)
-            for p, end in zip(final, self._target_ends(request, final), strict=True)
+            for p, end in zip(final, target_ends, strict=True)
         ]
         store_records(
             target, records, f"final positions of link {request.link}", self.deps.map_producer(request.target)

@@ -1,11 +1,21 @@
 """Threads whose failures reach whoever waits for them: what a thread raised is raised again from
-``join`` (a test's assertion in a client thread fails the test; the demo reports it)."""
+``join`` (a test's assertion in a client thread fails the test; the demo reports it), or from the
+results of work done at once (a saga step's reads of several groups or clusters while clients are held).
+"""
 
 from __future__ import annotations
 
+import contextvars
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+A = TypeVar("A")
+R = TypeVar("R")
+_MOST = 8
+"""Threads of one ``at_once`` at most: each waits on a broker, and a few hundred groups need not be
+asked all at the same instant."""
 
 
 class Worker(threading.Thread):
@@ -27,3 +37,30 @@ class Worker(threading.Thread):
             raise TimeoutError(f"thread {self.name} still running after {timeout}s")
         if self.error is not None:
             raise self.error
+
+
+def at_once(work: Callable[[A], R], items: Iterable[A]) -> list[R]:
+    """``work`` on every item, on threads, each in a copy of the caller's context (an activity's, whose
+    heartbeats and info it reads); the results in the items' order, or the first item's failure raised
+    once all are done."""
+    items = list(items)
+    if len(items) < 2:
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(min(_MOST, len(items)), thread_name_prefix="at-once") as pool:
+        futures = [pool.submit(contextvars.copy_context().run, work, item) for item in items]
+    return [future.result() for future in futures]
+
+
+def beside(work: Callable[[], R], name: str) -> Future[R]:
+    """``work`` started on a thread of its own, in a copy of the caller's context; its future."""
+    done: Future[R] = Future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            done.set_result(context.run(work))
+        except BaseException as exc:
+            done.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return done

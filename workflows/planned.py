@@ -306,7 +306,9 @@ class PlannedSwitch(SagaWorkflow):
             give_up_s=sync.idle_timeout_s + 5, local=local,
         )  # fmt: skip
         assert self._blocked_at is not None
-        check = CopyCheckRequest(plan.link, ends, synced.groups, self._blocked_at.isoformat())
+        check = CopyCheckRequest(
+            plan.link, ends, synced.groups, self._blocked_at.isoformat(), fenced_at_flip=local
+        )  # the local steps are the held-briefly ones, whose flip closes the fence
         await self._step(
             "check copy", steps.CHECK_COPY, check, CopyChecked, timeout_s=30, give_up_s=CHECK_GIVE_UP_S,
             local=local,

@@ -216,12 +216,11 @@ async def _described(handle: ScheduleHandle, name: str) -> ScheduledDrill:
 async def _request_of(handle: ScheduleHandle, arg: object) -> DrillRequest | None:
     """The schedule's drill request, decoded (a schedule described comes back with raw payloads)."""
     from temporalio.api.common.v1 import Payload
-    from temporalio.converter import DataConverter
 
     if not isinstance(arg, Payload):
         return arg if isinstance(arg, DrillRequest) else None
     try:
-        decoded = await DataConverter.default.decode([arg], [DrillRequest])
+        decoded = await temporal.data_converter().decode([arg], [DrillRequest])
     except Exception:  # a schedule made by another version: shown without its request
         return None
     found = decoded[0]

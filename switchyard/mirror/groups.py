@@ -33,6 +33,7 @@ from switchyard import kafka
 from switchyard.admins import failed_in_client
 from switchyard.errors import KafkaOperationError
 from switchyard.mirror.offsets import OffsetMap
+from switchyard.threads import at_once
 
 log = logging.getLogger(__name__)
 Key = tuple[str, int]
@@ -65,6 +66,14 @@ class GroupSyncReport:
     """Why the sync stopped early: a request failed in the client (see :mod:`switchyard.admins`), and
     the groups after it would each wait out their time-out on the same client."""
 
+    def add(self, other: GroupSyncReport) -> None:
+        """Another group's report joined to this one."""
+        self.written += other.written
+        self.unchanged += other.unchanged
+        self.skipped += other.skipped
+        self.in_step += other.in_step
+        self.carried |= other.carried
+
 
 def sync_groups(
     source: AdminClient,
@@ -89,21 +98,28 @@ def sync_groups(
     rewind to the flip as soon as it restarted). Each group's target is read and written within its
     ``turn``, and left alone when someone else holds it.
     """
+
+    def one(group: str) -> GroupSyncReport:
+        part = GroupSyncReport()
+        with about(group):
+            wanted = _wanted(source, group, copies, maps, mirrored, part, timeout_s)
+            if wanted:
+                with turn(group) as holder:
+                    if holder is not None:
+                        part.skipped.append(f"{group}: left to {holder}, which moves it")
+                    else:
+                        _write_group(target, group, wanted, part, timeout_s, rewind=groups is not None)
+        return part
+
     report = GroupSyncReport()
-    names = list(groups) if groups is not None else list_groups(source, timeout_s)
-    for group in names:
+    if groups is not None:  # a saga's, clients held: every group must come over, all asked at once
+        for part in at_once(one, list(groups)):
+            report.add(part)
+        return report
+    for group in list_groups(source, timeout_s):
         try:
-            with about(group):
-                wanted = _wanted(source, group, copies, maps, mirrored, report, timeout_s)
-                if wanted:
-                    with turn(group) as holder:
-                        if holder is not None:
-                            report.skipped.append(f"{group}: left to {holder}, which moves it")
-                            continue
-                        _write_group(target, group, wanted, report, timeout_s, rewind=groups is not None)
+            report.add(one(group))
         except KafkaOperationError as exc:
-            if groups is not None:
-                raise
             report.skipped.append(str(exc))
             if failed_in_client(exc):
                 report.failed_in_client = str(exc)

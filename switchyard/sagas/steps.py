@@ -289,6 +289,9 @@ class CopyCheckRequest:
     since: str = ""
     """When clients were blocked (ISO time): where the target holds fewer records than the fenced end, the
     mirror must have reported reading past the rest (transaction markers) since then."""
+    fenced_at_flip: bool = False
+    """The flip reads the source's ends once more before it writes (the fence's window closes there):
+    here they are read only to name why the copy differs, when it does."""
 
 
 @dataclass

@@ -45,29 +45,39 @@ def activities(routing: RoutingStore, stack_config: Config) -> Iterator[MirrorAc
         yield MirrorActivities(deps)
 
 
+MOVED = rf"FenceBroken.*being written: {{topic}}\[0\] {COPIED - 1} -> {COPIED}"
+
+
+@pytest.mark.parametrize("at_flip", [False, True], ids=["fenced-here", "fenced-at-flip"])
 @pytest.mark.parametrize(
     ("on_target", "fenced", "found"),
     [
         (COPIED, COPIED, None),
         (COPIED - 1, COPIED, f"CopyDiverged.*the target holds {COPIED - 1}, fewer than the {COPIED} to copy"),
         (COPIED + 1, COPIED, f"CopyDiverged.*the target holds {COPIED + 1}, more than the {COPIED} copied"),
-        (COPIED, COPIED - 1, rf"FenceBroken.*being written: {{topic}}\[0\] {COPIED - 1} -> {COPIED}"),
+        (COPIED, COPIED - 1, MOVED),
+        (COPIED - 1, COPIED - 1, MOVED),
     ],
-    ids=["exact", "one-short", "one-over", "source-moved"],
+    ids=["exact", "one-short", "one-over", "source-moved", "source-moved-copy-exact"],
 )
 def test_the_check_before_the_flip_passes_an_exact_copy_and_names_any_record_off(
     on_target: int,
     fenced: int,
     found: str | None,
+    at_flip: bool,
     activities: MirrorActivities,
     routing: RoutingStore,
     stack_config: Config,
 ) -> None:
+    """Where the flip closes the fence, the check reads the source only to name why the copy differs: a
+    copy exact up to the fenced ends passes, though the source moved (the flip then stops the switch)."""
+    if at_flip and (on_target, fenced) == (COPIED - 1, COPIED - 1):
+        found = None
     topic, link = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("checked-t", "checked-l"))
     fill_topic(stack_config.clusters["primary"].bootstrap, topic, COPIED, partitions=1, size=16)
     fill_topic(stack_config.clusters["standby"].bootstrap, topic, on_target, partitions=1, size=16)
     routing.create_link(link, "primary", "standby", include=[topic], actor="user:test", reason="t")
-    check = CopyCheckRequest(link, [PartitionEnd(topic, 0, fenced)])
+    check = CopyCheckRequest(link, [PartitionEnd(topic, 0, fenced)], fenced_at_flip=at_flip)
     if found is None:
         assert ActivityEnvironment().run(activities.check_copy, check).verdict == "clean"
     else:

@@ -21,10 +21,12 @@ from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import LedgerError
 from switchyard.keys import BindingKey
+from switchyard.mirror.mapstore import read_link
 from switchyard.model import BindingState, LinkState
 from switchyard.routing import BindingChange, RoutingStore
 from switchyard.sagas.steps import FlipRequest, PartitionEnd, UnblockRequest
 from tests.helpers.deps import worker_deps
+from tests.helpers.records import fill_topic
 
 ACTOR = "user:test"
 
@@ -34,6 +36,23 @@ def activities(routing: RoutingStore, stack_config: Config) -> Iterator[RoutingA
     """The routing steps on dependencies of their own, as a worker builds them, on the test's root."""
     with worker_deps(routing, stack_config) as deps:
         yield RoutingActivities(deps)
+
+
+def blocked_before_the_flip(
+    routing: RoutingStore, app: str, topic: str, link: str, *, end: int
+) -> tuple[BindingKey, FlipRequest]:
+    """A link copying ``topic`` (one partition) primary -> standby, ``app`` blocked on the primary, and the
+    flip a saga would then ask for, drained to ``end``."""
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
+    key = BindingKey.for_app(app)
+    bound = routing.set_binding(key, "primary", actor=ACTOR, reason="t")
+    blocked = routing.apply(
+        [BindingChange(key, bound, "primary", BindingState.BLOCKED)], actor=ACTOR, reason="t"
+    )
+    return key, FlipRequest(
+        saga_id=f"switchyard:{app}", keys=[str(key)], epochs={str(key): blocked}, source="primary",
+        target="standby", link=link, ends=[PartitionEnd(topic, 0, end)],
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("retried", ["flip", "unblock"])
@@ -47,16 +66,8 @@ def test_a_flip_whose_worker_died_before_its_ledger_row_is_found_made_when_retri
     app, topic, link = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("flipped", "flipped-t", "flipped-l"))
     for cluster in ("primary", "standby"):
         kafka.create_topics(stack_config.clusters[cluster].bootstrap, [topic], partitions=1)
-    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
-    key = BindingKey.for_app(app)
-    bound = routing.set_binding(key, "primary", actor=ACTOR, reason="t")
-    blocked = routing.apply(
-        [BindingChange(key, bound, "primary", BindingState.BLOCKED)], actor=ACTOR, reason="t"
-    )
-    flip = FlipRequest(
-        saga_id=f"switchyard:{app}", keys=[str(key)], epochs={str(key): blocked}, source="primary",
-        target="standby", link=link, ends=[PartitionEnd(topic, 0, 0)],
-    )  # fmt: skip
+    key, flip = blocked_before_the_flip(routing, app, topic, link, end=0)
+    blocked = flip.epochs[str(key)]
     env = ActivityEnvironment()  # a run of its own: a step's request id is derived from the run's id
     env.info = dataclasses.replace(env.info, workflow_run_id=str(uuid.uuid4()))
 
@@ -81,3 +92,21 @@ def test_a_flip_whose_worker_died_before_its_ledger_row_is_found_made_when_retri
     binding = routing.binding(key)
     assert binding is not None
     assert (binding.cluster, binding.state) == ("standby", BindingState.ACTIVE)
+
+
+def test_a_fenced_flip_whose_source_moved_since_the_drain_writes_nothing(
+    activities: RoutingActivities, routing: RoutingStore, stack_config: Config
+) -> None:
+    """The flip closes the fence's window: a record on the source past the drained end (a writer around
+    the gateway) stops it before the final positions are stored or any routing changes."""
+    app, topic, link = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("fenced", "fenced-t", "fenced-l"))
+    fill_topic(stack_config.clusters["primary"].bootstrap, topic, 3, partitions=1, size=16)
+    fill_topic(stack_config.clusters["standby"].bootstrap, topic, 2, partitions=1, size=16)
+    _, flip = blocked_before_the_flip(routing, app, topic, link, end=2)
+    flip = dataclasses.replace(flip, fence=True)
+    blocked = routing.epoch()
+    with pytest.raises(ApplicationError, match=rf"FenceBroken.*being written: {topic}\[0\] 2 -> 3"):
+        ActivityEnvironment().run(activities.flip_keys, flip)
+    assert routing.epoch() == blocked
+    assert routing.link(link).state is LinkState.RUNNING  # type: ignore[union-attr]
+    assert read_link(stack_config.clusters["standby"].bootstrap, link).ends == {}

@@ -14,6 +14,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from switchyard.temporal import data_converter
 from workers.worker.registry import WORKFLOWS
 
 HISTORIES = sorted(Path(__file__).with_name("histories").glob("*.json"))
@@ -36,6 +37,6 @@ def test_there_are_histories_of_every_saga() -> None:
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
 def test_a_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json(path.stem, path.read_text())
-    replayer = Replayer(workflows=WORKFLOWS)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=data_converter())
     result = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
