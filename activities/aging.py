@@ -8,7 +8,7 @@ from activities.deps import Deps
 from activities.recorded import step
 from switchyard import kafka
 from switchyard.errors import BindingRefused
-from switchyard.migration_checks import age_migrations, check_retirable, record_origin_ends, retirable
+from switchyard.moves.partition_aging import age_migrations, check_retirable, record_origin_ends, retirable
 from switchyard.sagas import steps
 from switchyard.sagas.steps import (
     Aged,

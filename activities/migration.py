@@ -11,10 +11,10 @@ from activities.pulse import beat
 from activities.recorded import step
 from switchyard import kafka
 from switchyard.errors import BindingRefused, CopyFailed, DrainTimeout
-from switchyard.migration import find_users
 from switchyard.mirror.control import delete_link
 from switchyard.mirror.status import PartitionStatus, read_status
 from switchyard.model import Link, LinkState
+from switchyard.moves.topic import find_users
 from switchyard.sagas import steps
 from switchyard.sagas.steps import (
     MigrationLink,

@@ -20,7 +20,7 @@ from switchyard.acked import acked_end
 from switchyard.errors import BindingConflict, BindingRefused, CopyFailed
 from switchyard.ledger.kinds import AnyChange
 from switchyard.model import ClusterState, MigrationMode, MigrationState, PartitionId, PartitionMigration
-from switchyard.partition_migration import plan_partition
+from switchyard.moves.partition import plan_partition
 from switchyard.routing import ClusterChange, MigrationChange
 from switchyard.sagas import steps
 from switchyard.sagas.steps import (

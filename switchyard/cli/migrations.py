@@ -8,8 +8,8 @@ import click
 from switchyard.cli.base import Group, NameType, actor_option, cli, config_of, reason_option, store_of
 from switchyard.cli.sagas import launch_saga
 from switchyard.ledger.kinds import MIGRATIONS
-from switchyard.migration_checks import age_migrations, record_origin_ends, retirable
 from switchyard.model import MigrationState, PartitionId, PartitionMigration
+from switchyard.moves.partition_aging import age_migrations, record_origin_ends, retirable
 from switchyard.routing import MigrationChange
 from switchyard.sagas.ids import origin_retirement_id
 from switchyard.sagas.requests import Kind, OriginRetirementRequest

@@ -31,9 +31,9 @@ from switchyard.errors import SagaEnded, UnknownSaga
 from switchyard.keys import BindingKey
 from switchyard.launch import WORKFLOW_TYPES, SagaFailed, policy_of, ui_link
 from switchyard.ledger import Ledger
-from switchyard.migration import find_users
 from switchyard.model import BindingState
-from switchyard.partition_migration import plan_partition
+from switchyard.moves.partition import plan_partition
+from switchyard.moves.topic import find_users
 from switchyard.planning import plan_switch
 from switchyard.routing.locks import SagaLocks
 from switchyard.sagas.ids import migration_id, migration_link, partition_migration_id, saga_id

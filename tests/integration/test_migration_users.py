@@ -11,7 +11,7 @@ import pytest
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.keys import BindingKey
-from switchyard.migration import find_users
+from switchyard.moves.topic import find_users
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import migration_link
 from switchyard.sagas.steps import TopicUsers, UsersRequest

@@ -12,7 +12,6 @@ import pytest
 
 from switchyard.errors import BindingRefused
 from switchyard.ledger.kinds import MigrationChange
-from switchyard.migration_checks import ages
 from switchyard.model import (
     Cluster,
     ClusterState,
@@ -21,6 +20,7 @@ from switchyard.model import (
     PartitionId,
     PartitionMigration,
 )
+from switchyard.moves.partition_aging import ages
 
 AT = datetime(2026, 11, 24, tzinfo=UTC)
 P = PartitionId("orders", 1)

@@ -3,7 +3,7 @@
 At start it builds what activities share once (:class:`~activities.deps.Deps`) and starts each
 cluster's clients in the background (:meth:`~activities.deps.Deps.warm`), connects to Temporal,
 registers the search attributes sagas set and keeps the partition migrations' aging schedule
-(:mod:`switchyard.aging_schedule`). On SIGTERM it stops taking new tasks, lets running
+(:mod:`switchyard.moves.aging_schedule`). On SIGTERM it stops taking new tasks, lets running
 activities finish (up to the grace period; a saga's steps are idempotent, so one cut short is retried
 by the next worker), and closes its connections.
 
@@ -27,9 +27,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.deps import Deps
-from switchyard import aging_schedule, temporal
+from switchyard import temporal
 from switchyard.cli.base import config_of
 from switchyard.config import Config
+from switchyard.moves import aging_schedule
 from switchyard.sagas.ids import KIND_ATTRIBUTE, PHASE_ATTRIBUTE
 from switchyard.sagas.requests import Kind
 from workers.worker.registry import WORKFLOWS, activities

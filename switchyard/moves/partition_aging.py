@@ -36,7 +36,7 @@ from switchyard.model import (
     PartitionId,
     PartitionMigration,
 )
-from switchyard.partition_migration import answers, routed_users
+from switchyard.moves.partition import answers, routed_users
 from switchyard.routing import MigrationChange
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import origin_retirement_id, partition_migration_id
