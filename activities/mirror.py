@@ -27,6 +27,7 @@ from activities.pulse import beat
 from activities.recorded import step
 from switchyard.admins import Admins
 from switchyard.errors import CopyDiverged, DrainTimeout, GroupActive
+from switchyard.keys import BindingKey
 from switchyard.mirror.groups import (
     about,
     committed_offsets,
@@ -54,6 +55,7 @@ from switchyard.sagas.steps import (
 )
 from switchyard.threads import at_once
 from switchyard.topic_copies import follow_settings
+from switchyard.usage import groups_of, read_usage
 
 log = logging.getLogger(__name__)
 _DRAIN_POLL_S = 0.05
@@ -159,10 +161,11 @@ class MirrorActivities:
         and no other group's: one the switch does not move never holds it up. Each waits until it is
         idle on the target (members left there by an earlier switch expire after their session
         timeout), or the switch is abandoned naming it."""
-        if not request.groups:
+        groups = sorted(set(request.groups) | self._groups_seen_since_the_plan(request.keys))
+        if not groups:
             return GroupsSynced(0, 0)
         link = self.deps.link(request.link)
-        self._wait_idle(link.target, request.groups, request.idle_timeout_s)
+        self._wait_idle(link.target, groups, request.idle_timeout_s)
         maps = self.deps.link_records(link.target, link.id).maps
         info = activity.info()
         writer = f"saga {info.workflow_id} {info.workflow_run_id}"  # a later run on the same keys is another
@@ -173,10 +176,20 @@ class MirrorActivities:
             report = self.deps.admins.retried(
                 (link.source, link.target),
                 lambda clients, timeout_s: sync_groups(
-                    clients[0], clients[1], link.copies, maps, groups=request.groups, timeout_s=timeout_s
+                    clients[0], clients[1], link.copies, maps, groups=groups, timeout_s=timeout_s
                 ),
             )
         return GroupsSynced(len(report.written), report.unchanged, report.skipped, report.in_step)
+
+    def _groups_seen_since_the_plan(self, keys: list[str]) -> set[str]:
+        """The groups the gateways report ``keys`` using now: every gateway published what it saw before
+        it acknowledged the block, so this includes a group whose consumers started after the plan read
+        the reports, or just before it (a report is written every ``gateway.usage_publish_s``)."""
+        if not keys:
+            return set()
+        deps = self.deps
+        uses = read_usage(deps.zk, deps.store.layout, within_s=deps.config.gateway.usage_window_s)
+        return groups_of(uses, [BindingKey.parse(k) for k in keys])
 
     def _wait_idle(self, cluster: str, groups: list[str], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -300,7 +300,7 @@ class PlannedSwitch(SagaWorkflow):
         self, plan: Plan, policy: Policy, ends: list[PartitionEnd], *, local: bool = False
     ) -> GroupsSynced:
         """The groups' offsets carried, then the copy checked against the source's ``ends``."""
-        sync = GroupSyncRequest(plan.link, plan.groups, policy.group_sync_timeout_s)
+        sync = GroupSyncRequest(plan.link, plan.groups, policy.group_sync_timeout_s, keys=plan.keys)
         synced = await self._step(
             "sync groups", steps.SYNC_GROUPS, sync, GroupsSynced, timeout_s=sync.idle_timeout_s + 30,
             give_up_s=sync.idle_timeout_s + 5, local=local,

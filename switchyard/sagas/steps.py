@@ -269,6 +269,9 @@ class GroupSyncRequest:
     idle_timeout_s: float = 60.0
     """How long a group of ``groups`` may stay active on the target (members left from an earlier
     switch expire after their session timeout) before the switch is abandoned."""
+    keys: list[str] = field(default_factory=list)
+    """The saga's keys: a group the gateways report them using by now (they report before acknowledging
+    the block), which the plan did not know, is carried too — one whose consumers started just before."""
 
 
 @dataclass

@@ -21,37 +21,44 @@ from workers.gateway.process.usage import UsageTracker
 from workers.gateway.producers.acked import AckedEnds
 
 log = logging.getLogger(__name__)
-USAGE_EVERY_S = 2.0
-"""How often the report is looked at: published when a client used something new since the last time."""
 USAGE_REFRESH_S = 30.0
 """Published this often anyway, so that its last-seen times move on (the window is days)."""
 
 
 class Publisher:
-    def __init__(
-        self, zk: KazooClient, layout: Layout, gateway_id: str, usage: UsageTracker, acked: AckedEnds
-    ) -> None:
+    def __init__(  # noqa: PLR0917 - the gateway's parts it publishes
+        self, zk: KazooClient, layout: Layout, gateway_id: str, usage: UsageTracker, acked: AckedEnds,
+        every_s: float,
+    ) -> None:  # fmt: skip
         self.zk, self.layout, self.id = zk, layout, gateway_id
         self.usage, self.acked = usage, acked
+        self.every_s = every_s
+        """How often the usage report is looked at (``gateway.usage_publish_s``)."""
         self._acked_lock = asyncio.Lock()
+        self._usage_lock = asyncio.Lock()
+        self._published: set[tuple[str, str | None, str, str, str | None]] = set()
+        self._published_at = 0.0
 
     async def run(self) -> None:
         """Every few seconds, what the clients used and how far their writes were acknowledged."""
-        usage = self.layout.usage(self.id)
-        published: set[tuple[str, str | None, str, str, str | None]] = set()
-        published_at = 0.0
         while True:
-            await asyncio.sleep(USAGE_EVERY_S)
-            uses = self.usage.uses()
-            seen = {use.key for use in uses}
+            await asyncio.sleep(self.every_s)
             try:
-                if seen != published or time.monotonic() - published_at >= USAGE_REFRESH_S:
-                    data = await asyncio.to_thread(encode, uses)  # off the loop: thousands of rows
-                    await asyncio.to_thread(self._write, usage, data)
-                    published, published_at = seen, time.monotonic()
+                await self.publish_usage()
                 await self.publish_acked()
             except Exception:
                 log.warning("gateway %s: usage not published", self.id, exc_info=True)
+
+    async def publish_usage(self) -> None:
+        """What the clients used, if something is new since the last report (or it is due a refresh)."""
+        async with self._usage_lock:  # one write at a time: a later one never carries older uses
+            uses = self.usage.uses()
+            seen = {use.key for use in uses}
+            if seen == self._published and time.monotonic() - self._published_at < USAGE_REFRESH_S:
+                return
+            data = await asyncio.to_thread(encode, uses)  # off the loop: thousands of rows
+            await asyncio.to_thread(self._write, self.layout.usage(self.id), data)
+            self._published, self._published_at = seen, time.monotonic()
 
     async def publish_acked(self) -> None:
         """How far each partition's writes were acknowledged, if it changed: every few seconds, and before

@@ -88,7 +88,9 @@ class Gateway:
         self.real_ids = RealIds(self.brokers.topic_ids)
         self.usage = UsageTracker(config.gateway.usage_window_s)
         self.acked = AckedEnds()
-        self.publisher = Publisher(zk, self.layout, self.id, self.usage, self.acked)
+        self.publisher = Publisher(
+            zk, self.layout, self.id, self.usage, self.acked, config.gateway.usage_publish_s
+        )
         self.changes = RoutingChanges(lambda: self.view.snapshot)
         """Wakes the requests held while their identity is blocked (:mod:`workers.gateway.routing.holds`)."""
         self.members = Members()
@@ -264,6 +266,7 @@ class Gateway:
         if self.view.stale:
             return  # acknowledged when fresh again: the reconnect publishes a new snapshot
         await self.publisher.publish_acked()  # what was acknowledged under older epochs, known with this one
+        await self.publisher.publish_usage()  # every group its clients used, known to a switch's group sync
         await asyncio.to_thread(self.registration.acknowledge, epoch)
 
     def _leave_moved(self, snapshot: RoutingSnapshot) -> None:

@@ -1,0 +1,99 @@
+"""A consumer group that read shortly before a switch — before the gateways reported it — is carried
+while clients are held, like the groups the plan knew: its next consumer, on the new cluster, reads
+nothing twice.
+
+The gateways here report what their clients used only when they acknowledge a routing change (their
+periodic report is an hour apart), and the mirror's periodic carry of group offsets is an hour apart
+too, so nothing but the saga can carry the group: the plan cannot know it, and the group sync step
+must find it in the reports the gateways wrote before acknowledging the block."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
+
+from switchyard import kafka
+from switchyard.config import Config
+from switchyard.keys import BindingKey
+from switchyard.mirror.groups import committed_offsets
+from switchyard.routing.gateways import wait_for_acks
+from switchyard.routing.store import RoutingStore
+from switchyard.stack import Stack
+from switchyard.usage import groups_of, read_usage
+from tests.helpers.live import Live, unique
+from tests.integration.test_sagas import ACTOR, prepare
+
+SLOW = "3600"
+
+
+@pytest.fixture(scope="module")
+def live(
+    stack: Stack,
+    routing: RoutingStore,
+    stack_config: Config,
+    ledger_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Live]:
+    overrides = {
+        "SWITCHYARD__GATEWAY__USAGE_PUBLISH_S": SLOW,
+        "SWITCHYARD__MIRROR__GROUP_SYNC_INTERVAL_S": SLOW,
+    }
+    logs = tmp_path_factory.mktemp("live-late")
+    deployment = Live(stack_config, routing.layout.root, ledger_path, logs, overrides=overrides).start()
+    yield deployment
+    deployment.stop()
+
+
+def read_and_commit(bootstrap: str, app: str, topic: str, group: str, count: int) -> list[int]:
+    """A consumer of ``group`` (the application's, through the gateway) reads ``count`` records, commits
+    after each batch and leaves; the values it read."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": f"{app}@reader", "group.id": group,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})  # fmt: skip
+    consumer.subscribe([topic])
+    values: list[int] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(values) < count:
+            assert time.monotonic() < deadline, f"read {len(values)} of {count}"
+            batch = [m for m in consumer.consume(100, 0.5) if m.error() is None]
+            values += [int(m.value() or b"0") for m in batch]
+            if batch:
+                consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return values
+
+
+def test_a_group_that_read_just_before_the_plan_is_carried_at_the_switch(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """Its consumers read and committed, then stopped, just before the switch: the next one to start,
+    after it, on the standby, must begin where they left off — not at the start of the topic."""
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, stack_config)
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    writer = {"client.id": f"{app}@writer"}
+    first = [kafka.Record(None, str(i).encode()) for i in range(30)]
+    assert kafka.produce(live.gateway.bootstrap, topic, first, settings=writer) == 30
+    # the gateways report the application's writes (acknowledging a routing change), so the plan knows
+    # it; its group reads after that report, and no other comes before the switch
+    elsewhere = routing.set_binding(BindingKey.for_app(unique("other")), "primary", actor=ACTOR, reason="t")
+    wait_for_acks(routing.zk, routing.layout, elsewhere, timeout_s=10)
+    group = unique("group")
+    assert sorted(read_and_commit(live.gateway.bootstrap, app, topic, group, 30)) == list(range(30))
+    uses = read_usage(routing.zk, routing.layout, within_s=3600)
+    assert group not in groups_of(uses, [BindingKey.for_app(app)])  # the plan will not know it
+    committed = committed_offsets(AdminClient({"bootstrap.servers": primary}), group)
+    assert sum(committed.values()) == 30
+
+    over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "a late group")
+    assert over.returncode == 0, over.stdout + over.stderr
+    assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == committed  # carried
+    later = [kafka.Record(None, str(i).encode()) for i in range(30, 40)]
+    assert kafka.produce(live.gateway.bootstrap, topic, later, settings=writer) == 10
+    assert sorted(read_and_commit(live.gateway.bootstrap, app, topic, group, 10)) == list(range(30, 40))
