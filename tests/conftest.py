@@ -14,7 +14,7 @@ from switchyard.ledger import Ledger
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import Stack
-from tests.helpers.live import Live, process_warnings
+from tests.helpers.live import Live, deployed, process_warnings
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.services import PostgresServer
 from tests.helpers.stacks import routing_root, write_stack_config
@@ -167,6 +167,7 @@ def _store(zk: KazooClient, zk_root: str, ledger: Ledger) -> RoutingStore:
 
 @pytest.fixture(scope="module")
 def live(
+    request: pytest.FixtureRequest,
     stack: Stack,
     routing: RoutingStore,
     stack_config: Config,
@@ -174,12 +175,13 @@ def live(
     otlp: OtlpReceiver,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Live]:
-    """A gateway, a mirror and a worker; they and the CLI export their spans and metrics to ``otlp``."""
-    exporting = {
+    """A gateway, a mirror and a worker; they and the CLI export their spans and metrics to ``otlp``. A
+    module's ``LIVE_OVERRIDES`` (environment settings) configure its deployment further."""
+    overrides = {
         "SWITCHYARD__TELEMETRY__OTLP_ENDPOINT": otlp.endpoint,
         "SWITCHYARD__TELEMETRY__EXPORT_INTERVAL_S": "1",
+        **getattr(request.module, "LIVE_OVERRIDES", {}),
     }
     logs = tmp_path_factory.mktemp("live")
-    deployment = Live(stack_config, routing.layout.root, ledger_path, logs, overrides=exporting).start()
-    yield deployment
-    deployment.stop()
+    with deployed(stack_config, routing.layout.root, ledger_path, logs, overrides) as deployment:
+        yield deployment

@@ -13,6 +13,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,6 +148,19 @@ class Live:
             stderr=subprocess.PIPE,
             text=True,
         )
+
+
+@contextmanager
+def deployed(
+    config: Config, root: str, ledger: Path, logs: Path, overrides: Mapping[str, str]
+) -> Iterator[Live]:
+    """A gateway, a mirror and a worker on ``root`` with ``overrides`` on top of the file, started, and
+    stopped after (a module's ``live`` fixture)."""
+    deployment = Live(config, root, ledger, logs, overrides=dict(overrides)).start()
+    try:
+        yield deployment
+    finally:
+        deployment.stop()
 
 
 def unique(prefix: str) -> str:

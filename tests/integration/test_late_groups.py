@@ -10,10 +10,7 @@ must find it in the reports the gateways wrote before acknowledging the block.""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
@@ -23,30 +20,15 @@ from switchyard.keys import BindingKey
 from switchyard.mirror.groups import committed_offsets
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
-from switchyard.stack import Stack
 from switchyard.usage import groups_of, read_usage
 from tests.helpers.live import Live, unique
 from tests.integration.test_sagas import ACTOR, prepare
 
 SLOW = "3600"
-
-
-@pytest.fixture(scope="module")
-def live(
-    stack: Stack,
-    routing: RoutingStore,
-    stack_config: Config,
-    ledger_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Live]:
-    overrides = {
-        "SWITCHYARD__GATEWAY__USAGE_PUBLISH_S": SLOW,
-        "SWITCHYARD__MIRROR__GROUP_SYNC_INTERVAL_S": SLOW,
-    }
-    logs = tmp_path_factory.mktemp("live-late")
-    deployment = Live(stack_config, routing.layout.root, ledger_path, logs, overrides=overrides).start()
-    yield deployment
-    deployment.stop()
+LIVE_OVERRIDES = {  # the module's deployment (tests/conftest.py)
+    "SWITCHYARD__GATEWAY__USAGE_PUBLISH_S": SLOW,
+    "SWITCHYARD__MIRROR__GROUP_SYNC_INTERVAL_S": SLOW,
+}
 
 
 def read_and_commit(bootstrap: str, app: str, topic: str, group: str, count: int) -> list[int]:

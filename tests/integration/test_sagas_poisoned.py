@@ -21,7 +21,7 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.stack import Stack
 from switchyard.usage import decode
-from tests.helpers.live import Live, unique
+from tests.helpers.live import Live, deployed, unique
 from tests.helpers.poison import PoisonProxy, poisoned_cluster
 
 ACTOR = "user:test"
@@ -52,9 +52,8 @@ def live(
         "SWITCHYARD__SAGAS__GROUP_SYNC_TIMEOUT_S": str(GIVE_UP_S),
     }
     logs = tmp_path_factory.mktemp("live-flaky")
-    deployment = Live(stack_config, routing.layout.root, ledger_path, logs, overrides=overrides).start()
-    yield deployment
-    deployment.stop()
+    with deployed(stack_config, routing.layout.root, ledger_path, logs, overrides) as deployment:
+        yield deployment
 
 
 def prepare(live: Live, routing: RoutingStore) -> tuple[str, str, str]:
