@@ -49,12 +49,14 @@ class Publisher:
             except Exception:
                 log.warning("gateway %s: usage not published", self.id, exc_info=True)
 
-    async def publish_usage(self) -> None:
-        """What the clients used, if something is new since the last report (or it is due a refresh)."""
+    async def publish_usage(self, *, new_only: bool = False) -> None:
+        """What the clients used, if something is new since the last report or (unless ``new_only``: a
+        routing change waits for this) the report is due its refresh."""
         async with self._usage_lock:  # one write at a time: a later one never carries older uses
             uses = self.usage.uses()
             seen = {use.key for use in uses}
-            if seen == self._published and time.monotonic() - self._published_at < USAGE_REFRESH_S:
+            due = not new_only and time.monotonic() - self._published_at >= USAGE_REFRESH_S
+            if seen == self._published and not due:
                 return
             data = await asyncio.to_thread(encode, uses)  # off the loop: thousands of rows
             await asyncio.to_thread(self._write, self.layout.usage(self.id), data)

@@ -266,7 +266,7 @@ class Gateway:
         if self.view.stale:
             return  # acknowledged when fresh again: the reconnect publishes a new snapshot
         await self.publisher.publish_acked()  # what was acknowledged under older epochs, known with this one
-        await self.publisher.publish_usage()  # every group its clients used, known to a switch's group sync
+        await self.publisher.publish_usage(new_only=True)  # every group its clients used, for a switch's sync
         await asyncio.to_thread(self.registration.acknowledge, epoch)
 
     def _leave_moved(self, snapshot: RoutingSnapshot) -> None:
