@@ -219,8 +219,6 @@ class MirrorActivities:
         copied yet would be lost at the flip) — and the groups read the same records."""
         link = self.deps.link(request.link)
         keys = {(e.topic, e.partition): e.end for e in request.ends}
-        if not request.fenced_at_flip:
-            stood_still(self.deps, link.source, keys)  # the fence's window is open: no record may land there
         target = self.deps.ends(link.target, keys)
         maps = self.deps.link_records(link.target, link.id).maps
         problems = []
@@ -235,9 +233,9 @@ class MirrorActivities:
             elif (t, p) in short:
                 problems.append(f"{t}[{p}]: the target holds {held}, fewer than the {copied} to copy")
         problems += self._groups_differ(link.source, link.target, maps, target, request.groups)
+        if problems or not request.fenced_at_flip:  # the fence's window is open: no record may land there
+            stood_still(self.deps, link.source, keys)  # (a writer around the gateway, named so, if one did)
         if problems:
-            if request.fenced_at_flip:  # a writer around the gateway, if the source moved: named so
-                stood_still(self.deps, link.source, keys)
             raise CopyDiverged(f"link {link.id}: {'; '.join(problems[:10])}")
         return CopyChecked("clean")
 

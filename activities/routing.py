@@ -7,8 +7,8 @@ nothing twice.
 
 from __future__ import annotations
 
+import contextvars
 import time
-from concurrent.futures import Future
 
 from temporalio import activity
 
@@ -39,7 +39,7 @@ from switchyard.sagas.steps import (
     Unblocked,
     UnblockRequest,
 )
-from switchyard.threads import beside
+from switchyard.threads import Worker
 
 _ACK_POLL_S = 1.0
 
@@ -145,13 +145,15 @@ class RoutingActivities:
         reads the source's ends beside the target's (clients are held), and is judged before anything
         is written: the window opened with the ends the drain read, and nothing may have moved them."""
         final = self._final(request)
-        fence: Future[object] | None = None
+        fence = None
         if request.fence:
             fenced = {(e.topic, e.partition): e.end for e in request.ends}
-            fence = beside(lambda: stood_still(self.deps, request.source, fenced), "fence")
+            run = contextvars.copy_context().run  # the activity's, for what the read reports
+            fence = Worker(run, stood_still, self.deps, request.source, fenced, name="fence")
+            fence.start()
         target_ends = self._target_ends(request, final)
         if fence is not None:
-            fence.result()  # FenceBroken: nothing written
+            fence.join()  # FenceBroken raised here: nothing written
         target = self.deps.bootstrap(request.target)
         records = [
             end_record(request.link, p.topic, p.partition, p.end, end)

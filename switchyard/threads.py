@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 A = TypeVar("A")
@@ -49,18 +49,3 @@ def at_once(work: Callable[[A], R], items: Iterable[A]) -> list[R]:
     with ThreadPoolExecutor(min(_MOST, len(items)), thread_name_prefix="at-once") as pool:
         futures = [pool.submit(contextvars.copy_context().run, work, item) for item in items]
     return [future.result() for future in futures]
-
-
-def beside(work: Callable[[], R], name: str) -> Future[R]:
-    """``work`` started on a thread of its own, in a copy of the caller's context; its future."""
-    done: Future[R] = Future()
-    context = contextvars.copy_context()
-
-    def run() -> None:
-        try:
-            done.set_result(context.run(work))
-        except BaseException as exc:
-            done.set_exception(exc)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return done
