@@ -16,9 +16,11 @@ saga's final sync, after the drain — one at a time (:mod:`switchyard.mirror.wr
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from confluent_kafka import (
     ConsumerGroupState,
@@ -37,6 +39,7 @@ from switchyard.threads import at_once
 
 log = logging.getLogger(__name__)
 Key = tuple[str, int]
+T = TypeVar("T")
 Turn = Callable[[str], AbstractContextManager[str | None]]
 """A writer's turn at a group's offsets on the target: yields None to write, else who holds them."""
 MIRROR_GROUP_PREFIX = "switchyard-"
@@ -214,12 +217,21 @@ def _write_group(
 def _what(exc: BaseException) -> str:
     """A Kafka error as an operator reads it (librdkafka's KafkaException wraps a KafkaError)."""
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return str(exc.args[0].str())
+        error = exc.args[0]
+        return f"{error.str()} ({error.name()})"
     if isinstance(exc, TimeoutError):
         return "no answer in time"
     return str(exc) or type(exc).__name__
 
 
+_COORDINATOR_BUSY = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+    }
+)
+_AGAIN_S = 0.2
 _REFUSED_AS_ACTIVE = (
     KafkaError.UNKNOWN_MEMBER_ID,
     KafkaError.ILLEGAL_GENERATION,
@@ -235,22 +247,47 @@ def list_groups(admin: AdminClient, timeout_s: float = 10.0) -> list[str]:
 
 def committed_offsets(admin: AdminClient, group: str, timeout_s: float = 10.0) -> dict[Key, int]:
     """A group's committed offset per partition (partitions without one are left out)."""
-    futures = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s
-    )
-    found: dict[Key, int] = {}
-    for future in futures.values():
-        for tp in future.result(timeout_s).topic_partitions or ():
-            if tp.error is None:
-                found[(tp.topic, tp.partition)] = tp.offset
-    return found
+
+    def ask(timeout_s: float) -> dict[Key, int]:
+        futures = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s
+        )
+        found: dict[Key, int] = {}
+        for future in futures.values():
+            for tp in future.result(timeout_s).topic_partitions or ():
+                if tp.error is None:
+                    found[(tp.topic, tp.partition)] = tp.offset
+        return found
+
+    return _coordinated(ask, timeout_s)
 
 
 def group_state(admin: AdminClient, group: str, timeout_s: float = 10.0) -> tuple[ConsumerGroupState, int]:
-    for future in admin.describe_consumer_groups([group], request_timeout=timeout_s).values():
-        description = future.result(timeout_s)
-        return description.state, len(description.members)
-    return ConsumerGroupState.UNKNOWN, 0
+    def ask(timeout_s: float) -> tuple[ConsumerGroupState, int]:
+        for future in admin.describe_consumer_groups([group], request_timeout=timeout_s).values():
+            description = future.result(timeout_s)
+            return description.state, len(description.members)
+        return ConsumerGroupState.UNKNOWN, 0
+
+    return _coordinated(ask, timeout_s)
+
+
+def _coordinated(ask: Callable[[float], T], timeout_s: float) -> T:
+    """``ask`` (given the time left) again while the group's coordinator loads or moves, within
+    ``timeout_s``: librdkafka's admin results give up at once on COORDINATOR_LOAD_IN_PROGRESS, which a
+    cluster answers for seconds after it started or a broker took over offsets partitions (a sync step
+    there failed on its first group)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ask(max(deadline - time.monotonic(), _AGAIN_S))
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not isinstance(error, KafkaError) or error.code() not in _COORDINATOR_BUSY:
+                raise
+            if time.monotonic() + _AGAIN_S >= deadline:
+                raise
+        time.sleep(_AGAIN_S)
 
 
 def idle(state: ConsumerGroupState, members: int) -> bool:

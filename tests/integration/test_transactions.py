@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.keys import BindingKey
+from switchyard.mirror.groups import committed_offsets
 from switchyard.mirror.status import read_status
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
@@ -282,42 +284,82 @@ def test_a_read_process_write_loop_writes_each_input_once_across_a_round_trip(
     assert loop.aborted >= 1, "no switch met an open transaction: the test proves nothing"
 
 
+STREAMS_MIGRATED = (
+    "ProducerFencedException",
+    "InvalidProducerEpochException",
+    "CommitFailedException",
+    "InvalidPidMappingException",
+)
+"""The errors Kafka Streams (exactly_once_v2) takes, when it commits, as its tasks having migrated: it
+aborts and goes on. Any other (TransactionAbortableException among them) fails the application."""
+
+
+class _JavaTransactions:
+    """TxnApp (the Java client at its defaults) through the gateway, and the lines it wrote."""
+
+    def __init__(self, live: Live, app: str, topic: str, tmp_path: Path, *options: str) -> None:
+        assert live.gateway is not None
+        self.tmp_path, self.events = tmp_path, tmp_path / "events"
+        self.events.touch()
+        self.process = subprocess.Popen([*JAVA_CLIENT, str(ROOT / "tests/compat/java/TxnApp.java"),
+                                         "--bootstrap", live.gateway.bootstrap, "--client-id", app,
+                                         "--topic", topic, "--transactional-id", unique("txn"),
+                                         "--dir", str(tmp_path), *options])  # fmt: skip
+
+    def lines(self, kind: str) -> list[str]:
+        lines = self.events.read_text().splitlines()
+        return [line.split(" ", 1)[1] for line in lines if line.startswith(kind)]
+
+    def committed(self) -> int:
+        assert not self.lines("fatal"), self.lines("fatal")
+        return len(self.lines("committed"))
+
+    def run_across(self, live: Live, routing: RoutingStore, app: str, link: str) -> None:
+        """Switched over, back and over again, then five more transactions committed; stopped. Every abort
+        is one Kafka Streams would take as a migration, and at least one switch met a transaction."""
+        try:
+            _switch_around(live, routing, app, link, self.committed)
+            settled, deadline = self.committed(), time.monotonic() + 60
+            while self.committed() < settled + 5:
+                assert time.monotonic() < deadline, "no transaction committed after the last switch"
+                time.sleep(0.1)
+        finally:
+            (self.tmp_path / "stop").touch()
+            self.process.wait(60)
+        assert not self.lines("fatal"), self.lines("fatal")
+        assert self.process.returncode == 0
+        aborted = self.lines("aborted")
+        assert aborted, "no switch met an open transaction: the test proves nothing"
+        assert all(any(name in line for name in STREAMS_MIGRATED) for line in aborted), aborted
+
+
 def test_java_transactions_are_read_exactly_once_across_a_round_trip(
     live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path
 ) -> None:
     """The Java client at its defaults, transaction version 2 on Apache Kafka 4.x (its abort's answer
     carries the new cluster's producer id and epoch): every committed transaction's records once on the
     cluster it ends on, none of an aborted one, and the producer never fenced."""
-    assert live.gateway is not None
     topic = unique("payments")
     app, link = _prepare(live, routing, stack_config, [topic])
-    events = tmp_path / "events"
-    events.touch()
-    java = subprocess.Popen([*JAVA_CLIENT, str(ROOT / "tests/compat/java/TxnApp.java"),
-                             "--bootstrap", live.gateway.bootstrap, "--client-id", app, "--topic", topic,
-                             "--transactional-id", unique("txn"), "--dir", str(tmp_path)])  # fmt: skip
+    java = _JavaTransactions(live, app, topic, tmp_path)
+    java.run_across(live, routing, app, link)
+    _read_exactly_once(stack_config, topic, {int(n) for n in java.lines("committed")})
 
-    def lines(kind: str) -> list[str]:
-        return [line.split(" ", 1)[1] for line in events.read_text().splitlines() if line.startswith(kind)]
 
-    def committed() -> int:
-        assert not lines("fatal"), lines("fatal")
-        return len(lines("committed"))
-
-    try:
-        _switch_around(live, routing, app, link, committed)
-        settled, deadline = len(lines("committed")), time.monotonic() + 60
-        while len(lines("committed")) < settled + 5:
-            assert not lines("fatal"), lines("fatal")
-            assert time.monotonic() < deadline, "no transaction committed after the last switch"
-            time.sleep(0.1)
-    finally:
-        (tmp_path / "stop").touch()
-        java.wait(60)
-    assert not lines("fatal"), lines("fatal")
-    assert java.returncode == 0
-    _read_exactly_once(stack_config, topic, {int(n) for n in lines("committed")})
-    assert lines("aborted"), "no switch met an open transaction: the test proves nothing"
+def test_java_transactions_of_offsets_alone_go_on_across_a_round_trip(
+    live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path
+) -> None:
+    """Transactions that only commit a group's offset (a Kafka Streams task that read and wrote nothing):
+    the first after a switch is refused at its TxnOffsetCommit, with an error Streams survives — it failed
+    a Streams application when that was TRANSACTION_ABORTABLE — and the group's offset on the cluster the
+    round trip ends on is the last committed transaction's."""
+    topic, group = unique("ledger"), unique("offsets")
+    app, link = _prepare(live, routing, stack_config, [topic])
+    java = _JavaTransactions(live, app, topic, tmp_path, "--records", "0", "--group", group)
+    java.run_across(live, routing, app, link)
+    last = max(int(n) for n in java.lines("committed"))
+    standby = AdminClient({"bootstrap.servers": stack_config.clusters["standby"].bootstrap})
+    assert committed_offsets(standby, group) == {(topic, 0): last + 1}
 
 
 def test_a_fenced_producer_writes_nothing_after_a_switch_and_the_live_one_goes_on(

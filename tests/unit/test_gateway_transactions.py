@@ -46,6 +46,12 @@ def _add(version: int) -> Request:
                     v3_and_below_topics=())  # fmt: skip
 
 
+def _offsets(version: int) -> Request:
+    return _request(apis.TXN_OFFSET_COMMIT, version, transactional_id="t", group_id="g", producer_id=7,
+                    producer_epoch=2, generation_id=-1, member_id="", group_instance_id=None,
+                    topics=())  # fmt: skip
+
+
 def test_the_producer_a_transactional_request_speaks_for() -> None:
     assert transactional(_add(3)) == TxnRequest("t", 7, 2)
     nameless = _request(apis.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id="",
@@ -80,6 +86,9 @@ def test_the_producer_a_transactional_request_speaks_for() -> None:
             ErrorCode.unknown_producer_id,
         ),  # UNKNOWN_PRODUCER_ID: closed by the documented pattern
         (_add(0), ErrorCode.unknown_producer_id),
+        # a CommitFailedException, which Streams takes as its tasks migrated (TRANSACTION_ABORTABLE failed it)
+        (_offsets(4), ErrorCode.illegal_generation),
+        (_offsets(3), ErrorCode.unknown_producer_id),  # librdkafka's
     ],
 )
 def test_the_abortable_error_is_one_the_requests_client_knows(request_: Request, code: ErrorCode) -> None:

@@ -1,8 +1,10 @@
 // A transactional producer on the Java client (kafka-clients) at its default settings: numbered
 // transactions of five records over three partitions, each committed, aborted and written again on an
-// abortable error as the client's documentation says. Writes "committed N" and "aborted" lines to
-// DIR/events, "fatal ..." when the producer must close; stops once DIR/stop exists. Run as a single
-// source file against the stack's Kafka jars (tests/integration/test_transactions.py).
+// abortable error as the client's documentation says. Writes "committed N" and "aborted EXCEPTION" lines
+// to DIR/events, "fatal ..." when the producer must close; stops once DIR/stop exists. With --group G and
+// --records 0, each transaction writes no record and only commits G's offset of partition 0 of the topic
+// (N + 1), as a Kafka Streams task that consumed records and wrote nothing does. Run as a single source
+// file against the stack's Kafka jars (tests/integration/test_transactions.py).
 //
 // It flushes before it commits. Without that, the Java client 4.4.0 on transaction version 2 at times sends
 // EndTxn ahead of the transaction's records (its sender thread reads "no batch incomplete" before the
@@ -19,10 +21,14 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.AuthorizationException;
 import org.apache.kafka.common.errors.OutOfOrderSequenceException;
 import org.apache.kafka.common.errors.ProducerFencedException;
@@ -40,6 +46,8 @@ public final class TxnApp {
         props.put("client.id", args.get("client-id"));
         props.put("transactional.id", args.get("transactional-id"));
         String topic = args.get("topic");
+        int records = Integer.parseInt(args.getOrDefault("records", "5"));
+        String group = args.get("group");
         try (OutputStream events = new FileOutputStream(dir.resolve("events").toFile(), true);
              KafkaProducer<byte[], byte[]> producer =
                  new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer())) {
@@ -48,11 +56,16 @@ public final class TxnApp {
             while (!Files.exists(dir.resolve("stop"))) {
                 try {
                     producer.beginTransaction();
-                    for (int part = 0; part < 5; part++) {
+                    for (int part = 0; part < records; part++) {
                         byte[] value = (number + "-" + part).getBytes(StandardCharsets.UTF_8);
                         producer.send(new ProducerRecord<>(topic, part % 3, null, value));
                     }
                     producer.flush();
+                    if (group != null) {
+                        producer.sendOffsetsToTransaction(
+                            Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(number + 1)),
+                            new ConsumerGroupMetadata(group, -1, "", Optional.empty()));
+                    }
                     producer.commitTransaction();
                 } catch (ProducerFencedException | OutOfOrderSequenceException | AuthorizationException e) {
                     write(events, "fatal " + e);

@@ -122,18 +122,21 @@ def abortable(request: Request) -> ErrorCode:
     TRANSACTION_ABORTABLE (KIP-890) for the Java client (3.8+), which aborts on it and never closes the
     producer (UNKNOWN_PRODUCER_ID would reach the application as an OutOfOrderSequenceException, which
     the client's documentation says to close the producer on); it is told apart by its versions (a
-    Produce from v11, AddPartitionsToTxn and AddOffsetsToTxn from v1). On its writes,
-    INVALID_PRODUCER_EPOCH instead (KIP-588: abortable, and the client bumps its epoch): Kafka Streams
-    takes a write refused with it as its tasks having migrated (it aborts, and restores their state from
-    the changelogs), while TRANSACTION_ABORTABLE there goes to its production exception handler, which
-    fails the application. For librdkafka (Produce up to v10, AddPartitionsToTxn and AddOffsetsToTxn v0,
-    EndTxn v0-1), which does not know that code, UNKNOWN_PRODUCER_ID: it aborts, and bumps its epoch with
-    InitProducerId after."""
+    Produce from v11, AddPartitionsToTxn and AddOffsetsToTxn from v1, TxnOffsetCommit and EndTxn from v4).
+    Where Kafka Streams meets the error, one it takes as its tasks having migrated (it aborts, and
+    restores their state from the changelogs) instead, since TRANSACTION_ABORTABLE fails the application
+    there: INVALID_PRODUCER_EPOCH on a write (KIP-588: abortable, and the client bumps its epoch; Streams'
+    production exception handler would take the other), and ILLEGAL_GENERATION on a TxnOffsetCommit
+    (abortable, a CommitFailedException to the application), which a transaction of offsets alone meets
+    first. For librdkafka (Produce up to v10, AddPartitionsToTxn and AddOffsetsToTxn v0, TxnOffsetCommit
+    up to v3, EndTxn v0-1), which does not know TRANSACTION_ABORTABLE, UNKNOWN_PRODUCER_ID: it aborts,
+    and bumps its epoch with InitProducerId after."""
     key, version = request.api_key, request.api_version
     if key == apis.PRODUCE and version >= _JAVA_PRODUCE:
         return ErrorCode.invalid_producer_epoch
-    since = {apis.END_TXN: 4, apis.TXN_OFFSET_COMMIT: 4, apis.ADD_PARTITIONS_TO_TXN: 1,
-             apis.ADD_OFFSETS_TO_TXN: 1}.get(key)  # fmt: skip
+    if key == apis.TXN_OFFSET_COMMIT and version >= 4:
+        return ErrorCode.illegal_generation
+    since = {apis.END_TXN: 4, apis.ADD_PARTITIONS_TO_TXN: 1, apis.ADD_OFFSETS_TO_TXN: 1}.get(key)
     if since is not None and version >= since:
         return ErrorCode.transaction_abortable
     return ErrorCode.unknown_producer_id
