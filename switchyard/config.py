@@ -534,11 +534,15 @@ class StackClusterConfig(_Section):
     """How the stack runs one cluster: ``clusters.<id>.bootstrap`` lists its brokers' addresses."""
 
     version: KafkaVersion | None = None
+    metadata: Literal["kraft", "zookeeper"] = "kraft"
+    """Where the cluster keeps its metadata: ``kraft``, each broker a KRaft node in combined mode (broker
+    and controller); ``zookeeper`` (3.9.x only, the last line with it), in the stack's ZooKeeper under
+    ``/kafka-clusters/<id>``, as estates that have not moved to KRaft run."""
     brokers: Annotated[int, Field(ge=1, le=5)] = 1
-    """Each broker is a KRaft node in combined mode (broker and controller), listening on the next
-    address of ``clusters.<id>.bootstrap``; with 3, partitions are replicated three ways."""
+    """Each listening on the next address of ``clusters.<id>.bootstrap``; with 3, partitions are
+    replicated three ways."""
     controllers: HostPortList | None = None
-    """The brokers' controller listeners, one each; free ports are chosen (and kept) when empty."""
+    """The brokers' KRaft controller listeners, one each; free ports are chosen (and kept) when empty."""
     properties: dict[str, str | int | float | bool] = Field(default_factory=dict)
     """Broker properties set over the stack's own (an authorizer, retention checks, ...)."""
 
@@ -591,6 +595,16 @@ class Config(_Section):
                     raise _KeyError(f"mirror.links.{link_id}.{end}", f"{name!r} is not one of clusters")
             if link.source == link.target:
                 raise _KeyError(f"mirror.links.{link_id}", "source and target are the same cluster")
+        if self.stack.spark.workers and self.spark_master_address is None:
+            raise _KeyError(
+                "stack.spark.workers",
+                f"the stack can only run a cluster where spark.master points: spark://host:port, not "
+                f"{self.spark.master!r}",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _stack_clusters(self) -> Config:
         for cluster_id, wanted in self.stack.clusters.items():
             key = f"stack.clusters.{cluster_id}"
             if cluster_id not in self.clusters:
@@ -602,16 +616,22 @@ class Config(_Section):
                     f"{wanted.brokers} brokers need {wanted.brokers} addresses in "
                     f"clusters.{cluster_id}.bootstrap, one each; it lists {listed}",
                 )
+            if wanted.metadata == "zookeeper":
+                version = wanted.version or self.stack.kafka.version
+                if not version.startswith("3."):
+                    raise _KeyError(
+                        f"{key}.metadata",
+                        f"Apache Kafka {version} has no ZooKeeper mode (4.0 removed it); run the cluster "
+                        "on 3.9.x (stack.clusters.<id>.version) or in KRaft mode",
+                    )
+                if wanted.controllers:
+                    raise _KeyError(
+                        f"{key}.controllers", "a cluster in ZooKeeper mode has no KRaft controllers"
+                    )
             if wanted.controllers and len(wanted.controllers.split(",")) != wanted.brokers:
                 raise _KeyError(
                     f"{key}.controllers", f"needs one address for each of its {wanted.brokers} brokers"
                 )
-        if self.stack.spark.workers and self.spark_master_address is None:
-            raise _KeyError(
-                "stack.spark.workers",
-                f"the stack can only run a cluster where spark.master points: spark://host:port, not "
-                f"{self.spark.master!r}",
-            )
         return self
 
     @model_validator(mode="after")

@@ -14,6 +14,7 @@ from switchyard.ledger import Ledger
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import Stack
+from tests.helpers.estates import legacy_primary
 from tests.helpers.live import Live, deployed, process_warnings
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.services import PostgresServer
@@ -184,4 +185,34 @@ def live(
     }
     logs = tmp_path_factory.mktemp("live")
     with deployed(stack_config, routing.layout.root, ledger_path, logs, overrides) as deployment:
+        yield deployment
+
+
+@pytest.fixture(scope="module")
+def legacy_config(
+    stack: Stack, stack_config: Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Config]:
+    """The session stack with ``primary`` an Apache Kafka 3.9 cluster in ZooKeeper mode of this module's own
+    (``standby`` the session's 4.x), started for the module (tests/helpers/estates.py)."""
+    with legacy_primary(stack_config, tmp_path_factory.mktemp("legacy")) as config:
+        yield config
+
+
+@pytest.fixture(scope="module")
+def legacy_routing(legacy_config: Config, ledger_path: Path) -> Iterator[RoutingStore]:
+    """A routing root of this module's own with ``legacy_config``'s clusters registered."""
+    with routing_root(legacy_config, ledger_path) as store:
+        yield store
+
+
+@pytest.fixture(scope="module")
+def legacy_live(
+    legacy_config: Config,
+    legacy_routing: RoutingStore,
+    ledger_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Live]:
+    """A gateway, a mirror and a worker serving ``legacy_config``'s clusters."""
+    logs = tmp_path_factory.mktemp("legacy-live")
+    with deployed(legacy_config, legacy_routing.layout.root, ledger_path, logs, {}) as deployment:
         yield deployment

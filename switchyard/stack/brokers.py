@@ -1,13 +1,17 @@
-"""The embedded stack's Kafka clusters: Apache Kafka in KRaft combined mode, storage kept on disk.
+"""The embedded stack's Kafka clusters: Apache Kafka in KRaft combined mode, or 3.9.x in ZooKeeper mode,
+storage kept on disk.
 
-Each broker of a cluster is a KRaft node that is broker and controller at once, listening for clients on
-its address of ``clusters.<id>.bootstrap`` and for the quorum on its ``controllers`` address. Its storage
-is formatted once (copied from a template the storage tool formats once per version), under
+In KRaft mode each broker of a cluster is a KRaft node that is broker and controller at once, listening
+for clients on its address of ``clusters.<id>.bootstrap`` and for the quorum on its ``controllers``
+address; its storage is formatted once (copied from a template the storage tool formats once per
+version). In ZooKeeper mode the brokers keep the cluster's metadata in the stack's ZooKeeper under
+``/kafka-clusters/<id>``, where the cluster's id is written before its first broker starts (so storage
+and ZooKeeper never disagree on it); nothing is formatted. Storage lives under
 ``<state_dir>/kafka/<cluster>/node-<id>``, so ``stack down`` and ``stack up``, or a broker killed and
-started again, keep every record. The cluster's identity (its id, the version that formatted it, its
-controller listeners) is kept beside the nodes in ``cluster.json``; a configuration that asks for another
-version than the one that formatted the storage is refused, naming both, rather than started on storage
-it may not read.
+started again, keep every record. The cluster's identity (its id, the version that made its storage,
+its metadata mode, its controller listeners) is kept beside the nodes in ``cluster.json``; a
+configuration that asks for another version or mode than the one that made the storage is refused,
+naming both, rather than started on storage it may not read.
 
 Sized for two cores shared with everything else: a small heap, one GC thread of each kind, two network
 and two I/O threads, one partition and as many replicas as brokers (up to 3) for the internal topics,
@@ -20,14 +24,19 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 
 from switchyard.config import Config, split_hostport
 from switchyard.errors import StackError
@@ -49,6 +58,18 @@ class Identity:
     cluster_id: str
     version: str
     controllers: list[tuple[str, int]]
+    """Empty in ZooKeeper mode."""
+    metadata: str = "kraft"
+
+
+_KAZOO_LOG = logging.getLogger(f"{__name__}.zookeeper")
+_KAZOO_LOG.setLevel(logging.ERROR)  # "connection refused" while ZooKeeper, just started, comes up
+ZK_CHROOT = "/kafka-clusters"
+"""Where the stack's clusters in ZooKeeper mode keep their metadata, one znode each, apart from
+Switchyard's own ``zookeeper.root``."""
+_ZK_SESSION_MS = 6000
+"""A broker's ZooKeeper session (18 s by default): a broker killed holds its registration until the
+session expires, and one started again before that refuses to start."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +84,8 @@ class KafkaCluster:
     heap: str
     jvm_options: list[str] = field(default_factory=list)
     properties: Mapping[str, object] = field(default_factory=dict)
+    zookeeper: str | None = None
+    """In ZooKeeper mode: its ``zookeeper.connect``, the stack's ensemble with the cluster's chroot."""
 
     @classmethod
     def from_config(cls, config: Config, cluster_id: str) -> KafkaCluster:
@@ -80,7 +103,14 @@ class KafkaCluster:
             heap=kafka.heap,
             jvm_options=list(kafka.jvm_options),
             properties=dict(wanted.properties),
+            zookeeper=f"{config.zookeeper.connect.partition('/')[0]}{ZK_CHROOT}/{cluster_id}"
+            if wanted.metadata == "zookeeper"
+            else None,
         )
+
+    @property
+    def metadata(self) -> str:
+        return "kraft" if self.zookeeper is None else "zookeeper"
 
     @property
     def node_ids(self) -> list[int]:
@@ -101,7 +131,9 @@ class KafkaCluster:
         properties = self.node_dir(node) / "server.properties"
         properties.parent.mkdir(parents=True, exist_ok=True)
         properties.write_text(self.server_properties(node, identity.controllers, data))
-        if not (data / "meta.properties").exists():
+        if self.zookeeper is not None:
+            self._ready_in_zookeeper(self.zookeeper, identity.cluster_id, node)
+        elif not (data / "meta.properties").exists():
             self._format(node, identity.cluster_id, properties)
 
     def argv(self, node: int) -> list[str]:
@@ -127,20 +159,12 @@ class KafkaCluster:
 
     def server_properties(self, node: int, controllers: list[tuple[str, int]], data: Path) -> str:
         host, port = self.addresses[node - 1]
-        c_host, c_port = controllers[node - 1]
         count = len(self.addresses)
         replicas = min(3, count)
         in_sync = min(2, count)
-        voters = ",".join(f"{i}@{h}:{p}" for i, (h, p) in zip(self.node_ids, controllers, strict=True))
         settings: dict[str, object] = {
-            "process.roles": "broker,controller",
-            "node.id": node,
-            "controller.quorum.voters": voters,
-            "controller.listener.names": "CONTROLLER",
-            "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{c_host}:{c_port}",
             "advertised.listeners": f"PLAINTEXT://{host}:{port}",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": data,
             "num.partitions": 1,
             "default.replication.factor": replicas,
@@ -160,14 +184,63 @@ class KafkaCluster:
             "log.cleaner.dedupe.buffer.size": 8 * 1024 * 1024,
             "log.initial.task.delay.ms": 1000,
             "log.retention.check.interval.ms": 2000,
-            "metadata.max.idle.interval.ms": 5000,  # the controller's no-op records: idle CPU -35%
         }
+        if self.zookeeper is not None:
+            settings |= {
+                "broker.id": node,
+                "zookeeper.connect": self.zookeeper,
+                "zookeeper.session.timeout.ms": _ZK_SESSION_MS,
+                "listeners": f"PLAINTEXT://{host}:{port}",
+            }
+        else:
+            c_host, c_port = controllers[node - 1]
+            voters = ",".join(f"{i}@{h}:{p}" for i, (h, p) in zip(self.node_ids, controllers, strict=True))
+            settings |= {
+                "process.roles": "broker,controller",
+                "node.id": node,
+                "controller.quorum.voters": voters,
+                "controller.listener.names": "CONTROLLER",
+                "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{c_host}:{c_port}",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "metadata.max.idle.interval.ms": 5000,  # the controller's no-op records: idle CPU -35%
+            }
         if self.dist.major >= 4:
             settings["share.coordinator.state.topic.num.partitions"] = 1
             settings["share.coordinator.state.topic.replication.factor"] = replicas
             settings["share.coordinator.state.topic.min.isr"] = in_sync
         settings.update(self.properties)
         return "".join(f"{k}={_text(v)}\n" for k, v in settings.items())
+
+    @staticmethod
+    def _ready_in_zookeeper(connect: str, cluster_id: str, node: int) -> None:
+        """Write the cluster's id where its brokers read it (``<chroot>/cluster/id``) unless there, and
+        wait until the node's registration of an earlier run is gone. A broker whose storage names another
+        id than ZooKeeper's refuses to start, so the id is the stack's own, kept in ``cluster.json``,
+        whichever of the two was made first. A broker killed holds its registration (an ephemeral node)
+        until its session expires, and one started before that exits (NodeExists). ZooKeeper may have
+        been started a moment ago: waits for it up to 60 s."""
+        hosts, _, chroot = connect.partition("/")
+        client = KazooClient(hosts=hosts, timeout=5.0, logger=_KAZOO_LOG)
+        try:
+            client.start(timeout=60)
+            path = f"/{chroot}/cluster/id"
+            if client.exists(path) is None:
+                value = json.dumps({"version": "1", "id": cluster_id}).encode()
+                client.create(path, value, makepath=True)
+            deadline = time.monotonic() + _ZK_SESSION_MS / 1000 + 10
+            while client.exists(f"/{chroot}/brokers/ids/{node}") is not None:
+                if time.monotonic() > deadline:
+                    raise StackError(
+                        f"kafka broker {node} at {connect}: still registered in ZooKeeper after its session "
+                        "should have expired; is it running outside the stack?"
+                    )
+                time.sleep(0.2)
+        except (KazooException, TimeoutError) as exc:  # kazoo's start times out with the builtin
+            said = f"kafka cluster at {connect}: cannot ready it in ZooKeeper: {exc!r}"
+            raise StackError(said) from exc
+        finally:
+            client.stop()
+            client.close()
 
     def _identity(self) -> Identity:
         """The cluster id, the version that formatted its storage and its controller listeners, fixed
@@ -176,12 +249,18 @@ class KafkaCluster:
         try:
             kept = json.loads(path.read_text())
             identity = Identity(
-                kept["cluster_id"], kept["version"], [(str(h), int(p)) for h, p in kept["controllers"]]
+                kept["cluster_id"],
+                kept["version"],
+                [(str(h), int(p)) for h, p in kept["controllers"]],
+                kept.get("metadata", "kraft"),
             )
         except FileNotFoundError:
             cluster_id = new_cluster_id()
-            controllers = self.controllers or free_addresses(self.addresses[0][0], len(self.addresses))
-            identity = Identity(cluster_id, self.dist.version, controllers)
+            if self.zookeeper is not None:
+                controllers = []
+            else:
+                controllers = self.controllers or free_addresses(self.addresses[0][0], len(self.addresses))
+            identity = Identity(cluster_id, self.dist.version, controllers, self.metadata)
             self.home.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(dataclasses.asdict(identity)))
@@ -189,7 +268,14 @@ class KafkaCluster:
             return identity
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StackError(f"kafka-{self.cluster_id}: cannot read {path}: {exc!r}") from exc
-        if len(identity.controllers) != len(self.addresses):
+        if identity.metadata != self.metadata:
+            raise StackError(
+                f"kafka-{self.cluster_id}: its storage in {self.home} was made in {identity.metadata} mode, "
+                f"and the configuration asks for {self.metadata}; set "
+                f"stack.clusters.{self.cluster_id}.metadata back, or remove {self.home} to start the cluster "
+                "empty"
+            )
+        if self.zookeeper is None and len(identity.controllers) != len(self.addresses):
             raise StackError(
                 f"kafka-{self.cluster_id}: its storage in {self.home} was formatted for "
                 f"{len(identity.controllers)} brokers, and the configuration asks for {len(self.addresses)}; "

@@ -21,12 +21,21 @@ SOLO = "solo"
 
 
 def cluster_config(
-    directory: Path, *, brokers: int = 1, version: str | None = None, properties: dict[str, Any] | None = None
+    directory: Path,
+    *,
+    brokers: int = 1,
+    version: str | None = None,
+    properties: dict[str, Any] | None = None,
+    zookeeper: bool = False,
 ) -> Path:
-    """A configuration whose one cluster, ``solo``, has ``brokers`` brokers on reserved ports."""
-    clients, controllers = ports.reserve(brokers), ports.reserve(brokers)
-    listeners = ",".join(f"127.0.0.1:{p}" for p in controllers)
-    solo: dict[str, Any] = {"brokers": brokers, "controllers": listeners}
+    """A configuration whose one cluster, ``solo``, has ``brokers`` brokers on reserved ports (with
+    ``zookeeper``, in ZooKeeper mode, with the stack's ZooKeeper on a reserved port)."""
+    clients = ports.reserve(brokers)
+    solo: dict[str, Any] = {"brokers": brokers}
+    if zookeeper:
+        solo["metadata"] = "zookeeper"
+    else:
+        solo["controllers"] = ",".join(f"127.0.0.1:{p}" for p in ports.reserve(brokers))
     if version:
         solo["version"] = version
     if properties:
@@ -37,6 +46,8 @@ def cluster_config(
         "stack": {"state_dir": str(directory / "state"), "kafka": {"dist_dir": str(KAFKA_DIST)},
                   "clusters": {SOLO: solo}},
     }  # fmt: skip
+    if zookeeper:
+        data["zookeeper"] = {"connect": f"127.0.0.1:{ports.reserve(1)[0]}"}
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "switchyard.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -44,9 +55,13 @@ def cluster_config(
 
 
 def cluster_stack(path: Path) -> Stack:
-    """The stack of ``path`` reduced to its cluster's brokers (no ZooKeeper, no Temporal)."""
+    """The stack of ``path`` reduced to its cluster's brokers, and ZooKeeper if they keep their metadata
+    there (no Temporal)."""
     config = load_config(path, environ={})
-    return Stack(config, only={f"kafka-{SOLO}", *(f"kafka-{SOLO}-{n}" for n in range(1, 6))})
+    names = {f"kafka-{SOLO}", *(f"kafka-{SOLO}-{n}" for n in range(1, 6))}
+    if config.stack.cluster(SOLO).metadata == "zookeeper":
+        names.add("zookeeper")
+    return Stack(config, only=names)
 
 
 def kill(stack: Stack, name: str) -> None:

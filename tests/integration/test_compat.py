@@ -1,8 +1,10 @@
 """Client compatibility: five client libraries at their default settings (one application's session
 time-outs too, ``AT_DEFAULTS``) through a round trip of sagas (switchover, switchback, switchover),
 through one gateway and through a pair of gateways, the Java client at its defaults and with the
-consumer group protocol (KIP-848), as librdkafka is too (``<library>/consumer``); in two rounds
-(``ROUNDS``), for the load on two cores.
+consumer group protocol (KIP-848), as librdkafka is too (``<library>/consumer``); in rounds
+(``ROUNDS``), for the load on two cores. One more round trip runs the classic protocol's five libraries
+between Apache Kafka 3.9 in ZooKeeper mode and 4.x in KRaft mode (tests/helpers/estates.py), through one
+gateway.
 
 Each library runs two applications of its own (``tests/compat``), one reaching the clusters through one
 gateway, one through a pair: each a producer with acks=all, sending through one producer per compression
@@ -149,44 +151,68 @@ class FlipWatch:
 def test_five_client_libraries_see_nothing_of_a_switchover_through_one_gateway_or_a_pair(
     live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path, round_: str
 ) -> None:
-    assert live.gateway is not None
     if not libraries(round_):
         pytest.skip(f"SWITCHYARD_COMPAT_LIBRARIES names no library of round {round_}")
-    second = GatewayProcess(
-        live.path, root=live.root, gateway_id="gw-pair", log=tmp_path / "gw-pair.log", overrides=live.env
-    )
-    second.start()
+    judged_round_trip(live, routing, stack_config, tmp_path, libraries(round_), SETUPS)
+
+
+def test_client_libraries_see_nothing_of_switches_between_kafka_3_9_on_zookeeper_and_4_x_on_kraft(
+    legacy_live: Live, legacy_routing: RoutingStore, legacy_config: Config, tmp_path: Path
+) -> None:
+    """The round trip from a 3.9 cluster in ZooKeeper mode to a 4.x KRaft cluster and back, the libraries
+    of the classic group protocol (a gateway serving a 3.9 cluster offers no KIP-848 group: the
+    versions it offers are those every cluster takes)."""
+    named = [n for n in (*ROUNDS["four"], *ROUNDS["java"]) if n in libraries("four") + libraries("java")]
+    if not named:
+        pytest.skip("SWITCHYARD_COMPAT_LIBRARIES names none of the classic protocol's libraries")
+    judged_round_trip(legacy_live, legacy_routing, legacy_config, tmp_path, named, ("one gateway",))
+
+
+def judged_round_trip(
+    live: Live,
+    routing: RoutingStore,
+    config: Config,
+    tmp_path: Path,
+    names: list[str],
+    setups: tuple[str, ...],
+) -> None:
+    """Each library of ``names`` in each of ``setups`` through the SWITCHES, judged (see the module)."""
+    assert live.gateway is not None
+    second = None
+    if "pair" in setups:
+        second = GatewayProcess(
+            live.path, root=live.root, gateway_id="gw-pair", log=tmp_path / "gw-pair.log", overrides=live.env
+        )
+        second.start()
     try:
-        bootstraps = {
-            "one gateway": live.gateway.bootstrap,
-            "pair": f"{second.bootstrap},{live.gateway.bootstrap}",
-            # its first library's through the second alone: each client of an application picks one of
-            # the servers listed at random and stays with the brokers that one advertises, so with both
-            # listed a round of one library (the Java client's) used only one gateway in 1 run of ~30
-            f"pair:{libraries(round_)[0]}": second.bootstrap,
-        }
+        bootstraps = {"one gateway": live.gateway.bootstrap}
+        if second is not None:
+            bootstraps |= {
+                "pair": f"{second.bootstrap},{live.gateway.bootstrap}",
+                # its first library's through the second alone: each client of an application picks one of
+                # the servers listed at random and stays with the brokers that one advertises, so with both
+                # listed a round of one library (the Java client's) used only one gateway in 1 run of ~30
+                f"pair:{names[0]}": second.bootstrap,
+            }
         apps = [
-            App(
-                lib,
-                setup,
-                unique("compat"),
-                unique("compat-t"),
-                tmp_path / setup.replace(" ", "-") / lib.replace("/", "-"),
-            )
-            for setup in SETUPS
-            for lib in libraries(round_)
-        ]
+            App(lib, setup, unique("compat"), unique("compat-t"),
+                tmp_path / setup.replace(" ", "-") / lib.replace("/", "-"))
+            for setup in setups
+            for lib in names
+        ]  # fmt: skip
         # the first records deleted before the link: the copy's offsets differ, and clients on the
         # standby see the primary's through the gateway (docs/gateway.md, offsets that differ)
-        link = prepare(routing, stack_config, apps, partitions=PARTITIONS, log_start=LOG_START)
+        link = prepare(routing, config, apps, partitions=PARTITIONS, log_start=LOG_START)
         switches, before, after = round_trip(live, routing, apps, bootstraps, link)
-        seen_by = {g: apps_through(routing, g) for g in ("gw-live", "gw-pair")}
+        gateways = ("gw-live", "gw-pair") if second is not None else ("gw-live",)
+        seen_by = {g: apps_through(routing, g) for g in gateways}
     finally:
-        second.stop()
+        if second is not None:
+            second.stop()
     for a in apps:
         a.gateways = "+".join(g for g, seen in seen_by.items() if a.app in seen)
 
-    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    primary, standby = (config.clusters[c].bootstrap for c in ("primary", "standby"))
     rows, switch_rows, problems = [], [], []
     for a in apps:
         row, found = judge(a, standby, primary)
@@ -199,9 +225,10 @@ def test_five_client_libraries_see_nothing_of_a_switchover_through_one_gateway_o
     print("\n" + table(rows) + "\n\n" + table(switch_rows) + "\n\n" + held_table(switches, switch_rows))
     assert not problems, "\n".join(problems)
     assert {a.gateways for a in apps if a.setup == "one gateway"} == {"gw-live"}
-    through_pair = {g for a in apps if a.setup == "pair" for g in a.gateways.split("+")}
-    assert "gw-pair" in through_pair, through_pair
-    assert through_pair <= {"gw-live", "gw-pair"}, through_pair
+    if second is not None:
+        through_pair = {g for a in apps if a.setup == "pair" for g in a.gateways.split("+")}
+        assert "gw-pair" in through_pair, through_pair
+        assert through_pair <= {"gw-live", "gw-pair"}, through_pair
     real = {described(b, apps[0].topic, "direct")[0] for b in (primary, standby)}
     kafka_python_logs = "".join(a.log_tail(None) for a in apps if a.library == "kafka-python")
     same_topic_throughout(before, after, real, kafka_python_logs)

@@ -15,6 +15,7 @@ import yaml
 
 from switchyard import kafka
 from switchyard.errors import StackError
+from tests.helpers import ports
 from tests.helpers.clusters import cluster_config, cluster_stack, kill, read_all, records
 from tests.helpers.stacks import KAFKA_DIST
 
@@ -81,6 +82,35 @@ def test_the_older_line_runs_and_storage_keeps_its_version(tmp_path: Path) -> No
     del data["stack"]["clusters"]["solo"]["version"]  # now the default, 4.x
     path.write_text(yaml.safe_dump(data))
     assert f"formatted by Apache Kafka {OLDER}, and the configuration asks for 4." in refusal(path)
+
+
+def test_a_cluster_in_zookeeper_mode_keeps_its_records_across_a_kill_and_its_mode(tmp_path: Path) -> None:
+    """3.9 in ZooKeeper mode: registered under its own znode, started again at once after a kill (the
+    start waits for its registration's session to expire, which a broker started sooner exits on), and
+    its storage refused to KRaft mode."""
+    path = cluster_config(tmp_path, version=OLDER, zookeeper=True)
+    stack = cluster_stack(path)
+    try:
+        stack.up(timeout_s=120)
+        bootstrap = stack.config.clusters["solo"].bootstrap
+        topic = f"zk-{uuid.uuid4().hex[:8]}"
+        kafka.create_topics(bootstrap, [topic], partitions=3)
+        assert kafka.produce(bootstrap, topic, records(100, "a")) == 100
+        broker = next(s for s in stack.services if s.name == "kafka-solo")
+        log = stack.process(broker).log_file.read_text()
+        assert f"Kafka version: {OLDER}" in log
+        assert f"Connecting to zookeeper on {stack.config.zookeeper.connect}/kafka-clusters/solo" in log
+        kill(stack, "kafka-solo")
+        stack.up(timeout_s=120)
+        assert kafka.produce(bootstrap, topic, records(50, "b")) == 50
+        assert len(read_all(bootstrap, topic, 150)) == 150
+    finally:
+        stack.down()
+    data = yaml.safe_load(path.read_text())
+    del data["stack"]["clusters"]["solo"]["metadata"]  # KRaft, on storage ZooKeeper mode made
+    data["stack"]["clusters"]["solo"]["controllers"] = f"127.0.0.1:{ports.reserve(1)[0]}"
+    path.write_text(yaml.safe_dump(data))
+    assert "was made in zookeeper mode, and the configuration asks for kraft" in refusal(path)
 
 
 def test_a_version_maven_cannot_resolve_stops_up_with_the_reason(tmp_path: Path) -> None:

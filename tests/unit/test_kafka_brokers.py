@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from switchyard.config import load_config
+from switchyard.errors import ConfigError, StackError
 from switchyard.stack.brokers import KafkaCluster, new_cluster_id
 from switchyard.stack.distribution import KafkaDistribution
 
@@ -18,7 +19,10 @@ def cluster(tmp_path: Path, brokers: int, **wanted: object) -> KafkaCluster:
     data = {
         "clusters": {"primary": {"bootstrap": ",".join(f"127.0.0.1:{9092 + i}" for i in range(brokers))}},
         "default_cluster": "primary",
-        "stack": {"clusters": {"primary": {"brokers": brokers, **wanted}}},
+        "stack": {
+            "state_dir": str(tmp_path / "state"),
+            "clusters": {"primary": {"brokers": brokers, **wanted}},
+        },
     }
     path = tmp_path / "switchyard.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -68,6 +72,45 @@ def test_the_older_line_gets_no_share_groups_and_brings_its_own_logging(tmp_path
     assert not any(key.startswith("share.") for key in props)
     assert "log4j-core" not in older.dist.pom()
     assert older.dist.logging_options(tmp_path)[0].startswith("-Dlog4j.configuration=file:")
+
+
+def test_a_cluster_in_zookeeper_mode_registers_there_under_its_own_znode(tmp_path: Path) -> None:
+    older = cluster(tmp_path, 3, version="3.9.2", metadata="zookeeper")
+    assert older.metadata == "zookeeper"
+    props = properties(older.server_properties(2, [], tmp_path / "data"))
+    assert props["broker.id"] == "2"
+    assert props["zookeeper.connect"] == "127.0.0.1:2181/kafka-clusters/primary"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9093"
+    assert not any(k.startswith(("process.", "controller.", "node.", "metadata.")) for k in props), props
+    assert props["default.replication.factor"] == "3"
+
+
+def _refused(tmp_path: Path, **wanted: object) -> str:
+    with pytest.raises(ConfigError) as refused:
+        cluster(tmp_path, 1, **wanted)
+    return str(refused.value)
+
+
+def test_zookeeper_mode_is_refused_where_kafka_has_none_naming_the_key(tmp_path: Path) -> None:
+    said = _refused(tmp_path, metadata="zookeeper")  # the default version, 4.x
+    assert "stack.clusters.primary.metadata" in said
+    assert "no ZooKeeper mode" in said
+    said = _refused(tmp_path, version="3.9.2", metadata="zookeeper", controllers="127.0.0.1:9192")
+    assert "stack.clusters.primary.controllers" in said
+    assert "metadata" in _refused(tmp_path, version="3.9.2", metadata="zk")
+
+
+def test_storage_made_in_one_mode_is_refused_in_the_other(tmp_path: Path) -> None:
+    home = tmp_path / "state" / "kafka" / "primary"
+    home.mkdir(parents=True)
+    (home / "cluster.json").write_text(
+        '{"cluster_id": "x", "version": "3.9.2", "controllers": [["127.0.0.1", 9192]]}'  # before modes: KRaft
+    )
+    older = cluster(tmp_path, 1, version="3.9.2", metadata="zookeeper")
+    with pytest.raises(StackError) as refused:
+        older._identity()
+    assert "made in kraft mode, and the configuration asks for zookeeper" in str(refused.value)
+    assert "stack.clusters.primary.metadata" in str(refused.value)
 
 
 def test_the_pom_asks_for_the_broker_its_tools_the_clients_and_a_logging_binding(tmp_path: Path) -> None:
