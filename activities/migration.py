@@ -12,7 +12,7 @@ from activities.recorded import step
 from switchyard import kafka
 from switchyard.errors import BindingRefused, CopyFailed, DrainTimeout
 from switchyard.mirror.control import delete_link
-from switchyard.mirror.status import PartitionStatus, read_status
+from switchyard.mirror.status import read_status
 from switchyard.model import Link, LinkState
 from switchyard.moves.topic import find_users
 from switchyard.sagas import steps
@@ -41,32 +41,7 @@ class MigrationActivities:
         """Make the link that copies exactly the topic (a retry finds it made), then wait, heartbeating
         how far the copy got, until every partition keeps up with the source."""
         link = self._link(request)
-        deadline = time.monotonic() + request.timeout_s
-        while True:
-            reported = self._statuses(link)
-            failed = [f"{s.topic}[{s.partition}]: {s.error}" for s in reported.values() if s.error]
-            if failed:
-                raise CopyFailed(f"link {link.id} stopped copying {'; '.join(failed[:5])}")
-            behind = {
-                p: s.lag for p, s in reported.items() if s.source_end < 0 or s.lag_s > request.caught_up_s
-            }
-            missing = [key for key in self._partitions(link) if key not in reported]
-            if not behind and not missing:
-                return MigrationLink(link.id, len(reported), sum(s.mirrored for s in reported.values()))
-            beat(
-                {
-                    "copied": sum(max(0, s.mirrored) for s in reported.values()),
-                    "lag": sum(max(0, s.lag) for s in reported.values()),
-                    "unreported": len(missing),
-                }
-            )
-            if time.monotonic() > deadline:
-                raise DrainTimeout(
-                    f"link {link.id} did not catch up with {request.topic} in {request.timeout_s:g}s: "
-                    f"{len(missing)} partitions unreported (is a mirror running?), "
-                    f"{sum(behind.values())} records behind"
-                )
-            time.sleep(_POLL_S)
+        return caught_up(self.deps, link, request.topic, request.caught_up_s, request.timeout_s)
 
     def _link(self, request: MigrationLinkRequest) -> Link:
         wanted = (request.source, request.target, (re.escape(request.topic),), ())
@@ -83,39 +58,68 @@ class MigrationActivities:
             raise BindingRefused(f"link {request.link} is {existing.state}: it must run to catch up")
         return existing
 
-    def _partitions(self, link: Link) -> list[tuple[str, int]]:
-        return kafka.partitions(self.deps.bootstrap(link.source), link.copies)
-
-    def _statuses(self, link: Link) -> dict[tuple[str, int], PartitionStatus]:
-        return {
-            s.key: s
-            for member in read_status(self.deps.zk, self.deps.store.layout, link.id)
-            for s in member.partitions
-        }
-
     @step(steps.RETIRE_TOPIC)
     def retire_topic(self, request: RetireRequest) -> Retired:
         """Remove the migration's links, wait until no mirror copies them, then delete the topic on the
         cluster it left; each part is skipped when a retry finds it done."""
         actor, why = f"saga:{request.saga_id}", f"topic migration: {request.topic} retired"
-        removed = []
-        for link_id in request.links:
-            if self.deps.store.link(link_id) is not None:
-                delete_link(self.deps.config, self.deps.store, link_id, actor=actor, reason=why, force=True)
-                removed.append(link_id)
-        self._wait_unfollowed(request.links)
+        removed = remove_links(self.deps, request.links, actor=actor, reason=why)
         deleted = False
         if request.delete_topic:
             deleted = kafka.delete_topic(self.deps.bootstrap(request.cluster), request.topic)
         return Retired(removed, deleted)
 
-    def _wait_unfollowed(self, links: list[str], timeout_s: float = 60.0) -> None:
-        """A copier still writing into the topic as it is deleted could create it anew."""
-        deadline = time.monotonic() + timeout_s
-        while any(read_status(self.deps.zk, self.deps.store.layout, link) for link in links):
-            if time.monotonic() > deadline:
-                raise CopyFailed(
-                    f"mirror processes still copy {', '.join(links)} {timeout_s:g}s after removal"
-                )
-            beat("waiting for the mirror processes to stop copying the removed links")
-            time.sleep(_POLL_S)
+
+def caught_up(deps: Deps, link: Link, what: str, caught_up_s: float, timeout_s: float) -> MigrationLink:
+    """Wait, heartbeating how far the copy got, until every partition of ``link`` was fully copied within
+    ``caught_up_s``; its figures then. ``what`` names what it copies in the error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reported = {
+            s.key: s for member in read_status(deps.zk, deps.store.layout, link.id) for s in member.partitions
+        }
+        failed = [f"{s.topic}[{s.partition}]: {s.error}" for s in reported.values() if s.error]
+        if failed:
+            raise CopyFailed(f"link {link.id} stopped copying {'; '.join(failed[:5])}")
+        behind = {p: s.lag for p, s in reported.items() if s.source_end < 0 or s.lag_s > caught_up_s}
+        missing = [
+            key for key in kafka.partitions(deps.bootstrap(link.source), link.copies) if key not in reported
+        ]
+        if not behind and not missing:
+            return MigrationLink(link.id, len(reported), sum(s.mirrored for s in reported.values()))
+        beat(
+            {
+                "copied": sum(max(0, s.mirrored) for s in reported.values()),
+                "lag": sum(max(0, s.lag) for s in reported.values()),
+                "unreported": len(missing),
+            }
+        )
+        if time.monotonic() > deadline:
+            raise DrainTimeout(
+                f"link {link.id} did not catch up with {what} in {timeout_s:g}s: {len(missing)} partitions "
+                f"unreported (is a mirror running?), {sum(behind.values())} records behind"
+            )
+        time.sleep(_POLL_S)
+
+
+def remove_links(deps: Deps, links: list[str], *, actor: str, reason: str) -> list[str]:
+    """Remove those of ``links`` still there (a retry finds some gone) and wait until no mirror process
+    copies any; the ones removed now."""
+    removed = []
+    for link_id in links:
+        if deps.store.link(link_id) is not None:
+            delete_link(deps.config, deps.store, link_id, actor=actor, reason=reason, force=True)
+            removed.append(link_id)
+    wait_unfollowed(deps, links)
+    return removed
+
+
+def wait_unfollowed(deps: Deps, links: list[str], timeout_s: float = 60.0) -> None:
+    """Until no mirror process copies ``links`` (removed): a copier still writing into a topic as it is
+    deleted could create it anew."""
+    deadline = time.monotonic() + timeout_s
+    while any(read_status(deps.zk, deps.store.layout, link) for link in links):
+        if time.monotonic() > deadline:
+            raise CopyFailed(f"mirror processes still copy {', '.join(links)} {timeout_s:g}s after removal")
+        beat("waiting for the mirror processes to stop copying the removed links")
+        time.sleep(_POLL_S)

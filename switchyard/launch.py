@@ -18,6 +18,7 @@ from switchyard.config import Config, SagaKind
 from switchyard.errors import SwitchyardError
 from switchyard.sagas.failures import reason
 from switchyard.sagas.requests import ApprovalPoint, Kind, Policy, Progress
+from switchyard.table import render
 
 WORKFLOW_TYPES = {
     Kind.SWITCHOVER: "Switchover",
@@ -26,6 +27,7 @@ WORKFLOW_TYPES = {
     Kind.MIGRATION: "TopicMigration",
     Kind.PARTITION_MIGRATION: "PartitionMigration",
     Kind.ORIGIN_RETIREMENT: "RetireOriginTopic",
+    Kind.EVACUATION: "ClusterEvacuation",
 }
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=2)
 """A worker that dies holding one of the saga's decisions costs this (Temporal's default: 10 s), possibly
@@ -148,6 +150,8 @@ async def follow(
 
 def describe_saga(result: dict[str, Any]) -> list[str]:
     """A saga's result, as lines for an operator."""
+    if result.get("kind") == Kind.EVACUATION:
+        return describe_evacuation(result)
     lines = [f"{result['kind']} {result['outcome']}: {', '.join(result['keys'])}"]
     partition = result["kind"] == Kind.PARTITION_MIGRATION
     if result.get("source") and result.get("target"):
@@ -176,3 +180,33 @@ def describe_saga(result: dict[str, Any]) -> list[str]:
     if result.get("detail"):
         lines.append(f"  {result['detail']}")
     return lines
+
+
+def describe_evacuation(result: dict[str, Any]) -> list[str]:
+    """An evacuation's result (its report), as lines for an operator."""
+    lines = [f"evacuation {result['outcome']}: {result['source']} -> {result['target']}"]
+    rows = [
+        (b["number"], len(b["topics"]), ", ".join(b["apps"]), b["outcome"], f"{b['pause_ms'] / 1000:.2f}",
+         f"{b['duration_ms'] / 1000:.1f}", b["records_copied"], b["verdict"] or "-")
+        for b in result.get("batches") or []
+    ]  # fmt: skip
+    if rows:
+        headers = ("BATCH", "TOPICS", "APPLICATIONS", "OUTCOME", "HELD S", "TOOK S", "COPIED", "VERDICT")
+        lines += render(headers, rows).splitlines()
+    switched = [b for b in result.get("batches") or [] if b["outcome"] == "switched"]
+    if switched:
+        held = sorted(b["pause_ms"] for b in switched)
+        lines.append(
+            f"  clients held p50 {held[len(held) // 2] / 1000:.2f}s, max {held[-1] / 1000:.2f}s over "
+            f"{len(switched)} batches; RPO 0 (planned switches); took {result['duration_ms'] / 1000:.0f}s"
+        )
+    if result.get("unused"):
+        lines.append(f"  no application seen: {_names(result['unused'])}")
+    lines += [f"  {approval}" for approval in result.get("approvals") or []]
+    if result.get("detail"):
+        lines.append(f"  {result['detail']}")
+    return lines
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")

@@ -47,15 +47,9 @@ def create_copies(source: AdminClient, target: AdminClient, partitions: Mapping[
 
 
 def _create_without_refused(target: AdminClient, name: str, count: int, settings: dict[str, str]) -> str:
-    """Find the settings the target refuses one by one (validation only), create the topic without them
-    and say which they were, with the target's reason."""
-    refused: dict[str, str] = {}
-    for key, value in settings.items():
-        try:
-            alone = NewTopic(name, count, config={key: value})
-            target.create_topics([alone], validate_only=True)[name].result(30)
-        except KafkaException as exc:
-            refused[key] = exc.args[0].str()
+    """Create the topic without the settings the target refuses, and say which they were, with the
+    target's reason."""
+    refused = _refused(target, name, count, settings)
     kept = {key: value for key, value in settings.items() if key not in refused}
     try:
         target.create_topics([NewTopic(name, count, config=kept)])[name].result(30)
@@ -63,6 +57,39 @@ def _create_without_refused(target: AdminClient, name: str, count: int, settings
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise TopicSyncError(f"cannot create topic {name} on the target: {exc}") from exc
     return "; ".join(f"{key}={settings[key]} (the target: {why})" for key, why in sorted(refused.items()))
+
+
+def refused_settings(
+    source: AdminClient, target: AdminClient, partitions: Mapping[str, int]
+) -> dict[str, str]:
+    """Per topic, the source's settings the target would refuse on its copy, with its reasons (validation
+    only: nothing is created); topics the target has already are left out."""
+    configs = topic_configs(source, list(partitions))
+    asked = [NewTopic(name, count, config=configs.get(name, {})) for name, count in partitions.items()]
+    if not asked:
+        return {}
+    found: dict[str, str] = {}
+    for name, future in target.create_topics(asked, validate_only=True).items():
+        try:
+            future.result(30)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.INVALID_CONFIG:
+                continue  # there already, or refused for what creating it would meet anyway
+            refused = _refused(target, name, partitions[name], configs.get(name, {}))
+            found[name] = "; ".join(f"{k}={configs[name][k]} ({why})" for k, why in sorted(refused.items()))
+    return found
+
+
+def _refused(target: AdminClient, name: str, count: int, settings: dict[str, str]) -> dict[str, str]:
+    """The settings the target refuses, found one by one (validation only), with its reasons."""
+    refused: dict[str, str] = {}
+    for key, value in settings.items():
+        try:
+            alone = NewTopic(name, count, config={key: value})
+            target.create_topics([alone], validate_only=True)[name].result(30)
+        except KafkaException as exc:
+            refused[key] = exc.args[0].str()
+    return refused
 
 
 def topic_configs(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, str]]:

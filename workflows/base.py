@@ -235,14 +235,7 @@ class SagaWorkflow:
 
     async def _await_approval(self, where: str, timeout_s: float) -> Decision:
         """Wait for an operator's decision at ``where``; a rejection or no decision in time abandons."""
-        self._progress.awaiting_approval = where
-        saga = workflow.info().workflow_id
-        self._phase(
-            "awaiting approval",
-            f"{where}, at most {timeout_s:g}s.\n\nApprove: send the Update `approve` from this page with "
-            '`{"by": "<your name>", "reason": "<why>"}`, or `reject` to stop it and undo what it did; '
-            f"or run `switchyard sagas approve '{saga}'`.",
-        )
+        self._asking(where, timeout_s)
         try:
             await workflow.wait_condition(
                 lambda: self._decision is not None, timeout=timedelta(seconds=timeout_s)
@@ -251,6 +244,21 @@ class SagaWorkflow:
             raise SagaAbandoned(f"no approval {where} within {timeout_s:g}s") from None
         finally:
             self._progress.awaiting_approval = None
+        return await self._take_decision(where)
+
+    def _asking(self, where: str, timeout_s: float) -> None:
+        """Show that the saga waits for a decision at ``where``, and how to send one."""
+        self._progress.awaiting_approval = where
+        saga = workflow.info().workflow_id
+        self._phase(
+            "awaiting approval",
+            f"{where}, at most {timeout_s:g}s.\n\nApprove: send the Update `approve` from this page with "
+            '`{"by": "<your name>", "reason": "<why>"}`, or `reject` to stop it and undo what it did; '
+            f"or run `switchyard sagas approve '{saga}'`.",
+        )
+
+    async def _take_decision(self, where: str) -> Decision:
+        """The decision sent at ``where``, recorded; a rejection abandons."""
         assert self._decision is not None
         approved, decision = self._decision
         self._decision = None

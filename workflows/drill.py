@@ -18,10 +18,9 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ChildWorkflowError
-from temporalio.workflow import ParentClosePolicy
 
 from workflows.base import SPARK_JOB, SagaAbandoned, SagaWorkflow
+from workflows.children import switch
 
 with workflow.unsafe.imports_passed_through():
     from switchyard.sagas import steps
@@ -41,8 +40,7 @@ with workflow.unsafe.imports_passed_through():
         drill_topic,
     )
     from switchyard.sagas.failures import reason
-    from switchyard.sagas.ids import saga_id
-    from switchyard.sagas.requests import ApprovalPoint, Kind, SagaResult, SwitchRequest
+    from switchyard.sagas.requests import ApprovalPoint, Kind, SwitchRequest
     from switchyard.sagas.steps import Drained, DrainRequest, Partition, VerifyOutcome, VerifyRequest
 
 STEPS = ["prepare", "canary", "switchover", "switchback", "verify (Spark)", "tidy"]
@@ -52,8 +50,6 @@ WAIT_AFTER_EVERY_SWITCH = "drill-waits-after-every-switch"
 """The patch that lets the canary see a failed switch's end too (its producer's wait through it)."""
 LIVE_WAIT_S = 180.0
 """How long the canary may take to get its first record through (it fails on its own after 120 s)."""
-CHILD_TASK_TIMEOUT = timedelta(seconds=2)
-"""As every saga is started with (``launch.WORKFLOW_TASK_TIMEOUT``)."""
 CANARY_SLACK_S = 300.0
 """The canary's stop and count after its traffic's longest run."""
 CANARY_STOP_S = 180.0
@@ -256,19 +252,7 @@ class Drill(SagaWorkflow):
         why = f"drill {workflow.info().workflow_id}"
         asked = SwitchRequest(list(keys), link=link, actor=f"drill:{request.name}", reason=why, policy=policy)
         began = workflow.now()
-        handle = await workflow.start_child_workflow(
-            "Switchover" if kind is Kind.SWITCHOVER else "Switchback", asked, id=saga_id(keys),
-            result_type=SagaResult, task_timeout=CHILD_TASK_TIMEOUT,
-            parent_close_policy=ParentClosePolicy.ABANDON,  # a switch under way finishes on its own
-        )  # fmt: skip
-        try:
-            ended: dict[str, Any] = asdict(await handle)
-        except ChildWorkflowError as exc:
-            details = getattr(exc.cause, "details", None)
-            if not details or not isinstance(details[0], dict):
-                raise
-            ended = details[0]
-        ended["run_id"] = handle.first_execution_run_id or ""
+        ended = await switch(kind, asked)
         self._state.switches.append((kind.value, began.isoformat(), workflow.now().isoformat()))
         self._mark(step, "done" if ended["outcome"] == "switched" else "failed", ended.get("detail", ""))
         return ended

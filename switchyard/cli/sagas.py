@@ -450,7 +450,7 @@ def _trail(config: Config, saga: str) -> bool:
     return True
 
 
-async def _on_running(
+async def on_running(
     config: Config, saga: str, action: str, act: Callable[[WorkflowHandle[Any, Any]], Awaitable[T]]
 ) -> T:
     """``act`` on SAGA while it runs. Temporal answers "not found" both for an id it never saw and for a
@@ -488,7 +488,7 @@ def _decide(approve: bool) -> Callable[..., None]:
                 raise SagaFailed(f"saga {saga}: {getattr(exc.cause, 'message', exc.cause)}") from None
             return answer
 
-        click.echo(f"saga {saga}: {_run(_on_running(config, saga, name, send))}")
+        click.echo(f"saga {saga}: {_run(on_running(config, saga, name, send))}")
 
     return decide
 
@@ -511,7 +511,7 @@ def cancel(ctx: click.Context, saga: str) -> None:
     async def send(handle: WorkflowHandle[Any, Any]) -> None:
         await handle.cancel()
 
-    _run(_on_running(config_of(ctx), saga, "cancel", send))
+    _run(on_running(config_of(ctx), saga, "cancel", send))
     click.echo(f"saga {saga}: cancellation requested (switchyard sagas show '{saga}')")
 
 

@@ -33,6 +33,11 @@ def migration_id(topic: str) -> str:
     return f"{PREFIX}:{Kind.MIGRATION}:{topic}"
 
 
+def evacuation_id(source: str) -> str:
+    """One evacuation of a cluster at a time."""
+    return f"{PREFIX}:{Kind.EVACUATION}:{source}"
+
+
 def partition_migration_id(topic: str, partition: int) -> str:
     """One migration saga per partition at a time."""
     return f"{PREFIX}:{Kind.PARTITION_MIGRATION}:{topic}[{partition}]"

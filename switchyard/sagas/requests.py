@@ -13,6 +13,7 @@ class Kind(StrEnum):
     MIGRATION = "topic-migration"
     PARTITION_MIGRATION = "partition-migration"
     ORIGIN_RETIREMENT = "origin-retirement"
+    EVACUATION = "evacuation"
 
 
 class ApprovalPoint(StrEnum):

@@ -163,12 +163,13 @@ def kafka_cluster(config: Config, cluster_id: str) -> list[Service]:
 
 
 def brokers(cluster: KafkaCluster) -> list[Service]:
+    probe = health.kafka if cluster.zookeeper is None else health.kafka_with_controller
     return [
         Service(
             cluster.service_name(node),
             host,
             port,
-            lambda host=host, port=port: health.kafka(host, port),  # type: ignore[misc]
+            lambda host=host, port=port: probe(host, port),  # type: ignore[misc]
             lambda node=node: cluster.argv(node),  # type: ignore[misc]
             lambda node=node: cluster.prepare(node),  # type: ignore[misc]
         )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException
 
 from switchyard.config import Config
 from switchyard.errors import AcksTimeout, GatewayIdInUse, LockHeld
@@ -230,6 +231,14 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 30) -> bool:
     return True
 
 
+def _answers(zk: KazooClient) -> bool:
+    try:
+        zk.exists("/")
+    except KazooException:
+        return False
+    return True
+
+
 def test_view_serves_its_last_routes_while_zookeeper_is_away(tmp_path: Path, stack_config: Config) -> None:
     zookeeper = PrivateService.zookeeper(tmp_path)
     zookeeper.start()
@@ -262,6 +271,9 @@ def test_view_serves_its_last_routes_while_zookeeper_is_away(tmp_path: Path, sta
 
         assert wait_until(lambda: not view.stale), where()
         assert wait_until(lambda: first in heard), f"fresh again, unannounced: {where()}"
+        # the writer's session may have expired while ZooKeeper was away (longer than its 10 s under
+        # load): it writes once kazoo has given it a new one
+        assert wait_until(lambda: _answers(writer_zk), timeout_s=30), "the writer never reconnected"
         second = store.set_binding(ORDERS, "standby", BindingState.BLOCKED, actor=ACTOR, reason="after")
         assert view.wait_for_epoch(second, 10), f"waiting for epoch {second}: {where()}"
         assert view.resolve(Identity("orders")).state is BindingState.BLOCKED

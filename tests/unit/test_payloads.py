@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from temporalio.converter import DataConverter
 
-from switchyard.sagas import drills, requests, steps
+from switchyard.sagas import drills, evacuations, requests, steps
 from switchyard.sagas.drills import DrillResult
 from switchyard.sagas.steps import Drained, PartitionEnd
 from switchyard.temporal import data_converter
@@ -23,7 +23,7 @@ OURS = data_converter().payload_converter
 DATACLASSES = sorted(
     (
         cls
-        for module in (steps, requests, drills)
+        for module in (steps, requests, drills, evacuations)
         for _, cls in inspect.getmembers(module, inspect.isclass)
         if dataclasses.is_dataclass(cls) and cls.__module__ == module.__name__
     ),

@@ -25,7 +25,7 @@ from temporalio.worker import Worker
 
 from switchyard import temporal
 from switchyard.config import Config
-from switchyard.sagas import steps
+from switchyard.sagas import evacuations, steps
 from switchyard.sagas.drills import (
     CanaryFindings,
     CanaryRequest,
@@ -36,6 +36,14 @@ from switchyard.sagas.drills import (
     PrepareRequest,
     TidyRequest,
     Timeline,
+)
+from switchyard.sagas.evacuations import (
+    CopyClusterRequest,
+    EvacuationBatch,
+    EvacuationPlan,
+    EvacuationPlanRequest,
+    RetiredEvacuated,
+    RetireEvacuatedRequest,
 )
 from switchyard.sagas.requests import PartitionLoss, SagaResult
 from switchyard.sagas.steps import (
@@ -166,6 +174,12 @@ class Script:
             steps.AGE_MIGRATIONS: (AgingCheck, lambda _: _aged()),
             steps.CHECK_ORIGIN_TOPIC: (OriginTopicStep, lambda _: OriginTopicChecked(2, self.refusal)),
             steps.RETIRE_ORIGIN_TOPIC: (OriginTopicStep, lambda _: OriginTopicChecked(2, deleted=True)),
+            evacuations.PLAN_EVACUATION: (EvacuationPlanRequest, self._evacuation_plan),
+            evacuations.COPY_CLUSTER: (CopyClusterRequest, lambda r: MigrationLink(r.link, 9, 900)),
+            evacuations.RETIRE_EVACUATED: (
+                RetireEvacuatedRequest,
+                lambda r: RetiredEvacuated(r.links, r.topics),
+            ),
         }
         return [self._stand_in(name, kind, answer) for name, (kind, answer) in answers.items()]
 
@@ -200,6 +214,18 @@ class Script:
         users = [TopicUser("shop", "produce"), TopicUser("billing", "consume", "billing")]
         keys = ["billing##billing", f"billing#{request.topic}", f"shop#{request.topic}"]
         return TopicUsers(request.topic, users, keys, "primary", 2, ["stand-in users"])
+
+    def _evacuation_plan(self, request: EvacuationPlanRequest) -> EvacuationPlan:
+        """Three batches of one application each, and a topic nobody uses."""
+        plan = EvacuationPlan(request.source, request.target, request.link, unused=["idle"])
+        if self.refusal:
+            plan.cannot_move.append(self.refusal)
+            return plan
+        plan.batches = [
+            EvacuationBatch(n, [f"{app}-events"], [app], [app], 3, 10 * n)
+            for n, app in enumerate(("shop", "billing", "audit"), start=1)
+        ]
+        return plan
 
     def _partition_plan(self, request: PartitionPlanRequest) -> PartitionPlan:
         if self.refusal:

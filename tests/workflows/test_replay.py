@@ -31,6 +31,7 @@ def test_there_are_histories_of_every_saga() -> None:
         "drill",
         "migration-aging",
         "origin-retirement",
+        "evacuation",
     } <= kinds, kinds
 
 

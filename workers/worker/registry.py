@@ -9,6 +9,7 @@ from typing import Any
 from activities.aging import AgingActivities
 from activities.deps import Deps
 from activities.drills import DrillActivities
+from activities.evacuation import EvacuationActivities
 from activities.links import LinkActivities
 from activities.migration import MigrationActivities
 from activities.mirror import MirrorActivities
@@ -20,6 +21,7 @@ from activities.transactions import TransactionActivities
 from activities.verification import VerificationActivities
 from workflows.aging import MigrationAging, RetireOriginTopic
 from workflows.drill import Drill
+from workflows.evacuation import ClusterEvacuation
 from workflows.failover import Failover
 from workflows.migration import TopicMigration
 from workflows.partition_migration import PartitionMigration
@@ -28,7 +30,7 @@ from workflows.switchover import Switchover
 
 WORKFLOWS: list[type] = [
     Switchover, Switchback, Failover, TopicMigration, PartitionMigration, Drill, MigrationAging,
-    RetireOriginTopic,
+    RetireOriginTopic, ClusterEvacuation,
 ]  # fmt: skip
 ACTIVITY_CLASSES = (
     PlanningActivities,
@@ -42,6 +44,7 @@ ACTIVITY_CLASSES = (
     VerificationActivities,
     RecordActivities,
     DrillActivities,
+    EvacuationActivities,
 )
 
 
