@@ -61,6 +61,7 @@ class ClusterEvacuation(SagaWorkflow):
         self._roll_back = False
         self._outcomes: list[BatchOutcome] = []
         self._started = datetime.min
+        self._switches: list[str] = []
 
     @workflow.signal
     def pause(self) -> None:
@@ -220,6 +221,7 @@ class ClusterEvacuation(SagaWorkflow):
                               f"{number}", policy=policy)  # fmt: skip
         began = workflow.now()
         ended = await switch(kind, asked)
+        self._switches.append(ended["run_id"])
         if kind is Kind.SWITCHOVER:
             outcome.outcome = SWITCHED if ended["outcome"] == SWITCHED else ended["outcome"]
             outcome.saga_id, outcome.pause_ms = ended["saga_id"], ended.get("pause_ms", 0)
@@ -276,6 +278,7 @@ class ClusterEvacuation(SagaWorkflow):
 
     async def _end(self, result: EvacuationResult, *, fail: str | None = None) -> EvacuationResult:
         result.duration_ms = millis(workflow.now() - self._started)
+        result.switches = list(self._switches)
         result.approvals = list(self._approvals)
         self._phase(result.outcome, result.detail)
         await self._record(

@@ -1,6 +1,7 @@
 """A run's report, assembled from the ledger alone: its row in ``saga_runs``, its result (a
-``SagaResult``, or a ``DrillResult`` for a drill) and every step attempt in ``saga_steps`` — a drill's
-switchover and switchback steps too, found under their run ids. The ledger outlives Temporal's history,
+``SagaResult``, a ``DrillResult`` for a drill, an ``EvacuationResult`` for a cluster evacuation) and every
+step attempt in ``saga_steps`` — a drill's switchover and switchback steps too, and an evacuation's
+batches' switches, found under their run ids. The ledger outlives Temporal's history,
 and a run stopped halfway still has its steps there, so the report needs nothing else.
 
 Error handling: a reference naming no run and an unreadable result are :class:`ReportError` (exit code 8,
@@ -20,11 +21,13 @@ from switchyard.reports.model import INCOMPLETE, PartitionLine, Report, StepLine
 from switchyard.reports.verdict import verdict_of
 from switchyard.sagas import steps as step_names
 from switchyard.sagas.drills import DRILL_KIND, DrillResult, Objectives, VerifyFigures
+from switchyard.sagas.evacuations import EVACUATION_KIND, EvacuationResult
 from switchyard.sagas.requests import Kind, SagaResult
 
 T = TypeVar("T")
 _DRILL: TypeAdapter[DrillResult] = TypeAdapter(DrillResult)
 _SAGA: TypeAdapter[SagaResult] = TypeAdapter(SagaResult)
+_EVACUATION: TypeAdapter[EvacuationResult] = TypeAdapter(EvacuationResult)
 
 
 class ReportError(SagaError):
@@ -54,6 +57,9 @@ def report_of_run(ledger: Ledger, run: SagaRun, objectives: Objectives, *, with_
         if run.kind == DRILL_KIND:
             drill = _parse(_DRILL, run.result, run)
             _fill_drill(report, drill, run)
+            children = [(s.kind, s.run_id) for s in report.switches if s.run_id]
+        elif run.kind == EVACUATION_KIND:
+            _fill_evacuation(ledger, report, _parse(_EVACUATION, run.result, run))
             children = [(s.kind, s.run_id) for s in report.switches if s.run_id]
         else:
             _fill_saga(report, _parse(_SAGA, run.result, run), run.run_id)
@@ -107,6 +113,16 @@ def _fill_saga(report: Report, result: SagaResult, run_id: str) -> None:
         report.partitions = [PartitionLine(p.topic, p.partition, p.records) for p in result.rpo]
         report.lost_records = sum(p.records for p in result.rpo)
         report.measured_lost_records = result.lost_window_records
+
+
+def _fill_evacuation(ledger: Ledger, report: Report, result: EvacuationResult) -> None:
+    """Each batch's switch (and roll-back) as its own run records it."""
+    report.name = f"{result.source} -> {result.target}"
+    report.detail, report.approvals = result.detail, list(result.approvals)
+    for run_id in result.switches:
+        child = ledger.saga_run(run_id)
+        if child is not None and child.result is not None:
+            report.switches.append(_switch(_parse(_SAGA, child.result, child), run_id))
 
 
 def _spark_verification(steps: list[StepLine]) -> VerifyFigures | None:

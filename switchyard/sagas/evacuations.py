@@ -156,6 +156,8 @@ class EvacuationResult:
     unused: list[str] = field(default_factory=list)
     retired: list[str] = field(default_factory=list)
     """The topics deleted on the source."""
+    switches: list[str] = field(default_factory=list)
+    """The run id of each batch's switch, in order, roll-backs too (their reports: ``switchyard report``)."""
     detail: str = ""
     duration_ms: int = 0
     approvals: list[str] = field(default_factory=list)
