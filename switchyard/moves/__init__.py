@@ -7,5 +7,7 @@ move applications between copies of the same topics rather than the data itself:
   checked of the migrations once in effect — a fault migration's origin end, aging, which origin topics
   may be retired (``partition_aging.py``) — and the schedule that runs those checks
   (``aging_schedule.py``);
-- a **cluster** move (to come: every topic of a cluster in batches, issue 41).
+- a **cluster** move (``cluster.py``): every topic of a cluster and every application using them, in
+  batches an application never spans, or what stops it; the ``ClusterEvacuation`` saga, each batch a
+  switchover of its own (docs/runbooks/cluster-move.md).
 """
