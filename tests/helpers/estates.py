@@ -10,7 +10,11 @@ from pathlib import Path
 
 import yaml
 
+from switchyard import kafka
 from switchyard.config import Config, load_config
+from switchyard.mirror.control import delete_link
+from switchyard.moves.cluster import INTERNAL_PREFIXES
+from switchyard.routing.store import RoutingStore
 from switchyard.stack import Stack
 from tests.helpers import ports
 from tests.helpers.clusters import discard
@@ -44,6 +48,17 @@ def legacy_primary(stack_config: Config, directory: Path, *, brokers: int = 1) -
         yield config
     finally:
         discard(stack)
+
+
+def empty_source(routing: RoutingStore, config: Config) -> None:
+    """Remove every link from or to ``primary`` and every topic on it: each evacuation test moves the
+    cluster whole, and what one leaves there (a batch rolled back, its links) would be planned again."""
+    primary = config.clusters["primary"].bootstrap
+    for link in list(routing.snapshot().links.values()):
+        if "primary" in (link.source, link.target):
+            delete_link(config, routing, link.id, actor="user:test", reason="tidy", force=True)
+    for topic in {t for t, _ in kafka.partitions(primary, lambda n: not n.startswith(INTERNAL_PREFIXES))}:
+        kafka.delete_topic(primary, topic)
 
 
 def _names(brokers: int) -> list[str]:

@@ -167,30 +167,32 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def wait_for_approval(live: Live, saga: str, timeout_s: float = 60) -> None:
-    """Until the saga's progress (what ``sagas show`` prints) says it waits for an approval; asked
-    in-process every 0.2 s, as a CLI process a time would cost a second each."""
+def wait_for_approval(live: Live, saga: str, timeout_s: float = 60) -> str:
+    """Until the saga's progress (what ``sagas show`` prints) says it waits for an approval, and where;
+    asked in-process every 0.2 s, as a CLI process a time would cost a second each."""
     from temporalio.service import RPCError
 
     from switchyard.errors import StackError
     from switchyard.sagas.requests import Progress
 
-    async def waiting() -> None:
+    async def waiting() -> str:
         deadline = time.monotonic() + timeout_s
         last: object = None
         while True:
             try:
                 client = await temporal.connect(live.config)
-                progress = await client.get_workflow_handle(saga).query("progress", result_type=Progress)
+                progress: Progress = await client.get_workflow_handle(saga).query(
+                    "progress", result_type=Progress
+                )
                 if progress.awaiting_approval:
-                    return
+                    return progress.awaiting_approval
                 last = progress
             except (RPCError, StackError) as exc:  # not started yet, or Temporal restarting
                 last = exc
             assert time.monotonic() < deadline, f"{saga} never waited for an approval: {last}"
             await asyncio.sleep(0.2)
 
-    asyncio.run(waiting())
+    return asyncio.run(waiting())
 
 
 def capture(live: Live, workflow_id: str, run_id: str, name: str) -> None:

@@ -27,6 +27,7 @@ from switchyard.threads import Worker
 from tests.helpers.compat import JAVA_CLIENT, ROOT
 from tests.helpers.links import ACTOR
 from tests.helpers.live import Live, unique
+from tests.helpers.transactions import Transactions, read_exactly_once, retried
 
 ROUND_TRIP = ("switchover", "switchback", "switchover")
 
@@ -70,67 +71,6 @@ def _switch_around(
         link = result["reverse_link"]
 
 
-def _read_exactly_once(config: Config, topic: str, committed: set[int]) -> None:
-    """A read_committed reader of the standby (where the round trip ends) sees each committed transaction's
-    five records once, and nothing else."""
-    read = Counter(
-        r.value.decode()
-        for records in kafka.read_partitions(config.clusters["standby"].bootstrap, topic).values()
-        for r in records
-        if r.value is not None
-    )
-    expected = Counter(f"{n}-{part}" for n in committed for part in range(5))
-    assert read == expected, (
-        f"twice: {sorted(k for k, c in read.items() if c > 1)[:10]}; "
-        f"missing: {sorted(set(expected) - set(read))[:10]}; "
-        f"never committed: {sorted(set(read) - set(expected))[:10]}"
-    )
-
-
-class _Transactions:
-    """A transactional producer through the gateway, committing numbered transactions of five records, one
-    per partition and more; on an abortable error it aborts and writes the same transaction again."""
-
-    def __init__(self, bootstrap: str, app: str, topic: str) -> None:
-        self.topic = topic
-        self.producer = Producer({"bootstrap.servers": bootstrap, "client.id": app,
-                                  "transactional.id": unique("txn")})  # fmt: skip
-        self.committed: list[int] = []
-        self.aborted = 0
-        self.fatal: list[str] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        self.producer.init_transactions(60)
-        number = 0
-        while not self.stop.is_set():
-            try:
-                self.producer.begin_transaction()
-                for part in range(5):
-                    self.producer.produce(self.topic, f"{number}-{part}".encode(), partition=part % 3)
-                _retried(lambda: self.producer.commit_transaction(60))
-            except KafkaException as exc:
-                error = exc.args[0]
-                if not error.txn_requires_abort():
-                    self.fatal.append(str(error))
-                    return
-                _retried(lambda: self.producer.abort_transaction(60))
-                self.aborted += 1
-                continue
-            self.committed.append(number)
-            number += 1
-
-
-def _retried(call: Callable[[], None]) -> None:
-    """A commit or abort again while it fails with a retriable error, as librdkafka asks."""
-    while True:
-        try:
-            return call()
-        except KafkaException as exc:
-            if not exc.args[0].retriable():
-                raise
-
-
 def test_librdkafka_transactions_are_read_exactly_once_across_a_round_trip(
     live: Live, routing: RoutingStore, stack_config: Config
 ) -> None:
@@ -140,7 +80,7 @@ def test_librdkafka_transactions_are_read_exactly_once_across_a_round_trip(
     assert live.gateway is not None
     topic = unique("payments")
     app, link = _prepare(live, routing, stack_config, [topic])
-    writer = _Transactions(live.gateway.bootstrap, app, topic)
+    writer = Transactions(live.gateway.bootstrap, app, topic)
     worker = Worker(writer.run, name="transactions")
     worker.start()
     try:
@@ -154,7 +94,7 @@ def test_librdkafka_transactions_are_read_exactly_once_across_a_round_trip(
         writer.stop.set()
         worker.join(90)
     assert not writer.fatal, writer.fatal
-    _read_exactly_once(stack_config, topic, set(writer.committed))
+    read_exactly_once(stack_config.clusters["standby"].bootstrap, topic, set(writer.committed))
     assert writer.aborted >= 1, "no switch met an open transaction: the test proves nothing"
 
 
@@ -224,13 +164,13 @@ class _Loop:
                 )
             positions = self.consumer.position(self.consumer.assignment())
             self.producer.send_offsets_to_transaction(positions, self.consumer.consumer_group_metadata(), 60)
-            _retried(lambda: self.producer.commit_transaction(60))
+            retried(lambda: self.producer.commit_transaction(60))
         except KafkaException as exc:
             if not exc.args[0].txn_requires_abort():
                 self.fatal.append(str(exc.args[0]))
                 self.stop.set()
                 return
-            _retried(lambda: self.producer.abort_transaction(60))
+            retried(lambda: self.producer.abort_transaction(60))
             self.aborted += 1
             self._rewind(read)
             return
@@ -343,7 +283,9 @@ def test_java_transactions_are_read_exactly_once_across_a_round_trip(
     app, link = _prepare(live, routing, stack_config, [topic])
     java = _JavaTransactions(live, app, topic, tmp_path)
     java.run_across(live, routing, app, link)
-    _read_exactly_once(stack_config, topic, {int(n) for n in java.lines("committed")})
+    read_exactly_once(
+        stack_config.clusters["standby"].bootstrap, topic, {int(n) for n in java.lines("committed")}
+    )
 
 
 def test_java_transactions_of_offsets_alone_go_on_across_a_round_trip(

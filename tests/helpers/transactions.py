@@ -1,0 +1,74 @@
+"""Transactional producers for the tests: librdkafka's, committing numbered transactions through the
+gateway, and what a ``read_committed`` reader sees of them after."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+
+from confluent_kafka import KafkaException, Producer
+
+from switchyard import kafka
+from tests.helpers.live import unique
+
+
+def read_exactly_once(bootstrap: str, topic: str, committed: set[int]) -> None:
+    """A read_committed reader of the cluster at ``bootstrap`` (where the application ends) sees each
+    committed transaction's five records once, and nothing else."""
+    read = Counter(
+        r.value.decode()
+        for records in kafka.read_partitions(bootstrap, topic).values()
+        for r in records
+        if r.value is not None
+    )
+    expected = Counter(f"{n}-{part}" for n in committed for part in range(5))
+    assert read == expected, (
+        f"twice: {sorted(k for k, c in read.items() if c > 1)[:10]}; "
+        f"missing: {sorted(set(expected) - set(read))[:10]}; "
+        f"never committed: {sorted(set(read) - set(expected))[:10]}"
+    )
+
+
+class Transactions:
+    """A transactional producer through the gateway, committing numbered transactions of five records, one
+    per partition and more; on an abortable error it aborts and writes the same transaction again."""
+
+    def __init__(self, bootstrap: str, app: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": bootstrap, "client.id": app,
+                                  "transactional.id": unique("txn")})  # fmt: skip
+        self.committed: list[int] = []
+        self.aborted = 0
+        self.fatal: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        self.producer.init_transactions(60)
+        number = 0
+        while not self.stop.is_set():
+            try:
+                self.producer.begin_transaction()
+                for part in range(5):
+                    self.producer.produce(self.topic, f"{number}-{part}".encode(), partition=part % 3)
+                retried(lambda: self.producer.commit_transaction(60))
+            except KafkaException as exc:
+                error = exc.args[0]
+                if not error.txn_requires_abort():
+                    self.fatal.append(str(error))
+                    return
+                retried(lambda: self.producer.abort_transaction(60))
+                self.aborted += 1
+                continue
+            self.committed.append(number)
+            number += 1
+
+
+def retried(call: Callable[[], None]) -> None:
+    """A commit or abort again while it fails with a retriable error, as librdkafka asks."""
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            if not exc.args[0].retriable():
+                raise
