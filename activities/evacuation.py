@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 
 from activities.deps import Deps
-from activities.migration import caught_up, remove_links
+from activities.links import caught_up
+from activities.migration import remove_links
 from activities.pulse import beat
 from activities.recorded import step
 from switchyard import kafka

@@ -7,10 +7,11 @@ import re
 import time
 
 from activities.deps import Deps
+from activities.links import caught_up
 from activities.pulse import beat
 from activities.recorded import step
 from switchyard import kafka
-from switchyard.errors import BindingRefused, CopyFailed, DrainTimeout
+from switchyard.errors import BindingRefused, CopyFailed
 from switchyard.mirror.control import delete_link
 from switchyard.mirror.status import read_status
 from switchyard.model import Link, LinkState
@@ -68,38 +69,6 @@ class MigrationActivities:
         if request.delete_topic:
             deleted = kafka.delete_topic(self.deps.bootstrap(request.cluster), request.topic)
         return Retired(removed, deleted)
-
-
-def caught_up(deps: Deps, link: Link, what: str, caught_up_s: float, timeout_s: float) -> MigrationLink:
-    """Wait, heartbeating how far the copy got, until every partition of ``link`` was fully copied within
-    ``caught_up_s``; its figures then. ``what`` names what it copies in the error."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        reported = {
-            s.key: s for member in read_status(deps.zk, deps.store.layout, link.id) for s in member.partitions
-        }
-        failed = [f"{s.topic}[{s.partition}]: {s.error}" for s in reported.values() if s.error]
-        if failed:
-            raise CopyFailed(f"link {link.id} stopped copying {'; '.join(failed[:5])}")
-        behind = {p: s.lag for p, s in reported.items() if s.source_end < 0 or s.lag_s > caught_up_s}
-        missing = [
-            key for key in kafka.partitions(deps.bootstrap(link.source), link.copies) if key not in reported
-        ]
-        if not behind and not missing:
-            return MigrationLink(link.id, len(reported), sum(s.mirrored for s in reported.values()))
-        beat(
-            {
-                "copied": sum(max(0, s.mirrored) for s in reported.values()),
-                "lag": sum(max(0, s.lag) for s in reported.values()),
-                "unreported": len(missing),
-            }
-        )
-        if time.monotonic() > deadline:
-            raise DrainTimeout(
-                f"link {link.id} did not catch up with {what} in {timeout_s:g}s: {len(missing)} partitions "
-                f"unreported (is a mirror running?), {sum(behind.values())} records behind"
-            )
-        time.sleep(_POLL_S)
 
 
 def remove_links(deps: Deps, links: list[str], *, actor: str, reason: str) -> list[str]:
