@@ -67,21 +67,39 @@ class EvacuationActivities:
 
     @step(evacuations.RETIRE_EVACUATED)
     def retire_evacuated(self, request: RetireEvacuatedRequest) -> RetiredEvacuated:
-        """Remove the evacuation's links (each batch's promoted link and its reverse, the one left with the
-        unused topics), wait until no mirror copies them, then delete the topics on the source; an unused
-        topic only once its copy holds everything the source does. A retry skips what is done."""
+        """Remove each batch's links (its promoted link, and its reverse, which writes into the source's
+        topics) and wait until no mirror copies them; check that the link left with the unused topics has
+        copied each to its end; delete the topics on the source; remove that link last. A retry skips what
+        is done: the unused topics are deleted only while their link is there to vouch for their copy."""
         actor, why = f"saga:{request.saga_id}", f"cluster evacuation of {request.source}: retired"
-        if request.unused and all(self.deps.store.link(x) is not None for x in request.links):
-            # (a retry after the links were removed: the check passed before they were)
-            self._copied_exactly(request.source, request.unused_link, request.unused)
-        removed = remove_links(self.deps, request.links, actor=actor, reason=why)
+        last = request.unused_link
+        removed = remove_links(self.deps, [x for x in request.links if x != last], actor=actor, reason=why)
+        if request.unused:
+            if last is not None and self.deps.store.link(last) is not None:
+                self._copied_exactly(request.source, last, request.unused)
+            else:
+                self._gone_already(request.source, request.unused, last)
         bootstrap = self.deps.bootstrap(request.source)
         deleted = []
         for number, topic in enumerate(request.topics, start=1):
             if kafka.delete_topic(bootstrap, topic):
                 deleted.append(topic)
             beat(f"deleted {number} of {len(request.topics)} topics on {request.source}")
+        if last is not None and last in request.links:
+            removed += remove_links(self.deps, [last], actor=actor, reason=why)
         return RetiredEvacuated(removed, deleted)
+
+    def _gone_already(self, source: str, topics: list[str], link_id: str | None) -> None:
+        """With the link that copied them gone, nothing vouches for the unused topics' copies: they must be
+        gone from the source already (an earlier attempt deleted them before removing the link)."""
+        left = sorted(
+            {t for t, _ in kafka.partitions(self.deps.bootstrap(source), lambda n: n in set(topics))}
+        )
+        if left:
+            raise CopyFailed(
+                f"link {link_id} that copied {', '.join(left[:5])} (no application used them) is gone: "
+                "whether their copies are whole is unknown; they are not deleted"
+            )
 
     def _copied_exactly(self, source: str, link_id: str | None, topics: list[str]) -> None:
         """Every partition of ``topics`` on the source is copied by the link to its end (nothing writes

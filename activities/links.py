@@ -21,6 +21,8 @@ from switchyard.sagas.steps import MigrationLink, Reversed, ReverseRequest, Spli
 _FOLLOW_POLL_S = 0.2
 SPLIT_CAUGHT_UP_S = 1.0
 """A split's new link keeps up when every partition was fully copied within this many seconds."""
+SPLIT_CATCH_UP_MOST_S = 10.0
+"""How long the split waits for that at most (the drain after the block takes what is left)."""
 
 
 class LinkActivities:
@@ -44,7 +46,8 @@ class LinkActivities:
         # the copy taken over by the new link catches up before the block, not during the drain after it,
         # while clients are held (at a batch of 40 partitions split off a link of 400: 0.8 s of held time)
         new_link = self.deps.link(split.new_link)
-        caught_up(self.deps, new_link, new_link.id, SPLIT_CAUGHT_UP_S, request.wait_s, must=False)
+        most_s = min(request.wait_s, SPLIT_CATCH_UP_MOST_S)  # inside the step's time-out, past two waits
+        caught_up(self.deps, new_link, new_link.id, SPLIT_CAUGHT_UP_S, most_s, must=False)
         return Split(split.new_link, epoch)
 
     @step(steps.UNSPLIT)

@@ -537,7 +537,7 @@ class StackClusterConfig(_Section):
     metadata: Literal["kraft", "zookeeper"] = "kraft"
     """Where the cluster keeps its metadata: ``kraft``, each broker a KRaft node in combined mode (broker
     and controller); ``zookeeper`` (3.9.x only, the last line with it), in the stack's ZooKeeper under
-    ``/kafka-clusters/<id>``, as estates that have not moved to KRaft run."""
+    ``/kafka-clusters/<id>/<cluster id>``, as estates that have not moved to KRaft run."""
     brokers: Annotated[int, Field(ge=1, le=5)] = 1
     """Each listening on the next address of ``clusters.<id>.bootstrap``; with 3, partitions are
     replicated three ways."""

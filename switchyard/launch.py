@@ -7,6 +7,7 @@ A saga runs on the workers, durably; starting and following it is all a caller d
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -195,9 +196,9 @@ def describe_evacuation(result: dict[str, Any]) -> list[str]:
         lines += render(headers, rows).splitlines()
     switched = [b for b in result.get("batches") or [] if b["outcome"] == "switched"]
     if switched:
-        held = sorted(b["pause_ms"] for b in switched)
+        held = [b["pause_ms"] for b in switched]
         lines.append(
-            f"  clients held p50 {held[len(held) // 2] / 1000:.2f}s, max {held[-1] / 1000:.2f}s over "
+            f"  clients held p50 {statistics.median(held) / 1000:.2f}s, max {max(held) / 1000:.2f}s over "
             f"{len(switched)} batches; RPO 0 (planned switches); took {result['duration_ms'] / 1000:.0f}s"
         )
     if result.get("unused"):

@@ -28,9 +28,10 @@ _MARKERS = {
 
 
 _LONGEST = [
-    "test_verification.py", "test_mirror.py", "test_sagas.py", "test_partition_compat.py",
-    "test_failover.py", "test_saga_cli.py", "test_drills.py", "test_partition_migration.py",
-    "test_gateway_limits.py", "test_web_ui.py", "test_gateway_fuzz.py", "test_alerting.py",
+    "test_verification.py", "test_evacuation.py", "test_mirror.py", "test_sagas.py",
+    "test_partition_compat.py", "test_failover.py", "test_saga_cli.py", "test_drills.py",
+    "test_partition_migration.py", "test_gateway_limits.py", "test_web_ui.py", "test_gateway_fuzz.py",
+    "test_alerting.py",
 ]  # fmt: skip
 """The modules that took longest (`--durations=0`, summed per module), in that order: on three workers,
 one of them started last made the others wait (about a minute of a 17-minute run)."""

@@ -18,12 +18,13 @@ copied back by each batch's reverse link, so any batch can still be switched bac
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
 
 from workflows.base import SagaAbandoned, SagaWorkflow, millis
 from workflows.children import switch
@@ -58,7 +59,7 @@ class ClusterEvacuation(SagaWorkflow):
     def __init__(self) -> None:
         super().__init__()
         self._paused = False
-        self._roll_back = False
+        self._roll_backs = 0
         self._outcomes: list[BatchOutcome] = []
         self._started = datetime.min
         self._switches: list[str] = []
@@ -74,8 +75,8 @@ class ClusterEvacuation(SagaWorkflow):
 
     @workflow.signal
     def roll_back(self) -> None:
-        """Switch the last batch switched back to the source, then pause."""
-        self._roll_back = True
+        """Switch the last batch switched back to the source, then pause (each signal one batch more)."""
+        self._roll_backs += 1
 
     @workflow.query
     def batches(self) -> list[BatchOutcome]:
@@ -116,7 +117,7 @@ class ClusterEvacuation(SagaWorkflow):
                 "copy topics", evacuations.COPY_CLUSTER, copy, MigrationLink,
                 timeout_s=request.copy_timeout_s + 60, heartbeat_s=30, give_up_s=request.copy_timeout_s + 600,
             )  # fmt: skip
-        except BaseException as exc:
+        except Exception as exc:  # not the saga's cancellation: that ends it as cancelled
             result.outcome = "failed"
             result.detail = (
                 f"the copy did not catch up: {reason(exc)}; no client was moved ({link} keeps copying)"
@@ -125,72 +126,76 @@ class ClusterEvacuation(SagaWorkflow):
         switched: dict[int, dict[str, Any]] = {}
         for batch in plan.batches:
             while self._outcomes[batch.number - 1].outcome != SWITCHED:
-                where = (
-                    f"before batch {batch.number} of {len(plan.batches)}" if request.approve_batches else None
+                where = f"before batch {batch.number} of {len(plan.batches)}"
+                refused = await self._gate(
+                    _fixed(where if request.approve_batches else None), request, switched
                 )
-                await self._gate(where, request, result, switched)
+                if refused is not None:
+                    result.outcome = "stopped"
+                    result.detail = f"{refused}: the batches before it moved, the rest did not"
+                    await self._end(result, fail="EvacuationStopped")
                 ended = await self._switch(Kind.SWITCHOVER, batch, batch.keys, link, request)
                 if ended["outcome"] == SWITCHED:
                     switched[batch.number] = ended
                 else:
                     self._paused = True  # resumed, the batch is tried again
-        await self._gate(None, request, result, switched)
+        await self._gate(_fixed(None), request, switched)
         await self._retire(request, result, plan, switched, link)
         result.outcome = "evacuated" if len(switched) == len(plan.batches) else ROLLED_BACK
         return await self._end(result)
 
     async def _gate(
-        self,
-        where: str | None,
-        request: EvacuationRequest,
-        result: EvacuationResult,
-        switched: dict[int, dict[str, Any]],
-    ) -> None:
-        """Where the evacuation stops between batches: a roll-back asked for is done (then it pauses);
-        paused, it waits to be resumed; asked to, it waits for an approval ``where`` — which a roll-back
-        or a pause asked for meanwhile comes before. A rejection, or no approval in time, stops it."""
+        self, where: Callable[[], str | None], request: EvacuationRequest, switched: dict[int, dict[str, Any]]
+    ) -> str | None:
+        """Where the evacuation stops between batches: each roll-back asked for is done (then it pauses);
+        paused, it waits to be resumed; where ``where()`` names an approval, it waits for it — a roll-back or
+        a pause asked for meanwhile goes first, and the approval is asked for again after (a decision sent
+        with them is for the question before). None once it may go on; else why not (a rejection, or no
+        approval in time)."""
         timeout_s = request.policy.approval_timeout_s
         while True:
-            if self._roll_back:
-                self._roll_back = False
+            if self._roll_backs:
+                self._roll_backs -= 1
                 await self._roll_back_last(request, switched)
                 self._paused = True
+                continue
             if self._paused:
                 self._phase(
-                    "paused", "between batches: signal `resume` to go on, `roll_back` to return the last"
+                    "paused", "between batches: signal `resume` to go on, `roll_back` for the last back"
                 )
-                await workflow.wait_condition(lambda: not self._paused or self._roll_back)
+                await workflow.wait_condition(lambda: not self._paused or self._roll_backs > 0)
                 continue
-            if where is None:
-                return
-            self._asking(where, timeout_s)
+            asked = where()
+            if asked is None:
+                return None
+            self._asking(asked, timeout_s)
             try:
                 await workflow.wait_condition(
-                    lambda: self._decision is not None or self._roll_back or self._paused,
+                    lambda: self._decision is not None or self._roll_backs > 0 or self._paused,
                     timeout=timedelta(seconds=timeout_s),
                 )
             except TimeoutError:
-                result.outcome = "stopped"
-                result.detail = f"no approval {where} within {timeout_s:g}s: the batches before it moved"
-                await self._end(result, fail="EvacuationStopped")
+                return f"no approval {asked} within {timeout_s:g}s"
             finally:
                 self._progress.awaiting_approval = None
-            if self._decision is None:
-                continue  # a roll-back or a pause first; the approval is asked for again after
+            if self._roll_backs or self._paused:
+                self._decision = None
+                continue
             try:
-                await self._take_decision(where)
+                await self._take_decision(asked)
             except SagaAbandoned as exc:
-                result.outcome = "stopped"
-                result.detail = f"{exc}: the batches before it moved, the rest did not"
-                await self._end(result, fail="EvacuationStopped")
-            return
+                return str(exc)
+            return None
 
     async def _roll_back_last(self, request: EvacuationRequest, switched: dict[int, dict[str, Any]]) -> None:
         if not switched:
             return
         number = max(switched)
-        ended = switched.pop(number)
         outcome = self._outcomes[number - 1]
+        if not switched[number].get("reverse_link"):
+            outcome.detail = "not rolled back: its switch left no reverse link to return along"
+            return
+        ended = switched.pop(number)
         back = await self._switch(Kind.SWITCHBACK, None, ended["keys"], ended["reverse_link"], request,
                                   number=number)  # fmt: skip
         if back["outcome"] == SWITCHED:
@@ -220,8 +225,18 @@ class ClusterEvacuation(SagaWorkflow):
                               actor=request.actor, reason=f"evacuation {workflow.info().workflow_id}, batch "
                               f"{number}", policy=policy)  # fmt: skip
         began = workflow.now()
-        ended = await switch(kind, asked)
-        self._switches.append(ended["run_id"])
+        try:
+            ended = await switch(kind, asked)
+        except (ChildWorkflowError, WorkflowAlreadyStartedError) as exc:  # terminated, timed out, one running
+            ended = {
+                "outcome": "failed",
+                "detail": reason(exc),
+                "keys": list(keys),
+                "saga_id": "",
+                "run_id": "",
+            }
+        if ended["run_id"]:
+            self._switches.append(ended["run_id"])
         if kind is Kind.SWITCHOVER:
             outcome.outcome = SWITCHED if ended["outcome"] == SWITCHED else ended["outcome"]
             outcome.saga_id, outcome.pause_ms = ended["saga_id"], ended.get("pause_ms", 0)
@@ -243,24 +258,27 @@ class ClusterEvacuation(SagaWorkflow):
         """With an operator's approval, remove the links and delete on the source the topics of every batch
         switched, and the unused ones once every batch has moved."""
         name = "retire source"
-        everything = len(switched) == len(plan.batches)
-        topics = sorted({t for n in switched for t in self._outcomes[n - 1].topics} |
-                        (set(plan.unused) if everything else set()))  # fmt: skip
         kept = f"the source's topics stay on {request.source}, copied back by each batch's reverse link"
-        if not request.policy.retire_source or not topics:
-            self._mark(name, "skipped", f"{kept} (policy)" if topics else "nothing to retire")
+
+        def topics() -> list[str]:
+            unused = set(plan.unused) if len(switched) == len(plan.batches) else set()
+            return sorted({t for n in switched for t in self._outcomes[n - 1].topics} | unused)
+
+        if not request.policy.retire_source or not topics():
+            self._mark(name, "skipped", f"{kept} (policy)" if topics() else "nothing to retire")
             return
-        try:
-            await self._await_approval(
-                f"before deleting {len(topics)} topics on {request.source}", request.policy.approval_timeout_s
-            )
-        except SagaAbandoned as exc:
-            self._mark(name, "skipped", str(exc))
-            result.detail = f"{kept}: {exc}"
+        refused = await self._gate(
+            lambda: f"before deleting {len(topics())} topics on {request.source}" if topics() else None,
+            request, switched,
+        )  # fmt: skip
+        if refused is not None or not topics():  # rolled back meanwhile, every batch
+            self._mark(name, "skipped", refused or "nothing to retire")
+            result.detail = f"{kept}: {refused}" if refused else result.detail
             return
+        everything = len(switched) == len(plan.batches)
         links = [x for n in sorted(switched) for x in (switched[n]["link"], switched[n]["reverse_link"]) if x]
         unused = plan.unused if everything else []
-        retire = RetireEvacuatedRequest(workflow.info().workflow_id, request.source, topics,
+        retire = RetireEvacuatedRequest(workflow.info().workflow_id, request.source, topics(),
                                         [*links, *([link] if everything else [])],
                                         link if unused else None, unused)  # fmt: skip
         try:
@@ -287,6 +305,10 @@ class ClusterEvacuation(SagaWorkflow):
         if fail is not None:
             raise ApplicationError(result.detail, asdict(result), type=fail, non_retryable=True)
         return result
+
+
+def _fixed(where: str | None) -> Callable[[], str | None]:
+    return lambda: where
 
 
 def _name(number: int) -> str:

@@ -87,6 +87,11 @@ def _plan(
     snapshot = store.snapshot()
     _clusters_take_it(snapshot, config, source, target)
     plan.checks.append(f"{target} is active, and {source} is registered")
+    if config.default_cluster == source:
+        plan.checks.append(
+            f"note: {source} is the default cluster: clients no binding routes and no gateway saw (within "
+            f"the window) stay routed to it after the move; make {target} the default (default_cluster) then"
+        )
     bootstrap = config.clusters[source].bootstrap
     counts = _topics(bootstrap)
     copies = _copies_of_others(snapshot, source, counts)
@@ -118,8 +123,7 @@ def _plan(
                     "gateways, whose records a switch would lose (route it through a gateway first)"
                 )
     plan.unused = sorted(t for found in sets if not found.apps for t in found.topics)
-    used = [found for found in sets if found.apps]
-    plan.batches = _batches(used, counts, written, request, plan.cannot_move)
+    plan.batches = _batches(sets, counts, written, request, plan.cannot_move)
     plan.checks.append(
         f"{len(plan.batches)} batches of applications' topics, {len(plan.unused)} topics no application "
         "was seen use (copied, checked exact and retired at the end)"
@@ -249,7 +253,7 @@ def _batches(
     if request.batches:
         groups = _as_planned(sets, request.batches, cannot_move)
     else:
-        groups = packed(_ordered(sets, written, request.order), request.batch_topics)
+        groups = packed(_ordered([s for s in sets if s.apps], written, request.order), request.batch_topics)
     return [
         EvacuationBatch(
             number=n,
@@ -300,6 +304,8 @@ def _as_planned(sets: list[Users], planned: list[list[str]], cannot_move: list[s
             batch_of.setdefault(topic, number)
     grouped: dict[int, list[Users]] = {}
     for found in sets:
+        if not found.apps:  # unused: listed or not, retired at the end
+            continue
         numbers = {batch_of.get(t, 0) for t in found.topics}
         if 0 in numbers:
             left = sorted(t for t in found.topics if t not in batch_of)

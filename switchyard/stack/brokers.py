@@ -5,8 +5,9 @@ In KRaft mode each broker of a cluster is a KRaft node that is broker and contro
 for clients on its address of ``clusters.<id>.bootstrap`` and for the quorum on its ``controllers``
 address; its storage is formatted once (copied from a template the storage tool formats once per
 version). In ZooKeeper mode the brokers keep the cluster's metadata in the stack's ZooKeeper under
-``/kafka-clusters/<id>``, where the cluster's id is written before its first broker starts (so storage
-and ZooKeeper never disagree on it); nothing is formatted. Storage lives under
+``/kafka-clusters/<cluster>/<cluster id>``, where the cluster's id is written before its first broker
+starts (so storage and ZooKeeper never disagree on it, and storage made anew starts from empty metadata,
+not an earlier cluster's); nothing is formatted. Storage lives under
 ``<state_dir>/kafka/<cluster>/node-<id>``, so ``stack down`` and ``stack up``, or a broker killed and
 started again, keep every record. The cluster's identity (its id, the version that made its storage,
 its metadata mode, its controller listeners) is kept beside the nodes in ``cluster.json``; a
@@ -85,7 +86,8 @@ class KafkaCluster:
     jvm_options: list[str] = field(default_factory=list)
     properties: Mapping[str, object] = field(default_factory=dict)
     zookeeper: str | None = None
-    """In ZooKeeper mode: its ``zookeeper.connect``, the stack's ensemble with the cluster's chroot."""
+    """In ZooKeeper mode: the stack's ensemble and the cluster's znode; its brokers' ``zookeeper.connect``
+    adds the cluster id (storage made anew never meets an earlier cluster's metadata there)."""
 
     @classmethod
     def from_config(cls, config: Config, cluster_id: str) -> KafkaCluster:
@@ -130,9 +132,9 @@ class KafkaCluster:
         data = self.node_dir(node) / "data"
         properties = self.node_dir(node) / "server.properties"
         properties.parent.mkdir(parents=True, exist_ok=True)
-        properties.write_text(self.server_properties(node, identity.controllers, data))
+        properties.write_text(self.server_properties(node, identity.controllers, data, identity.cluster_id))
         if self.zookeeper is not None:
-            self._ready_in_zookeeper(self.zookeeper, identity.cluster_id, node)
+            self._ready_in_zookeeper(f"{self.zookeeper}/{identity.cluster_id}", identity.cluster_id, node)
         elif not (data / "meta.properties").exists():
             self._format(node, identity.cluster_id, properties)
 
@@ -157,7 +159,9 @@ class KafkaCluster:
             self.dist.classpath,
         ]
 
-    def server_properties(self, node: int, controllers: list[tuple[str, int]], data: Path) -> str:
+    def server_properties(
+        self, node: int, controllers: list[tuple[str, int]], data: Path, cluster_id: str = ""
+    ) -> str:
         host, port = self.addresses[node - 1]
         count = len(self.addresses)
         replicas = min(3, count)
@@ -188,7 +192,7 @@ class KafkaCluster:
         if self.zookeeper is not None:
             settings |= {
                 "broker.id": node,
-                "zookeeper.connect": self.zookeeper,
+                "zookeeper.connect": f"{self.zookeeper}/{cluster_id}",
                 "zookeeper.session.timeout.ms": _ZK_SESSION_MS,
                 "listeners": f"PLAINTEXT://{host}:{port}",
             }

@@ -13,14 +13,9 @@ standby, none aborted; timings are only printed.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import statistics
-import threading
 import time
 import uuid
-from collections import Counter
-
-from confluent_kafka import KafkaException, Producer
 
 from switchyard import kafka, launch
 from switchyard.config import Config
@@ -32,42 +27,9 @@ from switchyard.traffic import Traffic
 from tests.bench.test_switchover_bench import ACTOR, PARTITIONS, ROUND_TRIP, RUNS, switch
 from tests.helpers.links import linked
 from tests.helpers.live import Live
+from tests.helpers.transactions import Transactions, read_exactly_once
 
 RATE = 1_000
-
-
-class _Committer:
-    """Transactions of ten records, committed back to back; when each commit returned."""
-
-    def __init__(self, bootstrap: str, app: str, topic: str) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "client.id": app,
-                                  "transactional.id": f"{app}-txn"})  # fmt: skip
-        self.topic = topic
-        self.committed: list[tuple[int, float]] = []
-        self.failed: list[str] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        self.producer.init_transactions(60)
-        number = 0
-        while not self.stop.is_set():
-            try:
-                self.producer.begin_transaction()
-                for part in range(10):
-                    self.producer.produce(self.topic, f"txn-{number}-{part}".encode(), partition=part % 3)
-                self.producer.commit_transaction(60)
-            except KafkaException as exc:
-                if not exc.args[0].txn_requires_abort():
-                    self.failed.append(str(exc.args[0]))
-                    return
-                self.producer.abort_transaction(60)
-                continue
-            self.committed.append((number, time.monotonic()))
-            number += 1
-
-    def longest_gap(self, since: float, until: float) -> float:
-        times = [since, *(t for _, t in self.committed if since <= t <= until), until]
-        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
 
 def test_the_pause_of_a_transactional_producer_next_to_a_plain_one(live: Live, routing: RoutingStore) -> None:
@@ -78,7 +40,7 @@ def test_the_pause_of_a_transactional_producer_next_to_a_plain_one(live: Live, r
         app, topic, link = _prepare(routing, config)
         traffic = Traffic(live.gateway.bootstrap, app, topic, f"{app}-readers", idempotent=True,
                           rate_per_s=RATE)  # fmt: skip
-        committer = _Committer(live.gateway.bootstrap, app, f"{topic}-txn")
+        committer = Transactions(live.gateway.bootstrap, app, f"{topic}-txn", records=10)
         worker = Worker(committer.run, name="transactions")
         traffic.start()
         worker.start()
@@ -102,16 +64,18 @@ def test_the_pause_of_a_transactional_producer_next_to_a_plain_one(live: Live, r
             committer.stop.set()
             worker.join(90)
             traffic.stop()
-        assert committer.failed == [], committer.failed
+        assert committer.fatal == [], committer.fatal
         assert traffic.failed == []
-        _judged(config, f"{topic}-txn", {n for n, _ in committer.committed})
+        read_exactly_once(
+            config.clusters["standby"].bootstrap, f"{topic}-txn", set(committer.committed), records=10
+        )
     _print(rows)
 
 
-def _committing(committer: _Committer) -> None:
+def _committing(committer: Transactions) -> None:
     """Until the committer has committed five more transactions (or failed)."""
     committed = len(committer.committed)
-    while len(committer.committed) < committed + 5 and not committer.failed:
+    while len(committer.committed) < committed + 5 and not committer.fatal:
         time.sleep(0.01)
 
 
@@ -121,17 +85,6 @@ def _prepare(routing: RoutingStore, config: Config) -> tuple[str, str, str]:
     app, topic = f"bench-{uuid.uuid4().hex[:6]}", f"bench-orders-{uuid.uuid4().hex[:6]}"
     kafka.create_topics(config.clusters["primary"].bootstrap, [topic, f"{topic}-txn"], partitions=PARTITIONS)
     return app, topic, linked(routing, app, [app], [topic, f"{topic}-txn"], 2 * PARTITIONS)
-
-
-def _judged(config: Config, topic: str, committed: set[int]) -> None:
-    """Every committed transaction's records once on the standby, none of an aborted one."""
-    read = Counter(
-        r.value.decode()
-        for records in kafka.read_partitions(config.clusters["standby"].bootstrap, topic).values()
-        for r in records
-        if r.value is not None
-    )
-    assert read == Counter(f"txn-{n}-{part}" for n in committed for part in range(10))
 
 
 def _print(rows: list[dict[str, float | str]]) -> None:

@@ -3,7 +3,9 @@ gateway, and what a ``read_committed`` reader sees of them after."""
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -13,16 +15,16 @@ from switchyard import kafka
 from tests.helpers.live import unique
 
 
-def read_exactly_once(bootstrap: str, topic: str, committed: set[int]) -> None:
+def read_exactly_once(bootstrap: str, topic: str, committed: set[int], *, records: int = 5) -> None:
     """A read_committed reader of the cluster at ``bootstrap`` (where the application ends) sees each
-    committed transaction's five records once, and nothing else."""
+    committed transaction's ``records`` records once, and nothing else."""
     read = Counter(
         r.value.decode()
         for records in kafka.read_partitions(bootstrap, topic).values()
         for r in records
         if r.value is not None
     )
-    expected = Counter(f"{n}-{part}" for n in committed for part in range(5))
+    expected = Counter(f"{n}-{part}" for n in committed for part in range(records))
     assert read == expected, (
         f"twice: {sorted(k for k, c in read.items() if c > 1)[:10]}; "
         f"missing: {sorted(set(expected) - set(read))[:10]}; "
@@ -31,14 +33,17 @@ def read_exactly_once(bootstrap: str, topic: str, committed: set[int]) -> None:
 
 
 class Transactions:
-    """A transactional producer through the gateway, committing numbered transactions of five records, one
-    per partition and more; on an abortable error it aborts and writes the same transaction again."""
+    """A transactional producer through the gateway, committing numbered transactions of ``records``
+    records (values ``<n>-<part>``) over three partitions, back to back; on an abortable error it aborts
+    and writes the same transaction again."""
 
-    def __init__(self, bootstrap: str, app: str, topic: str) -> None:
-        self.topic = topic
+    def __init__(self, bootstrap: str, app: str, topic: str, *, records: int = 5) -> None:
+        self.topic, self.records = topic, records
         self.producer = Producer({"bootstrap.servers": bootstrap, "client.id": app,
                                   "transactional.id": unique("txn")})  # fmt: skip
         self.committed: list[int] = []
+        self.committed_at: list[float] = []
+        """When each commit returned (``time.monotonic``), in step with ``committed``."""
         self.aborted = 0
         self.fatal: list[str] = []
         self.stop = threading.Event()
@@ -49,7 +54,7 @@ class Transactions:
         while not self.stop.is_set():
             try:
                 self.producer.begin_transaction()
-                for part in range(5):
+                for part in range(self.records):
                     self.producer.produce(self.topic, f"{number}-{part}".encode(), partition=part % 3)
                 retried(lambda: self.producer.commit_transaction(60))
             except KafkaException as exc:
@@ -61,7 +66,13 @@ class Transactions:
                 self.aborted += 1
                 continue
             self.committed.append(number)
+            self.committed_at.append(time.monotonic())
             number += 1
+
+    def longest_gap(self, since: float, until: float) -> float:
+        """The longest time between ``since`` and ``until`` without a committed transaction."""
+        times = [since, *(t for t in self.committed_at if since <= t <= until), until]
+        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
 
 def retried(call: Callable[[], None]) -> None:

@@ -78,9 +78,14 @@ def test_sets_are_packed_in_order_into_batches_of_at_most_n_topics() -> None:
 
 
 def test_an_operators_plan_is_taken_in_its_order_and_refused_where_it_divides_or_omits() -> None:
-    sets = [_set("a", apps=("x",)), _set("b", "c", apps=("y", "z")), _set("d", apps=("w",))]
+    sets = [
+        _set("a", apps=("x",)),
+        _set("b", "c", apps=("y", "z")),
+        _set("d", apps=("w",)),
+        _set("idle", apps=()),
+    ]
     cannot: list[str] = []
-    planned = _as_planned(sets, [["d"], ["b", "c", "a"]], cannot)
+    planned = _as_planned(sets, [["d", "idle"], ["b", "c", "a"]], cannot)  # an unused topic listed or not
     assert [[sorted(s.topics) for s in b] for b in planned] == [[["d"]], [["a"], ["b", "c"]]]
     assert not cannot
     _as_planned(sets, [["a", "b"], ["c"], ["nope"]], cannot)

@@ -77,9 +77,9 @@ def test_the_older_line_gets_no_share_groups_and_brings_its_own_logging(tmp_path
 def test_a_cluster_in_zookeeper_mode_registers_there_under_its_own_znode(tmp_path: Path) -> None:
     older = cluster(tmp_path, 3, version="3.9.2", metadata="zookeeper")
     assert older.metadata == "zookeeper"
-    props = properties(older.server_properties(2, [], tmp_path / "data"))
+    props = properties(older.server_properties(2, [], tmp_path / "data", "Xy0"))
     assert props["broker.id"] == "2"
-    assert props["zookeeper.connect"] == "127.0.0.1:2181/kafka-clusters/primary"
+    assert props["zookeeper.connect"] == "127.0.0.1:2181/kafka-clusters/primary/Xy0"  # its storage's id
     assert props["listeners"] == "PLAINTEXT://127.0.0.1:9093"
     assert not any(k.startswith(("process.", "controller.", "node.", "metadata.")) for k in props), props
     assert props["default.replication.factor"] == "3"

@@ -15,7 +15,8 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 
 from switchyard.sagas import evacuations, steps
 from switchyard.sagas.evacuations import BatchOutcome, EvacuationRequest, EvacuationResult
-from switchyard.sagas.requests import Decision, Progress
+from switchyard.sagas.ids import saga_id
+from switchyard.sagas.requests import ApprovalPoint, Decision, Policy, Progress, SagaResult, SwitchRequest
 from tests.workflows.conftest import Sagas, capture, refused
 
 LINK = "evacuate-primary-to-standby"
@@ -152,3 +153,53 @@ def test_a_batch_whose_switch_compensates_pauses_the_evacuation_and_is_tried_aga
     assert result.outcome == "evacuated", result.detail
     assert _switched_keys(sagas)[:2] == [("switchover", ["shop"]), ("switchover", ["shop"])]
     assert steps.UNBLOCK in sagas.script.calls  # the first attempt compensated
+
+
+def test_a_roll_back_asked_at_the_retirement_goes_first_and_the_retirement_is_asked_again(
+    sagas: Sagas,
+) -> None:
+    async def scenario(s: Sagas) -> EvacuationResult:
+        handle = await _start(s)
+        await _until(
+            handle, "asked to retire", lambda p: (p.awaiting_approval or "").startswith("before deleting 4")
+        )
+        await handle.signal("roll_back")
+        await _until(handle, "paused", lambda p: p.phase == "paused")
+        await handle.signal("resume")
+        await _decide(handle, "before deleting 2 topics")  # the last batch's and the unused one kept
+        return await handle.result()
+
+    result: EvacuationResult = sagas.run(scenario)
+    assert [b.outcome for b in result.batches] == ["switched", "switched", "rolled back"]
+    assert result.outcome == "rolled back"
+    (retire,) = sagas.script.requests[evacuations.RETIRE_EVACUATED]
+    assert sorted(retire.topics) == ["billing-events", "shop-events"]
+    assert retire.unused == []
+    assert LINK not in retire.links  # it still copies the unused topic (and nothing of the rolled-back batch)
+
+
+def test_a_batch_whose_switch_cannot_start_pauses_the_evacuation_until_resumed(sagas: Sagas) -> None:
+    """A saga of the batch's keys runs already (here: a switchover waiting for its approval): the batch's
+    switch is refused its start, the evacuation pauses; once that saga ended, resumed, the batch moves."""
+
+    async def scenario(s: Sagas) -> EvacuationResult:
+        assert s.client is not None
+        policy = Policy(approval=ApprovalPoint.BEFORE_BLOCK)
+        blocker = await s.client.start_workflow(
+            "Switchover", SwitchRequest(["shop"], policy=policy), id=saga_id(["shop"]), task_queue=s.queue,
+            result_type=SagaResult,
+        )  # fmt: skip
+        await _until(blocker, "waiting", lambda p: p.awaiting_approval is not None)
+        handle = await _start(s)
+        progress = await _until(handle, "paused", lambda p: p.phase == "paused")
+        assert any(step.name == "batch 1" and step.state == "failed" for step in progress.steps), progress
+        await blocker.execute_update("reject", Decision("user:test", "not now"), result_type=str)
+        with pytest.raises(WorkflowFailureError):
+            await blocker.result()
+        await handle.signal("resume")
+        await _decide(handle, "before deleting")
+        return await handle.result()
+
+    result: EvacuationResult = sagas.run(scenario)
+    assert result.outcome == "evacuated", result.detail
+    assert [b.outcome for b in result.batches] == ["switched"] * 3
