@@ -13,13 +13,14 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from switchyard import temporal
 from switchyard.config import Config, load_config
+from switchyard.sagas.requests import Progress
 from tests.helpers import ports
 from tests.helpers.processes import GatewayProcess, MirrorProcess, WorkerProcess
 
@@ -168,14 +169,24 @@ def unique(prefix: str) -> str:
 
 
 def wait_for_approval(live: Live, saga: str, timeout_s: float = 60) -> str:
-    """Until the saga's progress (what ``sagas show`` prints) says it waits for an approval, and where;
-    asked in-process every 0.2 s, as a CLI process a time would cost a second each."""
+    """Until the saga waits for an approval (what ``sagas show`` prints); where it waits."""
+    progress = progress_until(
+        live, saga, "waited for an approval", lambda p: bool(p.awaiting_approval), timeout_s
+    )
+    assert progress.awaiting_approval is not None
+    return progress.awaiting_approval
+
+
+def progress_until(
+    live: Live, saga: str, what: str, done: Callable[[Progress], bool], timeout_s: float = 60
+) -> Progress:
+    """The saga's progress once ``done`` says so; asked in-process every 0.2 s, as a CLI process a time
+    would cost a second each (of CPU the other tests share)."""
     from temporalio.service import RPCError
 
     from switchyard.errors import StackError
-    from switchyard.sagas.requests import Progress
 
-    async def waiting() -> str:
+    async def waiting() -> Progress:
         deadline = time.monotonic() + timeout_s
         last: object = None
         while True:
@@ -184,12 +195,12 @@ def wait_for_approval(live: Live, saga: str, timeout_s: float = 60) -> str:
                 progress: Progress = await client.get_workflow_handle(saga).query(
                     "progress", result_type=Progress
                 )
-                if progress.awaiting_approval:
-                    return progress.awaiting_approval
+                if done(progress):
+                    return progress
                 last = progress
             except (RPCError, StackError) as exc:  # not started yet, or Temporal restarting
                 last = exc
-            assert time.monotonic() < deadline, f"{saga} never waited for an approval: {last}"
+            assert time.monotonic() < deadline, f"{saga} never {what}: {last}"
             await asyncio.sleep(0.2)
 
     return asyncio.run(waiting())

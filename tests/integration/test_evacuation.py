@@ -26,10 +26,11 @@ from switchyard import kafka
 from switchyard.config import Config
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import evacuation_id
+from switchyard.sagas.requests import Progress
 from switchyard.threads import Worker
 from tests.helpers.compat import CODECS, App, judge, table, wait_until
 from tests.helpers.estates import empty_source
-from tests.helpers.live import Live, capture, unique, wait_for_approval
+from tests.helpers.live import Live, capture, progress_until, unique, wait_for_approval
 from tests.helpers.spread import SpreadApp
 from tests.helpers.transactions import Transactions, read_exactly_once
 
@@ -219,15 +220,13 @@ def _approve(live: Live, saga: str, what: str) -> None:
 
 def _wait_switched(live: Live, saga: str, number: int, timeout_s: float = 120) -> None:
     """Until batch ``number`` switched (its switch is a saga of its own)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        shown = live.cli("sagas", "show", saga).stdout
-        line = next((x for x in shown.splitlines() if x.strip().startswith(f"batch {number} ")), "")
-        if " done" in line:
-            return
-        assert " failed" not in line, shown
-        assert time.monotonic() < deadline, f"batch {number} never switched:\n{shown}"
-        time.sleep(1)
+
+    def switched(progress: Progress) -> bool:
+        (state,) = [s.state for s in progress.steps if s.name == f"batch {number}"]
+        assert state != "failed", progress
+        return state == "done"
+
+    progress_until(live, saga, f"switched batch {number}", switched, timeout_s)
 
 
 def _ended(routing: RoutingStore, saga: str, timeout_s: float = 180) -> dict[str, Any]:
@@ -292,7 +291,4 @@ def test_a_batch_rolled_back_mid_way_is_back_on_3_9_and_nothing_is_lost(
 
 
 def _wait_phase(live: Live, saga: str, phase: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while phase not in (shown := live.cli("sagas", "list").stdout):
-        assert time.monotonic() < deadline, f"{saga} never {phase}:\n{shown}"
-        time.sleep(1)
+    progress_until(live, saga, phase, lambda p: p.phase == phase, timeout_s)
