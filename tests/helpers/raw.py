@@ -74,25 +74,35 @@ class RawClient:
         return bytes(data)
 
 
+def join_fields(group: str, topic: str, timeout: timedelta) -> dict[str, Any]:
+    """A consumer's JoinGroup (v5) to ``group``, subscribed to ``topic``, but for its member id."""
+    subscription = struct.pack(">hih", 0, 1, len(topic)) + topic.encode() + struct.pack(">i", -1)
+    protocols = (make(element_type(request_schema(apis.JOIN_GROUP, 5), "protocols"), name="range",
+                      metadata=subscription),)  # fmt: skip
+    return {"group_id": group, "session_timeout": timeout, "rebalance_timeout": timeout,
+            "protocol_type": "consumer", "protocols": protocols}  # fmt: skip
+
+
 def join_group(
     client: RawClient, group: str, topic: str, timeout: timedelta, member_id: str = ""
 ) -> tuple[str, int]:
     """Join ``group`` subscribed to ``topic`` (as ``member_id``, or as a new member) and sync, assigning
     nothing, at the broker (or gateway) ``client`` talks to; the member id and generation."""
-    subscription = struct.pack(">hih", 0, 1, len(topic)) + topic.encode() + struct.pack(">i", -1)
-    protocols = (make(element_type(request_schema(apis.JOIN_GROUP, 5), "protocols"), name="range",
-                      metadata=subscription),)  # fmt: skip
-    join = {"group_id": group, "session_timeout": timeout, "rebalance_timeout": timeout,
-            "protocol_type": "consumer", "protocols": protocols}  # fmt: skip
+    join = join_fields(group, topic, timeout)
     joined = client.answer(client.send(apis.JOIN_GROUP, 5, member_id=member_id, **join))
     assert joined.error_code in (ErrorCode.member_id_required, ErrorCode.none), joined.error_code
     member_id = joined.member_id  # the first join is told its member id (KIP-394)
     joined = client.answer(client.send(apis.JOIN_GROUP, 5, member_id=member_id, **join))
     assert joined.error_code == ErrorCode.none, joined.error_code
-    sync = {"group_id": group, "generation_id": joined.generation_id, "assignments": ()}
+    return member_id, sync_group(client, group, member_id, int(joined.generation_id))
+
+
+def sync_group(client: RawClient, group: str, member_id: str, generation: int) -> int:
+    """End a join as ``member_id`` at ``generation``, assigning nothing; the generation."""
+    sync = {"group_id": group, "generation_id": generation, "assignments": ()}
     synced = client.answer(client.send(apis.SYNC_GROUP, 3, member_id=member_id, **sync))
     assert synced.error_code == ErrorCode.none, synced.error_code
-    return member_id, int(joined.generation_id)
+    return generation
 
 
 def consumer_heartbeat(
@@ -135,11 +145,22 @@ def commit_offset(
 ) -> ErrorCode:
     """Commit ``offset`` of ``topic``'s partition 0 as the member (``generation``: its generation, or its
     member epoch from ``version`` 9 on); what the coordinator answered."""
+    return committed(client.answer(send_commit(client, group, member_id, generation, topic, offset, version)))
+
+
+def send_commit(
+    client: RawClient, group: str, member_id: str, generation: int, topic: str, offset: int, version: int = 8
+) -> Request:
+    """Send ``commit_offset``'s request without waiting for its answer (``committed`` reads it)."""
     schema = request_schema(apis.OFFSET_COMMIT, version)
     partition = make(element_type(element_type(schema, "topics"), "partitions"), committed_offset=offset)
     topics = (make(element_type(schema, "topics"), name=topic, partitions=(partition,)),)
-    answer = client.answer(client.send(
+    return client.send(
         apis.OFFSET_COMMIT, version, group_id=group, generation_id_or_member_epoch=generation,
         member_id=member_id, topics=topics,
-    ))  # fmt: skip
+    )  # fmt: skip
+
+
+def committed(answer: Any) -> ErrorCode:
+    """What an answer to ``send_commit`` says of its one partition."""
     return ErrorCode(answer.topics[0].partitions[0].error_code)

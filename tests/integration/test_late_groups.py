@@ -5,14 +5,19 @@ nothing twice.
 The gateways here report what their clients used only when they acknowledge a routing change (their
 periodic report is an hour apart), and the mirror's periodic carry of group offsets is an hour apart
 too, so nothing but the saga can carry the group: the plan cannot know it, and the group sync step
-must find it in the reports the gateways wrote before acknowledging the block."""
+must find it in the reports the gateways wrote before acknowledging the block.
+
+Also here: a member's commit carried while its client rejoins on the new cluster lands, in whatever order
+the client pipelines its commit and its join."""
 
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
 
 from switchyard import kafka
 from switchyard.config import Config
@@ -22,7 +27,9 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.usage import groups_of, read_usage
 from tests.helpers.live import Live, unique
+from tests.helpers.raw import RawClient, committed, join_fields, join_group, send_commit, sync_group
 from tests.integration.test_sagas import ACTOR, prepare
+from workers.gateway.routing import apis
 
 SLOW = "3600"
 LIVE_OVERRIDES = {  # the module's deployment (tests/conftest.py)
@@ -79,3 +86,35 @@ def test_a_group_that_read_just_before_the_plan_is_carried_at_the_switch(
     later = [kafka.Record(None, str(i).encode()) for i in range(30, 40)]
     assert kafka.produce(live.gateway.bootstrap, topic, later, settings=writer) == 10
     assert sorted(read_and_commit(live.gateway.bootstrap, app, topic, group, 10)) == list(range(30, 40))
+
+
+def test_a_commit_carried_while_its_consumer_rejoins_lands_before_the_join(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """librdkafka's way after a switch: told to rejoin, its consumer asks for a member id (KIP-394), and
+    the commit it makes meanwhile goes out between that answer and the join that enters the group. The
+    join must not reach the new cluster first (a group with a member there refuses a commit from outside
+    it), nor may the carry wait for that join to end: its answer would queue behind the commit's. Once,
+    the carry waited, then went out into a rebalancing group: UNKNOWN_MEMBER_ID, and a consumer of a
+    topic migration processed a batch again."""
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, stack_config)
+    records = [kafka.Record(None, str(i).encode(), 0) for i in range(30)]
+    writer = {"client.id": f"{app}@writer"}
+    assert kafka.produce(live.gateway.bootstrap, topic, records, settings=writer) == 30
+    group, timeout = unique("group"), timedelta(seconds=30)
+    join = join_fields(group, topic, timeout)
+    with RawClient(live.gateway.port, client_id=f"{app}@reader") as reader:
+        member, generation = join_group(reader, group, topic, timeout)
+        over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "a rejoin under way")
+        assert over.returncode == 0, over.stdout + over.stderr
+        asked = reader.answer(reader.send(apis.JOIN_GROUP, 5, member_id=member, **join))
+        assert asked.error_code == ErrorCode.member_id_required, asked.error_code
+        commit = send_commit(reader, group, member, generation, topic, 20)
+        entering = reader.send(apis.JOIN_GROUP, 5, member_id=asked.member_id, **join)
+        assert committed(reader.answer(commit)) == ErrorCode.none
+        joined = reader.answer(entering)
+        assert joined.error_code == ErrorCode.none, joined.error_code
+        sync_group(reader, group, asked.member_id, joined.generation_id)
+    standby = stack_config.clusters["standby"].bootstrap
+    assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 20}

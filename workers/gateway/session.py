@@ -439,10 +439,13 @@ class ClientSession:
         """The frame a forwarded request goes to ``cluster`` as: a moved member's join as a new member's,
         topic ids and offsets as the cluster has them."""
         request = incoming.request
-        if moved and request.api_key == apis.JOIN_GROUP:  # a new member where it goes, as a broker insists
-            return replace_body(request, dataclasses.replace(request.body, member_id=""))
         if request.api_key == apis.JOIN_GROUP:
+            await self.groups.before_join(request)
+            if moved:  # a new member where it goes, as a broker insists
+                self.groups.sending(request, member_id="")
+                return replace_body(request, dataclasses.replace(request.body, member_id=""))
             self.groups.joining(request, cluster, incoming.identity)
+            self.groups.sending(request, member_id=request.body.member_id)
         elif request.api_key == apis.CONSUMER_GROUP_HEARTBEAT:
             return await self.groups.heartbeat_out(request, cluster, incoming.identity)
         elif request.api_key in mapped.TRANSLATED_REQUESTS:
@@ -643,8 +646,6 @@ class ClientSession:
         """Write ``frame`` to a broker of the resolved cluster now; return its answer-to-be."""
         request, context, identity = incoming.request, incoming.context, incoming.identity
         key = request.api_key
-        if key == apis.JOIN_GROUP:
-            self.groups.sending(request)
         try:
             upstream = self.upstream(resolution.cluster, node, long_poll=key in apis.LONG_POLLS)
         except UpstreamError as closed:  # shielded since this request was decided, or its broker gone

@@ -65,9 +65,11 @@ class GroupHandling:
     def __init__(self, gateway: Shared, connection: Connection) -> None:
         self.gateway, self.connection = gateway, connection
         self._carrying = asyncio.Lock()
-        self._rejoins: dict[str, tuple[asyncio.Future[tuple[str, int]], float]] = {}
-        """Per group this connection's consumer is (re)joining: set to (member id, generation) by the
-        successful SyncGroup that ends the join; with the session time-out the join asked for."""
+        self._rejoins: dict[str, _Rejoin] = {}
+        """Per group this connection's consumer is (re)joining (see :class:`_Rejoin`)."""
+        self._unanswered: set[asyncio.Future[None]] = set()
+        """Carried commits the new cluster has not answered yet: a JoinGroup sent after them waits for them
+        (``before_join``)."""
 
     def joined_on(
         self, request: Request, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...]
@@ -188,13 +190,26 @@ class GroupHandling:
         session_s = float(request.body.session_timeout.total_seconds())
         return Member(cluster, session_s, identity=identity, credentials=self.connection.credentials)
 
-    def sending(self, request: Request) -> None:
-        """A JoinGroup is sent: this connection's consumer is (re)joining its group until a SyncGroup
-        ends the join (see ``learn``)."""
+    def sending(self, request: Request, member_id: str) -> None:
+        """A JoinGroup is sent as ``member_id`` (the gateway sends a moved member's as a new member's):
+        this connection's consumer is (re)joining its group until a SyncGroup ends the join (see
+        ``learn``)."""
         group = request.body.group_id
-        if group not in self._rejoins or self._rejoins[group][0].done():
+        rejoin = self._rejoins.get(group)
+        if rejoin is None or rejoin.joined.done():
             session_s = float(request.body.session_timeout.total_seconds())
-            self._rejoins[group] = (asyncio.get_running_loop().create_future(), session_s)
+            rejoin = self._rejoins[group] = _Rejoin(asyncio.get_running_loop().create_future(), session_s)
+        # before KIP-394 (v4), or naming its member, a join makes the member one of the group at once
+        rejoin.entered = rejoin.entered or bool(member_id) or request.api_version < 4
+
+    async def before_join(self, request: Request) -> None:
+        """Wait (bounded) until the commits carried before this JoinGroup are answered (not only written:
+        the join may go to the broker on another connection). Sent first, the join would make the group
+        on the new cluster refuse them (it takes a commit from outside the group only while it has no
+        member), and the client would process their records again."""
+        if self._unanswered:
+            limit = hold_limit(request, self.gateway.config.gateway.block_hold_s)
+            await asyncio.wait(set(self._unanswered), timeout=limit)
 
     def learn(self, request: Request, frame: bytes, cluster: str, identity: Identity) -> None:
         """What a JoinGroup or SyncGroup answer from ``cluster`` tells: a member there, a join done (a
@@ -202,8 +217,8 @@ class GroupHandling:
         if request.api_key == apis.SYNC_GROUP:
             synced = decode_response(request, frame)
             rejoin = self._rejoins.get(request.body.group_id)
-            if synced.error_code == ErrorCode.none and rejoin is not None and not rejoin[0].done():
-                rejoin[0].set_result((request.body.member_id, request.body.generation_id))
+            if synced.error_code == ErrorCode.none and rejoin is not None and not rejoin.joined.done():
+                rejoin.joined.set_result((request.body.member_id, request.body.generation_id))
         elif request.api_key == apis.JOIN_GROUP:
             joined = decode_response(request, frame)
             # a member id required first (KIP-394) is a pending member there already
@@ -240,63 +255,104 @@ class GroupHandling:
             )
             self.gateway.members.joined(group, member_id, member)
 
-    async def carry(
+    def carry(
         self, request: Request, snapshot: RoutingSnapshot, cluster: str, source: str,
         topics: tuple[str, ...], *, send: Send,
-    ) -> Reply:  # fmt: skip
+    ) -> Coroutine[Any, Any, Reply]:  # fmt: skip
         """Commit on ``cluster`` what a member that joined on ``source`` commits (see
-        :mod:`workers.gateway.groups.carry`); if that cannot be done now, the retriable error."""
-        async with self._carrying:  # one at a time, in the order they came: a later commit lands later
-            link = self.gateway.links.carrying_link(snapshot, source, cluster, topics)
+        :mod:`workers.gateway.groups.carry`); if that cannot be done now, the retriable error.
+
+        Decided as the commit comes, before anything after it is: as the member this connection's
+        consumer rejoins as if its join is under way (``_Rejoin.entered``: the answer the client waits
+        for to finish it goes back ahead of this commit's), else from outside the group, answered before
+        any JoinGroup that comes after it (``before_join``). Waiting for a join the client sends only
+        later would wait for ever: its answer would queue behind this commit's."""
+        rejoin = self._waited_for(request)
+        answered: asyncio.Future[None] | None = None
+        if rejoin is None:
+            answered = asyncio.get_running_loop().create_future()
+            self._unanswered.add(answered)
+
+        async def carried() -> Reply:
             try:
-                if link is None:
-                    raise UpstreamError(f"no link from {source} to {cluster} copies {topics}")
-                records = await self.gateway.links.link_records(link)
-                presenter = await self.gateway.links.presenter(snapshot, cluster, topics)
-                node = await self._coordinator(cluster, request.body.group_id)
-            except Exception as exc:
-                log.warning(
-                    "commit of group %s not carried from %s to %s (the client retries it): %s",
-                    request.body.group_id, source, cluster, exc,
-                )  # fmt: skip
-                return OwnAnswer()
-            left = snapshot.clusters.get(source)
-            planned = left is None or left.state is ClusterState.ACTIVE  # else a failover: see held
+                async with self._carrying:  # one at a time, in the order they came: a later one lands later
+                    found = await self._carried(request, snapshot, cluster, source, topics)
+                    if found is None:
+                        return OwnAnswer()
+                    body, node = found
+                    if rejoin is not None:  # refused as the group rebalances: as the member it rejoins as
+                        body = await self._as_rejoined(rejoin, request, body)
+                    answer = await send(body, node)
+                return await answer  # answered, so done: a join sent on another connection comes after
+            finally:
+                if answered is not None:
+                    answered.set_result(None)
+                    self._unanswered.discard(answered)
 
-            def end(topic: str, partition: int) -> int | None:
-                """The new cluster's end at the switch, in client offsets."""
-                final = records.ends.get((topic, partition))
-                presented = presenter(topic, partition) if presenter is not None else None
-                if final is None or presented is None:
-                    return None if final is None else final[1]
-                return presented.position_to_client(final[1])
+        return carried()
 
-            body = carried_commit(request.body, end, planned=planned)
-            rejoin = self._rejoins.get(request.body.group_id)
-            if rejoin is not None and not rejoin[0].done():  # refused while the group rebalances
-                body = await self._as_rejoined(rejoin, request, body)
-            answer = await send(body, node)
-        return await answer
+    async def _carried(
+        self, request: Request, snapshot: RoutingSnapshot, cluster: str, source: str, topics: tuple[str, ...]
+    ) -> tuple[Any, int] | None:
+        """The commit as ``cluster``'s coordinator takes it from outside the group, and that coordinator
+        (None: it cannot be carried now)."""
+        link = self.gateway.links.carrying_link(snapshot, source, cluster, topics)
+        try:
+            if link is None:
+                raise UpstreamError(f"no link from {source} to {cluster} copies {topics}")
+            records = await self.gateway.links.link_records(link)
+            presenter = await self.gateway.links.presenter(snapshot, cluster, topics)
+            node = await self._coordinator(cluster, request.body.group_id)
+        except Exception as exc:
+            log.warning(
+                "commit of group %s not carried from %s to %s (the client retries it): %s",
+                request.body.group_id, source, cluster, exc,
+            )  # fmt: skip
+            return None
+        left = snapshot.clusters.get(source)
+        planned = left is None or left.state is ClusterState.ACTIVE  # else a failover: see held
 
-    async def adopt(self, request: Request, node: int | None, send: Send) -> Reply:
+        def end(topic: str, partition: int) -> int | None:
+            """The new cluster's end at the switch, in client offsets."""
+            final = records.ends.get((topic, partition))
+            presented = presenter(topic, partition) if presenter is not None else None
+            if final is None or presented is None:
+                return None if final is None else final[1]
+            return presented.position_to_client(final[1])
+
+        return carried_commit(request.body, end, planned=planned), node
+
+    def adopt(self, request: Request, node: int | None, send: Send) -> Coroutine[Any, Any, Reply]:
         """Send a commit from outside the group once this connection's rejoin is done, as the member it
         rejoined as (see ``ADOPT`` in :mod:`workers.gateway.routing.decision`); as sent if the rejoin takes
         longer than a held request may wait."""
-        body = await self._as_rejoined(self._rejoins[request.body.group_id], request, request.body)
-        return await (await send(body, node))
+        rejoin = self._rejoins[request.body.group_id]  # the join under way as the commit comes
+
+        async def adopted() -> Reply:
+            body = await self._as_rejoined(rejoin, request, request.body)
+            return await (await send(body, node))
+
+        return adopted()
+
+    def _waited_for(self, request: Request) -> _Rejoin | None:
+        """The join a commit coming now may wait for: this connection's consumer's, under way and entered
+        (see ``carry``)."""
+        rejoin = self._rejoins.get(request.body.group_id)
+        return rejoin if rejoin is not None and rejoin.entered and not rejoin.joined.done() else None
 
     def _rejoining(self, request: Request, member: Member | None) -> bool:
         """For a Heartbeat: whether its member, or this connection's consumer, is already joining the
-        group again. For an OffsetCommit from outside the group: whether this connection's consumer is
-        (see ``ADOPT`` and ``QUIET`` in :mod:`workers.gateway.routing.decision`)."""
+        group again. For an OffsetCommit from outside the group: whether this connection's consumer is,
+        its join entered (see ``ADOPT`` and ``QUIET`` in :mod:`workers.gateway.routing.decision`)."""
         key, body = request.api_key, request.body
-        if key not in (apis.OFFSET_COMMIT, apis.HEARTBEAT):
-            return False
-        here = body.group_id in self._rejoins and not self._rejoins[body.group_id][0].done()
         if key == apis.HEARTBEAT:
+            rejoin = self._rejoins.get(body.group_id)
+            here = rejoin is not None and not rejoin.joined.done()
             return here or (member is not None and member.rejoining)
+        if key != apis.OFFSET_COMMIT:
+            return False
         outside = request.api_version >= 1 and body.generation_id_or_member_epoch < 0 and not body.member_id
-        return here and outside
+        return outside and self._waited_for(request) is not None
 
     def _copied_from(self, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...]) -> str | None:
         """The one other cluster a link copies ``topics`` from to ``cluster`` (None: none, or several)."""
@@ -307,15 +363,12 @@ class GroupHandling:
         ]  # fmt: skip
         return sources[0] if len(sources) == 1 else None
 
-    async def _as_rejoined(
-        self, rejoin: tuple[asyncio.Future[tuple[str, int]], float], request: Request, body: Any
-    ) -> Any:
+    async def _as_rejoined(self, rejoin: _Rejoin, request: Request, body: Any) -> Any:
         """``body`` (an OffsetCommit) as the member this connection rejoins as, once the rejoin is done;
         unchanged if it takes longer than a held request may wait."""
-        joined, session_s = rejoin
-        limit = hold_limit(request, self.gateway.config.gateway.block_hold_s, session_s)
+        limit = hold_limit(request, self.gateway.config.gateway.block_hold_s, rejoin.session_s)
         try:
-            member_id, generation = await asyncio.wait_for(asyncio.shield(joined), limit)
+            member_id, generation = await asyncio.wait_for(asyncio.shield(rejoin.joined), limit)
         except TimeoutError:
             return body
         return dataclasses.replace(body, member_id=member_id, generation_id_or_member_epoch=generation)
@@ -326,3 +379,17 @@ class GroupHandling:
 
     def _coordinators(self) -> Coordinators:
         return Coordinators(self.gateway.brokers, self.connection.credentials)
+
+
+@dataclasses.dataclass
+class _Rejoin:
+    """This connection's consumer (re)joining a group."""
+
+    joined: asyncio.Future[tuple[str, int]]
+    """Set to (member id, generation) by the successful SyncGroup that ends the join."""
+    session_s: float
+    """The session time-out the join asked for."""
+    entered: bool = False
+    """A JoinGroup of it was sent that makes the member one of the group at once (one that names its
+    member, or from before KIP-394), not just one asking for a member id: the client does not wait for
+    this commit's answer to finish the join."""

@@ -29,9 +29,10 @@ sockets and shared state, lets every API be checked against every routing state 
   has left: answered here with FENCED_MEMBER_EPOCH, so it joins again where it is routed now (see
   :mod:`workers.gateway.groups.consumer_protocol`);
 - ``ADOPT``: an OffsetCommit from outside the group (no member, generation -1) on a connection whose
-  consumer is rejoining its group — a client that reset its membership when the new cluster did not
-  know it, and commits what it processed meanwhile; refused while the group rebalances, it is sent
-  once the rejoin is done, as the member the connection rejoined as;
+  consumer is rejoining its group, its join entered (not only a member id asked for) — a client that
+  reset its membership when the new cluster did not know it, and commits what it processed meanwhile;
+  refused while the group rebalances, it is sent once the rejoin is done, as the member the connection
+  rejoined as;
 - ``DROP``: a Produce with acks=0 that may not land: it expects no answer, so nothing is sent;
 - ``SHIELD``: the identity is routed to a shielded (or down) cluster, which is not contacted at all: a
   partition or group request, a FindCoordinator or an InitProducerId gets a retriable error at once
