@@ -43,7 +43,7 @@ from switchyard.model import LinkState
 from switchyard.routing.store import RoutingStore
 from switchyard.table import render
 from tests.helpers.mirrormaker import DEFAULT, MM2_VERSION, MirrorMaker
-from tests.helpers.processes import MirrorProcess, cpu_seconds
+from tests.helpers.processes import MirrorProcess
 from tests.helpers.records import fill_topic
 from tests.helpers.stacks import KAFKA_DIST
 
@@ -143,8 +143,7 @@ def mirror_throughput(store: RoutingStore, mirror: MirrorProcess, topic: str) ->
     store.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="bench")
     store.set_link_state(link, LinkState.PAUSED, actor=ACTOR, reason="bench: hold until timed")
     wait_for(lambda: taken(store, link) == PARTITIONS, 60, "the mirror never took the partitions")
-    assert mirror.process is not None
-    cpu = cpu_seconds(mirror.process.pid)
+    cpu = mirror.cpu_s()
     started = time.time()
     store.set_link_state(link, LinkState.RUNNING, actor=ACTOR, reason="bench: go")
     first: tuple[float, int] | None = None
@@ -153,7 +152,7 @@ def mirror_throughput(store: RoutingStore, mirror: MirrorProcess, topic: str) ->
         if seen[1] and first is None:
             first = seen
         time.sleep(0.01)
-    cpu = cpu_seconds(mirror.process.pid) - cpu
+    cpu = mirror.cpu_s() - cpu
     assert first is not None, "the mirror's status never showed a part of the copy"
     store.set_link_state(link, LinkState.DELETED, actor=ACTOR, reason="bench: timed")
     return timed(started, first, seen[0], cpu)

@@ -38,6 +38,7 @@ from switchyard.sagas.ids import saga_id
 from switchyard.stack import Stack
 from tests.helpers.compat import CODECS, ROOT, App, judge, longest_gap, prepare, table, wait_until
 from tests.helpers.live import Live, unique
+from tests.helpers.processes import SupervisedProcess
 from tests.helpers.soak import Instance, Sampler
 from tests.helpers.soak_plot import plot
 
@@ -182,6 +183,9 @@ def caught_up(_: App, s: Any) -> bool:
 
 
 def pid(process: Any) -> int | None:
+    """The process that does the work (a supervised command's child: the mirror, the worker)."""
+    if isinstance(process, SupervisedProcess):
+        return process.supervised_pid()
     popen = getattr(process, "process", None)
     return popen.pid if popen is not None and popen.poll() is None else None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -103,13 +104,50 @@ class GatewayProcess(SwitchyardProcess):
         return health.kafka("127.0.0.1", self.port).ok
 
 
-class MirrorProcess(SwitchyardProcess):
+class SupervisedProcess(SwitchyardProcess):
+    """A command that runs its work in a process it supervises (workers/supervision.py)."""
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """As any process; SIGKILL kills the supervised process first (else it would get the supervisor's
+        parting SIGTERM and end in good order): the host gone at once, as a crash test means."""
+        if sig == signal.SIGKILL and self.process is not None and self.process.poll() is None:
+            for pid in children(self.process.pid):
+                os.kill(pid, signal.SIGKILL)
+        super().stop(sig)
+
+    def cpu_s(self) -> float:
+        """The CPU seconds the command and the process it supervises have used."""
+        assert self.process is not None
+        return sum(cpu_seconds(pid) for pid in {self.process.pid, *children(self.process.pid)})
+
+    def supervised_pid(self) -> int | None:
+        """The process the command supervises (None: between a death and its restart, or not running)."""
+        if self.process is None or self.process.poll() is not None:
+            return None
+        found = children(self.process.pid)
+        return next(iter(found)) if len(found) == 1 else None
+
+    def kill_supervised(self) -> int:
+        """SIGKILL the process the command supervises (the one that works): its supervisor starts it
+        again; its pid."""
+        return self.signal_supervised(signal.SIGKILL)
+
+    def signal_supervised(self, sig: int) -> int:
+        """Send ``sig`` to the process the command supervises (SIGSTOP: the work stops, not the command);
+        its pid."""
+        assert self.process is not None
+        (pid,) = children(self.process.pid)
+        os.kill(pid, sig)
+        return pid
+
+
+class MirrorProcess(SupervisedProcess):
     """A real `switchyard mirror` process (ready once started: it reports per link in ZooKeeper)."""
 
     command = "mirror"
 
 
-class WorkerProcess(SwitchyardProcess):
+class WorkerProcess(SupervisedProcess):
     """A real `switchyard worker` process (ready once it polls its task queue)."""
 
     command = "worker"
@@ -125,16 +163,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+def children(pid: int) -> set[int]:
+    """The processes ``pid`` started itself."""
+    return {child for child, parent in _parents().items() if parent == pid}
+
+
 def descendants(pid: int | None = None) -> set[int]:
     """Every process started, directly or not, by ``pid`` (default: this process)."""
     root = os.getpid() if pid is None else pid
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        parents[int(stat.parent.name)] = int(fields[1])
+    parents = _parents()
     found: set[int] = set()
     frontier = {root}
     while frontier:
@@ -199,3 +236,15 @@ def own_gateway(
             process.stop()
 
     return fixture
+
+
+def _parents() -> dict[int, int]:
+    """Each running process's parent."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    return parents

@@ -27,7 +27,9 @@ from switchyard.config import Config
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import evacuation_id
 from switchyard.sagas.requests import Progress
+from switchyard.stack import Stack
 from switchyard.threads import Worker
+from tests.helpers.clusters import kill
 from tests.helpers.compat import CODECS, App, judge, table, wait_until
 from tests.helpers.estates import empty_source
 from tests.helpers.live import Live, capture, progress_until, unique, wait_for_approval
@@ -240,12 +242,13 @@ def _ended(routing: RoutingStore, saga: str, timeout_s: float = 180) -> dict[str
 
 
 def test_a_batch_rolled_back_mid_way_is_back_on_3_9_and_nothing_is_lost(
-    legacy_live: Live, legacy_routing: RoutingStore, legacy_config: Config, tmp_path: Path
+    legacy_live: Live, legacy_routing: RoutingStore, legacy_config: Config, stack: Stack, tmp_path: Path
 ) -> None:
     """Two batches of one application each: the first moved, then, while the second waits for its
     approval, rolled back (switched back along its reverse link); the second moves. The first's
     application ends on 3.9, the second's on 4.x, each having lost and doubled nothing, and the retirement
-    deletes only the second's topic."""
+    deletes only the second's topic. While the evacuation is paused, the 4.x cluster's broker is killed
+    and started again: the resumed evacuation moves the second batch onto it."""
     live, config = legacy_live, legacy_config
     assert live.gateway is not None
     clusters = {c: config.clusters[c].bootstrap for c in ("primary", "standby")}
@@ -264,6 +267,8 @@ def test_a_batch_rolled_back_mid_way_is_back_on_3_9_and_nothing_is_lost(
         rolled = live.cli("evacuation", "roll-back", "primary")
         assert rolled.returncode == 0, rolled.stdout + rolled.stderr
         _wait_phase(live, saga, "paused")
+        kill(stack, "kafka-standby")  # no application there now; links copy to and from it
+        stack.up(timeout_s=120)
         resumed = live.cli("evacuation", "resume", "primary")
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         wait_for_approval(live, saga, timeout_s=180)  # before batch 2, asked again

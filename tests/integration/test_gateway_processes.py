@@ -139,7 +139,7 @@ def test_a_process_that_cannot_start_stops_the_gateway_with_the_reason(
     log = gateway.log.read_text()
     assert code != 0, log
     assert f"cannot listen on 127.0.0.1:{gateway.port}" in log, log[-3000:]
-    assert "starting: the others are stopped" in log, log[-3000:]
+    assert "starting: the others stop" in log, log[-3000:]
     assert members(routing, "gw-taken") == {}
 
 

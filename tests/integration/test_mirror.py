@@ -35,7 +35,7 @@ from switchyard.routing.zk import connect, disconnect
 from switchyard.stack import Stack
 from switchyard.threads import Worker
 from tests.helpers.mirrors import Mirrors, records, unique, wait_drained, wait_group_offset
-from tests.helpers.processes import MirrorProcess, cpu_seconds
+from tests.helpers.processes import MirrorProcess
 from tests.helpers.records import commit_offset, join
 from tests.helpers.services import PrivateService
 from tests.helpers.stacks import QUICK_CONSUMER
@@ -88,7 +88,7 @@ def idle_mirror(
             time.sleep(0.2)
         time.sleep(1)
         assert process.process is not None
-        yield IdleMirror(process, cpu_seconds(process.process.pid), time.monotonic())
+        yield IdleMirror(process, process.cpu_s(), time.monotonic())
     finally:
         process.stop()
         zk.delete(store.layout.root, recursive=True)
@@ -152,6 +152,8 @@ def test_a_fresh_link_copies_with_identical_offsets(
 def test_kill_9_mid_stream_then_restart_copies_every_record_exactly_once(
     mirrors: Mirrors, routing: RoutingStore, stack_config: Config
 ) -> None:
+    """The copying process killed outright; the mirror command starts it again, and it resumes from
+    what the target holds."""
     topic, link = link_topic(routing, "crash")
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
     kafka.create_topics(primary, [topic], partitions=2)
@@ -165,14 +167,14 @@ def test_kill_9_mid_stream_then_restart_copies_every_record_exactly_once(
         while _copied(routing, link) < 3000:  # some copied, most not even written yet
             assert time.monotonic() < deadline, "the mirror copied nothing"
             time.sleep(0.05)
-        first.stop(signal.SIGKILL)
+        first.kill_supervised()  # the command starts it again (workers/supervision.py)
         killed_at = sum(kafka.ends_of(standby, [(topic, 0), (topic, 1)]).values())
     finally:
         writer.join(120)
     assert killed_at < total, "the mirror finished before it was killed"
-    mirrors.start("m2")
     wait_drained(routing, link, [(topic, 0), (topic, 1)], since=now())
     assert sum(len(r) for r in same_records(stack_config, topic).values()) == total
+    assert "mirror process 0 exited (-9): starting it again" in first.log.read_text()
 
 
 def test_two_processes_share_a_link_and_one_takes_over_from_the_other(
@@ -712,6 +714,6 @@ def test_an_idle_link_costs_no_cpu(idle_mirror: IdleMirror) -> None:
     process = idle_mirror.process.process
     assert process is not None
     assert process.poll() is None, "the idle mirror exited"
-    used, over = cpu_seconds(process.pid) - idle_mirror.cpu_s, time.monotonic() - idle_mirror.at
+    used, over = idle_mirror.process.cpu_s() - idle_mirror.cpu_s, time.monotonic() - idle_mirror.at
     print(f"\nidle mirror: {used:.2f} CPU s over {over:.0f} s ({used / over:.2%} of a core)")
     assert used / over < 0.02

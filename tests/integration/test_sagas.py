@@ -289,10 +289,10 @@ def test_a_switch_with_the_mirror_lagging_at_the_block_waits_for_the_drain(
     keys = [(topic, p) for p in range(2)]
     traffic = Traffic(live.gateway.bootstrap, app, topic, unique("group"), idempotent=True)
     traffic.start()
-    mirror = live.mirror.process
+    mirror = live.mirror
     try:
         traffic.wait_for(200)
-        mirror.send_signal(signal.SIGSTOP)
+        mirror.signal_supervised(signal.SIGSTOP)
         try:
             traffic.wait_for(300)  # written on the primary, not copied
             switch = live.cli_in_background("switchover", app, "--link", link, "--wait")
@@ -305,7 +305,7 @@ def test_a_switch_with_the_mirror_lagging_at_the_block_waits_for_the_drain(
             assert sum(source.values()) - sum(copy.values()) >= 300, (source, copy)  # lagging at the block
             time.sleep(1.5)  # the drain waits meanwhile
         finally:
-            mirror.send_signal(signal.SIGCONT)
+            mirror.signal_supervised(signal.SIGCONT)
         out, err = switch.communicate(timeout=180)
         assert switch.returncode == 0, out + err
         assert f"switchover switched: {app}" in out

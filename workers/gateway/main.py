@@ -17,14 +17,9 @@ import uvloop
 from switchyard.cli.base import config_of, loaded_config
 from switchyard.routing.zk import connect, disconnect
 from workers.gateway.framing.sasl import user_line
-from workers.gateway.process.processes import (
-    Supervisor,
-    die_with_supervisor,
-    gateway_command_line,
-    member_id,
-    say_serving,
-)
+from workers.gateway.process.processes import gateway_supervisor, member_id
 from workers.gateway.process.server import Gateway
+from workers.supervision import die_with_supervisor, say_serving
 
 
 async def serve(gateway: Gateway) -> None:
@@ -59,8 +54,8 @@ def gateway_command(
     if count > 1 and member is None:
         config = config_of(ctx, "gateway-supervisor")  # its processes serve the metrics
         base = gateway_id or config.gateway.id or socket.gethostname()
-        command = gateway_command_line(ctx.find_root().params.get("config_path"), base)
-        sys.exit(Supervisor(config, command, count).run())
+        config_path = ctx.find_root().params.get("config_path")
+        sys.exit(gateway_supervisor(config, config_path, base, count).run())
     if member is not None:
         die_with_supervisor()
     config = config_of(ctx, "gateway")

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -33,6 +34,7 @@ from switchyard.config import Config
 from switchyard.moves import aging_schedule
 from switchyard.sagas.ids import KIND_ATTRIBUTE, PHASE_ATTRIBUTE
 from switchyard.sagas.requests import Kind
+from workers.supervision import Supervisor, die_with_supervisor, say_serving, switchyard_command
 from workers.worker.registry import WORKFLOWS, activities
 
 log = logging.getLogger(__name__)
@@ -138,6 +140,7 @@ async def run(config: Config) -> None:
                 log.info(
                     "worker on task queue %s: %d workflows, %d activities", queue, len(WORKFLOWS), len(steps)
                 )
+                say_serving()
                 await stop.wait()
                 log.info("worker stopping: running activities get %ss", GRACE.total_seconds())
     finally:
@@ -149,7 +152,15 @@ async def run(config: Config) -> None:
 
 
 @click.command("worker")
+@click.option("--supervised", is_flag=True, hidden=True, help="Be the process the command supervises.")
 @click.pass_context
-def worker_command(ctx: click.Context) -> None:
-    """Run the sagas (switchover, switchback, failover, topic migration) and their steps."""
+def worker_command(ctx: click.Context, supervised: bool) -> None:
+    """Run the sagas (switchover, switchback, failover, topic migration) and their steps, in a process the
+    command supervises (workers/supervision.py): one that dies mid-step is started again, and Temporal
+    gives it the saga back."""
+    if not supervised:
+        config_of(ctx, "worker-supervisor")  # a bad configuration stops the command here, its key named
+        command = switchyard_command(ctx.find_root().params.get("config_path"), "worker", "--supervised")
+        sys.exit(Supervisor("worker", lambda _index: command, 1).run())
+    die_with_supervisor()
     asyncio.run(run(config_of(ctx, "worker")))

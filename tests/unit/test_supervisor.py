@@ -1,6 +1,6 @@
-"""The supervisor of a gateway's processes tells a process that failed to start from one that crashed
-after serving by what the process says, not by how long it ran: real processes stand in for the
-gateway's, each told which one it is by ``--member``."""
+"""The supervisor of a command's processes (the gateway's several, the mirror's one) tells a process that
+failed to start from one that crashed after serving by what the process says, not by how long it ran:
+real processes stand in, each told which one it is by ``--member``."""
 
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from switchyard.config import load_config
-from workers.gateway.process.processes import Supervisor
+from workers.supervision import Supervisor
 
 # Member 0 does what the test says; member 1 serves until stopped. Each notes its runs and pid.
 STAND_IN = """
 import sys, time
 from pathlib import Path
-from workers.gateway.process.processes import say_serving
+from workers.supervision import say_serving
 notes, plan, member = Path(sys.argv[1]), sys.argv[2], int(sys.argv[-1])
 runs = len(list(notes.glob(f"run-{member}-*"))) + 1
 (notes / f"run-{member}-{runs}").write_text(str(__import__("os").getpid()))
@@ -45,8 +44,8 @@ def handlers() -> Iterator[None]:
 
 
 def supervise(notes: Path, plan: str, stop_when: Callable[[], bool] | None = None) -> int:
-    config = load_config(Path(__file__).parents[2] / "infra" / "embedded.yaml")
-    supervisor = Supervisor(config, [sys.executable, "-c", STAND_IN, str(notes), plan], 2)
+    command = [sys.executable, "-c", STAND_IN, str(notes), plan]
+    supervisor = Supervisor("stand-in", lambda index: [*command, "--member", str(index)], 2)
 
     def watch() -> None:
         deadline = time.monotonic() + 30
