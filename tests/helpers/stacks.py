@@ -50,6 +50,12 @@ def stack_config_data(state_dir: Path) -> dict[str, Any]:
     }
 
 
+def transaction_version_1() -> bool:
+    """Whether the tests' stacks run a release before Apache Kafka 4.0 (``SWITCHYARD_TEST_KAFKA_VERSION``),
+    whose clusters speak the transaction protocol before version 2."""
+    return int(os.environ.get("SWITCHYARD_TEST_KAFKA_VERSION", "4").split(".")[0]) < 4
+
+
 def _kafka_version() -> dict[str, str]:
     """``SWITCHYARD_TEST_KAFKA_VERSION`` runs the tests' stacks on another Apache Kafka release (e.g. the
     transaction tests on 3.9.2, where clients speak the transaction protocol before version 2)."""

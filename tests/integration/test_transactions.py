@@ -27,6 +27,7 @@ from switchyard.threads import Worker
 from tests.helpers.compat import JAVA_CLIENT, ROOT
 from tests.helpers.links import ACTOR
 from tests.helpers.live import Live, unique
+from tests.helpers.stacks import transaction_version_1
 from tests.helpers.transactions import Transactions, read_exactly_once, retried
 
 ROUND_TRIP = ("switchover", "switchback", "switchover")
@@ -288,13 +289,21 @@ def test_java_transactions_are_read_exactly_once_across_a_round_trip(
     )
 
 
+@pytest.mark.xfail(
+    transaction_version_1(),
+    reason="a known limit: on transaction version 1 the Java client's abort takes no new epoch, and a "
+    "transaction of offsets alone has no refused write that would have it ask for one (docs/gateway.md)",
+    strict=True,
+)
 def test_java_transactions_of_offsets_alone_go_on_across_a_round_trip(
     live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path
 ) -> None:
     """Transactions that only commit a group's offset (a Kafka Streams task that read and wrote nothing):
     the first after a switch is refused at its TxnOffsetCommit, with an error Streams survives — it failed
     a Streams application when that was TRANSACTION_ABORTABLE — and the group's offset on the cluster the
-    round trip ends on is the last committed transaction's."""
+    round trip ends on is the last committed transaction's. On transaction version 1 (``make
+    test-kafka39``) the producer stalls after the switch: every transaction is refused again, until one
+    writes a record (a known limit, docs/gateway.md)."""
     topic, group = unique("ledger"), unique("offsets")
     app, link = _prepare(live, routing, stack_config, [topic])
     java = _JavaTransactions(live, app, topic, tmp_path, "--records", "0", "--group", group)
