@@ -330,6 +330,8 @@ class ClientSession:
             if not txn.aborting:
                 if not await self.gateway.transactions.ongoing(decision.cluster, txn):
                     return None  # it would begin one: held, it begins after the switch
+                if request.api_key == apis.ADD_PARTITIONS_TO_TXN and request.api_version:
+                    return _unsent(OwnAnswer(ErrorCode.none))  # the Java client's: its write, refused next
                 if request.api_key in (apis.PRODUCE, apis.ADD_PARTITIONS_TO_TXN):
                     return _abortable(request)  # no record lands on the old cluster after the block
             broker = self.listener.broker

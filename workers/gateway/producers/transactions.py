@@ -13,9 +13,11 @@ handles as "abort and try again" (:func:`abortable`):
    says so) ends there, before the saga fences the copy: its writes (a Produce, AddPartitionsToTxn) are
    answered at once with an abortable error, so no record lands there after the block, while its
    commit or abort (EndTxn, with TxnOffsetCommit and AddOffsetsToTxn before it) goes on there — markers
-   only. A transaction whose records were all written before the block commits; one with a write
-   refused is aborted by its client. A request that would begin a transaction is held like a write, and
-   the transaction begins after the switch.
+   only. (The Java client's AddPartitionsToTxn is answered as done instead, and the write after it
+   refused: an abortable error there reaches a Kafka Streams application through its record's send,
+   which Streams does not survive.) A transaction whose records were all written before the block
+   commits; one with a write refused is aborted by its client. A request that would begin a transaction
+   is held like a write, and the transaction begins after the switch.
 2. **After the flip**, the first transactional request from a producer id the new cluster did not issue
    gets the abortable error (the Java client's AddPartitionsToTxn and AddOffsetsToTxn are answered as done
    instead: an abortable error there would have it abort without a new epoch and ask again, while the
