@@ -12,8 +12,9 @@ from pathlib import Path
 from switchyard.config import Config
 from switchyard.routing.store import RoutingStore
 from switchyard.table import render
+from tests.helpers.chaos import Trial
 from tests.helpers.live import Live
-from tests.integration.test_chaos import Trial, run_trials
+from tests.integration.test_chaos import run_trials
 
 TRIALS = int(os.environ.get("SWITCHYARD_BENCH_TRIALS", "12"))
 JS_RATE = float(os.environ.get("SWITCHYARD_BENCH_JS_RATE", "50"))

@@ -17,7 +17,6 @@ import os
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.traffic import Traffic
+from tests.helpers.chaos import Trial, proves_something
 from tests.helpers.compat import App, longest_gap, unaccounted_sends
 from tests.helpers.live import Live, unique
 from tests.helpers.traffic import judge_consumer, judge_sends, topic_ids
@@ -47,16 +47,6 @@ JS_RATE = 20
 """kafkajs's sends per second here, every one pipelined on one connection: through a 10 s hold, three
 times the answers a connection may await (``gateway.limits.max_in_flight``, 64), within what it may hold
 (``max_held``). ``make bench`` runs 50/s."""
-
-
-@dataclass
-class Trial:
-    kind: str
-    killed_after_s: float
-    outcome: str
-    saga_held_s: float
-    js_held_s: float
-    confluent_held_s: float
 
 
 def switch_with_a_kill(
@@ -165,6 +155,7 @@ def judge(
     assert binding is not None
     assert binding.state is BindingState.ACTIVE
     assert live.cli("sagas", "unlock", *keys).stdout == "".join(f"{k}: not locked\n" for k in keys)
+    proves_something(done)
     held = [t for t in done if max(t.js_held_s, t.confluent_held_s) > HELD_MOST_S]
     assert not held, f"clients held longer than {HELD_MOST_S:g}s: {held}"
     final = stack_config.clusters[binding.cluster].bootstrap
@@ -182,5 +173,4 @@ def judge(
 def test_a_worker_killed_at_any_moment_of_a_switch_costs_seconds_and_nothing_else(
     live: Live, routing: RoutingStore, stack_config: Config, tmp_path: Path
 ) -> None:
-    trials = run_trials(live, routing, stack_config, tmp_path, trials=4, js_rate=JS_RATE)
-    assert any(t.kind == "switchback" for t in trials) or all(t.outcome == "compensated" for t in trials)
+    run_trials(live, routing, stack_config, tmp_path, trials=4, js_rate=JS_RATE)

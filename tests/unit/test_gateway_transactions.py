@@ -177,3 +177,16 @@ def test_a_carry_never_hands_the_client_the_id_and_epoch_it_holds() -> None:
     carrier = _Coordinators([(6, 2)])
     started = asyncio.run(carrier.start("standby", None, "t", timedelta(minutes=1), unlike=(6, 1)))
     assert (started.producer_id, started.producer_epoch) == (6, 2)
+
+
+def test_a_producer_told_of_partitions_never_added_writes_nothing_until_its_transaction_ends() -> None:
+    """The Java client's AddPartitionsToTxn answered as done: its writes are refused (the session asks
+    ``unadded``) whatever the routing, until its EndTxn; another epoch of the id is another producer."""
+    carrier = _Coordinators([])
+    told, write = TxnRequest("t", 6, 0), TxnRequest("t", 6, 0)
+    assert not carrier.unadded(write)
+    carrier.unadded(told, now=True)
+    assert carrier.unadded(write)
+    assert not carrier.unadded(TxnRequest("t", 6, 1))
+    carrier.ended(TxnRequest("t", 6, 0, aborting=True))
+    assert not carrier.unadded(write)

@@ -325,22 +325,19 @@ class ClientSession:
     ) -> Awaitable[Reply] | None:
         """A transactional producer's request, where a switch concerns it (see
         :mod:`workers.gateway.producers.transactions`); None: routed as any other."""
-        request = incoming.request
-        if decision.action is Action.HOLD:  # blocked: an open transaction ends now, where it began
-            if not txn.aborting:
-                if not await self.gateway.transactions.ongoing(decision.cluster, txn):
-                    return None  # it would begin one: held, it begins after the switch
-                if request.api_key == apis.ADD_PARTITIONS_TO_TXN and request.api_version:
-                    return _unsent(OwnAnswer(ErrorCode.none))  # the Java client's: its write, refused next
-                if request.api_key in (apis.PRODUCE, apis.ADD_PARTITIONS_TO_TXN):
-                    return _abortable(request)  # no record lands on the old cluster after the block
-            broker = self.listener.broker
-            node = broker.node_id if broker is not None and broker.cluster == decision.cluster else None
-            return await self._carry_out(incoming, Decision(Action.FORWARD, decision.cluster, node), snapshot,
-                                         resolution)  # fmt: skip
+        request, carrier = incoming.request, self.gateway.transactions
+        if request.api_key == apis.PRODUCE and carrier.unadded(txn):
+            return _abortable(request)  # to a partition it was told was added, and was not: never sent
+        if request.api_key == apis.END_TXN:
+            carrier.ended(txn)
+        if decision.action is Action.HOLD:
+            ending = await self._while_blocked(incoming, decision, txn)
+            if isinstance(ending, Decision):  # the transaction's end goes on where it began
+                return await self._carry_out(incoming, ending, snapshot, resolution)
+            return ending
         if decision.action is not Action.FORWARD:
             return None
-        if not await self.gateway.transactions.foreign(txn, decision.cluster, snapshot.epoch):
+        if not await carrier.foreign(txn, decision.cluster, snapshot.epoch):
             return None
         if request.api_key == apis.INIT_PRODUCER_ID or (txn.aborting and request.api_version >= 5):
             return self.later(self._carried(incoming, decision, txn, snapshot.epoch))
@@ -349,8 +346,27 @@ class ClientSession:
         if txn.aborting:  # librdkafka's: refused so, it bumps its epoch (KIP-360), and the bump is carried
             return _abortable(request)
         if request.api_key in (apis.ADD_PARTITIONS_TO_TXN, apis.ADD_OFFSETS_TO_TXN) and request.api_version:
+            carrier.unadded(txn, now=request.api_key == apis.ADD_PARTITIONS_TO_TXN)
             return _unsent(OwnAnswer(ErrorCode.none))  # the Java client's: its write, refused next, bumps
         return _abortable(request)
+
+    async def _while_blocked(
+        self, incoming: Incoming, decision: Decision, txn: TxnRequest
+    ) -> Awaitable[Reply] | Decision | None:
+        """A transactional request while its identity is blocked: an open transaction ends now, where it
+        began — the answer, or where it goes (None: held, as any other)."""
+        request, carrier = incoming.request, self.gateway.transactions
+        if not txn.aborting:
+            if not await carrier.ongoing(decision.cluster, txn):
+                return None  # it would begin one: held, it begins after the switch
+            if request.api_key == apis.ADD_PARTITIONS_TO_TXN and request.api_version:
+                carrier.unadded(txn, now=True)
+                return _unsent(OwnAnswer(ErrorCode.none))  # the Java client's: its write, refused next
+            if request.api_key in (apis.PRODUCE, apis.ADD_PARTITIONS_TO_TXN):
+                return _abortable(request)  # no record lands on the old cluster after the block
+        broker = self.listener.broker
+        node = broker.node_id if broker is not None and broker.cluster == decision.cluster else None
+        return Decision(Action.FORWARD, decision.cluster, node)
 
     async def _carried(self, incoming: Incoming, decision: Decision, txn: TxnRequest, epoch: int) -> Reply:
         """A foreign producer's request for a new epoch (an InitProducerId, or a version 2 abort whose answer
@@ -442,12 +458,14 @@ class ClientSession:
         topic ids and offsets as the cluster has them."""
         request = incoming.request
         if request.api_key == apis.JOIN_GROUP:
-            await self.groups.before_join(request)
-            if moved:  # a new member where it goes, as a broker insists
-                self.groups.sending(request, member_id="")
+            member_id = (
+                "" if moved else request.body.member_id
+            )  # a moved one as a new member, as a broker insists
+            await self.groups.before_join(request, member_id)
+            self.groups.sending(request, member_id)
+            if moved:
                 return replace_body(request, dataclasses.replace(request.body, member_id=""))
             self.groups.joining(request, cluster, incoming.identity)
-            self.groups.sending(request, member_id=request.body.member_id)
         elif request.api_key == apis.CONSUMER_GROUP_HEARTBEAT:
             return await self.groups.heartbeat_out(request, cluster, incoming.identity)
         elif request.api_key in mapped.TRANSLATED_REQUESTS:

@@ -199,15 +199,15 @@ class GroupHandling:
         if rejoin is None or rejoin.joined.done():
             session_s = float(request.body.session_timeout.total_seconds())
             rejoin = self._rejoins[group] = _Rejoin(asyncio.get_running_loop().create_future(), session_s)
-        # before KIP-394 (v4), or naming its member, a join makes the member one of the group at once
-        rejoin.entered = rejoin.entered or bool(member_id) or request.api_version < 4
+        rejoin.entered = rejoin.entered or _enters(request, member_id)
 
-    async def before_join(self, request: Request) -> None:
-        """Wait (bounded) until the commits carried before this JoinGroup are answered (not only written:
-        the join may go to the broker on another connection). Sent first, the join would make the group
-        on the new cluster refuse them (it takes a commit from outside the group only while it has no
-        member), and the client would process their records again."""
-        if self._unanswered:
+    async def before_join(self, request: Request, member_id: str) -> None:
+        """Wait (bounded) until the commits carried before this JoinGroup, sent as ``member_id``, are
+        answered (not only written: the join may go to the broker on another connection), where it
+        enters the group. Sent first, it would make the group on the new cluster refuse them (it takes a
+        commit from outside the group only while it has no member), and the client would process their
+        records again."""
+        if self._unanswered and _enters(request, member_id):
             limit = hold_limit(request, self.gateway.config.gateway.block_hold_s)
             await asyncio.wait(set(self._unanswered), timeout=limit)
 
@@ -217,10 +217,17 @@ class GroupHandling:
         if request.api_key == apis.SYNC_GROUP:
             synced = decode_response(request, frame)
             rejoin = self._rejoins.get(request.body.group_id)
-            if synced.error_code == ErrorCode.none and rejoin is not None and not rejoin.joined.done():
+            if rejoin is None or rejoin.joined.done():
+                return
+            if synced.error_code == ErrorCode.none:
                 rejoin.joined.set_result((request.body.member_id, request.body.generation_id))
+            else:  # the client joins again: a commit meanwhile must not wait for a join it sends after
+                rejoin.entered = False
         elif request.api_key == apis.JOIN_GROUP:
             joined = decode_response(request, frame)
+            rejoin = self._rejoins.get(request.body.group_id)
+            if joined.error_code != ErrorCode.none and rejoin is not None and not rejoin.joined.done():
+                rejoin.entered = False  # a member id asked for, or refused: the client joins again
             # a member id required first (KIP-394) is a pending member there already
             if joined.error_code in (ErrorCode.none, ErrorCode.member_id_required) and joined.member_id:
                 member = self._member(request, cluster, identity)
@@ -381,6 +388,14 @@ class GroupHandling:
         return Coordinators(self.gateway.brokers, self.connection.credentials)
 
 
+def _enters(request: Request, member_id: str) -> bool:
+    """Whether a JoinGroup sent as ``member_id`` makes its member one of the group at once: one naming
+    its member, a static member's (KIP-345), or one from before KIP-394 (v4) — not a dynamic member's
+    first, which is only told its member id."""
+    static = request.api_version >= 5 and bool(request.body.group_instance_id)
+    return bool(member_id) or static or request.api_version < 4
+
+
 @dataclasses.dataclass
 class _Rejoin:
     """This connection's consumer (re)joining a group."""
@@ -390,6 +405,6 @@ class _Rejoin:
     session_s: float
     """The session time-out the join asked for."""
     entered: bool = False
-    """A JoinGroup of it was sent that makes the member one of the group at once (one that names its
-    member, or from before KIP-394), not just one asking for a member id: the client does not wait for
-    this commit's answer to finish the join."""
+    """A JoinGroup of it was sent that makes the member one of the group at once (``_enters``), not just
+    one asking for a member id, and no answer since sent the client to join again: the client does not
+    wait for a commit's answer to finish the join."""

@@ -159,6 +159,9 @@ class Carrier:
         under way, waits for its answer."""
         self._fencing: set[asyncio.Task[None]] = set()
         self._unstored = False
+        self._unadded: dict[TxnRequest, None] = {}
+        """Producers (id and epoch) told their partitions were added to their transaction, which the
+        gateway never asked for (``unadded``)."""
 
     async def foreign(self, txn: TxnRequest, cluster: str, epoch: int) -> bool:
         """Whether the request's producer id is not one ``cluster`` issued for its transactional id, under
@@ -222,6 +225,24 @@ class Carrier:
             if state is not None and (state.producer_id, state.epoch) == (txn.producer_id, txn.epoch):
                 return other, timedelta(milliseconds=state.timeout_ms) if state.timeout_ms > 0 else _TIMEOUT
         return (None, _TIMEOUT) if unasked else None
+
+    def unadded(self, txn: TxnRequest, *, now: bool = False) -> bool:
+        """Whether the producer was told (``now``: is told) that partitions were added to its transaction
+        when they were not (the Java client's AddPartitionsToTxn answered as done: see the module). Its
+        writes are refused until the transaction ends, wherever they are routed by then: sent on — the
+        switch compensated, back on the cluster it began on — a write to a partition never added would be
+        refused there with an error Kafka Streams does not survive, or, where the broker does not check,
+        written into a transaction whose end never marks it."""
+        key = TxnRequest(txn.transactional_id, txn.producer_id, txn.epoch)
+        if now:
+            self._unadded[key] = None
+            while len(self._unadded) > _REMEMBERED:
+                del self._unadded[next(iter(self._unadded))]
+        return key in self._unadded
+
+    def ended(self, txn: TxnRequest) -> None:
+        """The producer's transaction ends (an EndTxn): what ``unadded`` kept of it goes."""
+        self._unadded.pop(TxnRequest(txn.transactional_id, txn.producer_id, txn.epoch), None)
 
     def carrying(self, transactional_id: str) -> asyncio.Lock:
         if len(self._carrying) > _REMEMBERED:
