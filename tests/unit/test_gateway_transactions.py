@@ -185,7 +185,7 @@ def test_a_producer_told_of_partitions_never_added_writes_nothing_until_its_tran
     carrier = _Coordinators([])
     told, write = TxnRequest("t", 6, 0), TxnRequest("t", 6, 0)
     assert not carrier.unadded(write)
-    carrier.unadded(told, now=True)
+    carrier.told_added(told)
     assert carrier.unadded(write)
     assert not carrier.unadded(TxnRequest("t", 6, 1))
     carrier.ended(TxnRequest("t", 6, 0, aborting=True))

@@ -346,7 +346,8 @@ class ClientSession:
         if txn.aborting:  # librdkafka's: refused so, it bumps its epoch (KIP-360), and the bump is carried
             return _abortable(request)
         if request.api_key in (apis.ADD_PARTITIONS_TO_TXN, apis.ADD_OFFSETS_TO_TXN) and request.api_version:
-            carrier.unadded(txn, now=request.api_key == apis.ADD_PARTITIONS_TO_TXN)
+            if request.api_key == apis.ADD_PARTITIONS_TO_TXN:
+                carrier.told_added(txn)
             return _unsent(OwnAnswer(ErrorCode.none))  # the Java client's: its write, refused next, bumps
         return _abortable(request)
 
@@ -360,7 +361,7 @@ class ClientSession:
             if not await carrier.ongoing(decision.cluster, txn):
                 return None  # it would begin one: held, it begins after the switch
             if request.api_key == apis.ADD_PARTITIONS_TO_TXN and request.api_version:
-                carrier.unadded(txn, now=True)
+                carrier.told_added(txn)
                 return _unsent(OwnAnswer(ErrorCode.none))  # the Java client's: its write, refused next
             if request.api_key in (apis.PRODUCE, apis.ADD_PARTITIONS_TO_TXN):
                 return _abortable(request)  # no record lands on the old cluster after the block

@@ -41,6 +41,7 @@ read by a ``read_committed`` reader, on either cluster.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import struct
 import time
@@ -144,6 +145,11 @@ def abortable(request: Request) -> ErrorCode:
     return ErrorCode.unknown_producer_id
 
 
+def _producer(txn: TxnRequest) -> TxnRequest:
+    """The producer (transactional id, id, epoch) a request speaks for, whatever the request."""
+    return dataclasses.replace(txn, aborting=False)
+
+
 class Carrier:
     """Takes a live transactional producer's id onto the cluster it is switched to, and fences it on the
     cluster it left (see the module)."""
@@ -161,7 +167,7 @@ class Carrier:
         self._unstored = False
         self._unadded: dict[TxnRequest, None] = {}
         """Producers (id and epoch) told their partitions were added to their transaction, which the
-        gateway never asked for (``unadded``)."""
+        gateway never asked for (``told_added``)."""
 
     async def foreign(self, txn: TxnRequest, cluster: str, epoch: int) -> bool:
         """Whether the request's producer id is not one ``cluster`` issued for its transactional id, under
@@ -226,23 +232,24 @@ class Carrier:
                 return other, timedelta(milliseconds=state.timeout_ms) if state.timeout_ms > 0 else _TIMEOUT
         return (None, _TIMEOUT) if unasked else None
 
-    def unadded(self, txn: TxnRequest, *, now: bool = False) -> bool:
-        """Whether the producer was told (``now``: is told) that partitions were added to its transaction
-        when they were not (the Java client's AddPartitionsToTxn answered as done: see the module). Its
-        writes are refused until the transaction ends, wherever they are routed by then: sent on — the
-        switch compensated, back on the cluster it began on — a write to a partition never added would be
+    def told_added(self, txn: TxnRequest) -> None:
+        """The producer is told that partitions were added to its transaction when they were not (the Java
+        client's AddPartitionsToTxn answered as done: see the module); see ``unadded``."""
+        self._unadded[_producer(txn)] = None
+        while len(self._unadded) > _REMEMBERED:
+            del self._unadded[next(iter(self._unadded))]
+
+    def unadded(self, txn: TxnRequest) -> bool:
+        """Whether the producer was told of partitions added that were not (``told_added``). Its writes
+        are refused until the transaction ends, wherever they are routed by then: sent on — the switch
+        compensated, back on the cluster it began on — a write to a partition never added would be
         refused there with an error Kafka Streams does not survive, or, where the broker does not check,
         written into a transaction whose end never marks it."""
-        key = TxnRequest(txn.transactional_id, txn.producer_id, txn.epoch)
-        if now:
-            self._unadded[key] = None
-            while len(self._unadded) > _REMEMBERED:
-                del self._unadded[next(iter(self._unadded))]
-        return key in self._unadded
+        return _producer(txn) in self._unadded
 
     def ended(self, txn: TxnRequest) -> None:
-        """The producer's transaction ends (an EndTxn): what ``unadded`` kept of it goes."""
-        self._unadded.pop(TxnRequest(txn.transactional_id, txn.producer_id, txn.epoch), None)
+        """The producer's transaction ends (an EndTxn): what ``told_added`` kept of it goes."""
+        self._unadded.pop(_producer(txn), None)
 
     def carrying(self, transactional_id: str) -> asyncio.Lock:
         if len(self._carrying) > _REMEMBERED:
