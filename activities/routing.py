@@ -62,12 +62,17 @@ class RoutingActivities:
     @step(steps.BLOCK)
     def block_keys(self, request: BlockRequest) -> Blocked:
         """Block the keys where they are, fenced on the plan's epochs; wait until every gateway holds
-        their requests."""
+        their requests. Asked again after the flip landed (a worker died before the saga heard of the
+        steps it ran while clients were held), says so and changes nothing."""
+        store = self.deps.store
+        flipped = store.committed_epoch(request_id("flip"))
+        if flipped is not None:
+            return Blocked(store.committed_epoch(request_id("block")) or 0, 0, flipped=flipped)
         changes = [
             BindingChange(BindingKey.parse(k), request.epochs[k], request.source, BindingState.BLOCKED)
             for k in request.keys
         ]
-        epoch = self.deps.store.apply(
+        epoch = store.apply(
             changes, actor=f"saga:{request.saga_id}", reason="switch: block stale requests",
             request_id=request_id("block"),
         )  # fmt: skip
@@ -116,9 +121,9 @@ class RoutingActivities:
         if link.state is LinkState.PROMOTED:
             done = store.committed_epoch(flip_id)  # its ledger row may be pending: the worker died
             if done is not None:  # this step's own change, retried after its answer was lost
-                return Flipped(done, self._final(request))
+                return self._flipped_before(done, request)
             raise BindingRefused(f"link {link.id} was promoted by someone else")
-        final = self._store_final(request)
+        final, target_ends = self._store_final(request)
         bindings = [
             BindingChange(BindingKey.parse(k), request.epochs[k], request.target, BindingState.ACTIVE)
             for k in request.keys
@@ -133,13 +138,22 @@ class RoutingActivities:
             [*clusters, *bindings, LinkChange.of(link, LinkState.PROMOTED)], actor=f"saga:{request.saga_id}",
             reason=f"switch to {request.target}", request_id=flip_id,
         )  # fmt: skip
-        return Flipped(epoch, final)
+        return Flipped(epoch, final, sum(target_ends))
+
+    def _flipped_before(self, epoch: int, request: FlipRequest) -> Flipped:
+        """The flip as an earlier attempt stored it: the final positions it wrote next to the offset map
+        (the target has taken clients' writes since)."""
+        stored = self.deps.link_records(request.target, request.link).ends
+        if not stored:  # a link that copied no partition
+            return Flipped(epoch, self._final(request))
+        final = [PartitionEnd(t, p, source) for (t, p), (source, _) in sorted(stored.items())]
+        return Flipped(epoch, final, sum(target for _, target in stored.values()))
 
     @step(steps.AWAIT_ACKS)
     def await_acks(self, request: AcksRequest) -> Acked:
         return Acked(request.epoch, self.wait(request.epoch, request.timeout_s))
 
-    def _store_final(self, request: FlipRequest) -> list[PartitionEnd]:
+    def _store_final(self, request: FlipRequest) -> tuple[list[PartitionEnd], list[int]]:
         """Each partition's final position next to the offset map: how far the source was copied, and
         the target's end then — where the lost window and the reverse link start. The fence, when asked,
         reads the source's ends beside the target's (clients are held), and is judged before anything
@@ -162,7 +176,7 @@ class RoutingActivities:
         store_records(
             target, records, f"final positions of link {request.link}", self.deps.map_producer(request.target)
         )
-        return final
+        return final, target_ends
 
     def _final(self, request: FlipRequest) -> list[PartitionEnd]:
         """How far the source was copied: the drained ends (planned), or what the target holds (failover)."""

@@ -151,6 +151,9 @@ class Blocked:
     epoch: int
     gateways: int
     """How many gateways acknowledged the block."""
+    flipped: int = 0
+    """The flip's epoch when it had landed already: the worker that ran the steps while clients are held
+    died after it, before the saga heard of them (the saga goes forward)."""
 
 
 @dataclass
@@ -197,6 +200,8 @@ class Flipped:
     epoch: int
     final: list[PartitionEnd] = field(default_factory=list)
     """Where the copy stands on each partition: how far the source was copied."""
+    records: int = 0
+    """The records the target held at the flip on the copied partitions (what the drain found there)."""
 
 
 @dataclass

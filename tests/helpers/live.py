@@ -98,16 +98,17 @@ class Live:
             process.wait_ready()
         return self
 
-    def start_worker(self) -> WorkerProcess:
-        worker = self._worker()
+    def start_worker(self, dies_after: str = "") -> WorkerProcess:
+        """Another worker; with ``dies_after``, one that kills itself once that step has done its work."""
+        worker = self._worker(dies_after)
         worker.start()
         return worker
 
-    def _worker(self) -> WorkerProcess:
+    def _worker(self, dies_after: str = "") -> WorkerProcess:
         name = f"worker-{len(self.workers) + 1}"
         worker = WorkerProcess(
             self.path, root=self.root, name=name, log=self.logs / f"{name}.log",
-            overrides={**self.env, **self.scrape(name)},
+            overrides={**self.env, **self.scrape(name)}, dies_after=dies_after,
         )  # fmt: skip
         self.workers.append(worker)
         return worker
@@ -130,6 +131,12 @@ class Live:
             timeout=timeout_s,
             check=False,
         )
+
+    def follow_to_switched(self, saga: str, kind: str, keys: str) -> None:
+        """Follow ``saga`` to its end: ``kind`` of ``keys``, switched."""
+        done = self.cli("sagas", "show", saga, "--follow")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"{kind} switched: {keys}" in done.stdout
 
     def cli_together(self, *commands: tuple[str, ...], timeout_s: float = 240) -> list[tuple[int, str]]:
         """Several CLI commands at once (sagas of their own, each waited for): each one's exit code and

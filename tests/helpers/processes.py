@@ -148,10 +148,18 @@ class MirrorProcess(SupervisedProcess):
 
 
 class WorkerProcess(SupervisedProcess):
-    """A real `switchyard worker` process (ready once it polls its task queue)."""
+    """A real `switchyard worker` process (ready once it polls its task queue); with ``dies_after``, only
+    the process it supervises, which SIGKILLs itself once that step has done its work
+    (tests/helpers/dying_worker.py)."""
 
     command = "worker"
     takes_id = False
+
+    def __init__(self, config_path: Path, *, dies_after: str = "", **named: Any) -> None:
+        super().__init__(config_path, **named)
+        if dies_after:
+            self.argv = [sys.executable, "-m", "tests.helpers.dying_worker", dies_after, *self.argv[3:]]
+            self.argv.append("--supervised")
 
     def ready(self) -> bool:
         return self.log.exists() and "worker on task queue" in self.log.read_text(errors="replace")

@@ -24,7 +24,7 @@ from switchyard.keys import BindingKey
 from switchyard.mirror.mapstore import read_link
 from switchyard.model import BindingState, LinkState
 from switchyard.routing import BindingChange, RoutingStore
-from switchyard.sagas.steps import FlipRequest, PartitionEnd, UnblockRequest
+from switchyard.sagas.steps import BlockRequest, FlipRequest, PartitionEnd, UnblockRequest
 from tests.helpers.deps import worker_deps
 from tests.helpers.records import fill_topic
 
@@ -55,7 +55,7 @@ def blocked_before_the_flip(
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("retried", ["flip", "unblock"])
+@pytest.mark.parametrize("retried", ["flip", "unblock", "block"])
 def test_a_flip_whose_worker_died_before_its_ledger_row_is_found_made_when_retried(
     retried: str,
     activities: RoutingActivities,
@@ -82,8 +82,12 @@ def test_a_flip_whose_worker_died_before_its_ledger_row_is_found_made_when_retri
     assert routing.link(link).state is LinkState.PROMOTED  # type: ignore[union-attr]
     assert [t.status for t in routing.ledger.pending()] == ["pending"]
 
-    if retried == "flip":  # the retry: its own change, not another's
-        assert env.run(activities.flip_keys, flip).epoch == made
+    if retried == "flip":  # the retry: its own change, not another's, and where the copy stood then
+        again = env.run(activities.flip_keys, flip)
+        assert (again.epoch, again.final) == (made, flip.ends)
+    elif retried == "block":  # the held steps run again (a worker died before the saga heard of them)
+        block = BlockRequest(flip.saga_id, flip.keys, flip.epochs, "primary", acks_timeout_s=10)
+        assert env.run(activities.block_keys, block).flipped == made
     else:  # the saga gave the flip up: its compensation finds the flip made, and the saga goes forward
         unblock = UnblockRequest(flip.saga_id, flip.keys, "primary", blocked, acks_timeout_s=10)
         assert env.run(activities.unblock_keys, unblock).flipped

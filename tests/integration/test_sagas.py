@@ -609,9 +609,7 @@ def test_a_saga_survives_its_worker_or_temporal_going_down_between_block_and_fli
             wait_for_approval(live, saga)  # its history is back, still waiting
         approved = live.cli("sagas", "approve", saga, "--reason", "go on")
         assert approved.returncode == 0, approved.stdout + approved.stderr
-        done = live.cli("sagas", "show", saga, "--follow")
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert f"switchover switched: {app}" in done.stdout
+        live.follow_to_switched(saga, "switchover", app)
         traffic.wait_for(200)
     finally:
         traffic.stop()
@@ -633,6 +631,52 @@ def test_a_saga_survives_its_worker_or_temporal_going_down_between_block_and_fli
     succeeded = Counter(s.step for s in routing.ledger.saga_steps(runs[0].run_id) if s.outcome == "ok")
     assert (succeeded["block_keys"], succeeded["drain_link"], succeeded["flip_keys"]) == (1, 1, 1), succeeded
     capture(live, saga, runs[0].run_id, f"switchover-{crash}")
+
+
+def test_a_worker_dead_right_after_its_flip_leaves_the_saga_going_forward(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """The steps while clients are held run on the saga's worker and reach its history together, when the
+    worker next reports to Temporal: a worker killed the moment its flip landed leaves a history without
+    any of them, and the worker that takes over runs them again. It must find the flip done and go
+    forward — not drain, carry and check a copy its clients already write past, and not compensate a
+    switch that happened (a chaos trial once ended so: the saga failed, its key switched, no end
+    recorded)."""
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, stack_config, partitions=2)
+    standby = stack_config.clusters["standby"].bootstrap
+    key = BindingKey.for_app(app)
+    traffic = Traffic(live.gateway.bootstrap, app, topic, unique("group"), idempotent=True)
+    saga = f"switchyard:{app}"
+    live.workers[-1].stop()  # the saga runs on the worker that dies
+    dying = live.start_worker(dies_after="flip_keys")
+    traffic.start()
+    try:
+        traffic.wait_for(200)
+        started = live.cli("switchover", app, "--link", link)
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert dying.process is not None
+        assert dying.process.wait(timeout=60) == -signal.SIGKILL
+        assert routing.binding(key).cluster == "standby"  # type: ignore[union-attr]
+        live.start_worker()
+        live.follow_to_switched(saga, "switchover", app)
+        traffic.wait_for(200)
+    finally:
+        traffic.stop()
+    judge_sends(traffic, standby)
+    print(f"\n{judge_consumer(traffic, carried=True)}")
+    changes = [(e.to_cluster, e.to_state) for e in reversed(routing.ledger.history(key))]
+    assert changes == [
+        ("primary", BindingState.ACTIVE), ("primary", BindingState.BLOCKED), ("standby", BindingState.ACTIVE)
+    ], changes  # fmt: skip
+    run = routing.ledger.saga_runs(saga)[0]
+    assert run.outcome == "switched", (run.outcome, run.result)
+    assert run.result is not None
+    assert run.result["records_copied"] > 0, run.result  # as the flip stored it
+    succeeded = Counter(s.step for s in routing.ledger.saga_steps(run.run_id) if s.outcome == "ok")
+    assert succeeded["drain_link"] == 1, succeeded  # not again, once the flip was found done
+    assert live.cli("sagas", "unlock", app).stdout == f"{app}: not locked\n"
+    capture(live, saga, run.run_id, "switchover-flip-landed")
 
 
 def test_a_cancelled_switch_of_a_key_never_bound_leaves_it_unbound(
