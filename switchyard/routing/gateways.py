@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 
 from switchyard.errors import AcksTimeout, GatewayIdInUse, RoutingUnavailable
@@ -55,9 +55,9 @@ class GatewayRegistration:
         self._closed = False
 
     def register(self) -> None:
-        """Create the node. A node left by a dead process under the same id goes when its session
-        expires, so that is waited for (``takeover_wait_s``); a holder still alive after that raises
-        GatewayIdInUse."""
+        """Create the node. A node left under the same id by a process of this host that is gone is
+        taken over at once; one of another host goes when its session expires, so that is waited for
+        (``takeover_wait_s``); a holder still alive after that raises GatewayIdInUse."""
         self.zk.ensure_path(self.layout.folder("gateways"))
         deadline = time.monotonic() + self.takeover_wait_s
         while True:
@@ -73,6 +73,8 @@ class GatewayRegistration:
             if stat.ephemeralOwner == self.zk.client_id[0]:
                 self.zk.set(self.path, self._data())
                 break
+            if self._predecessor_dead(stat.version):
+                continue
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not gone.wait(remaining):
                 raise GatewayIdInUse(
@@ -80,6 +82,27 @@ class GatewayRegistration:
                     f"(ZooKeeper session 0x{stat.ephemeralOwner:x})"
                 )
         self.zk.add_listener(self._on_state)
+
+    def _predecessor_dead(self, version: int) -> bool:
+        """Whether the node was left by a process of this host that is gone (a crash, a SIGKILL): then
+        it is deleted, so the process started in its place serves at once rather than after the dead
+        one's session expires — its clients find the port closed meanwhile. Only this host can know."""
+        try:
+            data, stat = self.zk.get(self.path)
+            found = json.loads(data)
+            host, pid = found["host"], int(found["pid"])
+        except (NoNodeError, ValueError, KeyError, TypeError):
+            return False  # gone meanwhile, or not a registration this code wrote
+        if host != socket.gethostname() or stat.version != version:
+            return False
+        if pid == os.getpid() or _alive(pid):
+            return False
+        try:
+            self.zk.delete(self.path, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            return False
+        log.warning("gateway %s: took over the registration of its dead predecessor (pid %d)", self.id, pid)
+        return True
 
     def acknowledge(self, epoch: int) -> None:
         """Record that every change up to ``epoch`` is in effect here. Epochs only go forward."""
@@ -177,3 +200,13 @@ def wait_for_acks(zk: KazooClient, layout: Layout, epoch: int, *, timeout_s: flo
         if remaining <= 0:
             raise AcksTimeout(epoch, laggards, timeout_s)
         changed.wait(remaining)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True

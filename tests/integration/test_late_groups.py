@@ -13,10 +13,11 @@ the client pipelines its commit and its join."""
 from __future__ import annotations
 
 import time
+import uuid
 from datetime import timedelta
 
 from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
 from kio.schema.errors import ErrorCode
 
 from switchyard import kafka
@@ -27,7 +28,15 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.usage import groups_of, read_usage
 from tests.helpers.live import Live, unique
-from tests.helpers.raw import RawClient, committed, join_fields, join_group, send_commit, sync_group
+from tests.helpers.raw import (
+    RawClient,
+    committed,
+    consumer_heartbeat,
+    join_fields,
+    join_group,
+    send_commit,
+    sync_group,
+)
 from tests.integration.test_sagas import ACTOR, prepare
 from workers.gateway.routing import apis
 
@@ -118,3 +127,62 @@ def test_a_commit_carried_while_its_consumer_rejoins_lands_before_the_join(
         sync_group(reader, group, asked.member_id, joined.generation_id)
     standby = stack_config.clusters["standby"].bootstrap
     assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 20}
+
+
+def test_a_member_that_joined_before_the_gateway_started_is_removed_where_it_joined_when_it_rejoins(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """A gateway started again mid-switch knows none of its clients' members. The Java client, moved,
+    rejoins under its old member id: the gateway must find where that member joined and have that
+    cluster forget it — left there, it would hold its group's next switch back for its whole session
+    time-out, clients held (a chaos trial's switch back waited 28 s for it)."""
+    app, topic, link = prepare(live, routing, stack_config)
+    assert live.gateway is not None
+    primary = stack_config.clusters["primary"].bootstrap
+    group, timeout = unique("group"), timedelta(seconds=45)
+    with RawClient(int(primary.rpartition(":")[2]), client_id=f"{app}@reader") as before:
+        member, _ = join_group(before, group, topic, timeout)  # joined where the gateway did not see it
+    over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "a member left behind")
+    assert over.returncode == 0, over.stdout + over.stderr
+    admin = AdminClient({"bootstrap.servers": primary})
+    assert [m.member_id for m in described(admin, group).members] == [member]
+    with RawClient(live.gateway.port, client_id=f"{app}@reader") as after:
+        rejoined = after.answer(
+            after.send(apis.JOIN_GROUP, 5, member_id=member, **join_fields(group, topic, timeout))
+        )
+        # the standby never had it: it joins there as a new member
+        assert rejoined.error_code in (ErrorCode.member_id_required, ErrorCode.unknown_member_id)
+    deadline = time.monotonic() + 10
+    while described(admin, group).members:
+        assert time.monotonic() < deadline, "the member stayed on the primary"
+        time.sleep(0.2)
+
+
+def test_a_consumer_protocol_member_that_joined_before_the_gateway_started_is_removed_where_it_joined(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """The same for a member of the consumer protocol (KIP-848): told its member is unknown on the new
+    cluster, the client joins again under the same member id (epoch 0); the cluster it joined on must
+    forget it (librdkafka's, left there after a gateway restart, held a chaos trial's switch back 21 s
+    for its 45 s session)."""
+    app, topic, link = prepare(live, routing, stack_config)
+    assert live.gateway is not None
+    primary = stack_config.clusters["primary"].bootstrap
+    group, member = unique("group"), str(uuid.uuid4())
+    with RawClient(int(primary.rpartition(":")[2]), client_id=f"{app}@reader") as before:
+        joined = consumer_heartbeat(before, group, member, 0, topic=topic)  # where the gateway did not see it
+        assert joined.error_code == ErrorCode.none, joined.error_code
+    over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "a member left behind")
+    assert over.returncode == 0, over.stdout + over.stderr
+    admin = AdminClient({"bootstrap.servers": primary})
+    assert [m.member_id for m in described(admin, group).members] == [member]
+    with RawClient(live.gateway.port, client_id=f"{app}@reader") as after:
+        consumer_heartbeat(after, group, member, 0, topic=topic)  # joins the standby under its id
+    deadline = time.monotonic() + 10
+    while described(admin, group).members:
+        assert time.monotonic() < deadline, "the member stayed on the primary"
+        time.sleep(0.2)
+
+
+def described(admin: AdminClient, group: str) -> ConsumerGroupDescription:
+    return admin.describe_consumer_groups([group])[group].result(30)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import queue
+import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -187,6 +190,30 @@ def test_a_second_live_gateway_cannot_take_the_same_id(
     GatewayRegistration(sqlite_store.zk, sqlite_store.layout, "gw-1").register()
     with pytest.raises(GatewayIdInUse, match="gw-1"):
         GatewayRegistration(second_zk, sqlite_store.layout, "gw-1", takeover_wait_s=0.5).register()
+
+
+@pytest.mark.parametrize("host", ["here", "elsewhere"])
+def test_a_registration_left_by_a_dead_process_of_this_host_is_taken_over_at_once(
+    sqlite_store: RoutingStore, second_zk: KazooClient, host: str
+) -> None:
+    """A gateway killed (-9) and started again under its id on the same host serves at once: its dead
+    predecessor's node, whose session lives on until it expires, is taken over — its clients would find
+    the port closed meanwhile (kafkajs gives a send up after 9 s of them). Of another host, no process
+    can tell whether the holder is dead: that node is waited out."""
+    layout = sqlite_store.layout
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid: of this host, and no process's now
+    pid = gone.pid
+    name = socket.gethostname() if host == "here" else "another-host"
+    left = {"applied_epoch": 3, "host": name, "pid": pid, "started_at": "2026-11-30T00:00:00+00:00"}
+    second_zk.create(layout.gateway("gw-1"), json.dumps(left).encode(), ephemeral=True, makepath=True)
+    again = GatewayRegistration(sqlite_store.zk, layout, "gw-1", takeover_wait_s=0.5)
+    if host == "elsewhere":
+        with pytest.raises(GatewayIdInUse, match="gw-1"):
+            again.register()
+        return
+    again.register()
+    assert registered(sqlite_store.zk, layout)["gw-1"].pid == os.getpid()
 
 
 def test_a_registration_disappears_with_its_session(

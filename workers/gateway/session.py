@@ -295,7 +295,7 @@ class ClientSession:
         resolution = self._resolve(snapshot, incoming.identity, context.topics, context.group)
         self.gateway.metrics.requests.add(api_name(key), incoming.identity.app or "-", resolution.cluster)
         self.gateway.usage.note(incoming.identity, key, incoming.context)
-        if key in (apis.OFFSET_COMMIT, apis.HEARTBEAT) and request.api_version >= 1:
+        if self.groups.names_a_member(request):
             await self.groups.find_member(request, snapshot, resolution.cluster, context.topics)
             if self.gateway.view.snapshot is not snapshot:  # moved on while the coordinator answered
                 snapshot = self.gateway.view.snapshot

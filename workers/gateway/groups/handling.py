@@ -105,13 +105,28 @@ class GroupHandling:
         member = self.gateway.members.get(request.body.group_id, getattr(request.body, "member_id", None))
         return member.session_timeout_s if member is not None else None
 
+    @staticmethod
+    def names_a_member(request: Request) -> bool:
+        """Whether ``request`` speaks for a member that may have joined where this gateway did not see
+        it (see ``find_member``): a commit, a heartbeat, or a rejoin under its old id — as the Java
+        client's classic consumer rejoins, and a consumer of the consumer protocol (KIP-848) after it
+        was told its member is unknown."""
+        key, body = request.api_key, request.body
+        if key in (apis.OFFSET_COMMIT, apis.HEARTBEAT):
+            return request.api_version >= 1
+        if key == apis.JOIN_GROUP:
+            return bool(body.member_id)
+        return key == apis.CONSUMER_GROUP_HEARTBEAT and bool(body.member_id) and int(body.member_epoch) >= 0
+
     async def find_member(
         self, request: Request, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...]
     ) -> None:
         """Where a member this gateway did not see join did join, if its commits could need carrying: it
-        joined through the other gateway of a pair, or before this gateway started. A member the group's
-        coordinator on the bound cluster does not list, in a group settled there, joined on the cluster a
-        link copies its topics from. Remembered either way; left unknown if the answer is unclear."""
+        joined through the other gateway of a pair, or before this gateway started (a gateway killed and
+        started again mid-switch knows none of its clients' members). A member the group's coordinator
+        on the bound cluster does not list, in a group settled there, joined on the cluster a link
+        copies its topics from; in a group rebalancing there it may be one that has not rejoined yet, so
+        that cluster is asked too. Remembered either way; left unknown if the answer is unclear."""
         body = request.body
         group, member_id = body.group_id, body.member_id
         gateway = self.gateway
@@ -120,6 +135,27 @@ class GroupHandling:
         source = self._copied_from(snapshot, cluster, topics)
         if source is None:
             return
+        here = await self._members_on(cluster, group, member_id)
+        if here is None:
+            return
+        listed, settled, consumer = here
+        if member_id in listed:
+            where = cluster
+        elif settled:
+            where = source
+        else:  # left behind by a switch, the cluster it joined on still lists it
+            there = await self._members_on(source, group, member_id)
+            if there is None or member_id not in there[0]:
+                return
+            where = source
+        gateway.members.joined(group, member_id, Member(where, None, consumer=consumer))
+
+    async def _members_on(
+        self, cluster: str, group: str, member_id: str
+    ) -> tuple[set[str], bool, bool] | None:
+        """The group's members on ``cluster``, whether it is settled there (not mid-rebalance), and whether
+        it is a group of the consumer protocol (KIP-848); None when the coordinator cannot say."""
+        gateway = self.gateway
         try:
             node = await self._coordinator(cluster, group)
             upstream = self.connection.upstream(cluster, node, long_poll=False)
@@ -128,23 +164,19 @@ class GroupHandling:
                 apis.DESCRIBE_GROUPS, version, groups=(group,), include_authorized_operations=False
             )
             (described,) = answer.groups
-            consumer = None
             if described.error_code == ErrorCode.none and described.group_state == "Dead":
                 # no classic group: none at all, or one of the consumer protocol (KIP-848), which
                 # DescribeGroups answers as Dead without its members
                 consumer = await consumer_protocol.members(upstream, group)
+                if consumer is not None:
+                    return set(consumer), True, True
         except (UpstreamError, TimeoutError, FrameError) as exc:
             log.warning("group %s: cannot tell where member %s joined: %s", group, member_id, exc)
-            return
+            return None
         if described.error_code != ErrorCode.none:
-            return
-        if consumer is not None:
-            where = cluster if member_id in consumer else source
-            gateway.members.joined(group, member_id, Member(where, None, consumer=True))
-        elif any(m.member_id == member_id for m in described.members):
-            gateway.members.joined(group, member_id, Member(cluster, None))
-        elif described.group_state in ("Empty", "Dead", "Stable"):  # not mid-rebalance: it is not here
-            gateway.members.joined(group, member_id, Member(source, None))
+            return None
+        settled = described.group_state in ("Empty", "Dead", "Stable")
+        return {m.member_id for m in described.members}, settled, False
 
     def moved(self, request: Request, snapshot: RoutingSnapshot, now_on: str) -> bool:
         """Whether the member sending ``request`` joined on another cluster than ``now_on``, where the
