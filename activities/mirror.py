@@ -171,8 +171,9 @@ class MirrorActivities:
         writer = f"saga {info.workflow_id} {info.workflow_run_id}"  # a later run on the same keys is another
         writers = GroupWriters(self.deps.zk, self.deps.store.layout, link.id, writer)
         # a carry the mirror began before the saga's lock ends first; a turn this saga's own earlier
-        # attempt died holding ends now
-        with writers.turn(after_own_attempt=info.attempt > 1):
+        # attempt died holding ends now (a local step's attempts all count as first: one run again on
+        # another worker, its first died with the worker, is one)
+        with writers.turn(after_own_attempt=info.attempt > 1 or info.is_local):
             report = self.deps.admins.retried(
                 (link.source, link.target),
                 lambda clients, timeout_s: sync_groups(

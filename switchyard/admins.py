@@ -31,14 +31,25 @@ KEPT_TIMEOUT_S = 2.0
 milliseconds, and a slow one is asked again on a new client with the whole time-out."""
 
 
+STALE_LEADER = frozenset(
+    {KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION}
+)
+"""Answers to a client whose idea of a partition's leader is out of date. librdkafka's AdminClient keeps
+its metadata for ``topic.metadata.refresh.interval.ms`` (five minutes): after a broker restart a kept
+client's ListOffsets carried the old leader epoch, and every one was refused FENCED_LEADER_EPOCH for the
+2.5 minutes a saga's step was retried, clients held (a chaos trial)."""
+
+
 def failed_in_client(exc: BaseException | None) -> bool:
-    """Whether ``exc``, or an error it was raised from, is a request that failed in the client: no
-    answer in time, a connection lost (librdkafka's own error codes are negative; a broker's are not)."""
+    """Whether ``exc``, or an error it was raised from, is a request a new client would not have failed:
+    one that failed in the client — no answer in time, a connection lost (librdkafka's own error codes
+    are negative; a broker's are not) — or one refused for the client's stale idea of a leader."""
     while exc is not None:
         if isinstance(exc, TimeoutError):
             return True
         if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-            return bool(exc.args[0].code() < 0)
+            code = exc.args[0].code()
+            return bool(code < 0 or code in STALE_LEADER)
         exc = exc.__cause__
     return False
 

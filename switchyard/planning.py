@@ -16,6 +16,7 @@ went out again, and so on. Anything else is a switchover, which can make the sam
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from switchyard import kafka
@@ -35,22 +36,35 @@ from switchyard.sagas.steps import LinkSplit, Partition, Plan, PlanRequest
 from switchyard.sharing import Unshareable, divide, split_id, unknown_keys
 from switchyard.usage import Use, groups_of, read_usage, uses_of
 
+MIRROR_WAIT_S = 30.0
+"""How long a plan waits for a mirror process to report every partition of the link: one started again
+(after a crash, or as the link was just made) reports them once its copy group has handed them out —
+seconds — and nothing is held meanwhile."""
 
-def plan_switch(store: RoutingStore, config: Config, request: PlanRequest) -> Plan:
-    """The plan for ``request``; ``refusal`` says why not, and nothing else in it is then to be used."""
+
+def plan_switch(
+    store: RoutingStore, config: Config, request: PlanRequest, *, mirror_wait_s: float = MIRROR_WAIT_S
+) -> Plan:
+    """The plan for ``request``; ``refusal`` says why not, and nothing else in it is then to be used.
+    ``mirror_wait_s``: how long to wait for a mirror to report the link's partitions (0: as they are)."""
     plan = Plan(keys=[])
     try:
-        _plan(store, config, request, plan)
+        _plan(store, config, request, plan, mirror_wait_s)
     except Refused as refused:
         plan.refusal = str(refused)
     return plan
+
+
+_MIRROR_POLL_S = 0.5
 
 
 class Refused(Exception):
     """Why a saga must not start; the plan carries it instead of failing."""
 
 
-def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan) -> None:
+def _plan(
+    store: RoutingStore, config: Config, request: PlanRequest, plan: Plan, mirror_wait_s: float
+) -> None:
     keys = _keys(request.keys)
     plan.keys = [str(k) for k in keys]
     snapshot = store.snapshot()
@@ -99,7 +113,7 @@ def _plan(store: RoutingStore, config: Config, request: PlanRequest, plan: Plan)
         _divide(plan, keys, link, uses, snapshot=snapshot, config=config)
     _no_migrated_partition(snapshot, link, plan.partitions)
     if not request.unplanned:
-        _mirror_follows(store, link, plan.partitions)
+        _mirror_follows(store, link, plan.partitions, mirror_wait_s)
         plan.checks.append("a live mirror process reports every partition, none failed")
     _unlocked(store, keys, request.saga_id)
     plan.checks.append("no other saga holds a lock on these keys")
@@ -378,12 +392,18 @@ def _partitions(config: Config, link: Link, *, unplanned: bool) -> list[Partitio
     return [Partition(t, p) for t, p in found]
 
 
-def _mirror_follows(store: RoutingStore, link: Link, partitions: list[Partition]) -> None:
-    reported = {}
-    for member in read_status(store.zk, store.layout, link.id):
-        for status in member.partitions:
-            reported[(status.topic, status.partition)] = status
-    missing = [str(p) for p in partitions if (p.topic, p.partition) not in reported]
+def _mirror_follows(store: RoutingStore, link: Link, partitions: list[Partition], wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while True:
+        reported = {
+            (status.topic, status.partition): status
+            for member in read_status(store.zk, store.layout, link.id)
+            for status in member.partitions
+        }
+        missing = [str(p) for p in partitions if (p.topic, p.partition) not in reported]
+        if not missing or time.monotonic() >= deadline:
+            break
+        time.sleep(_MIRROR_POLL_S)
     if missing:
         raise Refused(
             f"no mirror process reports {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} of link "

@@ -60,6 +60,8 @@ class Supervisor:
         """Per process that has not yet said it serves, the pipe it will say so on."""
         self._failures: dict[int, int] = {}
         """Per process, how many times in a row it ended before serving or within STARTING_S of a start."""
+        self._down: dict[int, float] = {}
+        """Per process started again and not yet serving, when it was found ended."""
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -102,6 +104,9 @@ class Supervisor:
             return False
         if said:
             self._forget_pipe(index)
+            if index in self._down:  # how long its clients went without it: what an operator asks first
+                down_s = time.monotonic() - self._down.pop(index)
+                log.info("%s process %d serving again, %.1fs after it exited", self.name, index, down_s)
         return bool(said)
 
     def _watch(self) -> int:
@@ -114,6 +119,7 @@ class Supervisor:
                 if code is None or self._stopping:
                     continue
                 self._forget_pipe(index)
+                self._down.setdefault(index, time.monotonic())
                 if code > 0 and not serving and index not in self._failures:  # it said why
                     if self.count > 1:
                         log.error("%s process %d exited (%d) starting: the others stop", name, index, code)

@@ -196,7 +196,7 @@ def launch_saga(config: Config, kind: Kind, workflow_id: str, request: object, *
 def _dry_run(ctx: click.Context, config: Config, asked: PlanRequest) -> None:
     unplanned = asked.unplanned
     with store_of(ctx) as store:
-        plan = plan_switch(store, config, asked)
+        plan = plan_switch(store, config, asked, mirror_wait_s=0)  # as things stand
     click.echo(f"{asked.kind} of {', '.join(plan.keys or asked.keys)} (dry run: nothing changes)")
     if plan.source:
         click.echo(f"  from {plan.source} to {plan.target or '?'} along link {plan.link or '?'}")

@@ -15,11 +15,12 @@ from switchyard.errors import KafkaOperationError
 NOWHERE = "127.0.0.1:9"  # clients are made, never asked
 
 
-def test_failed_in_client_means_the_clients_own_errors_not_the_brokers() -> None:
+def test_failed_in_client_means_what_a_new_client_would_not_have_failed() -> None:
     assert failed_in_client(FutureTimeout())
     assert failed_in_client(KafkaException(KafkaError(KafkaError._TRANSPORT)))
     assert failed_in_client(KafkaException(KafkaError(KafkaError._TIMED_OUT)))
     assert not failed_in_client(KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)))
+    assert failed_in_client(KafkaException(KafkaError(KafkaError.FENCED_LEADER_EPOCH)))  # stale metadata
     assert not failed_in_client(KafkaOperationError("a member joined on the target"))
     wrapped = KafkaOperationError("group g: no answer in time")
     wrapped.__cause__ = FutureTimeout()

@@ -4,7 +4,9 @@ real processes stand in, each told which one it is by ``--member``."""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -77,9 +79,13 @@ def test_a_process_ending_before_it_serves_stops_the_others_with_its_code(tmp_pa
 
 
 @pytest.mark.usefixtures("handlers")
-def test_a_process_ending_after_it_served_is_started_again_however_soon(tmp_path: Path) -> None:
-    code = supervise(tmp_path, "crash-after-serving", stop_when=(tmp_path / "run-0-2").exists)
+def test_a_process_ending_after_it_served_is_started_again_however_soon(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="workers.supervision")
+    code = supervise(tmp_path, "crash-after-serving", stop_when=lambda: "serving again" in caplog.text)
     assert code == 0
     assert (tmp_path / "run-0-2").exists()  # started again: a timer would have called it a failed start
+    assert re.search(r"stand-in process 0 serving again, \d+\.\ds after it exited", caplog.text), caplog.text
     assert gone(tmp_path / "run-0-2")
     assert gone(tmp_path / "run-1-1")
