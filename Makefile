@@ -7,7 +7,7 @@ CONFIG ?= infra/embedded.yaml
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 
-.PHONY: setup system-packages bytecode demo test test-kafka39 unit integration bench soak up down status lint clean
+.PHONY: setup system-packages bytecode demo test test-kafka39 unit integration bench chaos soak up down status lint clean
 
 NODE_STAMP := tests/compat/js/node_modules/.installed
 
@@ -60,6 +60,11 @@ integration: setup
 
 bench: setup
 	$(BIN)/pytest tests/bench -s $(PYTEST_ARGS)
+
+# Chaos trials: a saga under traffic, one process killed or frozen at a random moment of each
+# (SWITCHYARD_CHAOS_TRIALS, 100 by default; SWITCHYARD_CHAOS_SEED replays a run).
+chaos: setup
+	$(BIN)/pytest tests/chaos -s $(PYTEST_ARGS)
 
 # 20 minutes of traffic through the gateway at 5,000 records/s, a switch every minute, a worker, gateway,
 # mirror and broker restart;

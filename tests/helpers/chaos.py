@@ -1,20 +1,102 @@
-"""Chaos trials: what each saw, and what makes a run count (tests/integration/test_chaos.py, make bench)."""
+"""Chaos trials: a saga started under traffic from three client libraries at their defaults, one process
+struck at a random moment of it (tests/helpers/victims.py), and each trial judged by what the
+applications saw (tests/integration/test_chaos.py's sample, ``make chaos``'s run).
+
+Every saga must end switched or compensated, clients held no longer than the struck process was gone
+plus ``HELD_SLACK_S``; at the end every acknowledged record received, none processed twice by a
+committing group, no send failed, no key left blocked or locked. The seed of the random choices is
+printed (``SWITCHYARD_CHAOS_SEED`` replays a run).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from switchyard.config import Config
+from switchyard.keys import BindingKey
+from switchyard.ledger.sagas import SagaRun
+from switchyard.model import BindingState
+from switchyard.routing.store import RoutingStore
+from switchyard.sagas.ids import saga_id
+from switchyard.table import render
+from tests.helpers import chaos_plot
+from tests.helpers.compat import App, judge, last_records, longest_gap, prepare, wait_until
+from tests.helpers.live import Live, unique, wait_for_approval
+from tests.helpers.victims import Struck, Victim
+
+LIBRARIES = ("kafkajs", "confluent-kafka/consumer", "java")
+"""kafkajs produces at its defaults, not idempotent (a resend racing a held write would be written
+twice); confluent-kafka's consumers speak the consumer group protocol (KIP-848); the Java client's the
+classic one, its producer idempotent by default."""
+RATE = 10
+"""Records per second per application: with its two consumer groups each, beside a gateway, a mirror, a
+worker and the services, on two cores."""
+STRIKE_WITHIN_S = 2.0
+"""The strike comes at a random moment this long after the saga was started: mostly while it runs."""
+PAUSE_MOST_S = 6.0
+"""A frozen process is let go, and a killed service started again, after a random pause this long at
+most."""
+HELD_SLACK_S = 10.0
+"""Clients may be held this much longer than the struck process was gone."""
+APPROVED_AFTER_S = 2.0
+"""A trial held at an approval is approved this long after its struck process is back: requests reach
+the process started again while the keys are still blocked, and must be held there too."""
+ENDED_WITHIN_S = 300.0
 
 
 @dataclass
 class Trial:
-    """One saga with a process killed at a random moment of it."""
+    """One saga with a process struck at a random moment of it."""
 
     kind: str
-    killed_after_s: float
     outcome: str
-    saga_held_s: float
-    js_held_s: float
-    confluent_held_s: float
+    approval: bool = False
+    """Struck (SIGKILL where it may be) while the saga waited for an approval before its flip, clients
+    held."""
+    struck: Struck | None = None
+    struck_after_s: float = 0.0
+    saga_held_s: float = 0.0
+    held_s: dict[str, float] = field(default_factory=dict)
+    """Per application, its longest wait between two acknowledgements during the trial."""
+    problems: list[str] = field(default_factory=list)
+    """What the trial saw that it should not have (the run goes on, and fails at its end)."""
+
+    @property
+    def held_most_s(self) -> float:
+        return max(self.held_s.values(), default=0.0)
+
+    @property
+    def allowed_s(self) -> float:
+        return (self.struck.back_s if self.struck else 0.0) + HELD_SLACK_S
+
+    def row(self) -> list[object]:
+        hit = self.struck
+        when = "at approval" if self.approval else f"{self.struck_after_s:.2f}"
+        return [
+            self.kind, hit.victim if hit else "-", hit.signal if hit else "-", when,
+            f"{hit.back_s:.1f}" if hit else "-", self.outcome, f"{self.saga_held_s:.2f}",
+            f"{self.held_most_s:.2f}", "; ".join(self.problems)[:120] or "-",
+        ]  # fmt: skip
+
+
+HEADERS = [
+    "saga",
+    "struck",
+    "signal",
+    "after s",
+    "gone s",
+    "outcome",
+    "saga held s",
+    "clients held s",
+    "problems",
+]
 
 
 def proves_something(trials: list[Trial]) -> None:
@@ -23,3 +105,139 @@ def proves_something(trials: list[Trial]) -> None:
     under chaos — and a defect that made every switch compensate would pass with it."""
     switched = [t for t in trials if t.outcome == "switched"]
     assert switched, f"none of {len(trials)} sagas switched (all compensated): the run proves nothing"
+
+
+def seeded() -> tuple[int, random.Random]:
+    """The run's seed (``SWITCHYARD_CHAOS_SEED`` gives one), printed, and its random choices."""
+    chosen = int(os.environ.get("SWITCHYARD_CHAOS_SEED") or random.randrange(1 << 32))
+    print(f"\nchaos seed {chosen} (SWITCHYARD_CHAOS_SEED={chosen} replays it)")
+    return chosen, random.Random(chosen)
+
+
+@contextmanager
+def applications(
+    live: Live, routing: RoutingStore, config: Config, workdir: Path
+) -> Iterator[tuple[list[App], str]]:
+    """The applications, bound to the primary behind a link, producing and consuming through the
+    gateway; their last records waited for, and they stopped, after."""
+    assert live.gateway is not None
+    apps = [
+        App(library, "one gateway", unique("chaos"), unique("chaos-t"), workdir / library.replace("/", "-"))
+        for library in LIBRARIES
+    ]
+    link = prepare(routing, config, apps, partitions=2)
+    try:
+        for a in apps:
+            a.start(live.gateway.bootstrap, rate=RATE)
+        wait_until("first records", apps, lambda a, s: len(s.acked) >= 2 * RATE and s.batches["manual"], 120)
+        yield apps, link
+        last_records(apps)
+    finally:
+        for a in apps:
+            a.stop()
+
+
+def run_trials(
+    live: Live, routing: RoutingStore, config: Config, victims: list[Victim], workdir: Path, trials: int,
+    seed: tuple[int, random.Random], at_approval: Callable[[Victim, random.Random], bool],
+    results: Path,
+) -> list[Trial]:  # fmt: skip
+    """``trials`` switches back and forth, each with one of ``victims`` struck (each in turn, in an order
+    the ``seed`` shuffles) — killed while the saga waits at an approval where ``at_approval`` says so —
+    judged at the end; what each trial saw. Its trials, their picture and the figures per process and
+    per saga go to ``results``."""
+    number, rng = seed
+    order = list(itertools.chain.from_iterable(rng.sample(victims, len(victims)) for _ in range(trials)))
+    done: list[Trial] = []
+    with applications(live, routing, config, workdir) as (apps, link):
+        keys = [a.app for a in apps]
+        kind = "switchover"
+        for victim in order[:trials]:
+            approval = at_approval(victim, rng)
+            trial = one_trial(live, routing, apps, kind, link if not done else "", victim, rng, approval)
+            done.append(trial)
+            print(render(HEADERS, [trial.row()]).splitlines()[-1], flush=True)
+            if trial.outcome == "switched":
+                kind = "switchback" if kind == "switchover" else "switchover"
+    print(render(HEADERS, [t.row() for t in done]))
+    picture = chaos_plot.save(results, number, done)
+    for by in ("victim", "kind"):
+        print(render([by, "trials", "failed", "held p50 s", "held max s"], chaos_plot.summary(done, by)))
+    print(f"trials and their picture: {picture.with_suffix('.json')}, {picture}")
+    judge_run(live, routing, config, keys, apps, done)
+    return done
+
+
+def one_trial(
+    live: Live, routing: RoutingStore, apps: list[App], kind: str, link: str, victim: Victim,
+    rng: random.Random, approval: bool,
+) -> Trial:  # fmt: skip
+    keys = [a.app for a in apps]
+    saga = saga_id(keys)
+    signal = rng.choice(victim.strikes)
+    after, pause = rng.uniform(0, STRIKE_WITHIN_S), rng.uniform(0, PAUSE_MOST_S)
+    since = time.time()
+    asked = ["--approval", "before-flip"] if approval else []
+    started = live.cli(kind, *keys, *(["--link", link] if link else []), *asked, "--reason", "chaos")
+    assert started.returncode == 0, started.stdout + started.stderr
+    if approval:  # killed where it can be: started again, it must hold what the dead one held
+        signal = "SIGKILL" if "SIGKILL" in victim.strikes else signal
+        wait_for_approval(live, saga)
+        struck = victim.strike(signal, pause)
+        time.sleep(APPROVED_AFTER_S)
+        approved = live.cli("sagas", "approve", saga, "--reason", "chaos")
+        assert approved.returncode == 0, approved.stdout + approved.stderr
+    else:
+        time.sleep(after)
+        struck = victim.strike(signal, pause)
+    run = ended(live, routing, saga, since)
+    until = time.time()
+    assert run.result is not None
+    trial = Trial(
+        kind, run.outcome or "", approval, struck, after, run.result["pause_ms"] / 1000,
+        {a.library: longest_gap(list(a.seen().acked.values()), since, until) for a in apps},
+    )  # fmt: skip
+    if trial.outcome not in ("switched", "compensated"):
+        trial.problems.append(f"ended {trial.outcome}: {run.result.get('detail')}")
+    if "FenceBroken" in (run.result.get("detail") or ""):  # nothing here writes around the gateway: a
+        trial.problems.append(f"a write got past the block: {run.result['detail']}")  # held one let go
+    if trial.held_most_s > trial.allowed_s:
+        trial.problems.append(f"clients held {trial.held_most_s:.1f}s > {trial.allowed_s:.1f}s allowed")
+    wait_until(
+        f"traffic after {kind} with {victim.name} struck", apps,
+        lambda a, s: sum(t > until for t in s.acked.values()) >= RATE, 120,
+    )  # fmt: skip
+    return trial
+
+
+def ended(live: Live, routing: RoutingStore, saga: str, since: float) -> SagaRun:
+    """The saga's run started after ``since``, once the ledger has its end."""
+    deadline = time.monotonic() + ENDED_WITHIN_S
+    while True:
+        runs = [r for r in routing.ledger.saga_runs(saga, limit=1) if r.started_at.timestamp() >= since - 1]
+        if runs and runs[0].outcome is not None:
+            return runs[0]
+        if time.monotonic() > deadline:
+            shown = live.cli("sagas", "show", saga)
+            raise AssertionError(f"{saga}: no end after {ENDED_WITHIN_S:g}s\n{shown.stdout}{shown.stderr}")
+        time.sleep(0.5)
+
+
+def judge_run(
+    live: Live, routing: RoutingStore, config: Config, keys: list[str], apps: list[App], trials: list[Trial]
+) -> None:
+    binding = routing.binding(BindingKey.for_app(keys[0]))
+    assert binding is not None
+    assert binding.state is BindingState.ACTIVE
+    assert live.cli("sagas", "unlock", *keys).stdout == "".join(f"{k}: not locked\n" for k in keys)
+    proves_something(trials)
+    failed = [t for t in trials if t.problems]
+    assert not failed, f"{len(failed)} of {len(trials)} trials failed: " + "; ".join(
+        f"{t.kind} with {t.struck.victim if t.struck else '-'} struck: {', '.join(t.problems)}"
+        for t in failed
+    )
+    final = config.clusters[binding.cluster].bootstrap
+    other = next(c.bootstrap for name, c in config.clusters.items() if name != binding.cluster)
+    gone = [t.struck.span for t in trials if t.struck is not None]
+    problems = {a.library: judge(a, final, other, restarts=gone)[1] for a in apps}
+    assert not any(problems.values()), problems

@@ -204,6 +204,18 @@ class App:
                 self.process.wait(10)
 
 
+def last_records(apps: list[App], consumers_within_s: float = 120) -> None:
+    """Stop the applications' producers and wait for their last acknowledgements, then for both groups
+    of each to have received every record acknowledged."""
+    for a in apps:
+        a.signal("stop-producing")
+    wait_until("the producers' last records", apps, lambda a, s: s.produced is not None, 150)
+    wait_until(
+        "the consumers' last records", apps,
+        lambda a, s: all(set(s.acked) <= set(s.received(g)) for g in ("manual", "auto")), consumers_within_s,
+    )  # fmt: skip
+
+
 def longest_gap(times: list[float], since: float, until: float) -> float:
     """The longest time without an acknowledgement within [since, until], its edges included."""
     inside = sorted(t for t in times if since <= t <= until)

@@ -18,6 +18,10 @@ from switchyard.config import Config
 from switchyard.routing.store import RoutingStore
 from tests.helpers import ports
 
+READY_WITHIN_S = 90.0
+"""A process not serving this long after its start failed to start. A gateway of two processes took 20 s
+beside three pytest workers on two cores (a 30 s bound failed once)."""
+
 
 class SwitchyardProcess:
     """A real ``switchyard <command>`` process with its own routing root and a log file."""
@@ -52,7 +56,11 @@ class SwitchyardProcess:
 
     def start(self) -> None:
         self.launch()
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:  # not left running: it would write into a routing root being removed
+            self.stop(signal.SIGKILL)
+            raise
 
     def launch(self) -> None:
         """Start the process without waiting for it (several start side by side, then are waited for)."""
@@ -61,7 +69,7 @@ class SwitchyardProcess:
 
     def wait_ready(self) -> None:
         assert self.process is not None
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + READY_WITHIN_S
         while not self.ready():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{self.command} did not start:\n{self.log.read_text()[-3000:]}")

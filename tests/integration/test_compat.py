@@ -38,7 +38,17 @@ from switchyard.keys import BindingKey
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.usage import decode
-from tests.helpers.compat import CODECS, LIBRARIES, App, judge, longest_gap, prepare, table, wait_until
+from tests.helpers.compat import (
+    CODECS,
+    LIBRARIES,
+    App,
+    judge,
+    last_records,
+    longest_gap,
+    prepare,
+    table,
+    wait_until,
+)
 from tests.helpers.live import Live, unique
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.stacks import QUICK_CONSUMER
@@ -277,14 +287,7 @@ def round_trip(
                 120,
             )  # fmt: skip
         after = described(gateway, apps[0].topic, apps[0].app)
-        for a in apps:
-            a.signal("stop-producing")
-        wait_until("the producers' last records", apps, lambda a, s: s.produced is not None, 150)
-        wait_until(
-            "the consumers' last records", apps,
-            lambda a, s: all(set(s.acked) <= set(s.received(g)) for g in ("manual", "auto")),
-            90,
-        )  # fmt: skip
+        last_records(apps, 90)
     finally:
         for a in apps:
             a.stop()

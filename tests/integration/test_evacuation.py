@@ -30,7 +30,7 @@ from switchyard.sagas.requests import Progress
 from switchyard.stack import Stack
 from switchyard.threads import Worker
 from tests.helpers.clusters import kill
-from tests.helpers.compat import CODECS, App, judge, table, wait_until
+from tests.helpers.compat import CODECS, App, judge, last_records, table, wait_until
 from tests.helpers.estates import empty_source
 from tests.helpers.live import Live, capture, progress_until, unique, wait_for_approval
 from tests.helpers.spread import SpreadApp
@@ -160,13 +160,7 @@ def _running(apps: list[App], bootstrap: str) -> Iterator[None]:
         for a in apps:
             a.joined = a.seen().batches["manual"][0]["t"] - a.started
         yield
-        for a in apps:
-            a.signal("stop-producing")
-        wait_until("the producers' last records", apps, lambda a, s: s.produced is not None, 150)
-        wait_until(
-            "the consumers' last records", apps,
-            lambda a, s: all(set(s.acked) <= set(s.received(g)) for g in ("manual", "auto")), 90,
-        )  # fmt: skip
+        last_records(apps, 90)
     finally:
         for a in apps:
             a.stop()
