@@ -36,8 +36,9 @@ def summary(trials: list[Trial], by: str) -> list[list[object]]:
     return rows
 
 
-def save(directory: Path, seed: int, trials: list[Trial]) -> Path:
-    """The run's trials as JSON and its picture, in ``directory``; the picture's path."""
+def save(directory: Path, seed: int, trials: list[Trial], title: str = "") -> Path:
+    """The run's trials as JSON and its picture, in ``directory``; the picture's path. ``title``: what
+    the picture shows, where not one run's trials (its seed)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"chaos-{seed}.json").write_text(json.dumps([asdict(t) for t in trials], indent=1))
     victims = sorted({t.struck.victim for t in trials if t.struck})
@@ -56,8 +57,8 @@ def save(directory: Path, seed: int, trials: list[Trial]) -> Path:
     axis.set_ylim(bottom=0)
     failures = sum(1 for t in trials if t.problems)
     axis.set_title(
-        f"chaos seed {seed}: {len(trials)} trials, {failures} failed "
-        "(x SIGKILL, o SIGSTOP, red: failed; grey: the bound, how long it was gone + 10 s)"
+        f"{title or f'chaos seed {seed}'}: {len(trials)} trials, {failures} failed\n"
+        "x SIGKILL, o SIGSTOP, red: failed; grey: the bound (how long the process was gone + 10 s)"
     )
     axis.grid(alpha=0.3)
     figure.tight_layout()
