@@ -28,7 +28,7 @@ _MARKERS = {
 
 
 _LONGEST = [
-    "test_verification.py", "test_evacuation.py", "test_mirror.py", "test_sagas.py",
+    "test_verification.py", "test_evacuation.py", "test_mirror.py", "test_sagas.py", "test_chaos.py",
     "test_partition_compat.py", "test_failover.py", "test_saga_cli.py", "test_drills.py",
     "test_partition_migration.py", "test_gateway_limits.py", "test_web_ui.py", "test_gateway_fuzz.py",
     "test_alerting.py",

@@ -22,10 +22,9 @@ from tests.helpers.chaos import run_trials, seeded
 from tests.helpers.live import Live
 from tests.helpers.victims import LoneGateway, StackService, SupervisedChild, Victim
 
-pytestmark = [
-    pytest.mark.alone,  # its bound on how long clients are held wants the machine to itself
-    pytest.mark.timeout(900),  # six trials take two minutes; a broken one waits out its saga's steps
-]
+pytestmark = pytest.mark.timeout(900)  # six trials take a minute or two; a broken one waits out its steps
+# Not marked ``alone``: its bound is relative (how long the struck process was gone, plus 10 s), not an
+# absolute time a loaded machine could miss, and what it strikes is its own pytest worker's stack.
 
 
 def victims(live: Live, stack: Stack, rng: random.Random) -> list[Victim]:
