@@ -126,7 +126,8 @@ class GroupHandling:
         started again mid-switch knows none of its clients' members). A member the group's coordinator
         on the bound cluster does not list, in a group settled there, joined on the cluster a link
         copies its topics from; in a group rebalancing there it may be one that has not rejoined yet, so
-        that cluster is asked too. Remembered either way; left unknown if the answer is unclear."""
+        that cluster is asked too, as it is for a join (a new member names itself as well). Remembered
+        either way; left unknown if the answer is unclear."""
         body = request.body
         group, member_id = body.group_id, body.member_id
         gateway = self.gateway
@@ -139,9 +140,13 @@ class GroupHandling:
         if here is None:
             return
         listed, settled, consumer = here
+        joining = request.api_key == apis.JOIN_GROUP or (
+            request.api_key == apis.CONSUMER_GROUP_HEARTBEAT and int(body.member_epoch) == 0
+        )  # a new member names itself too (KIP-394's second join, a client-made KIP-848 id): only the
+        # cluster it left listing it says it joined there
         if member_id in listed:
             where = cluster
-        elif settled:
+        elif settled and not joining:
             where = source
         else:  # left behind by a switch, the cluster it joined on still lists it
             there = await self._members_on(source, group, member_id)
