@@ -23,6 +23,7 @@ from kazoo.protocol.states import WatchedEvent
 
 from switchyard.errors import AcksTimeout, GatewayIdInUse, RoutingUnavailable
 from switchyard.model import now
+from switchyard.pids import alive
 from switchyard.routing.layout import Layout
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ class GatewayRegistration:
             return False  # gone meanwhile, or not a registration this code wrote
         if host != socket.gethostname() or stat.version != version:
             return False
-        if pid == os.getpid() or _alive(pid):
+        if pid == os.getpid() or alive(pid):
             return False
         try:
             self.zk.delete(self.path, version=stat.version)
@@ -200,13 +201,3 @@ def wait_for_acks(zk: KazooClient, layout: Layout, epoch: int, *, timeout_s: flo
         if remaining <= 0:
             raise AcksTimeout(epoch, laggards, timeout_s)
         changed.wait(remaining)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's: alive
-        return True
-    return True

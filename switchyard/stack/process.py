@@ -18,17 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from switchyard.errors import StackError
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot, or None when there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces; fields after it are plain.
-    fields = stat.rpartition(")")[2].split()
-    return int(fields[19])
+from switchyard.pids import alive, is_zombie, start_ticks
 
 
 @dataclass(frozen=True)
@@ -53,7 +43,7 @@ class ManagedProcess:
             pid, ticks = int(record["pid"]), int(record["start_ticks"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if _start_ticks(pid) == ticks and not _is_zombie(pid):
+        if start_ticks(pid) == ticks and not is_zombie(pid):
             return pid
         self.pid_file.unlink(missing_ok=True)
         return None
@@ -78,7 +68,7 @@ class ManagedProcess:
                 )
             except OSError as exc:
                 raise StackError(f"{self.name}: cannot run {argv[0]}: {exc.strerror}") from exc
-        ticks = _start_ticks(proc.pid)
+        ticks = start_ticks(proc.pid)
         tmp = self.pid_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"pid": proc.pid, "start_ticks": ticks, "argv": list(argv)}))
         tmp.replace(self.pid_file)
@@ -91,11 +81,11 @@ class ManagedProcess:
             return False
         _signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and alive(pid):
             time.sleep(0.05)
-        if _alive(pid):
+        if alive(pid):
             _signal_group(pid, signal.SIGKILL)
-            while _alive(pid):
+            while alive(pid):
                 time.sleep(0.05)
         self.pid_file.unlink(missing_ok=True)
         return True
@@ -120,22 +110,3 @@ _JAVA_FRAME = re.compile(r"^\s+(at |\.\.\. \d+ (more|common frames omitted))")
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, sig)  # the process leads its own session, so its group id is its pid
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] == "Z"
-
-
-def _alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie; reaps it if it is our own child."""
-    try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)
-        if waited == pid:
-            return False
-    except ChildProcessError:
-        pass
-    return _start_ticks(pid) is not None and not _is_zombie(pid)
