@@ -26,8 +26,9 @@ from switchyard.keys import BindingKey
 from switchyard.mirror.groups import committed_offsets
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
+from switchyard.sagas.ids import saga_id
 from switchyard.usage import groups_of, read_usage
-from tests.helpers.live import Live, unique
+from tests.helpers.live import Live, unique, wait_for_approval
 from tests.helpers.raw import (
     RawClient,
     committed,
@@ -182,6 +183,36 @@ def test_a_consumer_protocol_member_that_joined_before_the_gateway_started_is_re
     while described(admin, group).members:
         assert time.monotonic() < deadline, "the member stayed on the primary"
         time.sleep(0.2)
+
+
+def test_a_commit_held_at_the_block_from_a_member_the_gateway_never_saw_is_carried_at_the_flip(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """A gateway started again while its keys are blocked knows none of its clients' members. A commit
+    held then, from a member of the consumer protocol that joined on the primary, cannot be placed yet:
+    no link copies into the primary. Let go at the flip, it goes to the standby, which never knew the
+    member, so it must be looked up again and carried as a commit of the primary's. Sent as it is, it was
+    refused (UNKNOWN_MEMBER_ID), and a chaos trial's KIP-848 consumer processed two records again."""
+    app, topic, link = prepare(live, routing, stack_config)
+    assert live.gateway is not None
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.produce(primary, topic, [kafka.Record(None, str(n).encode(), partition=0) for n in range(5)])
+    group, member = unique("group"), str(uuid.uuid4())
+    with RawClient(int(primary.rpartition(":")[2]), client_id=f"{app}@reader") as before:
+        joined = consumer_heartbeat(before, group, member, 0, topic=topic)  # where the gateway did not see it
+        assert joined.error_code == ErrorCode.none, joined.error_code
+    started = live.cli("switchover", app, "--link", link, "--approval", "before-flip", "--reason", "held")
+    assert started.returncode == 0, started.stdout + started.stderr
+    saga = saga_id([app])
+    wait_for_approval(live, saga)
+    with RawClient(live.gateway.port, client_id=f"{app}@reader") as after:
+        held = send_commit(after, group, member, joined.member_epoch, topic, 3, version=9)
+        time.sleep(0.5)  # held: the key is blocked
+        approved = live.cli("sagas", "approve", saga, "--reason", "go on")
+        assert approved.returncode == 0, approved.stdout + approved.stderr
+        assert committed(after.answer(held)) == ErrorCode.none
+    live.follow_to_switched(saga, "switchover", app)
+    assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 3}
 
 
 def described(admin: AdminClient, group: str) -> ConsumerGroupDescription:

@@ -77,6 +77,9 @@ Replies = asyncio.Queue[tuple[Awaitable[Reply], Lease, Request] | None]
 (None: no more)."""
 _HIGH_WATER = 256 * 1024
 """Bytes waiting to go to the client before the session waits for them to drain."""
+_LOOKUPS = 3
+"""A member's lookup is made again while the routing moves on under it, this many times at most (a
+switch's epochs come a few at a time)."""
 
 
 @dataclass(frozen=True)
@@ -296,10 +299,7 @@ class ClientSession:
         self.gateway.metrics.requests.add(api_name(key), incoming.identity.app or "-", resolution.cluster)
         self.gateway.usage.note(incoming.identity, key, incoming.context)
         if self.groups.names_a_member(request):
-            await self.groups.find_member(request, snapshot, resolution.cluster, context.topics)
-            if self.gateway.view.snapshot is not snapshot:  # moved on while the coordinator answered
-                snapshot = self.gateway.view.snapshot
-                resolution = self._resolve(snapshot, incoming.identity, context.topics, context.group)
+            snapshot, resolution = await self._find_member(incoming, snapshot, resolution)
         decision = self._decide(incoming, snapshot, resolution)
         txn = transactional(request)
         if txn is not None:
@@ -314,6 +314,23 @@ class ClientSession:
             self._held[let_go] = self._waiting[let_go] = None
             return self.later(self._hold(incoming, snapshot, let_go))
         return await self._carry_out(incoming, decision, snapshot, resolution)
+
+    async def _find_member(
+        self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution
+    ) -> tuple[RoutingSnapshot, Resolution]:
+        """Where the member ``incoming`` names joined, if this gateway did not see it join
+        (``GroupHandling.find_member``), looked up by the routing that decides the request: again by the
+        latest routing while it moves on meanwhile — a flip closes the connections a lookup uses, and a
+        member left unknown would be sent to the new cluster as it is, which does not know it
+        (UNKNOWN_MEMBER_ID: its commit refused, what it processed since processed again)."""
+        context = incoming.context
+        for _ in range(_LOOKUPS):
+            await self.groups.find_member(incoming.request, snapshot, resolution.cluster, context.topics)
+            if self.gateway.view.snapshot is snapshot:
+                break
+            snapshot = self.gateway.view.snapshot
+            resolution = self._resolve(snapshot, incoming.identity, context.topics, context.group)
+        return snapshot, resolution
 
     async def _transactional(
         self,
@@ -564,6 +581,8 @@ class ClientSession:
                 snapshot = latest  # it moved on while this request waited its turn: decided again
                 resolution = self._resolve(snapshot, identity, context.topics, context.group)
             refused = refused or let_go.is_set() or time.perf_counter() >= deadline
+            if not refused and self.groups.names_a_member(incoming.request):  # by the routing it goes by
+                snapshot, resolution = await self._find_member(incoming, snapshot, resolution)
             if refused:
                 decision = Decision(Action.HOLD, resolution.cluster)  # its time is over: the retriable error
                 if produce:

@@ -76,7 +76,9 @@ async function consume (group, manual) {
       event('batch', { g, recs, commit, why })
     }
   })
-  consumer.on(consumer.events.CRASH, (e) => event('error', { g, e: String(e.payload.error) }))
+  // a crash kafkajs restarts the consumer after (a retriable error, as connections refused for longer
+  // than its retries last) is a retry the application goes on after; any other ends it
+  consumer.on(consumer.events.CRASH, (e) => event(e.payload.restart ? 'retried' : 'error', { g, e: String(e.payload.error) }))
   while (!stopping()) await sleep(100)
   await consumer.disconnect()
 }

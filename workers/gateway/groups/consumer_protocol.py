@@ -36,7 +36,6 @@ from kio.schema.errors import ErrorCode
 from workers.gateway.brokers.real_ids import RealIds
 from workers.gateway.brokers.upstream import Upstream, UpstreamError
 from workers.gateway.framing.entities import replace_known
-from workers.gateway.framing.protocol import FrameError
 from workers.gateway.routing import apis
 
 JOIN, LEAVE = 0, -1
@@ -55,14 +54,15 @@ def leave_fields(member_id: str) -> dict[str, Any]:
 
 async def members(upstream: Upstream, group: str) -> set[str] | None:
     """The member ids of ``group`` if it is a group of the consumer protocol at ``upstream`` (its
-    coordinator); None if it is not (no such group, or a cluster without the protocol)."""
-    try:
-        answer = await upstream.ask(apis.CONSUMER_GROUP_DESCRIBE, 0, group_ids=(group,))
-    except (FrameError, UpstreamError):  # a broker without the API closes the connection
-        return None
+    coordinator); None if it is not (no such group there). Any other answer, or none, raises
+    :class:`UpstreamError`: the coordinator cannot say, which is not "no members" — taken for that, a
+    member there would be counted as one of another cluster (a lookup cut by a flip did that)."""
+    answer = await upstream.ask(apis.CONSUMER_GROUP_DESCRIBE, 0, group_ids=(group,))
     (described,) = answer.groups
-    if described.error_code != ErrorCode.none:
+    if described.error_code == ErrorCode.group_id_not_found:
         return None
+    if described.error_code != ErrorCode.none:
+        raise UpstreamError(f"ConsumerGroupDescribe of group {group} answered {described.error_code.name}")
     return {m.member_id for m in described.members}
 
 

@@ -169,9 +169,11 @@ class GroupHandling:
                 apis.DESCRIBE_GROUPS, version, groups=(group,), include_authorized_operations=False
             )
             (described,) = answer.groups
-            if described.error_code == ErrorCode.none and described.group_state == "Dead":
+            dead = described.error_code == ErrorCode.none and described.group_state == "Dead"
+            if dead and apis.CONSUMER_GROUP_HEARTBEAT in gateway.brokers.offered:
                 # no classic group: none at all, or one of the consumer protocol (KIP-848), which
-                # DescribeGroups answers as Dead without its members
+                # DescribeGroups answers as Dead without its members (not asked where a cluster lacks
+                # the protocol, whose broker would close the connection: the gateway offers it to no one)
                 consumer = await consumer_protocol.members(upstream, group)
                 if consumer is not None:
                     return set(consumer), True, True

@@ -1,0 +1,96 @@
+"""Where a member the gateway did not see join is taken to have joined (``GroupHandling.find_member``),
+from what the coordinators answer: a coordinator that cannot say leaves the member unknown, to be looked
+up again, rather than counting it as a member of the cluster a link copies from."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from workers.gateway.brokers.upstream import UpstreamError
+from workers.gateway.groups.handling import GroupHandling
+from workers.gateway.groups.members import Members
+from workers.gateway.routing import apis
+
+GROUP, MEMBER = "orders", "m-1"
+
+
+class Coordinator:
+    """A group's coordinator on the standby, where the commit goes: no classic group (DescribeGroups
+    answers Dead), and ``consumer`` for ConsumerGroupDescribe — its members, an error code, or an
+    exception raised."""
+
+    def __init__(self, consumer: set[str] | ErrorCode | Exception) -> None:
+        self.consumer = consumer
+        self.asked: list[int] = []
+
+    async def ask(self, api_key: int, version: int, **_: Any) -> Any:
+        self.asked.append(api_key)
+        if api_key == apis.DESCRIBE_GROUPS:
+            return _groups(error_code=ErrorCode.none, group_state="Dead", members=())
+        if isinstance(self.consumer, Exception):
+            raise self.consumer
+        if isinstance(self.consumer, ErrorCode):
+            return _groups(error_code=self.consumer, members=())
+        return _groups(error_code=ErrorCode.none, members=tuple(_member(m) for m in self.consumer))
+
+
+def _groups(**described: Any) -> Any:
+    return SimpleNamespace(groups=(SimpleNamespace(**described),))
+
+
+def _member(member_id: str) -> Any:
+    return SimpleNamespace(member_id=member_id)
+
+
+def looked_up(coordinator: Coordinator, *, protocol_offered: bool = True) -> str | None:
+    """The cluster a commit's member, sent to the standby (a link copies from the primary), is taken
+    to have joined on; None: left unknown."""
+    offered = {apis.CONSUMER_GROUP_HEARTBEAT: (0, 1)} if protocol_offered else {}
+    gateway: Any = SimpleNamespace(
+        members=Members(), brokers=SimpleNamespace(version=lambda key, cap: cap, offered=offered)
+    )
+    connection: Any = SimpleNamespace(upstream=lambda cluster, node, long_poll: coordinator)
+    handling = GroupHandling(gateway, connection)
+
+    async def found_at(cluster: str, group: str) -> int:
+        return 1
+
+    handling._coordinator = found_at  # type: ignore[method-assign]
+    handling._copied_from = lambda snapshot, cluster, topics: "primary"  # type: ignore[method-assign]
+    commit = SimpleNamespace(
+        api_key=apis.OFFSET_COMMIT, api_version=9, body=SimpleNamespace(group_id=GROUP, member_id=MEMBER)
+    )
+    asyncio.run(handling.find_member(commit, None, "standby", ("orders-t",)))  # type: ignore[arg-type]
+    member = gateway.members.get(GROUP, MEMBER)
+    return None if member is None else member.cluster
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [UpstreamError("connection to 127.0.0.1:9092 closed by the gateway"), ErrorCode.not_coordinator],
+    ids=["closed-by-a-flip", "not-coordinator"],
+)
+def test_a_coordinator_that_cannot_describe_its_consumer_group_leaves_the_member_unknown(
+    answer: ErrorCode | Exception,
+) -> None:
+    assert looked_up(Coordinator(answer)) is None
+
+
+def test_a_member_the_consumer_group_lists_is_one_of_its_cluster() -> None:
+    assert looked_up(Coordinator({MEMBER})) == "standby"
+
+
+def test_a_member_of_a_group_the_cluster_does_not_have_is_one_of_the_cluster_copied_from() -> None:
+    assert looked_up(Coordinator(ErrorCode.group_id_not_found)) == "primary"
+    assert looked_up(Coordinator(set())) == "primary"  # the group there has no such member
+
+
+def test_where_the_gateway_offers_no_consumer_protocol_its_groups_are_not_asked_for() -> None:
+    coordinator = Coordinator(UpstreamError("a broker without the API closes the connection"))
+    assert looked_up(coordinator, protocol_offered=False) == "primary"
+    assert coordinator.asked == [apis.DESCRIBE_GROUPS]
