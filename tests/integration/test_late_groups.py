@@ -16,6 +16,7 @@ import time
 import uuid
 from datetime import timedelta
 
+import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
 from kio.schema.errors import ErrorCode
@@ -182,6 +183,39 @@ def test_a_consumer_protocol_member_that_joined_before_the_gateway_started_is_re
     deadline = time.monotonic() + 10
     while described(admin, group).members:
         assert time.monotonic() < deadline, "the member stayed on the primary"
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_member_whose_client_joined_again_as_a_new_one_is_removed_where_it_was_left(
+    live: Live, routing: RoutingStore, stack_config: Config, protocol: str
+) -> None:
+    """A client that crashed and started again joins as a new member: kafkajs does so when its
+    connections are refused for a few seconds, as across a gateway restart. Its old member, which no
+    gateway knows, stayed on the cluster it left until its session expired, and held a chaos trial's next
+    switch 17 s, clients held. The new member's join through the gateway has it removed."""
+    app, topic, link = prepare(live, routing, stack_config)
+    assert live.gateway is not None
+    primary = stack_config.clusters["primary"].bootstrap
+    group, timeout = unique("group"), timedelta(seconds=45)
+    with RawClient(int(primary.rpartition(":")[2]), client_id=f"{app}@reader") as before:
+        if protocol == "classic":  # where the gateway did not see it
+            join_group(before, group, topic, timeout)
+        else:
+            joined = consumer_heartbeat(before, group, str(uuid.uuid4()), 0, topic=topic)
+            assert joined.error_code == ErrorCode.none, joined.error_code
+    over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "a member left behind")
+    assert over.returncode == 0, over.stdout + over.stderr
+    admin = AdminClient({"bootstrap.servers": primary})
+    assert len(described(admin, group).members) == 1
+    with RawClient(live.gateway.port, client_id=f"{app}@reader") as after:  # the client, started again
+        if protocol == "classic":
+            after.answer(after.send(apis.JOIN_GROUP, 5, member_id="", **join_fields(group, topic, timeout)))
+        else:
+            consumer_heartbeat(after, group, str(uuid.uuid4()), 0, topic=topic)
+    deadline = time.monotonic() + 10
+    while described(admin, group).members:
+        assert time.monotonic() < deadline, "the old member stayed on the primary"
         time.sleep(0.2)
 
 

@@ -20,16 +20,19 @@ GROUP, MEMBER = "orders", "m-1"
 
 
 class Coordinator:
-    """A group's coordinator on the standby, where the commit goes: no classic group (DescribeGroups
-    answers Dead), and ``consumer`` for ConsumerGroupDescribe — its members, an error code, or an
-    exception raised."""
+    """A group's coordinator on either cluster, as the gateway's own connections reach it: no classic
+    group (DescribeGroups answers Dead), and ``consumer`` for ConsumerGroupDescribe — its members, an
+    error code, or an exception raised."""
 
     def __init__(self, consumer: set[str] | ErrorCode | Exception) -> None:
         self.consumer = consumer
         self.asked: list[int] = []
+        self.cluster = "standby"
 
     async def ask(self, api_key: int, version: int, **_: Any) -> Any:
         self.asked.append(api_key)
+        if api_key == apis.FIND_COORDINATOR:
+            return SimpleNamespace(error_code=ErrorCode.none, node_id=1)
         if api_key == apis.DESCRIBE_GROUPS:
             return _groups(error_code=ErrorCode.none, group_state="Dead", members=())
         if isinstance(self.consumer, Exception):
@@ -38,29 +41,27 @@ class Coordinator:
             return _groups(error_code=self.consumer, members=())
         return _groups(error_code=ErrorCode.none, members=tuple(_member(m) for m in self.consumer))
 
+    def close(self) -> None:
+        pass
+
 
 def _groups(**described: Any) -> Any:
     return SimpleNamespace(groups=(SimpleNamespace(**described),))
 
 
 def _member(member_id: str) -> Any:
-    return SimpleNamespace(member_id=member_id)
+    return SimpleNamespace(member_id=member_id, client_id="shop@reader")
 
 
 def looked_up(coordinator: Coordinator, *, protocol_offered: bool = True) -> str | None:
     """The cluster a commit's member, sent to the standby (a link copies from the primary), is taken
     to have joined on; None: left unknown."""
     offered = {apis.CONSUMER_GROUP_HEARTBEAT: (0, 1)} if protocol_offered else {}
-    gateway: Any = SimpleNamespace(
-        members=Members(), brokers=SimpleNamespace(version=lambda key, cap: cap, offered=offered)
+    brokers = SimpleNamespace(
+        version=lambda key, cap=None: cap or 0, offered=offered, upstream=lambda *_: coordinator
     )
-    connection: Any = SimpleNamespace(upstream=lambda cluster, node, long_poll: coordinator)
-    handling = GroupHandling(gateway, connection)
-
-    async def found_at(cluster: str, group: str) -> int:
-        return 1
-
-    handling._coordinator = found_at  # type: ignore[method-assign]
+    gateway: Any = SimpleNamespace(members=Members(), brokers=brokers)
+    handling = GroupHandling(gateway, SimpleNamespace(credentials=None))  # type: ignore[arg-type]
     handling._copied_from = lambda snapshot, cluster, topics: "primary"  # type: ignore[method-assign]
     commit = SimpleNamespace(
         api_key=apis.OFFSET_COMMIT, api_version=9, body=SimpleNamespace(group_id=GROUP, member_id=MEMBER)
@@ -93,4 +94,4 @@ def test_a_member_of_a_group_the_cluster_does_not_have_is_one_of_the_cluster_cop
 def test_where_the_gateway_offers_no_consumer_protocol_its_groups_are_not_asked_for() -> None:
     coordinator = Coordinator(UpstreamError("a broker without the API closes the connection"))
     assert looked_up(coordinator, protocol_offered=False) == "primary"
-    assert coordinator.asked == [apis.DESCRIBE_GROUPS]
+    assert apis.CONSUMER_GROUP_DESCRIBE not in coordinator.asked

@@ -475,6 +475,7 @@ class ClientSession:
         """The frame a forwarded request goes to ``cluster`` as: a moved member's join as a new member's,
         topic ids and offsets as the cluster has them."""
         request = incoming.request
+        self.groups.sweep(request, snapshot, cluster, incoming.identity, incoming.context.topics)
         if request.api_key == apis.JOIN_GROUP:
             member_id = (
                 "" if moved else request.body.member_id

@@ -34,9 +34,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from workers.gateway.brokers.real_ids import RealIds
-from workers.gateway.brokers.upstream import Upstream, UpstreamError
+from workers.gateway.brokers.upstream import UpstreamError
 from workers.gateway.framing.entities import replace_known
-from workers.gateway.routing import apis
 
 JOIN, LEAVE = 0, -1
 """A heartbeat's member epoch when it joins, when it leaves (-2: a static member leaving for a while)."""
@@ -52,18 +51,17 @@ def leave_fields(member_id: str) -> dict[str, Any]:
     return {"member_id": member_id, "member_epoch": LEAVE, "topic_partitions": None}
 
 
-async def members(upstream: Upstream, group: str) -> set[str] | None:
-    """The member ids of ``group`` if it is a group of the consumer protocol at ``upstream`` (its
-    coordinator); None if it is not (no such group there). Any other answer, or none, raises
-    :class:`UpstreamError`: the coordinator cannot say, which is not "no members" — taken for that, a
-    member there would be counted as one of another cluster (a lookup cut by a flip did that)."""
-    answer = await upstream.ask(apis.CONSUMER_GROUP_DESCRIBE, 0, group_ids=(group,))
+def members(answer: Any, group: str) -> dict[str, str] | None:
+    """The members of ``group`` (id: client id) from its coordinator's ConsumerGroupDescribe ``answer``
+    if it is a group of the consumer protocol there; None if it is not (no such group there). Any other
+    answer raises :class:`UpstreamError`: the coordinator cannot say, which is not "no members" —
+    taken for that, a member there would be counted as one of another cluster."""
     (described,) = answer.groups
     if described.error_code == ErrorCode.group_id_not_found:
         return None
     if described.error_code != ErrorCode.none:
         raise UpstreamError(f"ConsumerGroupDescribe of group {group} answered {described.error_code.name}")
-    return {m.member_id for m in described.members}
+    return {m.member_id: m.client_id for m in described.members}
 
 
 async def to_cluster(body: Any, cluster: str, ids: RealIds) -> Any:

@@ -19,12 +19,12 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from switchyard.identity import Identity
-from switchyard.model import ClusterState
+from switchyard.identity import Identity, identify
+from switchyard.model import BindingState, ClusterState
+from switchyard.resolution import resolve
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.brokers.upstream import Upstream, UpstreamError
 from workers.gateway.framing.protocol import (
-    FrameError,
     Request,
     decode_response,
     encode_response,
@@ -136,7 +136,7 @@ class GroupHandling:
         source = self._copied_from(snapshot, cluster, topics)
         if source is None:
             return
-        here = await self._members_on(cluster, group, member_id)
+        here = await self._coordinators().members(cluster, group)
         if here is None:
             return
         listed, settled, consumer = here
@@ -149,41 +149,11 @@ class GroupHandling:
         elif settled and not joining:
             where = source
         else:  # left behind by a switch, the cluster it joined on still lists it
-            there = await self._members_on(source, group, member_id)
+            there = await self._coordinators().members(source, group)
             if there is None or member_id not in there[0]:
                 return
             where = source
         gateway.members.joined(group, member_id, Member(where, None, consumer=consumer))
-
-    async def _members_on(
-        self, cluster: str, group: str, member_id: str
-    ) -> tuple[set[str], bool, bool] | None:
-        """The group's members on ``cluster``, whether it is settled there (not mid-rebalance), and whether
-        it is a group of the consumer protocol (KIP-848); None when the coordinator cannot say."""
-        gateway = self.gateway
-        try:
-            node = await self._coordinator(cluster, group)
-            upstream = self.connection.upstream(cluster, node, long_poll=False)
-            version = gateway.brokers.version(apis.DESCRIBE_GROUPS, 5)
-            answer = await upstream.ask(
-                apis.DESCRIBE_GROUPS, version, groups=(group,), include_authorized_operations=False
-            )
-            (described,) = answer.groups
-            dead = described.error_code == ErrorCode.none and described.group_state == "Dead"
-            if dead and apis.CONSUMER_GROUP_HEARTBEAT in gateway.brokers.offered:
-                # no classic group: none at all, or one of the consumer protocol (KIP-848), which
-                # DescribeGroups answers as Dead without its members (not asked where a cluster lacks
-                # the protocol, whose broker would close the connection: the gateway offers it to no one)
-                consumer = await consumer_protocol.members(upstream, group)
-                if consumer is not None:
-                    return set(consumer), True, True
-        except (UpstreamError, TimeoutError, FrameError) as exc:
-            log.warning("group %s: cannot tell where member %s joined: %s", group, member_id, exc)
-            return None
-        if described.error_code != ErrorCode.none:
-            return None
-        settled = described.group_state in ("Empty", "Dead", "Stable")
-        return {m.member_id for m in described.members}, settled, False
 
     def moved(self, request: Request, snapshot: RoutingSnapshot, now_on: str) -> bool:
         """Whether the member sending ``request`` joined on another cluster than ``now_on``, where the
@@ -213,6 +183,48 @@ class GroupHandling:
     async def _leave(self, member: Member, group: str, member_id: str) -> None:
         if not await self._coordinators().leave(member, group, member_id):
             self.gateway.members.still_there(group, member_id)  # its next request tries again
+
+    def sweep(
+        self, request: Request, snapshot: RoutingSnapshot, cluster: str, identity: Identity,
+        topics: tuple[str, ...],
+    ) -> None:  # fmt: skip
+        """A join goes to ``cluster``: have the cluster a link copies its topics from forget the group's
+        members there that no gateway will — once per group and routing epoch. Such a member is left
+        behind when its client crashed and joined again as a new member, as kafkajs does when its
+        connections are refused for a few seconds (a gateway restart), or when it joined through a
+        gateway since restarted (``find_member`` finds it only at its next request). Left there, it holds
+        the next switch to that cluster for its session time-out (30-45 s at the clients' defaults),
+        clients held: a group takes offsets only without members."""
+        key, body = request.api_key, request.body
+        joins = key == apis.JOIN_GROUP or (
+            key == apis.CONSUMER_GROUP_HEARTBEAT and body.member_epoch == consumer_protocol.JOIN
+        )
+        if not joins or identity.anonymous or self.connection.credentials is not None:
+            return  # whose a member is is told by its client id alone: an identity by SASL user is not
+        source = self._copied_from(snapshot, cluster, topics)
+        left = snapshot.clusters.get(source) if source is not None else None
+        if source is None or left is None or left.state is not ClusterState.ACTIVE:
+            return
+        if self.gateway.members.sweeping(body.group_id, source, snapshot.epoch):
+            self.connection.later(self._sweep(snapshot, source, body.group_id, identity, topics))
+
+    async def _sweep(
+        self, snapshot: RoutingSnapshot, cluster: str, group: str, identity: Identity, topics: tuple[str, ...]
+    ) -> None:
+        """Remove from ``cluster`` each member of ``group`` there whose client (the same application's)
+        is routed elsewhere, and not held by a block."""
+        found = await self._coordinators().members(cluster, group)
+        if found is None:
+            return
+        listed, _, consumer = found
+        default = self.gateway.config.default_cluster
+        for member_id, client_id in listed.items():
+            owner = identify(sasl_user=None, client_id=client_id)
+            if owner.app != identity.app:
+                continue
+            routed = resolve(owner, snapshot.bindings, default, topics=topics, group=group)
+            if routed.cluster != cluster and routed.state is not BindingState.BLOCKED:
+                await self._leave(Member(cluster, None, consumer=consumer), group, member_id)
 
     def joining(self, request: Request, cluster: str, identity: Identity) -> None:
         """A JoinGroup naming its member goes to ``cluster``: the member is one there from now on as far

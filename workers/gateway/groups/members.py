@@ -43,6 +43,7 @@ class Members:
     def __init__(self, most: int = 100_000) -> None:
         self._most = most
         self._members: dict[tuple[str, str], Member] = {}
+        self._swept: dict[tuple[str, str], int] = {}
 
     def joined(self, group: str, member_id: str, member: Member) -> None:
         self._members.pop((group, member_id), None)
@@ -52,6 +53,17 @@ class Members:
 
     def get(self, group: str, member_id: str | None) -> Member | None:
         return self._members.get((group, member_id)) if member_id else None
+
+    def sweeping(self, group: str, cluster: str, epoch: int) -> bool:
+        """Whether the group's members left on ``cluster`` are to be looked for now: once per routing
+        epoch (``GroupHandling.sweep``)."""
+        if self._swept.get((group, cluster)) == epoch:
+            return False
+        self._swept.pop((group, cluster), None)
+        self._swept[(group, cluster)] = epoch
+        while len(self._swept) > self._most:
+            del self._swept[next(iter(self._swept))]
+        return True
 
     def still_there(self, group: str, member_id: str) -> None:
         """A member's removal failed: it counts as not left, so the next change or its next request
