@@ -5,6 +5,10 @@ to a log end) never looks like a dead one.
 A step's own code says how it is getting on with :func:`beat`; the pulse sends the latest of those
 details each time, so the Web UI shows the step's progress rather than an empty heartbeat. A hung
 call is bounded by the step's start-to-close time, never by the heartbeat.
+
+A local activity (the steps run while clients are held) has no heartbeat: Temporal's core answers each
+one with a warning ("Activity heartbeat failed … UnknownActivity"), twice a second into the worker's
+log. Its worker's death ends its workflow task instead, so neither pulse nor beat sends one.
 """
 
 from __future__ import annotations
@@ -31,7 +35,10 @@ class _Pulse:
 
 @contextmanager
 def pulsing() -> Iterator[None]:
-    """Heartbeat the current activity every :data:`EVERY_S` until the block ends."""
+    """Heartbeat the current activity every :data:`EVERY_S` until the block ends (a local one: never)."""
+    if activity.info().is_local:
+        yield
+        return
     pulse = _Pulse()
     token = _current.set(pulse)
     context = contextvars.copy_context()  # the activity's context, for the heartbeats sent from the thread
@@ -56,4 +63,5 @@ def beat(*details: Any) -> None:
     pulse = _current.get()
     if pulse is not None:
         pulse.details = details
-    activity.heartbeat(*details)
+    if not activity.info().is_local:
+        activity.heartbeat(*details)

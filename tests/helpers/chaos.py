@@ -61,6 +61,9 @@ class Trial:
     """Struck (SIGKILL where it may be) while the saga waited for an approval before its flip, clients
     held."""
     struck: Struck | None = None
+    approving_s: float = 0.0
+    """At an approval: from the struck process back to the approval taken (the operator's time, which
+    clients wait too)."""
     struck_after_s: float = 0.0
     saga_held_s: float = 0.0
     held_s: dict[str, float] = field(default_factory=dict)
@@ -74,7 +77,7 @@ class Trial:
 
     @property
     def allowed_s(self) -> float:
-        return (self.struck.back_s if self.struck else 0.0) + HELD_SLACK_S
+        return (self.struck.back_s if self.struck else 0.0) + self.approving_s + HELD_SLACK_S
 
     def row(self) -> list[object]:
         hit = self.struck
@@ -184,17 +187,19 @@ def one_trial(
         signal = "SIGKILL" if "SIGKILL" in victim.strikes else signal
         wait_for_approval(live, saga)
         struck = victim.strike(signal, pause)
+        back = time.monotonic()
         time.sleep(APPROVED_AFTER_S)
         approved = live.cli("sagas", "approve", saga, "--reason", "chaos")
         assert approved.returncode == 0, approved.stdout + approved.stderr
+        approving = time.monotonic() - back
     else:
         time.sleep(after)
-        struck = victim.strike(signal, pause)
+        struck, approving = victim.strike(signal, pause), 0.0
     run = ended(live, routing, saga, since)
     until = time.time()
     assert run.result is not None
     trial = Trial(
-        kind, run.outcome or "", approval, struck, after, run.result["pause_ms"] / 1000,
+        kind, run.outcome or "", approval, struck, approving, after, run.result["pause_ms"] / 1000,
         {a.library: longest_gap(list(a.seen().acked.values()), since, until) for a in apps},
     )  # fmt: skip
     if trial.outcome not in ("switched", "compensated"):

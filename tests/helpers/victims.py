@@ -88,12 +88,13 @@ class SupervisedChild(Victim):
 
 
 class LoneGateway(Victim):
-    """A gateway of one process: nothing of Switchyard's starts it again, its service manager does."""
+    """The only gateway, all its processes (their supervisor's group): nothing of Switchyard's starts it
+    again, its service manager does."""
 
-    name = "gateway"
-
-    def __init__(self, gateway: GatewayProcess, strikes: tuple[str, ...] = STRIKES) -> None:
-        self.gateway, self.strikes = gateway, strikes
+    def __init__(
+        self, gateway: GatewayProcess, strikes: tuple[str, ...] = STRIKES, name: str = "gateway"
+    ) -> None:
+        self.gateway, self.strikes, self.name = gateway, strikes, name
 
     def pid(self) -> int:
         assert self.gateway.process is not None
