@@ -1,5 +1,6 @@
 """A chaos run's picture and figures: how long clients were held in each trial, by the process struck,
-beside the bound each trial was judged against (how long that process was gone, plus the slack)."""
+beside the bound each trial was judged against (how long that process was gone and an approval took,
+plus the slack)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def save(directory: Path, seed: int, trials: list[Trial], title: str = "") -> Pa
     failures = sum(1 for t in trials if t.problems)
     axis.set_title(
         f"{title or f'chaos seed {seed}'}: {len(trials)} trials, {failures} failed\n"
-        "x SIGKILL, o SIGSTOP, red: failed; grey: the bound (how long the process was gone + 10 s)"
+        "x SIGKILL, o SIGSTOP, red: failed; grey: the bound (the process gone, an approval taken, + 10 s)"
     )
     axis.grid(alpha=0.3)
     figure.tight_layout()
