@@ -844,4 +844,7 @@ def test_a_blocked_transactional_producers_open_transaction_ends_on_the_old_clus
     wait_for_acks(routing.zk, routing.layout, routing.set_binding(
         key, "primary", actor=ACTOR, reason="test"), timeout_s=10)  # fmt: skip
     committing.join(60)
-    assert [r.value for r in kafka.read_partitions(primary, topic)[0]] == [*kept, b"after"]
+    deadline = time.monotonic() + 10  # committed: its markers are written after the answer
+    while (read := [r.value for r in kafka.read_partitions(primary, topic)[0]]) != [*kept, b"after"]:
+        assert time.monotonic() < deadline, read
+        time.sleep(0.1)
