@@ -154,10 +154,7 @@ def test_a_member_that_joined_before_the_gateway_started_is_removed_where_it_joi
         )
         # the standby never had it: it joins there as a new member
         assert rejoined.error_code in (ErrorCode.member_id_required, ErrorCode.unknown_member_id)
-    deadline = time.monotonic() + 10
-    while described(admin, group).members:
-        assert time.monotonic() < deadline, "the member stayed on the primary"
-        time.sleep(0.2)
+    left_within(admin, group, 10, "the member stayed on the primary")
 
 
 def test_a_consumer_protocol_member_that_joined_before_the_gateway_started_is_removed_where_it_joined(
@@ -180,10 +177,7 @@ def test_a_consumer_protocol_member_that_joined_before_the_gateway_started_is_re
     assert [m.member_id for m in described(admin, group).members] == [member]
     with RawClient(live.gateway.port, client_id=f"{app}@reader") as after:
         consumer_heartbeat(after, group, member, 0, topic=topic)  # joins the standby under its id
-    deadline = time.monotonic() + 10
-    while described(admin, group).members:
-        assert time.monotonic() < deadline, "the member stayed on the primary"
-        time.sleep(0.2)
+    left_within(admin, group, 10, "the member stayed on the primary")
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
@@ -213,10 +207,7 @@ def test_a_member_whose_client_joined_again_as_a_new_one_is_removed_where_it_was
             after.answer(after.send(apis.JOIN_GROUP, 5, member_id="", **join_fields(group, topic, timeout)))
         else:
             consumer_heartbeat(after, group, str(uuid.uuid4()), 0, topic=topic)
-    deadline = time.monotonic() + 10
-    while described(admin, group).members:
-        assert time.monotonic() < deadline, "the old member stayed on the primary"
-        time.sleep(0.2)
+    left_within(admin, group, 10, "the old member stayed on the primary")
 
 
 def test_a_commit_held_at_the_block_from_a_member_the_gateway_never_saw_is_carried_at_the_flip(
@@ -247,6 +238,14 @@ def test_a_commit_held_at_the_block_from_a_member_the_gateway_never_saw_is_carri
         assert committed(after.answer(held)) == ErrorCode.none
     live.follow_to_switched(saga, "switchover", app)
     assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 3}
+
+
+def left_within(admin: AdminClient, group: str, seconds: float, why: str) -> None:
+    """Until ``group`` has no members where ``admin`` asks; ``why`` fails the test after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while described(admin, group).members:
+        assert time.monotonic() < deadline, why
+        time.sleep(0.2)
 
 
 def described(admin: AdminClient, group: str) -> ConsumerGroupDescription:
