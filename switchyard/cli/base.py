@@ -7,6 +7,7 @@ the error's own exit code (see :mod:`switchyard.errors`); anything else is a bug
 from __future__ import annotations
 
 import getpass
+import importlib
 from abc import abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,14 +37,31 @@ class Group(click.Group):
             ctx.exit(exc.exit_code)
 
 
+SUBCOMMANDS = {
+    "bindings": "bindings", "clusters": "clusters", "demo": "stack", "drill": "drills",
+    "evacuate": "evacuate", "evacuation": "evacuate", "failover": "sagas", "links": "links",
+    "migrate-partition": "sagas", "migrate-topic": "sagas", "migrations": "migrations",
+    "reconcile": "verification", "report": "reports", "sagas": "sagas", "stack": "stack",
+    "status": "status", "switchback": "sagas", "switchover": "sagas", "usage": "usage",
+    "verify": "verification",
+}  # fmt: skip
+"""Each command of this package and the module of ``switchyard.cli`` that holds it, imported when the
+command is run: a process pays for what it runs (the gateway and the mirror no Temporal SDK, a
+``bindings`` call no saga code)."""
+
+
 class RootGroup(Group):
-    """Adds the process commands registered under the ``switchyard.commands`` entry point group,
-    importing each only when it is run."""
+    """Imports a command's module only when it is run, and adds the process commands registered under
+    the ``switchyard.commands`` entry point group the same way."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
+        for module in set(SUBCOMMANDS.values()):
+            importlib.import_module(f"switchyard.cli.{module}")
         return sorted({*super().list_commands(ctx), *(ep.name for ep in _plugins())})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in SUBCOMMANDS:
+            importlib.import_module(f"switchyard.cli.{SUBCOMMANDS[cmd_name]}")
         command = super().get_command(ctx, cmd_name)
         if command is not None:
             return command

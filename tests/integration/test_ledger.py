@@ -51,6 +51,12 @@ def test_opening_twice_migrates_once(ledger_url: str) -> None:
     again.close()
 
 
+def test_the_head_the_ledger_checks_before_migrating_is_alembics() -> None:
+    """An open skips Alembic when the schema is at :data:`HEAD`; a HEAD behind the newest migration
+    would leave a new table unmade."""
+    assert _head() == ledger_module.HEAD
+
+
 def test_pending_changes_are_invisible_until_committed(ledger: Ledger) -> None:
     ledger.record_intent(txn("t1", 1, moved(ORDERS, None, "primary", 1)))
     assert [p.id for p in ledger.pending()] == ["t1"]

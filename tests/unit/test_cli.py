@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -7,7 +8,8 @@ import yaml
 from click.testing import CliRunner
 
 from switchyard import __version__
-from switchyard.cli import cli
+from switchyard.cli import base, cli
+from switchyard.cli.base import SUBCOMMANDS
 from tests.helpers.stacks import write_stack_config
 
 
@@ -21,6 +23,18 @@ def test_help_lists_the_commands() -> None:
     assert code == 0
     for command in ("stack", "demo", "version"):
         assert command in out
+
+
+def test_each_command_is_found_in_the_module_the_table_names_for_it() -> None:
+    """Commands are imported when run (``SUBCOMMANDS``): a command missing from the table would not be
+    found, one under the wrong module would register something else."""
+    for name, module in SUBCOMMANDS.items():
+        held = importlib.import_module(f"switchyard.cli.{module}")
+        assert any(getattr(held, attr) is cli.commands[name] for attr in dir(held)), (name, module)
+    here = Path(base.__file__).parent
+    modules = sorted(p.stem for p in here.glob("*.py") if p.stem not in ("__init__", "base"))
+    assert sorted(set(SUBCOMMANDS.values())) == modules
+    assert set(cli.commands) == {*SUBCOMMANDS, "version"}
 
 
 def test_stack_help_lists_up_down_status() -> None:
