@@ -177,7 +177,13 @@ class MirrorActivities:
             report = self.deps.admins.retried(
                 (link.source, link.target),
                 lambda clients, timeout_s: sync_groups(
-                    clients[0], clients[1], link.copies, maps, groups=groups, timeout_s=timeout_s
+                    clients[0],
+                    clients[1],
+                    link.copies,
+                    maps,
+                    groups=groups,
+                    timeout_s=timeout_s,
+                    rewind=request.rewind,
                 ),
             )
         return GroupsSynced(len(report.written), report.unchanged, report.skipped, report.in_step)

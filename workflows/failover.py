@@ -1,10 +1,12 @@
 """The unplanned failover: the source cluster is gone, the keys move to the copy at once.
 
-plan → the source does not answer (else refused, unless forced) → approval? → lock → flip + promote +
-shield the source → every gateway applied it → what the copy lacks (RPO) → unlock → when the old
-primary answers again (if the policy waits for it): the exact lost window, from the Spark job
+plan → the source does not answer (else refused, unless forced) → approval? → lock → (forced: the groups
+carried) → flip + promote + shield the source → every gateway applied it → what the copy lacks (RPO) →
+unlock → when the old primary answers again (if the policy waits for it): the exact lost window, from
+the Spark job
 
-No drain, no fence: there is nothing to drain from. Group offsets are those the mirror last carried.
+No drain, no fence: there is nothing to drain from. Group offsets are those the mirror last carried, or,
+where the source still answers (a forced failover), those its groups had just before the flip.
 The old primary is shielded, so no binding moves back onto it by itself. Its records the copy never
 got stay there; the lost window says which, and ``switchyard reconcile republish`` can write them to
 the new primary.
@@ -43,6 +45,11 @@ with workflow.unsafe.imports_passed_through():
     )
 
 STEPS = ["plan", "probe source", "lock", "flip", "acknowledged", "measure loss", "unlock"]
+GROUPS_BEFORE_FLIP = "groups-before-flip"
+"""The patch that carries a forced failover's groups just before its flip (sagas started before it
+carried them after the flip only, when members rejoining the target had read older offsets already)."""
+EARLY_SYNC_S = 5.0
+"""How long the carry before a failover's flip may hold the flip up."""
 PROBE_EVERY_S = 5.0
 
 
@@ -76,6 +83,8 @@ class Failover(SagaWorkflow):
             if request.policy.approval is not ApprovalPoint.NONE:
                 await self._await_approval("before the flip", request.policy.approval_timeout_s)
             await self._step("lock", steps.LOCK, locks, type(None), timeout_s=30, give_up_s=120)
+            early = probe.reachable and workflow.patched(GROUPS_BEFORE_FLIP)
+            synced_early = early and await self._groups_before_flip(plan, result)
             flip = FlipRequest(
                 saga, plan.keys, plan.epochs, plan.source, plan.target, plan.link, shield_source=True
             )
@@ -96,8 +105,10 @@ class Failover(SagaWorkflow):
         )  # fmt: skip
         flipped_at = workflow.now()
         unsynced = ""
-        if probe.reachable:  # forced: the source answers, so the groups' last offsets can still come over
-            sync = GroupSyncRequest(plan.link, plan.groups, request.policy.group_sync_timeout_s)
+        if probe.reachable and not synced_early:  # forced: the groups' last offsets can still come over
+            sync = GroupSyncRequest(
+                plan.link, plan.groups, request.policy.group_sync_timeout_s, keys=plan.keys, rewind=False
+            )
             try:
                 synced = await self._step(
                     "sync groups", steps.SYNC_GROUPS, sync, GroupsSynced, timeout_s=sync.idle_timeout_s + 30,
@@ -120,6 +131,23 @@ class Failover(SagaWorkflow):
         if request.policy.recovery_wait_s > 0:
             await self._lost_window(plan, request.policy.recovery_wait_s, result)
         return await self._finish(result)
+
+    async def _groups_before_flip(self, plan: Plan, result: SagaResult) -> bool:
+        """Whether a forced failover's groups came over just before its flip, while their members still
+        commit on the source: members rejoining on the target then resume about where they were, not at
+        the mirror's last carry (up to ``mirror.group_sync_interval_s`` behind, records they would
+        process again). Only where no member is on the target already, within a few seconds: otherwise
+        the flip goes on, and the sync is tried again after it (as before this patch)."""
+        sync = GroupSyncRequest(plan.link, plan.groups, 0.0, keys=plan.keys, rewind=False)
+        try:
+            synced = await self._step(
+                "sync groups", steps.SYNC_GROUPS, sync, GroupsSynced, timeout_s=EARLY_SYNC_S,
+                give_up_s=EARLY_SYNC_S,
+            )  # fmt: skip
+        except Exception:
+            return False
+        result.groups_synced = synced.written + synced.unchanged
+        return True
 
     async def _lost_window(self, plan: Plan, wait_s: float, result: SagaResult) -> None:
         """Wait (durably) for the old primary to answer again, then measure exactly what it holds that

@@ -195,6 +195,7 @@ def sync_groups_command(ctx: click.Context, link_id: str, groups: tuple[str, ...
             read_link(target, link_id).maps,
             groups=groups or None,
             turn=writers.carry,
+            rewind=bool(groups),  # named, after a drain: as a planned switch's sync
         )
     for written in report.written:
         click.echo(

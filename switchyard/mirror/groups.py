@@ -88,6 +88,7 @@ def sync_groups(
     groups: Iterable[str] | None = None,
     timeout_s: float = 10.0,
     turn: Turn = lambda _: nullcontext(None),
+    rewind: bool = False,
 ) -> GroupSyncReport:
     """Write each group's translated offsets for the topics ``copies`` accepts.
 
@@ -95,11 +96,13 @@ def sync_groups(
     offsets ahead of the copy wait. Without it (after a drain) every partition of a copied topic is.
     ``groups`` names the groups that must come over: one that cannot be read or written fails the sync,
     named. Without it (the mirror's periodic carry), every group on the source is tried, one that fails
-    is skipped (with the reason) so that it never holds the others back, and no offset is moved back: a
-    group further along on the target than on the source reads there (one a switch left reading the
-    promoted topics' copy on the old source, say, whose offsets the reverse link's carry would otherwise
-    rewind to the flip as soon as it restarted). Each group's target is read and written within its
-    ``turn``, and left alone when someone else holds it.
+    is skipped (with the reason) so that it never holds the others back. Unless ``rewind`` (a planned
+    switch's sync, after the drain: the source is the truth), no offset is moved back: a group further
+    along on the target than on the source reads there (one a switch left reading the promoted topics'
+    copy on the old source, say, whose offsets the reverse link's carry would otherwise rewind to the
+    flip as soon as it restarted; or one whose members' commits the gateways carried over after a
+    failover's flip). Each group's target is read and written within its ``turn``, and left alone when
+    someone else holds it.
     """
 
     def one(group: str) -> GroupSyncReport:
@@ -111,7 +114,7 @@ def sync_groups(
                     if holder is not None:
                         part.skipped.append(f"{group}: left to {holder}, which moves it")
                     else:
-                        _write_group(target, group, wanted, part, timeout_s, rewind=groups is not None)
+                        _write_group(target, group, wanted, part, timeout_s, rewind=rewind)
         return part
 
     report = GroupSyncReport()

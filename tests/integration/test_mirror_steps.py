@@ -113,12 +113,13 @@ def test_the_drain_brings_the_copys_settings_in_line_with_the_source(
 
 
 @pytest.mark.usefixtures("stack")
-def test_the_periodic_carry_never_moves_a_groups_offset_back_and_a_sync_of_named_groups_does(
+def test_neither_the_periodic_carry_nor_a_failover_moves_a_groups_offset_back_and_a_planned_switch_does(
     stack_config: Config,
 ) -> None:
     """A group further along on the target reads there (a reader a switch left on the old source, whose
-    topic the reverse link copies back): the mirror's periodic carry leaves it; a saga's sync of the
-    groups it moves writes exactly what the source says."""
+    topic the reverse link copies back; one whose members' commits the gateways carried over after a
+    failover's flip): the mirror's periodic carry leaves it, and so does a failover's sync of the groups
+    it moves; a planned switch's, after its drain, writes exactly what the source says."""
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
     topic = f"carried-t-{uuid.uuid4().hex[:6]}"
     group = f"{topic}-readers"
@@ -136,7 +137,10 @@ def test_the_periodic_carry_never_moves_a_groups_offset_back_and_a_sync_of_named
     assert f"{group}: {topic}[0] at 30 on the target, further than the source's 10: not moved back" in (
         periodic.skipped
     )
-    named = sync_groups(source, target, copies, {}, groups=[group])
+    failed_over = sync_groups(source, target, copies, {}, groups=[group])  # a failover's sync
+    assert committed_offsets(target, group) == {(topic, 0): 30}
+    assert failed_over.written == []
+    named = sync_groups(source, target, copies, {}, groups=[group], rewind=True)
     assert [w.target for w in named.written] == [10]
     assert committed_offsets(target, group) == {(topic, 0): 10}
 

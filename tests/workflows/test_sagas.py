@@ -440,6 +440,34 @@ def test_a_failover_refuses_a_source_that_answers_unless_forced(sagas: Sagas) ->
     assert "primary still answers" in result["detail"]
     assert forced.outcome == "switched"
     assert forced.groups_synced == 2  # forced, the source answers: the groups' last offsets come over
+    # just before the flip, while their members still commit there, and never moved back on the target
+    calls = sagas.script.calls
+    assert calls.count(steps.SYNC_GROUPS) == 1
+    assert calls.index(steps.LOCK) < calls.index(steps.SYNC_GROUPS) < calls.index(steps.FLIP)
+    assert [r.rewind for r in sagas.script.requests[steps.SYNC_GROUPS]] == [False]
+
+
+def test_a_forced_failover_whose_groups_cannot_come_over_before_its_flip_flips_and_tries_after(
+    sagas: Sagas,
+) -> None:
+    """A member on the target already (from an earlier switch, until its session ends): the flip is not
+    held up for it; the groups are carried after the flip as before, once the target is idle."""
+    sagas.script.reachable = True
+    sagas.script.fail[steps.SYNC_GROUPS] = [refused("GroupActive", "still active on standby after 0s")]
+
+    async def scenario(s: Sagas) -> Any:
+        return await (await s.start("Failover", SwitchRequest(["orders"], force=True))).result()
+
+    forced = sagas.run(scenario)
+    assert forced.outcome == "switched"
+    assert forced.groups_synced == 2
+    calls = sagas.script.calls
+    assert calls.count(steps.SYNC_GROUPS) == 2
+    assert (
+        calls.index(steps.SYNC_GROUPS)
+        < calls.index(steps.FLIP)
+        < len(calls) - 1 - calls[::-1].index(steps.SYNC_GROUPS)
+    )
 
 
 def test_a_failover_flips_at_once_shields_and_measures_the_loss(sagas: Sagas) -> None:
