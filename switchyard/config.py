@@ -557,6 +557,9 @@ class StackConfig(_Section):
     kafka: StackKafkaConfig = StackKafkaConfig()
     clusters: dict[str, StackClusterConfig] = Field(default_factory=dict)
     """Per cluster, when it differs from one broker of ``stack.kafka.version``."""
+    zookeeper_quorum_ports: list[Port] = Field(default_factory=list)
+    """With several hosts in ``zookeeper.connect`` the stack runs an ensemble, a node a host: each
+    node's quorum and leader-election ports, two a node, in the hosts' order."""
 
     def cluster(self, cluster_id: str) -> StackClusterConfig:
         return self.clusters.get(cluster_id) or StackClusterConfig()

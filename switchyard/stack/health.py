@@ -1,6 +1,7 @@
 """Real health checks: each asks the service a question only a working instance can answer.
 
-ZooKeeper answers ``ruok`` with ``imok``; a Kafka broker answers an ApiVersions request with error code 0
+ZooKeeper answers ``srvr`` with its mode once it serves (standalone, or leader or follower of a quorum);
+a Kafka broker answers an ApiVersions request with error code 0
 (in ZooKeeper mode, and names its cluster's controller);
 Temporal's frontend reports SERVING on the gRPC health service; the Web UI answers HTTP; a Spark master's
 web UI reports itself ALIVE, and a Spark worker is healthy once that master lists it ALIVE. A port that
@@ -10,6 +11,7 @@ merely accepts connections passes none of them.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import struct
@@ -44,13 +46,16 @@ def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
 def zookeeper(host: str, port: int, timeout_s: float = 2.0) -> Health:
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            sock.sendall(b"ruok")
+            sock.sendall(b"srvr")
             answer = _read_all(sock)
     except OSError as exc:
         return Health(False, f"unreachable: {exc}")
-    if answer == b"imok":
-        return Health(True, "imok")
-    return Health(False, f"answered {answer[:40]!r} to ruok (is ruok in 4lw.commands.whitelist?)")
+    mode = re.search(rb"^Mode: (\w+)", answer, re.MULTILINE)
+    if mode:
+        return Health(True, mode[1].decode())
+    if b"not currently serving" in answer:  # a node of an ensemble without its quorum
+        return Health(False, "not serving: no quorum")
+    return Health(False, f"answered {answer[:40]!r} to srvr (is srvr in 4lw.commands.whitelist?)")
 
 
 class ProbeError(Exception):

@@ -1,7 +1,7 @@
 """The services of the embedded stack, derived from the configuration so there is one source of ports.
 
-ZooKeeper listens where ``zookeeper.connect`` points (its first host), Temporal where
-``temporal.address`` points, each cluster's brokers on the addresses of its ``bootstrap``, and,
+ZooKeeper listens where ``zookeeper.connect`` points (a node a host: several make an ensemble),
+Temporal where ``temporal.address`` points, each cluster's brokers on the addresses of its ``bootstrap``, and,
 when ``stack.spark.workers`` asks for a Spark standalone cluster, its master where ``spark.master``
 points, with that many workers beside it.
 """
@@ -51,10 +51,9 @@ class Service:
 
 def build(config: Config) -> list[Service]:
     state = config.stack.state_dir
-    zk_host, zk_port = split_hostport(config.zookeeper.connect.partition("/")[0].split(",")[0])
     t_host, t_port = split_hostport(config.temporal.address)
     ui_port = config.temporal_ui_port
-    services = [zookeeper(state / "zookeeper", zk_host, zk_port)]
+    services = zookeepers(config)
     for cluster_id in config.clusters:
         services += kafka_cluster(config, cluster_id)
     services.append(_temporal(state / "temporal", t_host, t_port, ui_port, config.temporal.namespace))
@@ -120,9 +119,34 @@ def spark_home() -> str:
     return str(spec.submodule_search_locations[0])
 
 
-def zookeeper(home: Path, host: str, port: int) -> Service:
+def zookeepers(config: Config) -> list[Service]:
+    """One ZooKeeper node a host of ``zookeeper.connect``: one standalone, or an ensemble of several."""
+    hosts = [split_hostport(h) for h in config.zookeeper.connect.partition("/")[0].split(",")]
+    state = config.stack.state_dir
+    if len(hosts) == 1:
+        return [zookeeper("zookeeper", state / "zookeeper", *hosts[0])]
+    quorum = config.stack.zookeeper_quorum_ports
+    if len(quorum) != 2 * len(hosts):
+        raise StackError(
+            f"stack.zookeeper_quorum_ports: {len(hosts)} ZooKeeper hosts in zookeeper.connect need "
+            f"{2 * len(hosts)} ports (a quorum and an election port each), not {len(quorum)}"
+        )
+    servers = [f"server.{n}={h}:{quorum[2 * n - 2]}:{quorum[2 * n - 1]}" for n, (h, _) in enumerate(hosts, 1)]
+    return [
+        zookeeper(f"zookeeper-{n}", state / f"zookeeper-{n}", host, port, ensemble=servers, myid=n)
+        for n, (host, port) in enumerate(hosts, 1)
+    ]
+
+
+def zookeeper(
+    name: str, home: Path, host: str, port: int, *, ensemble: list[str] | None = None, myid: int = 0
+) -> Service:
+    """A ZooKeeper node: standalone, or with ``ensemble`` (its ``server.N`` lines) the node ``myid``."""
+
     def prepare() -> None:
         (home / "data").mkdir(parents=True, exist_ok=True)
+        if ensemble:
+            (home / "data" / "myid").write_text(f"{myid}\n")
         (home / "zoo.cfg").write_text(
             "\n".join(
                 [
@@ -133,6 +157,7 @@ def zookeeper(home: Path, host: str, port: int) -> Service:
                     "admin.enableServer=false",
                     "4lw.commands.whitelist=ruok,srvr,mntr",
                     "maxClientCnxns=0",
+                    *(["initLimit=10", "syncLimit=5", *ensemble] if ensemble else []),
                     "",
                 ]
             )
@@ -154,7 +179,7 @@ def zookeeper(home: Path, host: str, port: int) -> Service:
             str(home / "zoo.cfg"),
         ]
 
-    return Service("zookeeper", host, port, lambda: health.zookeeper(host, port), argv, prepare)
+    return Service(name, host, port, lambda: health.zookeeper(host, port), argv, prepare)
 
 
 def kafka_cluster(config: Config, cluster_id: str) -> list[Service]:

@@ -68,16 +68,23 @@ def test_temporal_probe_needs_the_grpc_health_service(impostor: tuple[int, list[
 
 def test_zookeeper_wrong_answer(impostor: tuple[int, list[bytes]]) -> None:
     port, answers = impostor
-    answers.append(b"ruok is not executed because it is not in the whitelist.")
+    answers.append(b"srvr is not executed because it is not in the whitelist.")
     result = health.zookeeper("127.0.0.1", port)
     assert not result.ok
     assert "whitelist" in result.detail
 
 
-def test_zookeeper_imok(impostor: tuple[int, list[bytes]]) -> None:
+@pytest.mark.parametrize("mode", ["standalone", "leader", "follower"])
+def test_zookeeper_serving(impostor: tuple[int, list[bytes]], mode: str) -> None:
     port, answers = impostor
-    answers.append(b"imok")
-    assert health.zookeeper("127.0.0.1", port) == health.Health(True, "imok")
+    answers.append(f"Zookeeper version: 3.8.4\nMode: {mode}\nNode count: 5\n".encode())
+    assert health.zookeeper("127.0.0.1", port) == health.Health(True, mode)
+
+
+def test_a_zookeeper_node_without_its_quorum_is_down(impostor: tuple[int, list[bytes]]) -> None:
+    port, answers = impostor
+    answers.append(b"This ZooKeeper instance is not currently serving requests\n")
+    assert health.zookeeper("127.0.0.1", port) == health.Health(False, "not serving: no quorum")
 
 
 @pytest.mark.parametrize(
