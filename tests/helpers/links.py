@@ -21,13 +21,15 @@ def linked(
     partitions: int,
     *,
     timeout_s: float = 60,
+    source: str = "primary",
+    target: str = "standby",
 ) -> str:
-    """Link ``link`` copying ``topics`` (already on the primary) to the standby, each of ``apps`` bound to
-    the primary and every gateway told, and the mirror copying all ``partitions`` of them; the link."""
-    routing.create_link(link, "primary", "standby", include=topics, actor=ACTOR, reason="test set-up")
+    """Link ``link`` copying ``topics`` (already on ``source``) to ``target``, each of ``apps`` bound to
+    ``source`` and every gateway told, and the mirror copying all ``partitions`` of them; the link."""
+    routing.create_link(link, source, target, include=topics, actor=ACTOR, reason="test set-up")
     epoch = 0
     for app in apps:
-        epoch = routing.set_binding(BindingKey.for_app(app), "primary", actor=ACTOR, reason="test set-up")
+        epoch = routing.set_binding(BindingKey.for_app(app), source, actor=ACTOR, reason="test set-up")
     wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=30)
     deadline = time.monotonic() + timeout_s
     while sum(len(m.partitions) for m in read_status(routing.zk, routing.layout, link)) < partitions:

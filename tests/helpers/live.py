@@ -189,28 +189,31 @@ def progress_until(
 ) -> Progress:
     """The saga's progress once ``done`` says so; asked in-process every 0.2 s, as a CLI process a time
     would cost a second each (of CPU the other tests share)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        progress = progress_of(live, saga)
+        if isinstance(progress, Progress) and done(progress):
+            return progress
+        assert time.monotonic() < deadline, f"{saga} never {what}: {progress}"
+        time.sleep(0.2)
+
+
+def progress_of(live: Live, saga: str) -> Progress | Exception:
+    """The saga's progress, asked once; the error where Temporal cannot say (the saga not started yet,
+    Temporal restarting)."""
     from temporalio.service import RPCError
 
     from switchyard.errors import StackError
 
-    async def waiting() -> Progress:
-        deadline = time.monotonic() + timeout_s
-        last: object = None
-        while True:
-            try:
-                client = await temporal.connect(live.config)
-                progress: Progress = await client.get_workflow_handle(saga).query(
-                    "progress", result_type=Progress
-                )
-                if done(progress):
-                    return progress
-                last = progress
-            except (RPCError, StackError) as exc:  # not started yet, or Temporal restarting
-                last = exc
-            assert time.monotonic() < deadline, f"{saga} never {what}: {last}"
-            await asyncio.sleep(0.2)
+    async def asking() -> Progress:
+        client = await temporal.connect(live.config)
+        found: Progress = await client.get_workflow_handle(saga).query("progress", result_type=Progress)
+        return found
 
-    return asyncio.run(waiting())
+    try:
+        return asyncio.run(asking())
+    except (RPCError, StackError) as exc:
+        return exc
 
 
 def capture(live: Live, workflow_id: str, run_id: str, name: str) -> None:

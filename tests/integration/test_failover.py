@@ -24,6 +24,7 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from tests.helpers.live import Live, capture
+from tests.helpers.migrations import seen_by_gateway
 from tests.helpers.raw import RawClient, commit_offset, join_group
 from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
 
@@ -107,6 +108,52 @@ def test_a_failover_moves_clients_at_once_and_accounts_for_every_record_left_beh
     # four records it read beyond the copy never reached the standby, and the standby's record 100 and on
     # were written since, not read (after a planned switch the same commit would land at 104)
     assert carried(live, standby.connect, app, group, (member_id, generation), topic, 104) == 100
+
+
+def test_a_forced_failover_brings_a_groups_commit_over_held_to_the_copy(
+    live: Live, routing: RoutingStore, brokers: tuple[PrivateService, PrivateService]
+) -> None:
+    """The source still answers, so the failover carries the groups' offsets after its flip; one past
+    the copy's end (a record left behind) is held to that end: the new cluster's records from it on are
+    written after the flip, and a group resuming past them would skip them."""
+    primary, standby = brokers
+    app, topic, link = (
+        f"app-{uuid.uuid4().hex[:6]}",
+        f"orders-{uuid.uuid4().hex[:6]}",
+        f"link-{uuid.uuid4().hex[:6]}",
+    )
+    group = f"{app}-readers"
+    if routing.cluster("primary").state is ClusterState.SHIELDED:  # type: ignore[union-attr]  # failed over from
+        routing.set_cluster_state("primary", ClusterState.ACTIVE, actor=ACTOR, reason="test")
+    kafka.create_topics(primary.connect, [topic], partitions=1)
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="test")
+    epoch = routing.set_binding(BindingKey.for_app(app), "primary", actor=ACTOR, reason="test")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    kafka.produce(primary.connect, topic, [kafka.Record(b"k", f"v{i}".encode()) for i in range(50)])
+    wait_until(lambda: kafka.partitions(standby.connect, lambda name: name == topic) == [(topic, 0)])
+    wait_until(lambda: kafka.ends_of(standby.connect, [(topic, 0)]) == {(topic, 0): 50})
+    routing.set_link_state(link, LinkState.PAUSED, actor=ACTOR, reason="test")
+    wait_until(lambda: statuses(routing, link) == {"paused"})
+    kafka.produce(primary.connect, topic, [kafka.Record(b"late", b"late")] * 5)  # never copied
+    assert live.gateway is not None
+    with RawClient(
+        live.gateway.port, client_id=app
+    ) as reader:  # it read everything, the records left behind too
+        member = join_group(reader, group, topic, timedelta(seconds=60))
+        assert commit_offset(reader, group, *member, topic, 55) == ErrorCode.none
+    seen_by_gateway(routing, topic, {app}, {(app, group)})
+
+    failed_over = live.cli("failover", app, "--from", "primary", "--link", link, "--force", "--wait")
+    assert failed_over.returncode == 0, failed_over.stdout + failed_over.stderr
+    (run,) = routing.ledger.saga_runs(saga_id([app]))
+    assert run.result is not None
+    assert run.result["groups_synced"] == 1, run.result["detail"]
+    capture(live, run.saga_id, run.run_id, "failover-forced-live")
+    try:
+        on_standby = committed_offsets(AdminClient({"bootstrap.servers": standby.connect}), group)
+        assert on_standby == {(topic, 0): 50}
+    finally:
+        live.cli("clusters", "unshield", "primary", "--reason", "test")
 
 
 def carried(

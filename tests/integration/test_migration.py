@@ -3,7 +3,6 @@ from the gateway's reports, moved with the topic while they run — and what eac
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 from confluent_kafka.admin import AdminClient
@@ -16,8 +15,8 @@ from switchyard.mirror.status import read_status
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import migration_id, migration_link
 from switchyard.traffic import Traffic
-from switchyard.usage import read_usage
 from tests.helpers.live import Live, capture, unique, wait_for_approval
+from tests.helpers.migrations import seen_by_gateway
 from tests.helpers.traffic import judge_consumer, topic_ids
 
 PARTITIONS = 3
@@ -54,7 +53,7 @@ def test_a_topic_moves_with_its_producer_and_both_consumers_and_the_source_copy_
     migration = None
     try:
         traffic.wait_for(300)
-        seen_by_gateway(routing, topic, {shop, billing, audit}, groups)
+        seen_by_gateway(routing, topic, {shop, billing, audit}, set(groups.items()))
         dry = live.cli("migrate-topic", topic, "--to", "standby", "--dry-run")
         assert dry.returncode == 0, dry.stdout + dry.stderr
         keys = sorted(
@@ -111,19 +110,3 @@ def assert_retired(routing: RoutingStore, primary: str, topic: str) -> None:
     for gone in (link, f"{link}-back"):
         assert routing.link(gone) is None
         assert read_status(routing.zk, routing.layout, gone) == []
-
-
-def seen_by_gateway(
-    routing: RoutingStore, topic: str, apps: set[str], groups: dict[str, str], timeout_s: float = 30
-) -> None:
-    """Until the gateway's published report shows each application, and each group committing, on the
-    topic."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        uses = [u for u in read_usage(routing.zk, routing.layout, within_s=600) if u.topic == topic]
-        if {u.app for u in uses} == apps and {(u.app, u.group) for u in uses if u.group} == set(
-            groups.items()
-        ):
-            return
-        assert time.monotonic() < deadline, uses
-        time.sleep(0.5)
