@@ -24,9 +24,19 @@ from switchyard.keys import BindingKey
 from switchyard.ledger.sagas import SagaRun
 from switchyard.model import BindingState
 from switchyard.routing.store import RoutingStore
-from switchyard.sagas.ids import saga_id
 from switchyard.table import render
 from tests.helpers import chaos_plot
+from tests.helpers.chaos_sagas import (
+    MOVED,
+    RATE,
+    Drill,
+    Failover,
+    Ground,
+    PartitionMigration,
+    Saga,
+    Switches,
+    TopicMigration,
+)
 from tests.helpers.compat import App, judge, last_records, longest_gap, prepare, wait_until
 from tests.helpers.live import Live, unique, wait_for_approval
 from tests.helpers.victims import Struck, Victim
@@ -35,11 +45,13 @@ LIBRARIES = ("kafkajs", "confluent-kafka/consumer", "java")
 """kafkajs produces at its defaults, not idempotent (a resend racing a held write would be written
 twice); confluent-kafka's consumers speak the consumer group protocol (KIP-848); the Java client's the
 classic one, its producer idempotent by default."""
-RATE = 10
-"""Records per second per application: with its two consumer groups each, beside a gateway, a mirror, a
-worker and the services, on two cores."""
-STRIKE_WITHIN_S = 2.0
-"""The strike comes at a random moment this long after the saga was started: mostly while it runs."""
+KINDS = ("switch", "switch", "failover", "migrate-topic", "migrate-partition", "drill")
+"""The sagas of ``make chaos``, in an order each round shuffles (tests/helpers/chaos_sagas.py): the
+long-lived applications' switchovers and switchbacks, and the kinds that move something of their own."""
+STRIKE_WITHIN_S = {"migrate-topic": 5.0, "drill": 12.0}
+"""The strike comes at a random moment this long after the saga was started (2 s where not named):
+mostly while it runs. A topic migration blocks its keys about 2 s after its start and flips 1-2 s later;
+a drill's switches come 4-9 s after its start, its canary counts until about 12 s."""
 PAUSE_MOST_S = 6.0
 """A frozen process is let go, and a killed service started again, after a random pause this long at
 most."""
@@ -49,6 +61,7 @@ APPROVED_AFTER_S = 2.0
 """A trial held at an approval is approved this long after its struck process is back: requests reach
 the process started again while the keys are still blocked, and must be held there too."""
 ENDED_WITHIN_S = 300.0
+OPERATOR_EVERY_S = 3.0
 
 
 @dataclass
@@ -70,6 +83,8 @@ class Trial:
     """Per application, its longest wait between two acknowledgements during the trial."""
     problems: list[str] = field(default_factory=list)
     """What the trial saw that it should not have (the run goes on, and fails at its end)."""
+    saw: str = ""
+    """What the saga's own applications saw, in figures (a failover's records left behind)."""
 
     @property
     def held_most_s(self) -> float:
@@ -85,7 +100,7 @@ class Trial:
         return [
             self.kind, hit.victim if hit else "-", hit.signal if hit else "-", when,
             f"{hit.back_s:.1f}" if hit else "-", self.outcome, f"{self.saga_held_s:.2f}",
-            f"{self.held_most_s:.2f}", "; ".join(self.problems)[:120] or "-",
+            f"{self.held_most_s:.2f}", self.saw or "-", "; ".join(self.problems)[:120] or "-",
         ]  # fmt: skip
 
 
@@ -98,6 +113,7 @@ HEADERS = [
     "outcome",
     "saga held s",
     "clients held s",
+    "saw",
     "problems",
 ]
 
@@ -106,7 +122,7 @@ def proves_something(trials: list[Trial]) -> None:
     """A run in which no saga switched fails: each trial may compensate (a saga that cannot go on puts
     everything back), so a run of compensations alone would pass while showing nothing of a switch
     under chaos — and a defect that made every switch compensate would pass with it."""
-    switched = [t for t in trials if t.outcome == "switched"]
+    switched = [t for t in trials if t.outcome in MOVED]
     assert switched, f"none of {len(trials)} sagas switched (all compensated): the run proves nothing"
 
 
@@ -143,46 +159,59 @@ def applications(
 def run_trials(
     live: Live, routing: RoutingStore, config: Config, victims: list[Victim], workdir: Path, trials: int,
     seed: tuple[int, random.Random], at_approval: Callable[[Victim, random.Random], bool],
-    results: Path,
+    results: Path, kinds: tuple[str, ...] = ("switch",),
 ) -> list[Trial]:  # fmt: skip
-    """``trials`` switches back and forth, each with one of ``victims`` struck (each in turn, in an order
-    the ``seed`` shuffles) — killed while the saga waits at an approval where ``at_approval`` says so —
-    judged at the end; what each trial saw. Its trials, their picture and the figures per process and
-    per saga go to ``results``."""
+    """``trials`` sagas of ``kinds`` (``KINDS``), each with one of ``victims`` struck (each in turn, in an
+    order the ``seed`` shuffles) — killed while the saga waits at an approval where ``at_approval`` says
+    so — judged at the end; what each trial saw. Its trials, their picture and the figures per process
+    and per saga go to ``results``."""
     number, rng = seed
     order = list(itertools.chain.from_iterable(rng.sample(victims, len(victims)) for _ in range(trials)))
+    sequence = list(itertools.chain.from_iterable(rng.sample(kinds, len(kinds)) for _ in range(trials)))
+    libraries = itertools.cycle(LIBRARIES)
     done: list[Trial] = []
+    locked: set[str] = set()
+    ground = Ground(live, routing, config, workdir)
     with applications(live, routing, config, workdir) as (apps, link):
-        keys = [a.app for a in apps]
-        kind = "switchover"
-        for victim in order[:trials]:
-            approval = at_approval(victim, rng)
-            trial = one_trial(live, routing, apps, kind, link if not done else "", victim, rng, approval)
+        switches = Switches(ground, apps, link)
+        drill = Drill(ground, Drill.schedule(ground, link)) if "drill" in kinds else None
+
+        def saga(kind: str) -> Saga:
+            away = "standby" if switches.on == "primary" else "primary"
+            if kind == "failover":  # from the cluster the long-lived applications are not on: it is shielded
+                return Failover(ground, next(libraries), away, switches.on)
+            if kind == "migrate-topic":
+                return TopicMigration(ground, next(libraries), switches.on, away)
+            if kind == "migrate-partition":
+                return PartitionMigration(ground, next(libraries), switches.on, away)
+            return drill if kind == "drill" and drill is not None else switches
+
+        for victim, kind in zip(order[:trials], sequence, strict=False):
+            subject = saga(kind)
+            approval = subject.approvable and at_approval(victim, rng)
+            trial = one_trial(live, routing, apps, subject, victim, rng, approval, locked)
             done.append(trial)
             print(render(HEADERS, [trial.row()]).splitlines()[-1], flush=True)
-            if trial.outcome == "switched":
-                kind = "switchback" if kind == "switchover" else "switchover"
     print(render(HEADERS, [t.row() for t in done]))
     picture = chaos_plot.save(results, number, done)
     for by in ("victim", "kind"):
         print(render([by, "trials", "failed", "held p50 s", "held max s"], chaos_plot.summary(done, by)))
     print(f"trials and their picture: {picture.with_suffix('.json')}, {picture}")
-    judge_run(live, routing, config, keys, apps, done)
+    judge_run(live, routing, config, [a.app for a in apps], apps, done, locked)
     return done
 
 
 def one_trial(
-    live: Live, routing: RoutingStore, apps: list[App], kind: str, link: str, victim: Victim,
-    rng: random.Random, approval: bool,
+    live: Live, routing: RoutingStore, apps: list[App], subject: Saga, victim: Victim, rng: random.Random,
+    approval: bool, locked: set[str],
 ) -> Trial:  # fmt: skip
-    keys = [a.app for a in apps]
-    saga = saga_id(keys)
+    """``subject`` run with ``victim`` struck; the keys it locked added to ``locked``."""
+    kind = subject.kind
     signal = rng.choice(victim.strikes)
-    after, pause = rng.uniform(0, STRIKE_WITHIN_S), rng.uniform(0, PAUSE_MOST_S)
+    after, pause = rng.uniform(0, STRIKE_WITHIN_S.get(kind, 2.0)), rng.uniform(0, PAUSE_MOST_S)
+    subject.prepare()
     since = time.time()
-    asked = ["--approval", "before-flip"] if approval else []
-    started = live.cli(kind, *keys, *(["--link", link] if link else []), *asked, "--reason", "chaos")
-    assert started.returncode == 0, started.stdout + started.stderr
+    saga = subject.start(approval)
     if approval:  # killed where it can be: started again, it must hold what the dead one held
         signal = "SIGKILL" if "SIGKILL" in victim.strikes else signal
         wait_for_approval(live, saga)
@@ -195,19 +224,30 @@ def one_trial(
     else:
         time.sleep(after)
         struck, approving = victim.strike(signal, pause), 0.0
-    run = ended(live, routing, saga, since)
+    run = ended(live, routing, saga, since, subject)
     until = time.time()
     assert run.result is not None
     trial = Trial(
-        kind, run.outcome or "", approval, struck, approving, after, run.result["pause_ms"] / 1000,
+        kind, run.outcome or "", approval, struck, approving, after, subject.held_s(run),
         {a.library: longest_gap(list(a.seen().acked.values()), since, until) for a in apps},
     )  # fmt: skip
-    if trial.outcome not in ("switched", "compensated"):
+    trial.held_s.update(
+        {
+            f"{a.library} ({kind})": longest_gap(list(a.seen().acked.values()), since, until)
+            for a in subject.apps
+        }
+    )
+    trial.held_s.update(subject.clients_held_s(run))
+    locked.update(subject.keys(run))
+    if trial.outcome not in (*MOVED, "compensated", "failed"):  # a drill that failed says why (below)
         trial.problems.append(f"ended {trial.outcome}: {run.result.get('detail')}")
     if "FenceBroken" in (run.result.get("detail") or ""):  # nothing here writes around the gateway: a
         trial.problems.append(f"a write got past the block: {run.result['detail']}")  # held one let go
     if trial.held_most_s > trial.allowed_s:
         trial.problems.append(f"clients held {trial.held_most_s:.1f}s > {trial.allowed_s:.1f}s allowed")
+    verdict = subject.finish(run, [struck.span])
+    trial.problems += verdict.problems
+    trial.saw = verdict.saw
     wait_until(
         f"traffic after {kind} with {victim.name} struck", apps,
         lambda a, s: sum(t > until for t in s.acked.values()) >= RATE, 120,
@@ -215,9 +255,11 @@ def one_trial(
     return trial
 
 
-def ended(live: Live, routing: RoutingStore, saga: str, since: float) -> SagaRun:
-    """The saga's run started after ``since``, once the ledger has its end."""
+def ended(live: Live, routing: RoutingStore, saga: str, since: float, subject: Saga) -> SagaRun:
+    """The saga's run started after ``since``, once the ledger has its end; what an operator does for it
+    (``subject.operate``) done every few seconds meanwhile."""
     deadline = time.monotonic() + ENDED_WITHIN_S
+    operated = time.monotonic()
     while True:
         runs = [r for r in routing.ledger.saga_runs(saga, limit=1) if r.started_at.timestamp() >= since - 1]
         if runs and runs[0].outcome is not None:
@@ -225,16 +267,21 @@ def ended(live: Live, routing: RoutingStore, saga: str, since: float) -> SagaRun
         if time.monotonic() > deadline:
             shown = live.cli("sagas", "show", saga)
             raise AssertionError(f"{saga}: no end after {ENDED_WITHIN_S:g}s\n{shown.stdout}{shown.stderr}")
+        if time.monotonic() - operated > OPERATOR_EVERY_S:
+            subject.operate(saga)
+            operated = time.monotonic()
         time.sleep(0.5)
 
 
 def judge_run(
-    live: Live, routing: RoutingStore, config: Config, keys: list[str], apps: list[App], trials: list[Trial]
-) -> None:
+    live: Live, routing: RoutingStore, config: Config, keys: list[str], apps: list[App], trials: list[Trial],
+    locked: set[str],
+) -> None:  # fmt: skip
     binding = routing.binding(BindingKey.for_app(keys[0]))
     assert binding is not None
     assert binding.state is BindingState.ACTIVE
-    assert live.cli("sagas", "unlock", *keys).stdout == "".join(f"{k}: not locked\n" for k in keys)
+    every = sorted(locked | set(keys))
+    assert live.cli("sagas", "unlock", *every).stdout == "".join(f"{k}: not locked\n" for k in every)
     proves_something(trials)
     failed = [t for t in trials if t.problems]
     assert not failed, f"{len(failed)} of {len(trials)} trials failed: " + "; ".join(

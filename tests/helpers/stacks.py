@@ -25,24 +25,31 @@ KAFKA_DIST = Path(__file__).resolve().parents[2] / ".state" / "kafka-dist"
 """Apache Kafka's jars, resolved once for every test run and the demo (`make setup` resolves them)."""
 
 
-def stack_config_data(state_dir: Path) -> dict[str, Any]:
-    zk, primary, standby, temporal, ui, primary_controller, standby_controller = ports.reserve(7)
+def stack_config_data(state_dir: Path, brokers: int = 1, zookeepers: int = 1) -> dict[str, Any]:
+    """A stack on reserved ports: ZooKeeper (an ensemble of ``zookeepers`` nodes), Temporal and two
+    clusters of ``brokers`` brokers each."""
+    zk, quorum = ports.reserve(zookeepers), ports.reserve(2 * zookeepers if zookeepers > 1 else 0)
+    temporal, ui = ports.reserve(2)
+    clients = {c: ports.reserve(brokers) for c in ("primary", "standby")}
+    controllers = {c: ports.reserve(brokers) for c in ("primary", "standby")}
+
+    def listed(found: list[int]) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in found)
+
     return {
-        "clusters": {
-            "primary": {"bootstrap": f"127.0.0.1:{primary}"},
-            "standby": {"bootstrap": f"127.0.0.1:{standby}"},
-        },
+        "clusters": {c: {"bootstrap": listed(clients[c])} for c in ("primary", "standby")},
         "default_cluster": "primary",
-        "zookeeper": {"connect": f"127.0.0.1:{zk}"},
+        "zookeeper": {"connect": listed(zk)},
         "temporal": {"address": f"127.0.0.1:{temporal}"},
         "gateway": {"bootstrap_port": ports.reserve_block(16)},
         "stack": {
             "state_dir": str(state_dir),
             "temporal_ui_port": ui,
+            **({"zookeeper_quorum_ports": quorum} if quorum else {}),
             "kafka": {"dist_dir": str(KAFKA_DIST), **_kafka_version()},
             "clusters": {
-                "primary": {"controllers": f"127.0.0.1:{primary_controller}"},
-                "standby": {"controllers": f"127.0.0.1:{standby_controller}"},
+                c: {"controllers": listed(controllers[c]), **({"brokers": brokers} if brokers > 1 else {})}
+                for c in ("primary", "standby")
             },
         },
         "spark": {"submit_args": QUICK_JVMS},
@@ -71,11 +78,13 @@ QUICK_JVMS = [
 light, and on the 2-core test machine this takes some 4 s off each job's 14 (see docs/testbed.md)."""
 
 
-def write_stack_config(directory: Path) -> Path:
-    """A config for an isolated stack on reserved ports, its state under ``directory``."""
+def write_stack_config(directory: Path, brokers: int = 1, zookeepers: int = 1) -> Path:
+    """A config for an isolated stack on reserved ports (clusters of ``brokers`` brokers, ZooKeeper of
+    ``zookeepers`` nodes), its state under ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "switchyard.yaml"
-    path.write_text(yaml.safe_dump(stack_config_data(directory / "state"), sort_keys=False))
+    data = stack_config_data(directory / "state", brokers, zookeepers)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 

@@ -6,6 +6,7 @@ was gone: a trial's bound on how long clients are held counts from it."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import time
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from switchyard.stack import Stack, health
-from tests.helpers.processes import GatewayProcess, SupervisedProcess, children
+from tests.helpers.processes import GatewayProcess, SupervisedProcess, children, descendants
 
 STRIKES = ("SIGKILL", "SIGSTOP")
 BACK_WITHIN_S = 90.0
@@ -46,12 +47,14 @@ class Victim(ABC):
         ``pause_s``; what happened."""
         at, started = time.time(), time.monotonic()
         if sig == "SIGSTOP":
-            pid = self.pid()
-            os.kill(pid, signal.SIGSTOP)
+            frozen = self.frozen()
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
             try:
                 time.sleep(pause_s)
             finally:
-                os.kill(pid, signal.SIGCONT)
+                for pid in frozen:
+                    os.kill(pid, signal.SIGCONT)
         elif sig == "SIGKILL":
             self.kill_and_restart(pause_s)
         else:
@@ -61,6 +64,10 @@ class Victim(ABC):
     @abstractmethod
     def pid(self) -> int:
         """The process a strike hits."""
+
+    def frozen(self) -> list[int]:
+        """The processes a SIGSTOP freezes."""
+        return [self.pid()]
 
     @abstractmethod
     def kill_and_restart(self, pause_s: float) -> None:
@@ -100,6 +107,10 @@ class LoneGateway(Victim):
         assert self.gateway.process is not None
         return self.gateway.process.pid
 
+    def frozen(self) -> list[int]:
+        """The gateway's supervisor and every process it runs: all of them are the gateway."""
+        return [self.pid(), *descendants(self.pid())]
+
     def kill_and_restart(self, pause_s: float) -> None:
         self.gateway.stop(signal.SIGKILL)
         time.sleep(pause_s)
@@ -127,6 +138,22 @@ class StackService(Victim):
         _until(f"{service.name}'s port closed", lambda: not health.port_open(service.host, service.port))
         time.sleep(pause_s)
         self.stack.up(timeout_s=BACK_WITHIN_S)
+
+
+class OneOfSeveral(StackService):
+    """One of several services whose names start with ``prefix`` (the brokers of a cluster, the nodes
+    of a ZooKeeper ensemble), the next one at each strike: the others go on without it."""
+
+    def __init__(self, name: str, stack: Stack, prefix: str) -> None:
+        several = [s.name for s in stack.services if s.name.startswith(prefix)]
+        assert len(several) > 1, f"one {prefix}: its strike is StackService's"
+        super().__init__(name, stack, several[0])
+        self._turns = itertools.cycle(several)
+
+    def strike(self, sig: str, pause_s: float) -> Struck:
+        turn = next(self._turns)
+        self.service = next(s for s in self.stack.services if s.name == turn)
+        return super().strike(sig, pause_s)
 
 
 def _until(what: str, done: Callable[[], bool]) -> None:

@@ -14,3 +14,8 @@ def test_a_run_in_which_no_saga_switched_fails() -> None:
 
 def test_a_run_with_a_switch_among_compensations_counts() -> None:
     proves_something([Trial("switchover", "compensated"), Trial("switchover", "switched")])
+
+
+@pytest.mark.parametrize(("kind", "outcome"), [("migrate-topic", "migrated"), ("drill", "passed")])
+def test_a_run_in_which_another_kind_moved_what_it_moves_counts(kind: str, outcome: str) -> None:
+    proves_something([Trial("switchover", "compensated"), Trial(kind, outcome)])
