@@ -26,7 +26,7 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import migration_id, partition_migration_id, saga_id
 from switchyard.sagas.requests import Progress
-from tests.helpers.compat import App, judge, unaccounted_sends, unexpected_retries, wait_until
+from tests.helpers.compat import App, judge, unaccounted_sends, unexpected_retries, wait_until, written_twice
 from tests.helpers.links import linked
 from tests.helpers.live import Live, progress_of, unique
 from tests.helpers.migrations import seen_by_gateway
@@ -222,7 +222,7 @@ class Failover(OwnApplication):
         )  # fmt: skip
         self.app.stop()
         lost = set(s.acked) - set(there) - behind
-        twice = sorted(v for v, n in there.items() if n > 1)
+        twice = written_twice(self.app, there, restarts)
         again = sum(n > 1 for n in s.received("manual").values())
         return Verdict([
             *unaccounted_sends(s),

@@ -153,6 +153,11 @@ class GroupHandling:
             if there is None or member_id not in there[0]:
                 return
             where = source
+        if where != cluster:
+            log.info(
+                "group %s: member %s, not listed on %s (%d members there), joined on %s",
+                group, member_id, cluster, len(listed), where,
+            )  # fmt: skip
         gateway.members.joined(group, member_id, Member(where, None, consumer=consumer))
 
     def moved(self, request: Request, snapshot: RoutingSnapshot, now_on: str) -> bool:
