@@ -124,7 +124,7 @@ def zookeepers(config: Config) -> list[Service]:
     hosts = [split_hostport(h) for h in config.zookeeper.connect.partition("/")[0].split(",")]
     state = config.stack.state_dir
     if len(hosts) == 1:
-        return [zookeeper("zookeeper", state / "zookeeper", *hosts[0])]
+        return [zookeeper(state / "zookeeper", *hosts[0])]
     quorum = config.stack.zookeeper_quorum_ports
     if len(quorum) != 2 * len(hosts):
         raise StackError(
@@ -133,14 +133,15 @@ def zookeepers(config: Config) -> list[Service]:
         )
     servers = [f"server.{n}={h}:{quorum[2 * n - 2]}:{quorum[2 * n - 1]}" for n, (h, _) in enumerate(hosts, 1)]
     return [
-        zookeeper(f"zookeeper-{n}", state / f"zookeeper-{n}", host, port, ensemble=servers, myid=n)
+        zookeeper(state / f"zookeeper-{n}", host, port, name=f"zookeeper-{n}", ensemble=servers, myid=n)
         for n, (host, port) in enumerate(hosts, 1)
     ]
 
 
 def zookeeper(
-    name: str, home: Path, host: str, port: int, *, ensemble: list[str] | None = None, myid: int = 0
-) -> Service:
+    home: Path, host: str, port: int, *, name: str = "zookeeper", ensemble: list[str] | None = None,
+    myid: int = 0,
+) -> Service:  # fmt: skip
     """A ZooKeeper node: standalone, or with ``ensemble`` (its ``server.N`` lines) the node ``myid``."""
 
     def prepare() -> None:

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from workers.gateway.brokers.upstream import UpstreamError
 from workers.gateway.groups.handling import GroupHandling
-from workers.gateway.groups.members import Members
+from workers.gateway.groups.members import Member, Members
 from workers.gateway.routing import apis
 
 GROUP, MEMBER = "orders", "m-1"
@@ -53,14 +53,18 @@ def _member(member_id: str) -> Any:
     return SimpleNamespace(member_id=member_id, client_id="shop@reader")
 
 
-def looked_up(coordinator: Coordinator, *, protocol_offered: bool = True) -> str | None:
+def looked_up(
+    coordinator: Coordinator, *, protocol_offered: bool = True, known: Member | None = None
+) -> str | None:
     """The cluster a commit's member, sent to the standby (a link copies from the primary), is taken
-    to have joined on; None: left unknown."""
+    to have joined on (``known``: what the gateway had seen of it); None: left unknown."""
     offered = {apis.CONSUMER_GROUP_HEARTBEAT: (0, 1)} if protocol_offered else {}
     brokers = SimpleNamespace(
         version=lambda key, cap=None: cap or 0, offered=offered, upstream=lambda *_: coordinator
     )
     gateway: Any = SimpleNamespace(members=Members(), brokers=brokers)
+    if known is not None:
+        gateway.members.joined(GROUP, MEMBER, known)
     handling = GroupHandling(gateway, SimpleNamespace(credentials=None))  # type: ignore[arg-type]
     handling._copied_from = lambda snapshot, cluster, topics: "primary"  # type: ignore[method-assign]
     commit = SimpleNamespace(
@@ -95,3 +99,27 @@ def test_where_the_gateway_offers_no_consumer_protocol_its_groups_are_not_asked_
     coordinator = Coordinator(UpstreamError("a broker without the API closes the connection"))
     assert looked_up(coordinator, protocol_offered=False) == "primary"
     assert apis.CONSUMER_GROUP_DESCRIBE not in coordinator.asked
+
+
+SEEN_ON_THE_PRIMARY = Member("primary", 45.0, left=True, consumer=True)
+"""A KIP-848 member this gateway process saw join on the primary, moved by the switch since."""
+
+
+def test_a_consumer_protocol_member_seen_on_the_cluster_it_left_is_found_where_it_joined_again() -> None:
+    """It keeps its id: it joined the standby again through another process (the one that saw it there
+    was killed), and the standby's group lists it; taken for the primary's still, its commit would go
+    member-less to a group it is in (UNKNOWN_MEMBER_ID), its heartbeat be fenced."""
+    assert looked_up(Coordinator({MEMBER}), known=SEEN_ON_THE_PRIMARY) == "standby"
+
+
+def test_a_consumer_protocol_member_not_yet_joined_again_is_one_of_the_cluster_it_left() -> None:
+    """Told to rejoin, its commits carried: as before the lookup, where the standby cannot say too."""
+    assert looked_up(Coordinator(set()), known=SEEN_ON_THE_PRIMARY) == "primary"
+    assert looked_up(Coordinator(UpstreamError("closed")), known=SEEN_ON_THE_PRIMARY) == "primary"
+
+
+def test_a_classic_member_seen_is_not_asked_for() -> None:
+    """A classic member joins again under a new id: the id a request names is the old membership's."""
+    coordinator = Coordinator({MEMBER})
+    assert looked_up(coordinator, known=Member("primary", 45.0, left=True)) == "primary"
+    assert coordinator.asked == []

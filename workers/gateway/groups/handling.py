@@ -131,7 +131,12 @@ class GroupHandling:
         body = request.body
         group, member_id = body.group_id, body.member_id
         gateway = self.gateway
-        if not member_id or gateway.members.get(group, member_id) is not None:
+        if not member_id:
+            return
+        known = gateway.members.get(group, member_id)
+        if known is not None:
+            if known.consumer and known.cluster != cluster:
+                await self._rejoined_here(group, member_id, known, cluster)
             return
         source = self._copied_from(snapshot, cluster, topics)
         if source is None:
@@ -159,6 +164,21 @@ class GroupHandling:
                 group, member_id, cluster, len(listed), where,
             )  # fmt: skip
         gateway.members.joined(group, member_id, Member(where, None, consumer=consumer))
+
+    async def _rejoined_here(self, group: str, member_id: str, known: Member, cluster: str) -> None:
+        """A member of the consumer protocol keeps its id when it joins again on another cluster, and may
+        have done so through another process or gateway (this one's entry, from before its switch, then
+        names the cluster it left): if ``cluster``'s coordinator lists it, it is one of ``cluster``'s.
+        Else, not rejoined yet, it is told to, and its commits are carried. Trusted as it was, the entry
+        had its commits sent member-less to the group it is in, refused UNKNOWN_MEMBER_ID, and its
+        heartbeats fenced: what it had processed since its last commit, processed again (a chaos trial
+        that killed the gateway process it was connected to, of two)."""
+        here = await self._coordinators().members(cluster, group)
+        if here is None or member_id not in here[0]:
+            return
+        log.info("group %s: member %s, seen on %s, has joined %s", group, member_id, known.cluster, cluster)
+        moved = dataclasses.replace(known, cluster=cluster, left=False, rejoining=False)
+        self.gateway.members.joined(group, member_id, moved)
 
     def moved(self, request: Request, snapshot: RoutingSnapshot, now_on: str) -> bool:
         """Whether the member sending ``request`` joined on another cluster than ``now_on``, where the
