@@ -83,8 +83,10 @@ class Failover(SagaWorkflow):
             if request.policy.approval is not ApprovalPoint.NONE:
                 await self._await_approval("before the flip", request.policy.approval_timeout_s)
             await self._step("lock", steps.LOCK, locks, type(None), timeout_s=30, give_up_s=120)
-            early = probe.reachable and workflow.patched(GROUPS_BEFORE_FLIP)
-            synced_early = early and await self._groups_before_flip(plan, result)
+            carried_early, early = False, ""
+            if probe.reachable and workflow.patched(GROUPS_BEFORE_FLIP):
+                early = await self._groups_before_flip(plan, result)
+                carried_early = not early
             flip = FlipRequest(
                 saga, plan.keys, plan.epochs, plan.source, plan.target, plan.link, shield_source=True
             )
@@ -105,7 +107,7 @@ class Failover(SagaWorkflow):
         )  # fmt: skip
         flipped_at = workflow.now()
         unsynced = ""
-        if probe.reachable and not synced_early:  # forced: the groups' last offsets can still come over
+        if probe.reachable and not carried_early:  # forced: the groups' last offsets can still come over
             sync = GroupSyncRequest(
                 plan.link, plan.groups, request.policy.group_sync_timeout_s, keys=plan.keys, rewind=False
             )
@@ -127,27 +129,29 @@ class Failover(SagaWorkflow):
         result.rto_ms = result.pause_ms = millis(flipped_at - started)
         result.records_copied = sum(f.end for f in flipped.final)
         lost = sum(p.records for p in loss.partitions)
-        result.detail = f"{plan.source} shielded; at least {lost} records the copy never got (RPO){unsynced}"
+        result.detail = f"{plan.source} shielded; at least {lost} records the copy never got (RPO)"
+        result.detail += early + unsynced
         if request.policy.recovery_wait_s > 0:
             await self._lost_window(plan, request.policy.recovery_wait_s, result)
         return await self._finish(result)
 
-    async def _groups_before_flip(self, plan: Plan, result: SagaResult) -> bool:
-        """Whether a forced failover's groups came over just before its flip, while their members still
-        commit on the source: members rejoining on the target then resume about where they were, not at
-        the mirror's last carry (up to ``mirror.group_sync_interval_s`` behind, records they would
-        process again). Only where no member is on the target already, within a few seconds: otherwise
-        the flip goes on, and the sync is tried again after it (as before this patch)."""
-        sync = GroupSyncRequest(plan.link, plan.groups, 0.0, keys=plan.keys, rewind=False)
+    async def _groups_before_flip(self, plan: Plan, result: SagaResult) -> str:
+        """A forced failover's groups carried just before its flip, while their members still commit on
+        the source (empty), or why not. Members rejoining on the target then resume about where they
+        were, not at the mirror's last carry (up to ``mirror.group_sync_interval_s`` behind: records
+        they would process again). Only where no member is on the target already, within a few seconds:
+        otherwise the flip goes on, and the sync is tried again after it, never moving a group back
+        there (the gateways carry its members' commits after the flip)."""
+        sync = GroupSyncRequest(plan.link, plan.groups, 0.0, keys=plan.keys)  # the source is the truth yet
         try:
             synced = await self._step(
                 "sync groups", steps.SYNC_GROUPS, sync, GroupsSynced, timeout_s=EARLY_SYNC_S,
                 give_up_s=EARLY_SYNC_S,
             )  # fmt: skip
-        except Exception:
-            return False
+        except Exception as exc:
+            return f"; groups not carried before the flip ({reason(exc)})"
         result.groups_synced = synced.written + synced.unchanged
-        return True
+        return ""
 
     async def _lost_window(self, plan: Plan, wait_s: float, result: SagaResult) -> None:
         """Wait (durably) for the old primary to answer again, then measure exactly what it holds that

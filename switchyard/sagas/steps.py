@@ -278,9 +278,10 @@ class GroupSyncRequest:
     """The saga's keys: a group the gateways report them using by now (they report before acknowledging
     the block), which the plan did not know, is carried too — one whose consumers started just before."""
     rewind: bool = True
-    """A group further along on the target is moved back to the source's offsets: after a planned
-    switch's drain the source is the truth. Not after a failover's flip: what the group's members
-    committed through the gateways since (carried to the target) is newer than the source's."""
+    """A group further along on the target is moved back to the source's offsets: before a flip the
+    source is the truth (after a planned switch's drain, before a forced failover's flip). Not after a
+    failover's flip: what the group's members committed through the gateways since (carried to the
+    target) is newer than the source's."""
 
 
 @dataclass

@@ -50,9 +50,9 @@ def zookeeper(host: str, port: int, timeout_s: float = 2.0) -> Health:
             answer = _read_all(sock)
     except OSError as exc:
         return Health(False, f"unreachable: {exc}")
-    mode = re.search(rb"^Mode: (\w+)", answer, re.MULTILINE)
-    if mode:
-        return Health(True, mode[1].decode())
+    mode = re.search(rb"^Mode: ([\w-]+)", answer, re.MULTILINE)
+    if mode:  # a read-only node (cut off from its quorum, in read-only mode) takes no writes
+        return Health(mode[1] != b"read-only", mode[1].decode())
     if b"not currently serving" in answer:  # a node of an ensemble without its quorum
         return Health(False, "not serving: no quorum")
     return Health(False, f"answered {answer[:40]!r} to srvr (is srvr in 4lw.commands.whitelist?)")

@@ -24,6 +24,7 @@ from switchyard import kafka
 from switchyard.config import Config
 from switchyard.keys import BindingKey
 from switchyard.ledger.sagas import SagaRun
+from switchyard.model import ClusterState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import migration_id, partition_migration_id, saga_id
@@ -47,6 +48,8 @@ RATE = 10
 worker and the services, on two cores."""
 PARTITIONS = 2
 CONSUMED_WITHIN_S = 120.0
+Spans = list[tuple[float, float]]
+"""Wall-clock spans (start, end)."""
 MOVED = ("switched", "migrated", "passed")
 """The outcomes of a saga that moved what it moves (the others: compensated, or a failure)."""
 
@@ -116,9 +119,10 @@ class Saga(ABC):
         return {}
 
     @abstractmethod
-    def finish(self, run: SagaRun, restarts: list[tuple[float, float]]) -> Verdict:
+    def finish(self, run: SagaRun, restarts: Spans, cut: Spans) -> Verdict:
         """Once it ended: its own applications' last records, what they saw that they should not have,
-        and everything it made tidied away; ``restarts`` the wall-clock spans a struck process was gone."""
+        and everything it made tidied away; ``restarts`` the wall-clock spans a struck process was gone,
+        ``cut`` those that cut producers' connections (a gateway's, a broker's)."""
 
 
 class Switches(Saga):
@@ -145,7 +149,7 @@ class Switches(Saga):
         self.link = ""
         return saga_id(keys)
 
-    def finish(self, run: SagaRun, restarts: list[tuple[float, float]]) -> Verdict:
+    def finish(self, run: SagaRun, restarts: Spans, cut: Spans) -> Verdict:
         if run.outcome == "switched":
             self.kind = "switchback" if self.kind == "switchover" else "switchover"
         return Verdict([])
@@ -210,17 +214,18 @@ class Failover(OwnApplication):
         )  # fmt: skip
         return saga_id([self.app.app])
 
-    def finish(self, run: SagaRun, restarts: list[tuple[float, float]]) -> Verdict:
+    def finish(self, run: SagaRun, restarts: Spans, cut: Spans) -> Verdict:
         try:
             if run.outcome != "switched":  # nothing moved: it stays where it was, the copy going on
-                return planned(self.app, self.ground, self.source, self.target, restarts)
-            return self.judged(restarts)
+                return planned(self.app, self.ground, self.source, self.target, restarts, cut)
+            return self.judged(restarts, cut)
         finally:
             self.app.stop()
-            self.ground.cli("clusters", "unshield", self.source, "--reason", "chaos: the source is well")
+            if self.ground.routing.cluster(self.source).state is ClusterState.SHIELDED:  # type: ignore[union-attr]
+                self.ground.cli("clusters", "unshield", self.source, "--reason", "chaos: the source is well")
             self.ground.cli("links", "delete", self.link, "--force", "--reason", "chaos: the trial is over")
 
-    def judged(self, restarts: list[tuple[float, float]]) -> Verdict:
+    def judged(self, restarts: Spans, cut: Spans) -> Verdict:
         self.stopped()
         there = Counter(topic_ids(self.ground.bootstrap(self.target), self.app.topic))
         behind = set(topic_ids(self.ground.bootstrap(self.source), self.app.topic)) - set(there)
@@ -229,7 +234,7 @@ class Failover(OwnApplication):
         unread = consumed(self.app, lambda s: owed)
         self.app.stop()
         lost = set(s.acked) - set(there) - behind
-        twice = written_twice(self.app, there, restarts)
+        twice = written_twice(self.app, there, cut)
         again = sum(n > 1 for n in s.received("manual").values())
         return Verdict([
             *unread,
@@ -266,10 +271,10 @@ class TopicMigration(OwnApplication):
         if isinstance(progress, Progress) and progress.awaiting_approval:
             self.ground.cli("sagas", "approve", saga, "--reason", "chaos: nobody left on the source")
 
-    def finish(self, run: SagaRun, restarts: list[tuple[float, float]]) -> Verdict:
+    def finish(self, run: SagaRun, restarts: Spans, cut: Spans) -> Verdict:
         final, left = (self.target, self.source) if run.outcome == "migrated" else (self.source, self.target)
         try:
-            return planned(self.app, self.ground, final, left, restarts)
+            return planned(self.app, self.ground, final, left, restarts, cut)
         finally:
             self.app.stop()
 
@@ -293,16 +298,15 @@ class PartitionMigration(OwnApplication):
         )  # fmt: skip
         return partition_migration_id(self.app.topic, self.moved)
 
-    def finish(self, run: SagaRun, restarts: list[tuple[float, float]]) -> Verdict:
+    def finish(self, run: SagaRun, restarts: Spans, cut: Spans) -> Verdict:
         try:
-            return planned(self.app, self.ground, self.target, self.source, restarts, split=True)
+            return planned(self.app, self.ground, self.target, self.source, restarts, cut, split=True)
         finally:
             self.app.stop()
 
 
 def planned(
-    app: App, ground: Ground, final: str, left: str, restarts: list[tuple[float, float]],
-    *, split: bool = False,
+    app: App, ground: Ground, final: str, left: str, restarts: Spans, cut: Spans, *, split: bool = False,
 ) -> Verdict:  # fmt: skip
     """What a planned move promises its application, ended on ``final``: nothing lost, nothing twice
     (``split``: a partition migrated, its records before the end offset on ``left``)."""
@@ -311,7 +315,7 @@ def planned(
     consumed(app, lambda s: set(s.acked))  # judged below: what a group never processed is lost
     app.stop()
     clusters = ground.bootstrap(final), ground.bootstrap(left)
-    row, problems = judge(app, *clusters, restarts=restarts, split=split)
+    row, problems = judge(app, *clusters, restarts=restarts, split=split, cut=cut)
     return Verdict(problems, f"{app.library}: {row['acked']} records")
 
 
@@ -370,7 +374,7 @@ class Drill(Saga):
         canary = (run.result or {}).get("canary")
         return {"drill canary": max(canary["waits_s"], default=0.0)} if canary else {}
 
-    def finish(self, run: SagaRun, restarts: list[tuple[float, float]]) -> Verdict:
+    def finish(self, run: SagaRun, restarts: Spans, cut: Spans) -> Verdict:
         result = run.result or {}
         canary = result.get("canary") or {}
         switches = [(s["kind"], s["outcome"]) for s in result.get("sagas", [])]

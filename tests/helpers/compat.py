@@ -312,25 +312,27 @@ def refusals(s: Seen) -> list[str]:
     ]
 
 
-def written_twice(a: App, held: Counter[int], restarts: list[tuple[float, float]] | None) -> list[int]:
-    """The records ``held`` (each value's copies on the cluster) twice, but for those a struck process's
-    outage accounts for: acknowledged within it to a producer without idempotence (``IDEMPOTENT``)."""
+def written_twice(a: App, held: Counter[int], cut: list[tuple[float, float]] | None) -> list[int]:
+    """The records ``held`` (each value's copies on the cluster) twice, but for those an outage that cut
+    producers' connections accounts for (``cut``: the spans a gateway or a broker was gone):
+    acknowledged within it to a producer without idempotence (``IDEMPOTENT``)."""
     acked = a.seen().acked
     return sorted(
         v for v, n in held.items()
-        if n > 1 and (a.library in IDEMPOTENT or not during(acked.get(v, 0.0), restarts))
+        if n > 1 and (a.library in IDEMPOTENT or not during(acked.get(v, 0.0), cut))
     )  # fmt: skip
 
 
 def judge(
-    a: App, final: str, other: str, restarts: list[tuple[float, float]] | None = None, *, split: bool = False
-) -> tuple[dict[str, Any], list[str]]:
+    a: App, final: str, other: str, restarts: list[tuple[float, float]] | None = None, *, split: bool = False,
+    cut: list[tuple[float, float]] | None = None,
+) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
     """The application's row of figures over its switches, and what it saw that it should not have; the
     switches end on the cluster at ``final``, ``other`` being the one it left (``split``: a partition
     migrated, its records before the end offset left on ``other``: every record on one of the two,
     once). A poll's retriable error, or a commit refused for a lost connection, is a problem unless it
     came within one of ``restarts`` (wall-clock spans of a process restarted); every refused commit is
-    counted."""
+    counted. A record written twice is one only outside ``cut`` (see ``written_twice``)."""
     s = a.seen()
     manual, auto = s.received("manual"), s.received("auto")
     refused = Counter(b["commit"] for b in s.batches["manual"] if b["commit"])
@@ -347,7 +349,7 @@ def judge(
         on_final, on_other = on_final + on_other, Counter()
     leaked = set(on_other) - set(on_final)
     doubled = {v for v, n in on_final.items() if n > 1}
-    unexcused = written_twice(a, on_final, restarts)
+    unexcused = written_twice(a, on_final, cut)
     row = {
         "library": a.library,
         "through": a.setup,

@@ -6,6 +6,7 @@ was gone: a trial's bound on how long clients are held counts from it."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -48,13 +49,14 @@ class Victim(ABC):
         at, started = time.time(), time.monotonic()
         if sig == "SIGSTOP":
             frozen = self.frozen()
-            for pid in frozen:
-                os.kill(pid, signal.SIGSTOP)
             try:
+                for pid in frozen:
+                    os.kill(pid, signal.SIGSTOP)
                 time.sleep(pause_s)
             finally:
                 for pid in frozen:
-                    os.kill(pid, signal.SIGCONT)
+                    with contextlib.suppress(ProcessLookupError):  # gone meanwhile: the others go on
+                        os.kill(pid, signal.SIGCONT)
         elif sig == "SIGKILL":
             self.kill_and_restart(pause_s)
         else:

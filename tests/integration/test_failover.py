@@ -113,7 +113,7 @@ def test_a_failover_moves_clients_at_once_and_accounts_for_every_record_left_beh
 def test_a_forced_failover_brings_a_groups_commit_over_held_to_the_copy(
     live: Live, routing: RoutingStore, brokers: tuple[PrivateService, PrivateService]
 ) -> None:
-    """The source still answers, so the failover carries the groups' offsets after its flip; one past
+    """The source still answers, so the failover carries the groups' offsets just before its flip; one past
     the copy's end (a record left behind) is held to that end: the new cluster's records from it on are
     written after the flip, and a group resuming past them would skip them."""
     primary, standby = brokers

@@ -81,6 +81,12 @@ def test_zookeeper_serving(impostor: tuple[int, list[bytes]], mode: str) -> None
     assert health.zookeeper("127.0.0.1", port) == health.Health(True, mode)
 
 
+def test_a_read_only_zookeeper_node_is_down(impostor: tuple[int, list[bytes]]) -> None:
+    port, answers = impostor
+    answers.append(b"Zookeeper version: 3.8.4\nMode: read-only\n")
+    assert health.zookeeper("127.0.0.1", port) == health.Health(False, "read-only")
+
+
 def test_a_zookeeper_node_without_its_quorum_is_down(impostor: tuple[int, list[bytes]]) -> None:
     port, answers = impostor
     answers.append(b"This ZooKeeper instance is not currently serving requests\n")

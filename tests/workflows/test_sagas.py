@@ -444,7 +444,7 @@ def test_a_failover_refuses_a_source_that_answers_unless_forced(sagas: Sagas) ->
     calls = sagas.script.calls
     assert calls.count(steps.SYNC_GROUPS) == 1
     assert calls.index(steps.LOCK) < calls.index(steps.SYNC_GROUPS) < calls.index(steps.FLIP)
-    assert [r.rewind for r in sagas.script.requests[steps.SYNC_GROUPS]] == [False]
+    assert [r.rewind for r in sagas.script.requests[steps.SYNC_GROUPS]] == [True]  # the source the truth
 
 
 def test_a_forced_failover_whose_groups_cannot_come_over_before_its_flip_flips_and_tries_after(
@@ -461,6 +461,8 @@ def test_a_forced_failover_whose_groups_cannot_come_over_before_its_flip_flips_a
     forced = sagas.run(scenario)
     assert forced.outcome == "switched"
     assert forced.groups_synced == 2
+    assert "groups not carried before the flip (GroupActive" in forced.detail
+    assert [r.rewind for r in sagas.script.requests[steps.SYNC_GROUPS]] == [True, False]
     calls = sagas.script.calls
     assert calls.count(steps.SYNC_GROUPS) == 2
     assert (

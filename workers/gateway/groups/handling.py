@@ -127,7 +127,8 @@ class GroupHandling:
         on the bound cluster does not list, in a group settled there, joined on the cluster a link
         copies its topics from; in a group rebalancing there it may be one that has not rejoined yet, so
         that cluster is asked too, as it is for a join (a new member names itself as well). Remembered
-        either way; left unknown if the answer is unclear."""
+        either way; left unknown if the answer is unclear. A consumer-protocol member seen on another
+        cluster is asked for where its request goes (``_rejoined_here``)."""
         body = request.body
         group, member_id = body.group_id, body.member_id
         gateway = self.gateway
@@ -175,6 +176,8 @@ class GroupHandling:
         that killed the gateway process it was connected to, of two)."""
         here = await self._coordinators().members(cluster, group)
         if here is None or member_id not in here[0]:
+            return
+        if self.gateway.members.get(group, member_id) is not known:  # learnt otherwise meanwhile
             return
         log.info("group %s: member %s, seen on %s, has joined %s", group, member_id, known.cluster, cluster)
         moved = dataclasses.replace(known, cluster=cluster, left=False, rejoining=False)
