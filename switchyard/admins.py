@@ -32,18 +32,12 @@ milliseconds, and a slow one is asked again on a new client with the whole time-
 
 
 STALE_LEADER = frozenset(
-    {
-        KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.NOT_COORDINATOR,
-    }
-)  # fmt: skip
-"""Answers to a client whose idea of a partition's leader, or of a group's coordinator, is out of date.
-librdkafka's AdminClient keeps its metadata for ``topic.metadata.refresh.interval.ms`` (five minutes):
-after a broker restart a kept client's ListOffsets carried the old leader epoch, and every one was
-refused FENCED_LEADER_EPOCH for the 2.5 minutes a saga's step was retried, clients held (a chaos trial).
-On clusters of three brokers, a group sync's ConsumerGroupDescribe on a kept client was answered
-NOT_COORDINATOR for the 30 s its step was retried, a few trials after a broker of the cluster had been
-killed, and the switch compensated (a chaos trial; a new client asks who the coordinator is)."""
+    {KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION}
+)
+"""Answers to a client whose idea of a partition's leader is out of date. librdkafka's AdminClient keeps
+its metadata for ``topic.metadata.refresh.interval.ms`` (five minutes): after a broker restart a kept
+client's ListOffsets carried the old leader epoch, and every one was refused FENCED_LEADER_EPOCH for the
+2.5 minutes a saga's step was retried, clients held (a chaos trial)."""
 
 
 def stale_answer(exc: BaseException | None) -> bool:
