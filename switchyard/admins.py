@@ -40,17 +40,6 @@ client's ListOffsets carried the old leader epoch, and every one was refused FEN
 2.5 minutes a saga's step was retried, clients held (a chaos trial)."""
 
 
-def stale_answer(exc: BaseException | None) -> bool:
-    """Whether ``exc``, or an error it was raised from, is a broker's answer to a client whose idea of a
-    leader or a coordinator is out of date (``STALE_LEADER``): of one partition or group, not of every
-    request the client makes."""
-    while exc is not None:
-        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-            return exc.args[0].code() in STALE_LEADER
-        exc = exc.__cause__
-    return False
-
-
 def failed_in_client(exc: BaseException | None) -> bool:
     """Whether ``exc``, or an error it was raised from, is a request a new client would not have failed:
     one that failed in the client — no answer in time, a connection lost (librdkafka's own error codes

@@ -32,7 +32,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
-from switchyard.admins import failed_in_client, stale_answer
+from switchyard.admins import failed_in_client
 from switchyard.errors import KafkaOperationError
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.threads import at_once
@@ -128,9 +128,8 @@ def sync_groups(
         except KafkaOperationError as exc:
             report.skipped.append(str(exc))
             if failed_in_client(exc):
-                report.failed_in_client = str(exc)  # its clients are made anew after the round
-                if not stale_answer(exc):  # a client that cannot answer would fail each group after it
-                    break
+                report.failed_in_client = str(exc)
+                break
     return report
 
 

@@ -185,11 +185,6 @@ class OwnApplication(Saga):
         )
         wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=30)
 
-    def stopped(self) -> None:
-        """Its producer stopped and its last sends reported."""
-        self.app.signal("stop-producing")
-        wait_until("the producer's last records", [self.app], lambda a, s: s.produced is not None, 150)
-
 
 class Failover(OwnApplication):
     """A forced failover (the source still answers) of an application whose topic a link copies: no
@@ -226,7 +221,7 @@ class Failover(OwnApplication):
             self.ground.cli("links", "delete", self.link, "--force", "--reason", "chaos: the trial is over")
 
     def judged(self, restarts: Spans, cut: Spans) -> Verdict:
-        self.stopped()
+        stopped(self.app)
         there = Counter(topic_ids(self.ground.bootstrap(self.target), self.app.topic))
         behind = set(topic_ids(self.ground.bootstrap(self.source), self.app.topic)) - set(there)
         s = self.app.seen()
@@ -310,13 +305,18 @@ def planned(
 ) -> Verdict:  # fmt: skip
     """What a planned move promises its application, ended on ``final``: nothing lost, nothing twice
     (``split``: a partition migrated, its records before the end offset on ``left``)."""
-    app.signal("stop-producing")
-    wait_until("the producer's last records", [app], lambda a, s: s.produced is not None, 150)
+    stopped(app)
     consumed(app, lambda s: set(s.acked))  # judged below: what a group never processed is lost
     app.stop()
     clusters = ground.bootstrap(final), ground.bootstrap(left)
     row, problems = judge(app, *clusters, restarts=restarts, split=split, cut=cut)
     return Verdict(problems, f"{app.library}: {row['acked']} records")
+
+
+def stopped(app: App) -> None:
+    """``app``'s producer stopped and its last sends reported."""
+    app.signal("stop-producing")
+    wait_until("the producer's last records", [app], lambda a, s: s.produced is not None, 150)
 
 
 def consumed(app: App, owed: Callable[[Seen], set[int]]) -> list[str]:
