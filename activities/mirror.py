@@ -79,7 +79,7 @@ class MirrorActivities:
         second = stood_still(self.deps, link.source, first)
         return Fence([PartitionEnd(t, p, e) for (t, p), e in sorted(second.items())])
 
-    @step(steps.DRAIN)
+    @step(steps.DRAIN, held=True)
     def drain_link(self, request: DrainRequest) -> Drained:
         """Wait until the target holds everything below the fenced source ends (heartbeating the lag)."""
         link = self.deps.link(request.link)
@@ -155,7 +155,7 @@ class MirrorActivities:
                 still[key] = end
         return still
 
-    @step(steps.SYNC_GROUPS)
+    @step(steps.SYNC_GROUPS, held=True)
     def sync_groups(self, request: GroupSyncRequest) -> GroupsSynced:
         """The keys' groups' committed offsets, carried to the target through the map (after the drain),
         and no other group's: one the switch does not move never holds it up. Each waits until it is
@@ -219,7 +219,7 @@ class MirrorActivities:
             beat(f"waiting for groups to be idle on {cluster}: {named}")
             time.sleep(0.5)
 
-    @step(steps.CHECK_COPY)
+    @step(steps.CHECK_COPY, held=True)
     def check_copy(self, request: CopyCheckRequest) -> CopyChecked:
         """The last gate before the flip: the source still ends where it was fenced, the target holds
         exactly what was copied up to there — no more (nothing else wrote to it), no fewer (a record not

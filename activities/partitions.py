@@ -13,8 +13,8 @@ from confluent_kafka.admin import AdminClient
 
 from activities.deps import Deps
 from activities.pulse import beat
-from activities.recorded import step
-from activities.routing import RoutingActivities, request_id
+from activities.recorded import request_id, step
+from activities.routing import RoutingActivities
 from switchyard import kafka
 from switchyard.acked import acked_end
 from switchyard.errors import BindingConflict, BindingRefused, CopyFailed

@@ -15,7 +15,9 @@ from temporalio import activity
 from activities.deps import Deps
 from activities.errors import mapped
 from activities.pulse import pulsing
+from switchyard.errors import FlipLanded
 from switchyard.model import now
+from switchyard.sagas.ids import step_request_id
 
 log = logging.getLogger(__name__)
 Request = TypeVar("Request")
@@ -28,10 +30,16 @@ class HasDeps(Protocol):
 
 
 def step(
-    name: str, *, recorded: bool = True
+    name: str, *, recorded: bool = True, held: bool = False
 ) -> Callable[[Callable[[Any, Request], Result]], Callable[[Any, Request], Result]]:
     """Make a method of an activities class the saga step ``name`` (``recorded``: its attempts written
-    to the ledger, which only a saga's steps are: a scheduled check has no saga run to belong to)."""
+    to the ledger, which only a saga's steps are: a scheduled check has no saga run to belong to).
+
+    ``held``: a step a switch runs on its own worker while clients are held, before its flip. Those
+    steps reach the saga's history together, when the worker next reports; a worker killed just after
+    its flip leaves some unheard, and the next worker runs them again, after the flip. Then the step
+    must not run (a copy check fails on what clients wrote since, a group sync could move their
+    offsets back): it raises FlipLanded, and the saga goes forward from the flip."""
 
     def decorate(work: Callable[[Any, Request], Result]) -> Callable[[Any, Request], Result]:
         @functools.wraps(work)
@@ -39,6 +47,8 @@ def step(
             started = now()
             try:
                 with mapped(), pulsing():
+                    if held and activity.info().is_local:
+                        _before_the_flip(self.deps)
                     result = work(self, request)
             except BaseException as exc:
                 if recorded:
@@ -52,6 +62,18 @@ def step(
         return activity.defn(name=name)(run)
 
     return decorate
+
+
+def request_id(step_name: str) -> str:
+    """This run's request id for a step's routing change (the same on every retry of the step)."""
+    info = activity.info()
+    return step_request_id(info.workflow_run_id or info.workflow_id or info.activity_id, step_name)
+
+
+def _before_the_flip(deps: Deps) -> None:
+    flipped = deps.store.committed_epoch(request_id("flip"))
+    if flipped is not None:
+        raise FlipLanded(f"this saga's flip landed at epoch {flipped}; asked again after it")
 
 
 def figures(result: object) -> dict[str, Any]:

@@ -10,12 +10,10 @@ from __future__ import annotations
 import contextvars
 import time
 
-from temporalio import activity
-
 from activities.deps import Deps
 from activities.fence import stood_still
 from activities.pulse import beat
-from activities.recorded import step
+from activities.recorded import request_id, step
 from switchyard import kafka
 from switchyard.errors import AcksTimeout, BindingConflict, BindingRefused
 from switchyard.keys import BindingKey
@@ -26,7 +24,6 @@ from switchyard.routing import BindingChange, ClusterChange, LinkChange
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.locks import SagaLocks
 from switchyard.sagas import steps
-from switchyard.sagas.ids import step_request_id
 from switchyard.sagas.steps import (
     Acked,
     AcksRequest,
@@ -206,9 +203,3 @@ class RoutingActivities:
             except AcksTimeout as exc:
                 if time.monotonic() >= deadline:
                     raise AcksTimeout(epoch, exc.laggards, timeout_s) from None
-
-
-def request_id(step_name: str) -> str:
-    """This run's request id for a step's routing change (the same on every retry of the step)."""
-    info = activity.info()
-    return step_request_id(info.workflow_run_id or info.workflow_id or info.activity_id, step_name)

@@ -28,7 +28,7 @@ class TransactionActivities:
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
 
-    @step(steps.SETTLE)
+    @step(steps.SETTLE, held=True)
     def settle_transactions(self, request: SettleRequest) -> Settled:
         """Wait until no transaction is open on the partitions on the link's source (see the module)."""
         link = self.deps.link(request.link)

@@ -157,6 +157,11 @@ class SwitchRefused(SagaError):
     """The switch cannot be done as asked (the plan says why); nothing was changed."""
 
 
+class FlipLanded(SagaError):
+    """A step meant for before the flip, asked after the saga's flip landed (the worker that ran the held
+    steps died before the saga heard of them): the saga goes forward from the flip."""
+
+
 class FenceBroken(SagaError):
     """After the block, the source's partition ends kept moving: something writes around the gateway."""
 

@@ -226,17 +226,12 @@ class PlannedSwitch(SagaWorkflow):
         unblock.block_epoch = blocked.epoch
         if blocked.flipped:
             return self._landed(plan, blocked)
-        if workflow.patched(SETTLE_TRANSACTIONS):
-            wait_s = policy.transaction_wait_s
-            await self._step(
-                "settle transactions", steps.SETTLE, SettleRequest(plan.link, plan.partitions, wait_s),
-                Settled, timeout_s=wait_s + 30, give_up_s=wait_s + CHECK_GIVE_UP_S, local=brief,
-            )  # fmt: skip
-
-        if brief:
-            fence, drained, synced = await self._copy_then_fence_at_the_flip(plan, policy)
-        else:
-            fence, drained, synced = await self._fence_beside_copy(plan, policy)
+        try:
+            fence, drained, synced = await self._held(plan, policy, brief=brief)
+        except Exception as exc:  # one held step found the flip landed (the block had not: see ``_landed``)
+            if error_type(exc) != "FlipLanded":
+                raise
+            return self._landed(plan, blocked)
         for state, end in zip(self._progress.partitions, fence.ends, strict=True):
             state.source_end = end.end
         for state, end in zip(self._progress.partitions, drained.target_ends, strict=True):
@@ -257,11 +252,25 @@ class PlannedSwitch(SagaWorkflow):
             await self._await_approval("before the flip", policy.approval_timeout_s)
         return _Moved(plan, blocked, fence, drained, synced, verdict, brief)
 
+    async def _held(self, plan: Plan, policy: Policy, *, brief: bool) -> tuple[Fence, Drained, GroupsSynced]:
+        """The steps between the block and the checks before the flip."""
+        if workflow.patched(SETTLE_TRANSACTIONS):
+            wait_s = policy.transaction_wait_s
+            await self._step(
+                "settle transactions", steps.SETTLE, SettleRequest(plan.link, plan.partitions, wait_s),
+                Settled, timeout_s=wait_s + 30, give_up_s=wait_s + CHECK_GIVE_UP_S, local=brief,
+            )  # fmt: skip
+        if brief:
+            return await self._copy_then_fence_at_the_flip(plan, policy)
+        return await self._fence_beside_copy(plan, policy)
+
     def _landed(self, plan: Plan, blocked: Blocked) -> _Moved:
         """The flip had landed: a worker ran the steps while clients were held, the flip among them, and
-        died before the saga heard of them (local steps reach its history when their worker next reports
-        to Temporal). The copy was checked before that flip; the saga goes forward from it, and the flip
-        step, asked again, reads what it stored."""
+        died before the saga heard of them all (local steps reach its history when their worker next
+        reports to Temporal: none of them, or, when they took long, those up to some step). The next
+        worker's block, or the first held step it ran again, found the flip made. The copy was checked
+        before that flip; the saga goes forward from it, and the flip step, asked again, reads what it
+        stored."""
         for name in ("settle transactions", "fence", "drain", "sync groups", "check copy"):
             self._mark(name, "done", "before the flip, by a worker that died after it")
         return _Moved(

@@ -16,7 +16,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from activities.mirror import MirrorActivities
 from activities.routing import RoutingActivities
+from activities.transactions import TransactionActivities
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import LedgerError
@@ -24,7 +26,17 @@ from switchyard.keys import BindingKey
 from switchyard.mirror.mapstore import read_link
 from switchyard.model import BindingState, LinkState
 from switchyard.routing import BindingChange, RoutingStore
-from switchyard.sagas.steps import BlockRequest, FlipRequest, PartitionEnd, UnblockRequest
+from switchyard.sagas.steps import (
+    BlockRequest,
+    CopyCheckRequest,
+    DrainRequest,
+    FlipRequest,
+    GroupSyncRequest,
+    Partition,
+    PartitionEnd,
+    SettleRequest,
+    UnblockRequest,
+)
 from tests.helpers.deps import worker_deps
 from tests.helpers.records import fill_topic
 
@@ -96,6 +108,39 @@ def test_a_flip_whose_worker_died_before_its_ledger_row_is_found_made_when_retri
     binding = routing.binding(key)
     assert binding is not None
     assert (binding.cluster, binding.state) == ("standby", BindingState.ACTIVE)
+
+
+def test_the_held_steps_asked_again_on_the_sagas_worker_after_its_flip_say_it_landed_and_do_nothing(
+    activities: RoutingActivities, routing: RoutingStore, stack_config: Config
+) -> None:
+    """A worker killed just after its flip, whose held steps had reached the saga's history up to the
+    group sync, left the next worker to check the copy again: it failed on what clients wrote since, and
+    the saga compensated a switch that had happened. Run as the saga's local steps again, each held step
+    finds the flip made and says so, changing nothing; run as a separate activity (a failover's group
+    sync after its flip), it runs."""
+    app, topic, link = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("landed", "landed-t", "landed-l"))
+    fill_topic(stack_config.clusters["primary"].bootstrap, topic, 3, partitions=1, size=16)
+    fill_topic(stack_config.clusters["standby"].bootstrap, topic, 5, partitions=1, size=16)
+    _, flip = blocked_before_the_flip(routing, app, topic, link, end=3)
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, workflow_run_id=str(uuid.uuid4()), is_local=True)
+    made = env.run(activities.flip_keys, flip).epoch
+    mirror, transactions = MirrorActivities(activities.deps), TransactionActivities(activities.deps)
+    ends, partitions = [PartitionEnd(topic, 0, 3)], [Partition(topic, 0)]
+    held = [
+        (transactions.settle_transactions, SettleRequest(link, partitions, 5)),
+        (mirror.drain_link, DrainRequest(link, ends, 5, partitions)),
+        (mirror.sync_groups, GroupSyncRequest(link, [f"{app}-group"], 5, keys=flip.keys)),
+        (mirror.check_copy, CopyCheckRequest(link, ends, fenced_at_flip=True)),
+    ]
+    for run, request in held:
+        with pytest.raises(ApplicationError, match=f"FlipLanded: this saga's flip landed at epoch {made}"):
+            env.run(run, request)
+    assert routing.epoch() == made
+    separate = ActivityEnvironment()
+    separate.info = dataclasses.replace(env.info, is_local=False)
+    synced = separate.run(mirror.sync_groups, held[2][1])
+    assert (synced.written, synced.groups) == (0, []), synced  # it ran: no group had committed
 
 
 def test_a_fenced_flip_whose_source_moved_since_the_drain_writes_nothing(

@@ -137,6 +137,20 @@ HELD = [steps.BLOCK, steps.SETTLE, steps.DRAIN, steps.SYNC_GROUPS, steps.CHECK_C
 """The steps that run while clients are held."""
 
 
+@pytest.mark.parametrize("again", [steps.SETTLE, steps.DRAIN, steps.SYNC_GROUPS, steps.CHECK_COPY])
+def test_a_held_step_run_again_after_the_flip_landed_takes_the_saga_forward(sagas: Sagas, again: str) -> None:
+    """A worker killed just after its flip, whose held steps reached the history only up to some step
+    (they had taken long), leaves the next worker to run the rest again: the first of them finds the flip
+    made. The saga must take the flip as done — a fresh-clone run once compensated it instead, the copy
+    check failing on what clients had written since, and left the keys switched with no end recorded."""
+    sagas.script.fail[again] = refused("FlipLanded", "this saga's flip landed at epoch 12")
+    result = sagas.run(lambda s: _result(s, SwitchRequest(["orders"])))
+    assert result.outcome == "switched", result.detail
+    at = PLANNED.index(again)
+    assert sagas.script.calls == [*PLANNED[: at + 1], *PLANNED[PLANNED.index(steps.FLIP) :]]
+    assert all(s.state == "done" for s in result.steps), result.steps
+
+
 def test_every_step_while_clients_are_held_runs_on_the_sagas_worker(sagas: Sagas) -> None:
     """Held steps are local: no trip through the server before or after each (tens of milliseconds a
     step, most of a pause once). A worker that dies in one is noticed by the saga's decision time-out —
