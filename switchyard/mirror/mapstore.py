@@ -133,7 +133,13 @@ class MapFollower:
     def link(self, link_id: str) -> LinkRecords:
         """The offset map and final positions of ``link_id`` as stored now."""
         with self._lock:
-            self._catch_up()
+            try:
+                self._catch_up()
+            except BaseException:
+                # a take cut off (a step's cancellation raised in its thread) loses what the reader had
+                # fetched past ``_read_to``: the next read assigns the reader anew from there
+                self._reading = []
+                raise
             return _records_of(self._latest.values(), link_id)
 
     def close(self) -> None:

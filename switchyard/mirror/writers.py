@@ -20,6 +20,7 @@ from contextlib import contextmanager
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import LockTimeout, NoNodeError
+from kazoo.recipe.lock import Lock
 
 from switchyard.errors import RoutingUnavailable
 from switchyard.routing.layout import Layout
@@ -53,6 +54,9 @@ class GroupWriters:
             got = lock.acquire(timeout=timeout_s)
         except LockTimeout:
             got = False
+        except BaseException:
+            self._withdraw(lock)
+            raise
         if not got:
             raise RoutingUnavailable(
                 f"link {self.link_id}: another writer of its group offsets kept its turn for {timeout_s:g}s"
@@ -60,7 +64,22 @@ class GroupWriters:
         try:
             yield
         finally:
-            lock.release()
+            try:
+                lock.release()
+            except BaseException:
+                self._withdraw(lock)
+                raise
+
+    def _withdraw(self, lock: Lock) -> None:
+        """Take this writer's place out of the queue, after an error kazoo does not clean up after: the
+        CancelledError Temporal raises in a cancelled step's thread, at whatever line it runs. Left, the
+        place becomes the turn when the writers before it end, and is kept while this session lives."""
+        try:
+            for name in self.zk.get_children(lock.path):
+                if name.startswith(lock.prefix):  # this lock's own node, whether it learned its name or not
+                    self.zk.delete(f"{lock.path}/{name}")
+        except NoNodeError:
+            pass
 
     def _end_own_turns(self, path: str) -> None:
         mine = self.zk.client_id[0] if self.zk.client_id else None
