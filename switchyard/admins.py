@@ -32,12 +32,20 @@ milliseconds, and a slow one is asked again on a new client with the whole time-
 
 
 STALE_LEADER = frozenset(
-    {KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION}
-)
-"""Answers to a client whose idea of a partition's leader is out of date. librdkafka's AdminClient keeps
-its metadata for ``topic.metadata.refresh.interval.ms`` (five minutes): after a broker restart a kept
-client's ListOffsets carried the old leader epoch, and every one was refused FENCED_LEADER_EPOCH for the
-2.5 minutes a saga's step was retried, clients held (a chaos trial)."""
+    {
+        KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.NOT_COORDINATOR,
+    }
+)  # fmt: skip
+"""Answers to a client whose idea of a partition's leader, or of a group's coordinator, is out of date.
+librdkafka's AdminClient keeps its metadata for ``topic.metadata.refresh.interval.ms`` (five minutes):
+after a broker restart a kept client's ListOffsets carried the old leader epoch, and every one was
+refused FENCED_LEADER_EPOCH for the 2.5 minutes a saga's step was retried, clients held (a chaos trial).
+Its coordinator for a group it keeps until the entry goes unused for ``metadata.max.age.ms`` or that
+broker goes down, NOT_COORDINATOR answers or not: on clusters of three brokers a group sync's
+ConsumerGroupDescribe on a kept client, which had found the coordinator while a broker was down, was
+refused for the 30 s its step was retried once the group's offsets partition had gone back to that
+broker, and the switch compensated (a chaos trial). A new client asks who the coordinator is."""
 
 
 def failed_in_client(exc: BaseException | None) -> bool:

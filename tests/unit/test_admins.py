@@ -21,6 +21,7 @@ def test_failed_in_client_means_what_a_new_client_would_not_have_failed() -> Non
     assert failed_in_client(KafkaException(KafkaError(KafkaError._TIMED_OUT)))
     assert not failed_in_client(KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)))
     assert failed_in_client(KafkaException(KafkaError(KafkaError.FENCED_LEADER_EPOCH)))  # stale metadata
+    assert failed_in_client(KafkaException(KafkaError(KafkaError.NOT_COORDINATOR)))  # a stale coordinator
     assert not failed_in_client(KafkaOperationError("a member joined on the target"))
     wrapped = KafkaOperationError("group g: no answer in time")
     wrapped.__cause__ = FutureTimeout()
