@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?= infra/embedded.yaml
 PYTEST_ARGS ?=
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 
 .PHONY: setup system-packages bytecode demo test test-kafka39 unit integration bench chaos soak up down status lint clean
 

@@ -15,17 +15,19 @@ the flip. So they take turns:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import LockTimeout, NoNodeError
+from kazoo.exceptions import KazooException, LockTimeout, NoNodeError
 from kazoo.recipe.lock import Lock
 
 from switchyard.errors import RoutingUnavailable
 from switchyard.routing.layout import Layout
 from switchyard.routing.locks import SagaLocks
 
+log = logging.getLogger(__name__)
 TURN_WAIT_S = 15.0
 """How long a writer waits for its turn: a turn lasts one group's read and write (the mirror's), or one
 saga's sync of its groups."""
@@ -51,35 +53,33 @@ class GroupWriters:
             self._end_own_turns(path)
         lock = self.zk.Lock(path, self.writer)
         try:
-            got = lock.acquire(timeout=timeout_s)
-        except LockTimeout:
-            got = False
-        except BaseException:
-            self._withdraw(lock)
-            raise
-        if not got:
-            raise RoutingUnavailable(
-                f"link {self.link_id}: another writer of its group offsets kept its turn for {timeout_s:g}s"
-            )
-        try:
+            try:
+                got = lock.acquire(timeout=timeout_s)
+            except LockTimeout:
+                got = False
+            if not got:
+                kept = f"another writer of its group offsets kept its turn for {timeout_s:g}s"
+                raise RoutingUnavailable(f"link {self.link_id}: {kept}")
             yield
         finally:
             try:
                 lock.release()
-            except BaseException:
+            finally:
                 self._withdraw(lock)
-                raise
 
     def _withdraw(self, lock: Lock) -> None:
-        """Take this writer's place out of the queue, after an error kazoo does not clean up after: the
-        CancelledError Temporal raises in a cancelled step's thread, at whatever line it runs. Left, the
-        place becomes the turn when the writers before it end, and is kept while this session lives."""
+        """Make sure this writer's place is out of the queue, whatever ended its turn. Kazoo takes it out
+        only on its own errors, not on the CancelledError Temporal raises in a cancelled step's thread, at
+        whatever line it runs: left, the place becomes the turn when the writers before it end, and is
+        kept while this session lives."""
         try:
             for name in self.zk.get_children(lock.path):
                 if name.startswith(lock.prefix):  # this lock's own node, whether it learned its name or not
                     self.zk.delete(f"{lock.path}/{name}")
         except NoNodeError:
             pass
+        except KazooException as exc:  # the session's end takes the place out; the turn's outcome stands
+            log.warning("link %s: a place in the group writers' queue not withdrawn: %r", self.link_id, exc)
 
     def _end_own_turns(self, path: str) -> None:
         mine = self.zk.client_id[0] if self.zk.client_id else None

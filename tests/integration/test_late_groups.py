@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -41,6 +42,7 @@ from tests.helpers.raw import (
 )
 from tests.integration.test_sagas import ACTOR, prepare
 from workers.gateway.routing import apis
+from workers.gateway.routing.holds import SHARE_OF_SESSION, UNKNOWN_SESSION_S
 
 SLOW = "3600"
 LIVE_OVERRIDES = {  # the module's deployment (tests/conftest.py)
@@ -210,6 +212,10 @@ def test_a_member_whose_client_joined_again_as_a_new_one_is_removed_where_it_was
     left_within(admin, group, 10, "the old member stayed on the primary")
 
 
+UNSEEN_HOLD_S = UNKNOWN_SESSION_S * SHARE_OF_SESSION
+"""How long the gateway holds a request of a member it never saw join (``workers.gateway.routing.holds``)."""
+
+
 def test_a_commit_held_at_the_block_from_a_member_the_gateway_never_saw_is_carried_at_the_flip(
     live: Live, routing: RoutingStore, stack_config: Config
 ) -> None:
@@ -221,7 +227,8 @@ def test_a_commit_held_at_the_block_from_a_member_the_gateway_never_saw_is_carri
 
     A hold of an unseen member's request lasts a third of the shortest default session (3.3 s); on a
     loaded machine the approval and the flip took longer once, and the hold ended with the retriable
-    NOT_COORDINATOR. The commit is sent again then, as a client does, and held again until the flip."""
+    NOT_COORDINATOR. The commit is sent again then, as a client does, and held again until the flip; a
+    NOT_COORDINATOR that comes sooner than the hold's end is a refusal, and fails the test."""
     app, topic, link = prepare(live, routing, stack_config)
     assert live.gateway is not None
     primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
@@ -234,15 +241,24 @@ def test_a_commit_held_at_the_block_from_a_member_the_gateway_never_saw_is_carri
     assert started.returncode == 0, started.stdout + started.stderr
     saga = saga_id([app])
     wait_for_approval(live, saga)
-    with RawClient(live.gateway.port, client_id=f"{app}@reader") as after:
-        held = send_commit(after, group, member, joined.member_epoch, topic, 3, version=9)
+    with RawClient(live.gateway.port, client_id=f"{app}@reader") as after, ThreadPoolExecutor(1) as reader:
+
+        def commit() -> tuple[ErrorCode, float]:
+            """The commit's answer, and how long after its sending it came."""
+            sent = time.monotonic()
+            held = send_commit(after, group, member, joined.member_epoch, topic, 3, version=9)
+            return committed(after.answer(held)), time.monotonic() - sent
+
+        first = reader.submit(commit)  # answered while the approval below is sent
         time.sleep(0.5)  # held: the key is blocked
         approved = live.cli("sagas", "approve", saga, "--reason", "go on")
         assert approved.returncode == 0, approved.stdout + approved.stderr
+        answered, waited = first.result(60)
         deadline = time.monotonic() + 60
-        while (answered := committed(after.answer(held))) == ErrorCode.not_coordinator:
+        while answered == ErrorCode.not_coordinator:  # held out: sent again, as a client does
+            assert waited > UNSEEN_HOLD_S - 0.2, f"refused after {waited:.2f}s, not held until its hold ended"
             assert time.monotonic() < deadline, "the commit was never let go"
-            held = send_commit(after, group, member, joined.member_epoch, topic, 3, version=9)
+            answered, waited = commit()
         assert answered == ErrorCode.none
     live.follow_to_switched(saga, "switchover", app)
     assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 3}
