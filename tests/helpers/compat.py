@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -219,7 +220,18 @@ def last_records(apps: list[App], consumers_within_s: float = 120) -> None:
     wait_until(
         "the consumers' last records", apps,
         lambda a, s: all(set(s.acked) <= set(s.received(g)) for g in ("manual", "auto")), consumers_within_s,
+        account=behind,
     )  # fmt: skip
+
+
+def behind(s: Seen) -> str:
+    """Per group, how many acknowledged records it has not received and when its last batch came: which
+    consumer stopped, and since when (the log's tail shows whichever client spoke last)."""
+    return "; ".join(
+        f"{g}: {len(set(s.acked) - set(s.received(g)))} of {len(s.acked)} not received, last batch at "
+        + (time.strftime("%H:%M:%S", time.gmtime(s.batches[g][-1]["t"])) if s.batches[g] else "none")
+        for g in ("manual", "auto")
+    )
 
 
 def longest_gap(times: list[float], since: float, until: float) -> float:
@@ -228,7 +240,11 @@ def longest_gap(times: list[float], since: float, until: float) -> float:
     return max(b - a for a, b in itertools.pairwise([since, *inside, until]))
 
 
-def wait_until(what: str, apps: list[App], done: Any, timeout_s: float) -> None:
+def wait_until(
+    what: str, apps: list[App], done: Any, timeout_s: float, account: Callable[[Seen], str] | None = None
+) -> None:
+    """Until ``done(app, seen)`` holds for every application; else the failure names the late ones, with
+    ``account(seen)`` of each when given, and the first one's log."""
     deadline = time.monotonic() + timeout_s
     while True:
         late = [a for a in apps if not done(a, a.seen())]
@@ -238,7 +254,8 @@ def wait_until(what: str, apps: list[App], done: Any, timeout_s: float) -> None:
             if a.process is not None and a.process.poll() is not None:
                 pytest.fail(f"{a.name}: the application exited ({a.process.returncode}):\n{a.log_tail()}")
         if time.monotonic() > deadline:
-            pytest.fail(f"{what}: still waiting for {[a.name for a in late]}:\n{late[0].log_tail()}")
+            said = "".join(f"\n{a.name}: {account(a.seen())}" for a in late) if account else ""
+            pytest.fail(f"{what}: still waiting for {[a.name for a in late]}:{said}\n{late[0].log_tail()}")
         time.sleep(0.5)
 
 
