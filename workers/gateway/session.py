@@ -55,6 +55,8 @@ from workers.gateway.framing.protocol import (
     with_size,
 )
 from workers.gateway.framing.sasl import Credentials, SaslError
+from workers.gateway.groups import coordinated
+from workers.gateway.groups.coordinator import coordinator
 from workers.gateway.groups.handling import GroupHandling, Send
 from workers.gateway.migrated.offsets import Listed
 from workers.gateway.migrated.partitions import Part, Split, listed_of
@@ -127,6 +129,9 @@ class ClientSession:
         self._retired: list[Upstream] = []
         """Broker connections left behind by a long poll answered early; closed when their answers are in."""
         self.groups = GroupHandling(gateway, self)
+        self._coordinating: dict[tuple[str, str], int] = {}
+        """Each group's coordinator by cluster, where a broker refused a request of the group as not its
+        coordinator and the cluster named another (:mod:`workers.gateway.groups.coordinated`)."""
         self._released: asyncio.Future[bool] | None = None
         """Set when the latest held request has been let go (the next held one waits for it): whether a
         Produce among those held before was answered with the retriable error."""
@@ -683,10 +688,17 @@ class ClientSession:
         snapshot: RoutingSnapshot,
         resolution: Resolution,
         node: int | None,
+        *,
+        follow: bool = True,
     ) -> Awaitable[Reply]:
-        """Write ``frame`` to a broker of the resolved cluster now; return its answer-to-be."""
+        """Write ``frame`` to a broker of the resolved cluster now; return its answer-to-be. A group's
+        request goes where its coordinator was last found, and where ``follow``, on to its coordinator
+        if the broker says it is not (:mod:`workers.gateway.groups.coordinated`)."""
         request, context, identity = incoming.request, incoming.context, incoming.identity
         key = request.api_key
+        group = context.group if key in apis.GROUP_APIS else None
+        if group is not None:
+            node = self._coordinating.get((resolution.cluster, group), node)
         try:
             upstream = self.upstream(resolution.cluster, node, long_poll=key in apis.LONG_POLLS)
         except UpstreamError as closed:  # shielded since this request was decided, or its broker gone
@@ -721,8 +733,41 @@ class ClientSession:
         if future is None:
             inflight.finish(ticket)
             return _ready(None)
-        answer = self._answer(request, future, upstream, ticket, identity, received=incoming.received)
+        on = None
+        if group is not None and follow:
+            on = self._follower(incoming, frame, snapshot, resolution, upstream=upstream, group=group)
+        answer = self._answer(request, future, upstream, ticket, identity, received=incoming.received, on=on)
         return self.later(answer)
+
+    def _follower(
+        self, incoming: Incoming, frame: bytes, snapshot: RoutingSnapshot, resolution: Resolution, *,
+        upstream: Upstream, group: str,
+    ) -> Callable[[bytes], Awaitable[Reply | None]]:  # fmt: skip
+        """What replaces a group request's answer that says ``upstream``'s broker does not coordinate
+        ``group``: the coordinator's, asked now (None: the answer says no such thing, or the cluster names
+        no other coordinator, and the client is told as the broker told it)."""
+
+        async def follow(answer: bytes) -> Reply | None:
+            request = incoming.request
+            if not coordinated.not_coordinator(request.api_key, decode_response(request, answer)):
+                return None
+            cluster = resolution.cluster
+            try:
+                now = await coordinator(
+                    self.gateway.brokers, self.upstream(cluster, None, long_poll=False), group
+                )
+            except (UpstreamError, TimeoutError, FrameError) as exc:
+                log.info("group %s: not at broker %s of %s, and no other found: %s", group, upstream.node,
+                         cluster, exc)  # fmt: skip
+                return None
+            if now == upstream.node:
+                return None
+            log.info("group %s: coordinated by broker %s of %s now, not %s", group, now, cluster,
+                     upstream.node)  # fmt: skip
+            self._coordinating[(cluster, group)] = now
+            return await (await self._forward(incoming, frame, snapshot, resolution, now, follow=False))
+
+        return follow
 
     def later(self, answer: Coroutine[Any, Any, Reply]) -> asyncio.Task[Reply]:
         """Run ``answer`` as a task the session waits for when it ends."""
@@ -757,7 +802,10 @@ class ClientSession:
         identity: Identity,
         *,
         received: float,
+        on: Callable[[bytes], Awaitable[Reply | None]] | None = None,
     ) -> bytes | OwnAnswer:
+        """The client's answer to a forwarded request, from its broker's (``on``: what may replace it, a
+        group's coordinator's)."""
         sent = time.perf_counter()
         try:
             if ticket.superseded is not None:
@@ -774,6 +822,8 @@ class ClientSession:
                 return unanswered
         finally:
             self.gateway.inflight.finish(ticket)
+        if on is not None and (instead := await on(frame)) is not None:
+            return instead
         answered = time.perf_counter()
         cluster = upstream.cluster
         produced = await self._learn(request, frame, cluster, identity, ticket.epoch)
