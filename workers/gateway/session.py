@@ -495,6 +495,8 @@ class ClientSession:
         elif request.api_key in mapped.TRANSLATED_REQUESTS:
             given = forwarded_fetch(request.body) if request.api_key == apis.FETCH else None
             body = await self._in_cluster_offsets(incoming, given or request.body, snapshot, cluster)
+            if request.api_key == apis.DELETE_RECORDS:
+                body = await self.gateway.links.purge_bound(snapshot, cluster, body)
             if body is not request.body:
                 return replace_body(request, body)
         return request.frame

@@ -84,7 +84,7 @@ class Gateway:
         self.producers = ProducerIds(self.brokers, ProducerStore(zk, self.layout))
         self.transactions = Carrier(self.brokers, list(config.clusters), IssuerStore(zk, self.layout))
         """Transactional producers across a switch (:mod:`workers.gateway.producers.transactions`)."""
-        self.links = LinkLookup(config)
+        self.links = LinkLookup(config, zk, self.layout)
         self.real_ids = RealIds(self.brokers.topic_ids)
         self.usage = UsageTracker(config.gateway.usage_window_s)
         self.acked = AckedEnds()

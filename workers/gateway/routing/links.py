@@ -1,18 +1,25 @@
 """What the gateway needs to know of mirror links: which topics are a mirror's copy (only the mirror
 writes them until promoted), which link carries a group's commits from one cluster to another, that
-link's offset map (read from its target; once per promoted link, whose map is final), and where a
-promoted link's copy is presented in its source's offsets (:mod:`switchyard.mirror.presented`)."""
+link's offset map (read from its target; once per promoted link, whose map is final), where a
+promoted link's copy is presented in its source's offsets (:mod:`switchyard.mirror.presented`), and
+how far a link's mirror has copied (a purge of its source deletes no further)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterable
+from typing import Any
+
+from kazoo.client import KazooClient
 
 from switchyard.config import Config
 from switchyard.mirror.mapstore import LinkRecords, read_link
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.presented import Presented
+from switchyard.mirror.status import read_status
 from switchyard.model import Link, LinkState
+from switchyard.routing.layout import Layout
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.brokers.mapped import Lookup
 
@@ -20,8 +27,8 @@ _LINKS_REMEMBERED = 100
 
 
 class LinkLookup:
-    def __init__(self, config: Config) -> None:
-        self.config = config
+    def __init__(self, config: Config, zk: KazooClient, layout: Layout) -> None:
+        self.config, self.zk, self.layout = config, zk, layout
         self._mirrored: dict[tuple[str, str], bool] = {}
         self._mirrored_in: RoutingSnapshot | None = None
         self._records: dict[tuple[str, int], asyncio.Future[LinkRecords]] = {}
@@ -55,6 +62,53 @@ class LinkLookup:
             if link.source == source and link.target == target and all(link.copies(t) for t in topics)
         ]  # fmt: skip
         return max(found, key=lambda link: link.epoch, default=None)
+
+    async def purge_bound(self, snapshot: RoutingSnapshot, cluster: str, body: Any) -> Any:
+        """A DeleteRecords ``body`` for ``cluster`` that deletes no record a running or paused link from
+        ``cluster`` has yet to copy: each partition's offset at most where the mirror reports it has
+        copied to (nothing, where no mirror reports the partition). Kafka Streams purges its
+        repartition topics up to what it has committed, which a loaded mirror was 44 records behind;
+        the copy stopped at the gap and the switch was refused (a fresh clone's suite). Streams purges
+        again at its next interval, further."""
+        copying = [
+            link for link in snapshot.links.values()
+            if link.source == cluster and link.state is not LinkState.PROMOTED
+            and any(link.copies(t.name) for t in body.topics)
+        ]  # fmt: skip
+        if not copying:
+            return body
+        keys = [
+            (t.name, p.partition_index) for t in body.topics for p in t.partitions
+            if any(link.copies(t.name) for link in copying)
+        ]  # fmt: skip
+        copied = await asyncio.to_thread(self._copied, copying, keys)
+        topics = []
+        for topic in body.topics:
+            if not any(link.copies(topic.name) for link in copying):
+                topics.append(topic)
+                continue
+            partitions = []
+            for p in topic.partitions:
+                most = copied[(topic.name, p.partition_index)]
+                wanted = most if p.offset < 0 else min(p.offset, most)  # -1: up to the high watermark
+                partitions.append(dataclasses.replace(p, offset=wanted))
+            topics.append(dataclasses.replace(topic, partitions=tuple(partitions)))
+        return dataclasses.replace(body, topics=tuple(topics))
+
+    def _copied(self, links: list[Link], keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """For each of ``keys`` the least, over those of ``links`` that copy its topic, of the next source
+        offset the link's mirror has copied it to (0 where no process of it reports the partition; each
+        reports only what its target acknowledged)."""
+        reported: list[tuple[Link, dict[tuple[str, int], int]]] = []
+        for link in links:
+            copied: dict[tuple[str, int], int] = {}
+            for member in read_status(self.zk, self.layout, link.id):
+                for status in member.partitions:
+                    copied[status.key] = max(copied.get(status.key, 0), status.mirrored)
+            reported.append((link, copied))
+        return {
+            key: min(copied.get(key, 0) for link, copied in reported if link.copies(key[0])) for key in keys
+        }
 
     async def link_records(self, link: Link) -> LinkRecords:
         """A link's offset map and final positions, from its target. Read once per promoted link (its
