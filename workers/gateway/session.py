@@ -699,10 +699,17 @@ class ClientSession:
         request, context, identity = incoming.request, incoming.context, incoming.identity
         key = request.api_key
         group = context.group if key in apis.GROUP_APIS else None
-        if group is not None:
-            node = self._coordinating.get((resolution.cluster, group), node)
+        learned = self._coordinating.get((resolution.cluster, group)) if group is not None else None
         try:
-            upstream = self.upstream(resolution.cluster, node, long_poll=key in apis.LONG_POLLS)
+            try:
+                upstream = self.upstream(
+                    resolution.cluster, node if learned is None else learned, long_poll=key in apis.LONG_POLLS
+                )
+            except UpstreamError:
+                if learned is None:
+                    raise
+                del self._coordinating[(resolution.cluster, cast(str, group))]  # gone: as decided
+                upstream = self.upstream(resolution.cluster, node, long_poll=key in apis.LONG_POLLS)
         except UpstreamError as closed:  # shielded since this request was decided, or its broker gone
             return self._refused(request, context.expects_response, closed)
         inflight = self.gateway.inflight
@@ -754,10 +761,8 @@ class ClientSession:
             if not coordinated.not_coordinator(request.api_key, decode_response(request, answer)):
                 return None
             cluster = resolution.cluster
-            try:
-                now = await coordinator(
-                    self.gateway.brokers, self.upstream(cluster, None, long_poll=False), group
-                )
+            try:  # asked of the broker that just answered: it is up
+                now = await coordinator(self.gateway.brokers, upstream, group)
             except (UpstreamError, TimeoutError, FrameError) as exc:
                 log.info("group %s: not at broker %s of %s, and no other found: %s", group, upstream.node,
                          cluster, exc)  # fmt: skip
@@ -767,6 +772,8 @@ class ClientSession:
             log.info("group %s: coordinated by broker %s of %s now, not %s", group, now, cluster,
                      upstream.node)  # fmt: skip
             self._coordinating[(cluster, group)] = now
+            if self._routed_otherwise_since(incoming, snapshot, resolution):  # held for nothing since
+                return OwnAnswer()  # the retriable error, as a request the new routing sends on
             return await (await self._forward(incoming, frame, snapshot, resolution, now, follow=False))
 
         return follow

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Iterable
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 
 from switchyard.config import Config
+from switchyard.errors import RoutingUnavailable
 from switchyard.mirror.mapstore import LinkRecords, read_link
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.presented import Presented
@@ -23,6 +26,7 @@ from switchyard.routing.layout import Layout
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.brokers.mapped import Lookup
 
+log = logging.getLogger(__name__)
 _LINKS_REMEMBERED = 100
 
 
@@ -81,7 +85,13 @@ class LinkLookup:
             (t.name, p.partition_index) for t in body.topics for p in t.partitions
             if any(link.copies(t.name) for link in copying)
         ]  # fmt: skip
-        copied = await asyncio.to_thread(self._copied, copying, keys)
+        try:
+            copied = await asyncio.to_thread(self._copied, copying, keys)
+        except (RoutingUnavailable, KazooException) as exc:  # ZooKeeper out: purge nothing this time
+            log.warning(
+                "purge of %s on %s held back: the mirror's progress is unknown: %s", keys, cluster, exc
+            )
+            copied = dict.fromkeys(keys, 0)
         topics = []
         for topic in body.topics:
             if not any(link.copies(topic.name) for link in copying):
@@ -90,7 +100,7 @@ class LinkLookup:
             partitions = []
             for p in topic.partitions:
                 most = copied[(topic.name, p.partition_index)]
-                wanted = most if p.offset < 0 else min(p.offset, most)  # -1: up to the high watermark
+                wanted = most if p.offset == -1 else min(p.offset, most)  # -1: up to the high watermark
                 partitions.append(dataclasses.replace(p, offset=wanted))
             topics.append(dataclasses.replace(topic, partitions=tuple(partitions)))
         return dataclasses.replace(body, topics=tuple(topics))
