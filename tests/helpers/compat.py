@@ -251,7 +251,9 @@ def wait_until(
         if not late:
             return
         for a in late:
-            if a.process is not None and a.process.poll() is not None:
+            # Its exit is looked at after its events were read: an application that wrote its last event
+            # and exited in between is read once more before being called gone.
+            if a.process is not None and a.process.poll() is not None and not done(a, a.seen()):
                 pytest.fail(f"{a.name}: the application exited ({a.process.returncode}):\n{a.log_tail()}")
         if time.monotonic() > deadline:
             said = "".join(f"\n{a.name}: {account(a.seen())}" for a in late) if account else ""
