@@ -113,6 +113,7 @@ class DrillActivities:
         traffic = Traffic(
             setup.bootstrap, setup.app, setup.topic, setup.group, idempotent=True,
             rate_per_s=request.rate_per_s, consumer_settings=self.deps.config.drills.consumer,
+            first=canary.first_value(activity.info().attempt),
         )  # fmt: skip
         began = (datetime.now(UTC), time.monotonic())
         traffic.start()

@@ -26,6 +26,15 @@ from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+GROUP_REQUEST_TIMEOUT_S = 3600.0
+"""librdkafka's own time-out for a group request (one its coordinator answers): the longest it takes.
+Callers wait by a deadline of their own (``future.result(timeout)``) and leave the request running.
+librdkafka (2.16, and its master in late 2026) frees a group request's state once this time-out passes
+while the group's coordinator is still being looked up; the FindCoordinator answer arriving later
+touches the freed state, and the process aborts (``rd_kafka_enq_once_del_source_return: Assertion
+`eonce->refcnt > 0' failed``) or segfaults. Chaos trials lost workers and mirrors so, a broker killed or
+frozen (librdkafka#4605 reports it of DescribeConsumerGroups). A request left to run does no harm: its
+answer, when one comes, is dropped, and a client retired with it still pending frees it safely."""
 KEPT_TIMEOUT_S = 2.0
 """A kept client's time-out in :meth:`Admins.retried`: a healthy cluster answers a group request in
 milliseconds, and a slow one is asked again on a new client with the whole time-out."""

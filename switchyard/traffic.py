@@ -113,8 +113,8 @@ class Reader:
 class Traffic:
     """A producer and consumer groups on one topic, in background threads.
 
-    The producer is ``app`` and sends the numbers 0, 1, 2, ... as values (``rate_per_s`` paces it; by
-    default it sends a record every few milliseconds). Each reader is an application of its own
+    The producer is ``app`` and sends the numbers ``first``, ``first`` + 1, ... as values (``rate_per_s``
+    paces it; by default it sends a record every few milliseconds). Each reader is an application of its own
     (``readers`` maps its AppID to its group), or by default ``app`` itself consuming in ``group``;
     ``process_s``, ``session_s``: as for :class:`Reader`; ``consumer_settings``: the readers' client settings
     beyond the application's own (default: the testbed's, see ``switchyard.stack``).
@@ -133,8 +133,10 @@ class Traffic:
         process_s: float = 0.0,
         session_s: float | None = None,
         consumer_settings: Mapping[str, Any] | None = None,
+        first: int = 0,
     ) -> None:
         self.topic = topic
+        self.first = first
         self.rate_per_s = rate_per_s
         self.stop_producing = threading.Event()
         self.sent = 0
@@ -253,9 +255,8 @@ class Traffic:
                     time.sleep(min(wait, 0.005))
                     continue
                 next_at = max(next_at + interval, time.monotonic() - 1.0)  # catch up a second at most
-            self.producer.produce(
-                self.topic, key=str(self.sent).encode(), value=str(self.sent).encode(), on_delivery=delivered
-            )
+            value = str(self.first + self.sent).encode()
+            self.producer.produce(self.topic, key=value, value=value, on_delivery=delivered)
             self.sent += 1
             self.producer.poll(0 if interval else 0.002)
         if self.producer.flush(60) != 0:

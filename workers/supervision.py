@@ -1,11 +1,13 @@
 """A command that supervises its own processes: started, started again when one ends, stopped together.
 
 The gateway runs several processes on its ports (``gateway.processes``, :mod:`workers.gateway.process`);
-the mirror runs its one process supervised, since a client library it relies on can abort the whole
-process on an ordinary event: librdkafka (up to 2.16 at least) asserts in a coordinator-bound admin
-request (DescribeConsumerGroups, ListConsumerGroupOffsets, AlterConsumerGroupOffsets) whose broker
-connection drops as it is sent — a broker restarted while the mirror carries group offsets
-(confluentinc/librdkafka#4605). Started again, the mirror resumes from what the target holds.
+the mirror and the worker run their one process supervised, since a client library they rely on can
+abort the whole process on an ordinary event: librdkafka (2.16, and its master) aborts or segfaults once
+a group request's own time-out passed while it looked for the group's coordinator and the answer then
+came (confluentinc/librdkafka#4605; :data:`switchyard.admins.GROUP_REQUEST_TIMEOUT_S` keeps Switchyard's
+own requests out of it). Started again, the mirror resumes from what the target holds, and the worker's
+activities are retried. Each process has Python's fault handler on (``PYTHONFAULTHANDLER``): one that
+dies of a signal leaves every thread's stack in its log.
 
 The supervisor starts the processes, starts again one that exits (after ``RESTART_AFTER_S``, more for
 one that keeps failing), and stops all of them on SIGTERM or SIGINT. Each process says when it serves,
@@ -83,7 +85,7 @@ class Supervisor:
         argv = list(self.command(index))
         read, write = os.pipe()
         os.set_blocking(read, False)
-        env = {**os.environ, **self.env(index), READY_FD: str(write)}
+        env = {**os.environ, "PYTHONFAULTHANDLER": "1", **self.env(index), READY_FD: str(write)}
         try:
             self._children[index] = (subprocess.Popen(argv, env=env, pass_fds=(write,)), time.monotonic())
         except BaseException:

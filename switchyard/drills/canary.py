@@ -16,6 +16,16 @@ from switchyard.traffic import Traffic, account
 
 BUCKET_MS = 100
 """The timeline's resolution: fine enough to show a pause of a few hundred milliseconds."""
+ATTEMPT_VALUES = 1_000_000_000
+"""Values each attempt of the canary has to itself: more than it sends in its longest run."""
+
+
+def first_value(attempt: int) -> int:
+    """The first value the canary's ``attempt`` (from 1) sends. An attempt after its worker died writes
+    values of its own to the same topic, so the records its predecessor left there are not taken for
+    its own written twice (a chaos trial's drill failed so); the records on the cluster are judged
+    across attempts (any value twice is a record written twice), acknowledgements by the last."""
+    return (attempt - 1) * ATTEMPT_VALUES
 
 
 def findings(

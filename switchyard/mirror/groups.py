@@ -32,7 +32,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
-from switchyard.admins import failed_in_client
+from switchyard.admins import GROUP_REQUEST_TIMEOUT_S, failed_in_client
 from switchyard.errors import KafkaOperationError
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.threads import at_once
@@ -203,7 +203,9 @@ def _write_group(
         )
         errors = [
             tp.error
-            for future in target.alter_consumer_group_offsets([request]).values()
+            for future in target.alter_consumer_group_offsets(
+                [request], request_timeout=GROUP_REQUEST_TIMEOUT_S
+            ).values()
             for tp in future.result(timeout_s).topic_partitions or ()
             if tp.error is not None
         ]
@@ -253,7 +255,7 @@ def committed_offsets(admin: AdminClient, group: str, timeout_s: float = 10.0) -
 
     def ask(timeout_s: float) -> dict[Key, int]:
         futures = admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s
+            [ConsumerGroupTopicPartitions(group)], request_timeout=GROUP_REQUEST_TIMEOUT_S
         )
         found: dict[Key, int] = {}
         for future in futures.values():
@@ -267,7 +269,9 @@ def committed_offsets(admin: AdminClient, group: str, timeout_s: float = 10.0) -
 
 def group_state(admin: AdminClient, group: str, timeout_s: float = 10.0) -> tuple[ConsumerGroupState, int]:
     def ask(timeout_s: float) -> tuple[ConsumerGroupState, int]:
-        for future in admin.describe_consumer_groups([group], request_timeout=timeout_s).values():
+        for future in admin.describe_consumer_groups(
+            [group], request_timeout=GROUP_REQUEST_TIMEOUT_S
+        ).values():
             description = future.result(timeout_s)
             return description.state, len(description.members)
         return ConsumerGroupState.UNKNOWN, 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from datetime import timedelta
@@ -165,6 +167,61 @@ def carried(
     with RawClient(live.gateway.port, client_id=app) as reader:
         assert commit_offset(reader, group, *member, topic, offset) == ErrorCode.none
     return committed_offsets(AdminClient({"bootstrap.servers": standby}), group).get((topic, 0))
+
+
+ASKER = """
+import sys, time
+from confluent_kafka.admin import AdminClient
+from switchyard.mirror.groups import group_state
+admin = AdminClient({"bootstrap.servers": sys.argv[1]})
+admin.list_topics(timeout=10)
+print("connected", flush=True)
+sys.stdin.readline()  # the broker is frozen
+try:
+    group_state(admin, sys.argv[2], timeout_s=1.0)
+    print("answered while frozen", flush=True)
+except Exception as exc:  # ours (TimeoutError) or librdkafka's (_TIMED_OUT)
+    print("timed out" if "TIMED_OUT" in repr(exc) or isinstance(exc, TimeoutError) else repr(exc), flush=True)
+sys.stdin.readline()  # thawed
+time.sleep(2)  # the coordinator's answer comes in
+print(group_state(admin, sys.argv[2], timeout_s=10.0)[0].name, flush=True)
+"""
+
+
+def test_a_group_request_that_timed_out_while_its_coordinator_was_sought_leaves_its_process_running(
+    brokers: tuple[PrivateService, PrivateService],
+) -> None:
+    """librdkafka (2.16, and its master) frees a coordinator request's state when the request's own
+    time-out passes before the coordinator is found; the FindCoordinator answer arriving later touches
+    it, and the process aborts (an assertion on a freed reference count) or segfaults. Chaos trials
+    lost a worker and a mirror so with a broker killed, and a drill's canary died with its worker. Asked
+    of a frozen broker about a group it has not asked of before, a group request times out for its
+    caller; once thawed, the process goes on and the client still answers."""
+    primary, _ = brokers
+    pid = primary.process.pid()
+    assert pid is not None
+    asker = subprocess.Popen(
+        [sys.executable, "-c", ASKER, primary.connect, f"never-asked-{uuid.uuid4().hex[:6]}"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert asker.stdin is not None
+    assert asker.stdout is not None
+    try:
+        assert asker.stdout.readline().strip() == "connected"
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            asker.stdin.write("frozen\n")
+            asker.stdin.flush()
+            assert asker.stdout.readline().strip() == "timed out"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        asker.stdin.write("thawed\n")
+        asker.stdin.flush()
+        said = asker.stdout.readline().strip()
+        assert asker.wait(30) == 0, f"the process ended {asker.returncode}"
+        assert said in {"EMPTY", "DEAD"}, said
+    finally:
+        asker.kill()
 
 
 def acknowledged_at(bootstrap: str, client_id: str, topic: str) -> float:

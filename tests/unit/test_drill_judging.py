@@ -59,6 +59,23 @@ def test_partitions_count_lost_records_their_window_and_records_written_twice() 
     assert canary.partition_figures(cast("Traffic", sent), held)[0].lost_window_ms == 500
 
 
+def test_a_canary_attempt_after_its_worker_died_takes_none_of_its_predecessors_records_for_its_own() -> None:
+    """The first attempt left 0, 1, 2 on the topic and died with its account; the second sends values of
+    its own, judged as acknowledged, while a record of either attempt there twice is still written twice."""
+    assert canary.first_value(1) == 0
+    first = canary.first_value(2)
+    sent = _Sent()
+    for i, partition in enumerate([0, 1, 0]):
+        sent.ack(first + i, partition, 1.0 + i / 10)
+    held = {0: Counter({0: 1, 1: 1, first: 1, first + 2: 1}), 1: Counter({2: 1, first + 1: 1})}
+
+    figures = canary.partition_figures(cast("Traffic", sent), held)
+
+    assert [(f.acked, f.lost, f.written_twice) for f in figures] == [(2, 0, 0), (1, 0, 0)]
+    held[1][2] += 1
+    assert canary.partition_figures(cast("Traffic", sent), held)[1].written_twice == 1
+
+
 def test_a_switch_wait_runs_to_the_first_acknowledgement_after_it() -> None:
     sent = _Sent()
     for value, at in enumerate([0.0, 0.1, 0.2, 3.5, 3.6]):  # a 3.3 s gap during a switch from 1 to 2

@@ -18,7 +18,7 @@ import threading
 import time
 import traceback
 
-from switchyard.admins import Admins
+from switchyard.admins import GROUP_REQUEST_TIMEOUT_S, Admins
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,9 @@ def is_member(
     retired (librdkafka's AdminClient may never answer a group request again after one)."""
     try:
         with admins.asking(cluster) as admin:
-            for future in admin.describe_consumer_groups([group], request_timeout=timeout_s).values():
+            for future in admin.describe_consumer_groups(
+                [group], request_timeout=GROUP_REQUEST_TIMEOUT_S
+            ).values():
                 return any(m.member_id == member_id for m in future.result(timeout_s).members)
     except Exception as exc:  # a describe that fails says nothing about the member
         log.info("group %s not described: %s", group, exc)
