@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the embedded stack needs, only when they are missing (idempotent).
-# ZooKeeper comes from Debian (with SLF4J's simple logger for its log); Java 17 runs it, Spark and the
+# ZooKeeper comes from Debian (with SLF4J's simple logger for its log); Java 17 (a JDK) runs it, Spark and the
 # Apache Kafka brokers, whose jars Maven resolves from Maven Central (`switchyard stack fetch`);
 # Node.js and npm run kafkajs in the client compatibility tests; Prometheus's promtool and Alertmanager's
 # amtool check infra/monitoring/ (rules, their unit tests, the example configs); Chromium and its
@@ -9,7 +9,7 @@
 set -euo pipefail
 
 need=()
-command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)  # the tests compile their Java applications
 command -v mvn >/dev/null 2>&1 || need+=(maven)
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 [ -f /usr/share/java/slf4j-simple.jar ] || need+=(libslf4j-java)

@@ -20,34 +20,27 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
-from switchyard.config import DEFAULT_KAFKA_VERSION, Config
+from switchyard.config import Config
 from switchyard.errors import NoSuchTopic
 from switchyard.routing.store import RoutingStore
-from switchyard.stack.distribution import KafkaDistribution
+from tests.helpers.java_apps import java_app
 from tests.helpers.links import linked
 from tests.helpers.live import unique
-from tests.helpers.stacks import KAFKA_DIST
 from tests.helpers.traffic import topic_ids
 
 ROOT = Path(__file__).resolve().parents[2]
-JAVA_CLIENT = [
-    "java", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-    "-cp", KafkaDistribution(DEFAULT_KAFKA_VERSION, KAFKA_DIST).classpath,
-]  # fmt: skip
-"""A JVM with the Java client of the stack's Kafka version: an application after it runs as a single
-source file."""
-_JAVA = [*JAVA_CLIENT, str(ROOT / "tests/compat/java/CompatApp.java")]
 NEW_PROTOCOL = ["--group-protocol", "consumer"]
-LIBRARIES = {
-    "confluent-kafka": [sys.executable, "-m", "tests.compat.confluent_app"],
-    "kafka-python": [sys.executable, "-m", "tests.compat.kafka_python_app"],
-    "aiokafka": [sys.executable, "-m", "tests.compat.aiokafka_app"],
-    "kafkajs": ["node", str(ROOT / "tests/compat/js/app.js")],
-    "java": _JAVA,
+LIBRARIES: dict[str, Callable[[], list[str]]] = {
+    "confluent-kafka": lambda: [sys.executable, "-m", "tests.compat.confluent_app"],
+    "kafka-python": lambda: [sys.executable, "-m", "tests.compat.kafka_python_app"],
+    "aiokafka": lambda: [sys.executable, "-m", "tests.compat.aiokafka_app"],
+    "kafkajs": lambda: ["node", str(ROOT / "tests/compat/js/app.js")],
+    "java": lambda: java_app("CompatApp"),
     # the libraries that speak the consumer group protocol (KIP-848), speaking it
-    "confluent-kafka/consumer": [sys.executable, "-m", "tests.compat.confluent_app", *NEW_PROTOCOL],
-    "java/consumer": [*_JAVA, *NEW_PROTOCOL],
+    "confluent-kafka/consumer": lambda: [sys.executable, "-m", "tests.compat.confluent_app", *NEW_PROTOCOL],
+    "java/consumer": lambda: [*java_app("CompatApp"), *NEW_PROTOCOL],
 }
+"""How each library's application is started (the Java one compiled on first use)."""
 IDEMPOTENT = frozenset({"java", "java/consumer"})
 """The libraries whose producer is idempotent at its defaults (the Java client's, since 3.0). The others
 send a request again when a connection's loss took its answer, and a record the cluster had written is
@@ -148,7 +141,7 @@ class App:
         self.dir.mkdir(parents=True)
         groups = ["--group", f"{self.app}-manual", "--auto-group", f"{self.app}-auto"] if consume else []
         argv = [
-            *LIBRARIES[self.library],
+            *LIBRARIES[self.library](),
             "--bootstrap", bootstrap, "--app", self.app, "--topic", self.topic, *groups,
             "--dir", str(self.dir), "--rate", str(rate), *(["--codecs", ",".join(codecs)] if codecs else []),
             *(["--session-ms", str(session_ms)] if session_ms else []),

@@ -25,7 +25,7 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.threads import Worker
-from tests.helpers.compat import JAVA_CLIENT, ROOT
+from tests.helpers.java_apps import java_app
 from tests.helpers.links import ACTOR, linked
 from tests.helpers.live import Live, unique
 from tests.helpers.stacks import transaction_version_1
@@ -243,7 +243,7 @@ class _JavaTransactions:
         assert live.gateway is not None
         self.tmp_path, self.events = tmp_path, tmp_path / "events"
         self.events.touch()
-        self.process = subprocess.Popen([*JAVA_CLIENT, str(ROOT / "tests/compat/java/TxnApp.java"),
+        self.process = subprocess.Popen([*java_app("TxnApp"),
                                          "--bootstrap", live.gateway.bootstrap, "--client-id", app,
                                          "--topic", topic, "--transactional-id", unique("txn"),
                                          "--dir", str(tmp_path), *options])  # fmt: skip
@@ -434,7 +434,7 @@ def test_a_kafka_streams_application_counts_exactly_once_across_a_round_trip(
     inputs = _Input(gateway, f"{app}@input", source)
     events = tmp_path / "events"
     events.touch()
-    streams = subprocess.Popen([*JAVA_CLIENT, str(ROOT / "tests/compat/java/StreamsApp.java"),
+    streams = subprocess.Popen([*java_app("StreamsApp"),
                                 "--bootstrap", gateway, "--client-id", f"{app}@streams",
                                 "--application-id", application_id, "--input", source, "--output", sink,
                                 "--dir", str(tmp_path)])  # fmt: skip

@@ -1,7 +1,7 @@
 // The compatibility application on the Java client (kafka-clients), at its default settings: the same
-// arguments, events and stop signals as the Python applications (tests/compat/app_io.py). Run as a
-// single source file, `java -cp 'LIBS/*' CompatApp.java ...`, against the jars of the stack's Kafka
-// distribution (tests/helpers/compat.py); `--group-protocol consumer` gives its consumers the new
+// arguments, events and stop signals as the Python applications (tests/compat/app_io.py). Compiled
+// once (tests/helpers/java_apps.py) and run, `java -cp 'CLASSES:LIBS/*' CompatApp ...`, against the jars
+// of the stack's Kafka distribution (tests/helpers/compat.py); `--group-protocol consumer` gives its consumers the new
 // group protocol (KIP-848), otherwise they keep the client's default.
 
 import java.io.FileOutputStream;

@@ -2,7 +2,7 @@
 // defaults but for exactly-once: processing.guarantee=exactly_once_v2. It counts the input records per
 // group (a record's value modulo 7): a repartition topic before the count, a changelog after it, and
 // each count's updates written to the output. Writes its state changes to DIR/events, and stops once
-// DIR/stop exists. Run as a single source file (tests/integration/test_transactions.py).
+// DIR/stop exists. Compiled once (tests/helpers/java_apps.py).
 
 import java.io.FileOutputStream;
 import java.io.IOException;

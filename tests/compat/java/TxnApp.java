@@ -3,8 +3,8 @@
 // abortable error as the client's documentation says. Writes "committed N" and "aborted EXCEPTION" lines
 // to DIR/events, "fatal ..." when the producer must close; stops once DIR/stop exists. With --group G and
 // --records 0, each transaction writes no record and only commits G's offset of partition 0 of the topic
-// (N + 1), as a Kafka Streams task that consumed records and wrote nothing does. Run as a single source
-// file against the stack's Kafka jars (tests/integration/test_transactions.py).
+// (N + 1), as a Kafka Streams task that consumed records and wrote nothing does. Compiled once
+// against the stack's Kafka jars (tests/helpers/java_apps.py).
 //
 // It flushes before it commits. Without that, the Java client 4.4.0 on transaction version 2 at times sends
 // EndTxn ahead of the transaction's records (its sender thread reads "no batch incomplete" before the
