@@ -149,4 +149,4 @@ def test_a_broker_maps_the_class_archive_once_it_is_made(tmp_path: Path) -> None
     archive.parent.mkdir(parents=True, exist_ok=True)
     archive.write_bytes(b"made by a broker's exit")
     assert f"-XX:SharedArchiveFile={archive}" in kafka.argv(1)
-    assert "-XX:Tier4InvocationThreshold=50000" in kafka.argv(1)  # the server compiler for hot code only
+    assert "-XX:TieredStopAtLevel=1" in kafka.argv(1)
