@@ -54,7 +54,7 @@ def findings(
         acked=len(set(traffic.acked)),
         failed=len(traffic.failed),
         longest_wait_s=round(_longest_wait(traffic, start_mono, None), 3),
-        waits_s=[round(_longest_wait(traffic, a, b), 3) for _, a, b in spans],
+        waits_s=switch_waits(traffic, [(a, b) for _, a, b in spans], start_mono),
         partitions=partition_figures(traffic, held),
         groups=[
             GroupResume(
@@ -105,6 +105,13 @@ def buckets(events: Iterable[tuple[float, int]], start: float) -> list[int]:
     for at, count in events:
         counts[max(0, int((at - start) * 1000) // BUCKET_MS)] += count
     return [counts[i] for i in range(max(counts) + 1)] if counts else []
+
+
+def switch_waits(traffic: Traffic, spans: list[tuple[float, float]], began: float) -> list[float]:
+    """The producer's longest wait through each switch (start, end), counted from the switch's start or
+    the canary's own (``began``), whichever is later: a canary started again after its worker died did
+    not exist before it, and a switch over before it began is one it never waited for (0)."""
+    return [round(_longest_wait(traffic, max(a, began), b), 3) if b > began else 0.0 for a, b in spans]
 
 
 def _longest_wait(traffic: Traffic, since: float, until: float | None) -> float:

@@ -167,7 +167,8 @@ class CanaryFindings:
     longest_wait_s: float
     """The producer's longest wait for an acknowledgement over the whole run."""
     waits_s: list[float]
-    """The producer's longest wait during each switch, in ``timeline.switches`` order."""
+    """The producer's longest wait during each switch, in ``timeline.switches`` order (from this canary's
+    start at the earliest: a canary started again after its worker died waited for none before)."""
     partitions: list[PartitionFigures]
     groups: list[GroupResume]
     out_of_order: str | None

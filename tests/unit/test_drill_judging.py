@@ -87,6 +87,20 @@ def test_a_switch_wait_runs_to_the_first_acknowledgement_after_it() -> None:
     assert canary._longest_wait(traffic, 4.0, 5.0) == 0.0  # nothing acknowledged after: no wait measured
 
 
+def test_a_canary_started_again_mid_drill_counts_no_wait_from_before_it_began() -> None:
+    """A chaos trial killed the worker 5.9 s into a drill: the canary's next attempt began 30 s later,
+    and its wait through the switch, counted from the switch's start, read 30.8 s, over the trial's
+    bound, though no client of the gateway had waited so."""
+    sent = _Sent()
+    for value, at in enumerate([40.5, 40.6, 41.2, 44.0, 44.1]):  # began at 40.0
+        sent.ack(value, 0, at)
+    traffic = cast("Traffic", sent)
+
+    waits = canary.switch_waits(traffic, [(5.0, 9.0), (12.0, 41.0), (42.0, 43.0)], began=40.0)
+
+    assert waits == [0.0, pytest.approx(0.6), pytest.approx(2.0)]  # 35.5 and 28.5 s counted from the switch
+
+
 def test_buckets_sum_events_per_tenth_of_a_second() -> None:
     assert canary.buckets([(10.0, 1), (10.05, 1), (10.25, 3)], 10.0) == [2, 0, 3]
     assert canary.buckets([], 10.0) == []
