@@ -31,6 +31,7 @@ from switchyard.keys import BindingKey
 from switchyard.mirror.groups import (
     about,
     committed_offsets,
+    ends_at_flip,
     group_state,
     idle,
     sync_groups,
@@ -166,7 +167,7 @@ class MirrorActivities:
             return GroupsSynced(0, 0)
         link = self.deps.link(request.link)
         self._wait_idle(link.target, groups, request.idle_timeout_s)
-        maps = self.deps.link_records(link.target, link.id).maps
+        records = self.deps.link_records(link.target, link.id)
         info = activity.info()
         writer = f"saga {info.workflow_id} {info.workflow_run_id}"  # a later run on the same keys is another
         writers = GroupWriters(self.deps.zk, self.deps.store.layout, link.id, writer)
@@ -180,10 +181,11 @@ class MirrorActivities:
                     clients[0],
                     clients[1],
                     link.copies,
-                    maps,
+                    records.maps,
                     groups=groups,
                     timeout_s=timeout_s,
                     rewind=request.rewind,
+                    flipped=ends_at_flip(link, records),
                 ),
             )
         return GroupsSynced(len(report.written), report.unchanged, report.skipped, report.in_step)

@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient
 
 from switchyard.cli.base import Group, actor_option, cli, config_of, link_of, reason_option, store_of
 from switchyard.mirror.control import delete_link, promote_link, reverse_link
-from switchyard.mirror.groups import sync_groups
+from switchyard.mirror.groups import ends_at_flip, sync_groups
 from switchyard.mirror.mapstore import read_link
 from switchyard.mirror.status import drain_report, read_status
 from switchyard.mirror.writers import GroupWriters
@@ -188,14 +188,16 @@ def sync_groups_command(ctx: click.Context, link_id: str, groups: tuple[str, ...
         link = link_of(store, link_id)
         source, target = (config.clusters[c].bootstrap for c in (link.source, link.target))
         writers = GroupWriters(store.zk, store.layout, link_id, f"cli@{socket.gethostname()}")
+        records = read_link(target, link_id)
         report = sync_groups(
             AdminClient({"bootstrap.servers": source}),
             AdminClient({"bootstrap.servers": target}),
             link.copies,
-            read_link(target, link_id).maps,
+            records.maps,
             groups=groups or None,
             turn=writers.carry,
             rewind=bool(groups),  # named, after a drain: as a planned switch's sync
+            flipped=ends_at_flip(link, records),
         )
     for written in report.written:
         click.echo(

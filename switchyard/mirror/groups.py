@@ -7,7 +7,10 @@ exactly the next record — nothing skipped, nothing read twice. Two rules keep 
 - an offset beyond what the mirror has copied is not translated yet (the record it points at is not
   on the target); the next sync carries it once the copy has caught up;
 - a group that is active on the target (members joined there) is left alone: its own commits there
-  are newer than anything the source can say.
+  are newer than anything the source can say;
+- once the link is promoted, an offset beyond the copy's final position (a record of a failover's lost
+  window, read on the source) is held to the target's end at the flip: the target's records from there
+  on were written since, and a group resuming past them would skip them.
 
 Used periodically by the mirror processes (each for the partitions it copies) and on demand by a
 saga's final sync, after the drain — one at a time (:mod:`switchyard.mirror.writers`).
@@ -34,7 +37,9 @@ from confluent_kafka.admin import AdminClient
 from switchyard import kafka
 from switchyard.admins import GROUP_REQUEST_TIMEOUT_S, failed_in_client
 from switchyard.errors import KafkaOperationError
+from switchyard.mirror.mapstore import LinkRecords
 from switchyard.mirror.offsets import OffsetMap
+from switchyard.model import Link, LinkState
 from switchyard.threads import at_once
 
 log = logging.getLogger(__name__)
@@ -89,6 +94,7 @@ def sync_groups(
     timeout_s: float = 10.0,
     turn: Turn = lambda _: nullcontext(None),
     rewind: bool = False,
+    flipped: Mapping[Key, int] | None = None,
 ) -> GroupSyncReport:
     """Write each group's translated offsets for the topics ``copies`` accepts.
 
@@ -102,13 +108,14 @@ def sync_groups(
     copy on the old source, say, whose offsets the reverse link's carry would otherwise rewind to the
     flip as soon as it restarted; or one whose members' commits the gateways carried over after a
     failover's flip). Each group's target is read and written within its ``turn``, and left alone when
-    someone else holds it.
+    someone else holds it. ``flipped``: a promoted link's target ends at its flip (:func:`ends_at_flip`),
+    which no offset passes.
     """
 
     def one(group: str) -> GroupSyncReport:
         part = GroupSyncReport()
         with about(group):
-            wanted = _wanted(source, group, copies, maps, mirrored, part, timeout_s)
+            wanted = _wanted(source, group, copies, maps, mirrored, part, timeout_s, flipped or {})
             if wanted:
                 with turn(group) as holder:
                     if holder is not None:
@@ -150,6 +157,7 @@ def _wanted(  # noqa: PLR0917 - one group of sync_groups
     mirrored: Mapping[Key, int] | None,
     report: GroupSyncReport,
     timeout_s: float,
+    flipped: Mapping[Key, int],
 ) -> dict[Key, GroupOffset]:
     """The group's offsets on the source, translated for the target."""
     committed = committed_offsets(source, group, timeout_s)
@@ -165,9 +173,17 @@ def _wanted(  # noqa: PLR0917 - one group of sync_groups
                 f"{group}: {topic}[{partition}] at {offset} is ahead of the copy ({mirrored[key]})"
             )
             continue
-        translated = maps.get(key, OffsetMap()).position(offset)
+        translated = maps.get(key, OffsetMap()).position(offset, flipped.get(key))
         wanted[key] = GroupOffset(group, topic, partition, offset, translated)
     return wanted
+
+
+def ends_at_flip(link: Link, records: LinkRecords) -> dict[Key, int]:
+    """The target's end per partition when ``link`` was promoted (none before): where the records
+    written on the target since begin."""
+    if link.state is not LinkState.PROMOTED:
+        return {}
+    return {key: target_end for key, (_, target_end) in records.ends.items()}
 
 
 def _write_group(

@@ -105,6 +105,14 @@ def sync_group(client: RawClient, group: str, member_id: str, generation: int) -
     return generation
 
 
+def leave_group(client: RawClient, group: str, member_id: str) -> ErrorCode:
+    """Leave ``group`` as ``member_id``; what the coordinator answered."""
+    schema = request_schema(apis.LEAVE_GROUP, 3)
+    member = make(element_type(schema, "members"), member_id=member_id, group_instance_id=None)
+    left = client.answer(client.send(apis.LEAVE_GROUP, 3, group_id=group, members=(member,)))
+    return ErrorCode(left.error_code)
+
+
 def consumer_heartbeat(
     client: RawClient,
     group: str,

@@ -27,7 +27,7 @@ from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from tests.helpers.live import Live, capture
 from tests.helpers.migrations import seen_by_gateway
-from tests.helpers.raw import RawClient, commit_offset, join_group
+from tests.helpers.raw import RawClient, commit_offset, join_group, leave_group
 from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
 
 ACTOR = "user:test"
@@ -118,6 +118,65 @@ def test_a_forced_failover_brings_a_groups_commit_over_held_to_the_copy(
     """The source still answers, so the failover carries the groups' offsets just before its flip; one past
     the copy's end (a record left behind) is held to that end: the new cluster's records from it on are
     written after the flip, and a group resuming past them would skip them."""
+    _, standby = brokers
+    app, topic, link, group = read_past_the_copy(live, routing, brokers)
+
+    failed_over = live.cli("failover", app, "--from", "primary", "--link", link, "--force", "--wait")
+    assert failed_over.returncode == 0, failed_over.stdout + failed_over.stderr
+    (run,) = routing.ledger.saga_runs(saga_id([app]))
+    assert run.result is not None
+    assert run.result["groups_synced"] == 1, run.result["detail"]
+    capture(live, run.saga_id, run.run_id, "failover-forced-live")
+    try:
+        on_standby = committed_offsets(AdminClient({"bootstrap.servers": standby.connect}), group)
+        assert on_standby == {(topic, 0): 50}
+    finally:
+        live.cli("clusters", "unshield", "primary", "--reason", "test")
+
+
+def test_a_group_carried_after_a_failovers_flip_resumes_at_the_records_written_since(
+    live: Live, routing: RoutingStore, brokers: tuple[PrivateService, PrivateService]
+) -> None:
+    """A member on the standby keeps the group from being carried before the flip; by the time it leaves
+    and the saga carries the group, the application has written records on the standby. The group's
+    offset past the copy's end (records left behind) comes over held to the standby's end at the flip,
+    not its end now: a group resuming there would skip what was written since (a chaos trial's kafkajs
+    group skipped two records so)."""
+    _, standby = brokers
+    app, topic, link, group = read_past_the_copy(live, routing, brokers)
+    assert live.gateway is not None
+    with RawClient(int(standby.connect.rsplit(":", 1)[1]), client_id="elsewhere") as there:
+        member_there, _ = join_group(there, group, topic, timedelta(seconds=60))
+        saga = live.cli_in_background(
+            "failover", app, "--from", "primary", "--link", link, "--force", "--wait"
+        )
+        try:
+            key = BindingKey.for_app(app)
+            wait_until(lambda: routing.binding(key).cluster == "standby")  # type: ignore[union-attr]
+            since = [kafka.Record(b"k", f"after-{i}".encode()) for i in range(3)]
+            assert kafka.produce(live.gateway.bootstrap, topic, since, settings={"client.id": app}) == 3
+            assert kafka.ends_of(standby.connect, [(topic, 0)]) == {(topic, 0): 53}
+            assert leave_group(there, group, member_there) == ErrorCode.none
+            out, err = saga.communicate(timeout=120)
+        finally:
+            saga.kill()
+    try:
+        assert saga.returncode == 0, out + err
+        (run,) = routing.ledger.saga_runs(saga_id([app]))
+        assert run.result is not None
+        assert "groups not carried before the flip" in run.result["detail"], run.result["detail"]
+        assert run.result["groups_synced"] == 1, run.result["detail"]
+        on_standby = committed_offsets(AdminClient({"bootstrap.servers": standby.connect}), group)
+        assert on_standby == {(topic, 0): 50}  # the three records written since are read
+    finally:
+        live.cli("clusters", "unshield", "primary", "--reason", "test")
+
+
+def read_past_the_copy(
+    live: Live, routing: RoutingStore, brokers: tuple[PrivateService, PrivateService]
+) -> tuple[str, str, str, str]:
+    """An application bound to the primary whose group committed offset 55 of a topic the link copied up
+    to 50: the application, topic, link and group."""
     primary, standby = brokers
     app, topic, link = (
         f"app-{uuid.uuid4().hex[:6]}",
@@ -144,18 +203,7 @@ def test_a_forced_failover_brings_a_groups_commit_over_held_to_the_copy(
         member = join_group(reader, group, topic, timedelta(seconds=60))
         assert commit_offset(reader, group, *member, topic, 55) == ErrorCode.none
     seen_by_gateway(routing, topic, {app}, {(app, group)})
-
-    failed_over = live.cli("failover", app, "--from", "primary", "--link", link, "--force", "--wait")
-    assert failed_over.returncode == 0, failed_over.stdout + failed_over.stderr
-    (run,) = routing.ledger.saga_runs(saga_id([app]))
-    assert run.result is not None
-    assert run.result["groups_synced"] == 1, run.result["detail"]
-    capture(live, run.saga_id, run.run_id, "failover-forced-live")
-    try:
-        on_standby = committed_offsets(AdminClient({"bootstrap.servers": standby.connect}), group)
-        assert on_standby == {(topic, 0): 50}
-    finally:
-        live.cli("clusters", "unshield", "primary", "--reason", "test")
+    return app, topic, link, group
 
 
 def carried(
