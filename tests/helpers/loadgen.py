@@ -7,7 +7,6 @@ clients use that one, and Debian's fails its ApiVersions exchange with Tansu ("R
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 from dataclasses import dataclass
@@ -15,8 +14,9 @@ from pathlib import Path
 
 import confluent_kafka
 
+from tests.helpers.built import built_once
+
 _SOURCE = Path(__file__).resolve().parents[1] / "bench" / "loadgen.c"
-_BUILT = Path(__file__).resolve().parents[2] / ".state" / "loadgen"
 
 
 @dataclass(frozen=True)
@@ -43,18 +43,16 @@ def binary() -> Path:
     if not found:
         raise RuntimeError(f"no librdkafka in {libraries}: is confluent-kafka installed from its wheel?")
     library = found[0]
-    digest = hashlib.sha256(_SOURCE.read_bytes() + str(library).encode()).hexdigest()[:12]
-    built = _BUILT / f"loadgen-{digest}"
-    if not built.exists():
-        _BUILT.mkdir(parents=True, exist_ok=True)
-        partial = built.with_suffix(".partial")
+
+    def compile_into(folder: Path) -> None:
         subprocess.run(
-            ["cc", "-O2", "-Wall", "-Werror", "-o", str(partial), str(_SOURCE), str(library),
+            ["cc", "-O2", "-Wall", "-Werror", "-o", str(folder / "loadgen"), str(_SOURCE), str(library),
              f"-Wl,-rpath,{libraries}", "-lpthread"],
             check=True,
         )  # fmt: skip
-        partial.rename(built)
-    return built
+
+    inputs = _SOURCE.read_bytes() + str(library).encode()
+    return built_once("loadgen", "generator", inputs, compile_into) / "loadgen"
 
 
 def offer(
