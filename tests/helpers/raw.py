@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
 
 from workers.gateway.framing.entities import element_type, make
 from workers.gateway.framing.protocol import Request, decode_response, encode_request, request_schema
@@ -103,6 +104,31 @@ def sync_group(client: RawClient, group: str, member_id: str, generation: int) -
     synced = client.answer(client.send(apis.SYNC_GROUP, 3, member_id=member_id, **sync))
     assert synced.error_code == ErrorCode.none, synced.error_code
     return generation
+
+
+def fetch_fields(
+    topic: str, *, max_wait_ms: int, partitions: tuple[int, ...] = (0,), offset: int = 0
+) -> dict[str, object]:
+    """A Fetch v12 of ``topic``'s ``partitions`` from ``offset``, outside any fetch session, waiting up to
+    ``max_wait_ms`` for a byte."""
+    topics = (
+        FetchTopic(
+            topic=topic,
+            partitions=tuple(
+                FetchPartition(partition=p, fetch_offset=offset, partition_max_bytes=1 << 20)
+                for p in partitions
+            ),
+        ),
+    )
+    return {
+        "replica_id": -1,
+        "max_wait": timedelta(milliseconds=max_wait_ms),
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "session_epoch": -1,
+        "topics": topics,
+        "forgotten_topics_data": (),
+    }
 
 
 def leave_group(client: RawClient, group: str, member_id: str) -> ErrorCode:

@@ -25,9 +25,8 @@ from switchyard.routing.store import RoutingStore
 from tests.helpers.poison import poisoned_cluster
 from tests.helpers.processes import GatewayProcess
 from tests.helpers.proxy import FreezableProxy
-from tests.helpers.raw import RawClient
+from tests.helpers.raw import RawClient, fetch_fields
 from tests.helpers.services import PrivateService
-from tests.integration.test_gateway_limits import fetch_fields
 from workers.gateway.framing.entities import make
 from workers.gateway.routing import apis
 

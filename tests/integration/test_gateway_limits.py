@@ -6,7 +6,6 @@ about set low enough to be seen in a test.
 
 from __future__ import annotations
 
-import datetime
 import signal
 import socket
 import struct
@@ -19,7 +18,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
 from kio.schema.metadata.v12.request import MetadataRequestTopic
 
 from switchyard import kafka
@@ -30,7 +28,7 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.stack import health
 from tests.helpers.processes import GatewayProcess
-from tests.helpers.raw import RawClient
+from tests.helpers.raw import RawClient, fetch_fields
 from tests.helpers.stacks import QUICK_CONSUMER
 from workers.gateway.routing import apis
 
@@ -65,19 +63,6 @@ def start_gateway(routing: RoutingStore, stack_config: Config, tmp_path: Path) -
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def fetch_fields(topic: str, *, max_wait_ms: int) -> dict[str, object]:
-    partition = FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
-    return {
-        "replica_id": -1,
-        "max_wait": datetime.timedelta(milliseconds=max_wait_ms),
-        "min_bytes": 1,
-        "max_bytes": 1 << 20,
-        "session_epoch": -1,
-        "topics": (FetchTopic(topic=topic, partitions=(partition,)),),
-        "forgotten_topics_data": (),
-    }
 
 
 def test_a_started_frame_is_closed_after_the_read_timeout(start_gateway: Start) -> None:

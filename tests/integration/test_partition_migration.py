@@ -24,6 +24,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kio.schema.describe_topic_partitions.v0.request import TopicRequest
+from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequestTopic
 from temporalio.client import Schedule, ScheduleActionExecutionStartWorkflow
 
@@ -40,7 +41,7 @@ from switchyard.traffic import Traffic
 from tests.helpers.live import Live, capture, unique
 from tests.helpers.migrations import migrate
 from tests.helpers.processes import GatewayProcess
-from tests.helpers.raw import RawClient
+from tests.helpers.raw import RawClient, fetch_fields
 from tests.helpers.traffic import judge_consumer
 from tests.integration.test_gateway import gateway  # noqa: F401 - a shared module fixture
 from workers.gateway.routing import apis
@@ -107,6 +108,39 @@ def test_a_smooth_migration_moves_one_partitions_writes_and_keeps_its_offsets_go
         f"{pause(traffic, MOVED, held_at, released_at):.3f}s (held to released: {released_at - held_at:.3f}s)"
     )
     print(judge_consumer(traffic))  # every record, offsets in order per partition (continuous across E)
+
+
+def test_a_fetch_waiting_at_the_origin_as_its_partition_migrates_is_answered_by_the_broker(
+    gateway: GatewayProcess,  # noqa: F811
+    routing: RoutingStore,
+    stack_config: Config,
+) -> None:
+    """A Fetch only reads: one waiting at the origin's broker while a migration of a partition it names
+    takes effect goes on there, without holding the migration's acknowledgements up (the origin keeps
+    its records below the end offset where they were, and takes no write past it), and is answered by
+    that broker. Answered NOT_LEADER_OR_FOLLOWER instead, kafkajs joins its group again (it does at any
+    stale-leader fetch error), and a commit racing that join is refused ILLEGAL_GENERATION: its batch
+    processed twice (a chaos trial, with the gateway frozen as the partition moved)."""
+    app, topic = f"mig-{uuid.uuid4().hex[:6]}", f"waiting-{uuid.uuid4().hex[:6]}"
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    for bootstrap in (primary, standby):
+        kafka.create_topics(bootstrap, [topic], partitions=PARTITIONS)
+    keys = [(topic, p) for p in range(PARTITIONS)]
+    assert kafka.ends_of(primary, keys) == dict.fromkeys(keys, 0)  # led: a Fetch now waits
+    epoch = routing.set_binding(BindingKey.for_app(app), "primary", actor=ACTOR, reason="start")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    with RawClient(gateway.port, client_id=app, timeout_s=60) as client:
+        waiting = client.send(
+            apis.FETCH, 12, **fetch_fields(topic, max_wait_ms=30_000, partitions=tuple(range(PARTITIONS)))
+        )
+        time.sleep(0.5)  # at the broker
+        migrate(routing, stack_config, PartitionId(topic, MOVED), "primary", "standby")  # acks within 10 s
+        kafka.produce(primary, topic, [kafka.Record(b"k", b"v", partition=0)])  # what the broker answers
+        answer = client.answer(waiting)
+    errors = {(p.partition_index, ErrorCode(p.error_code)) for t in answer.responses for p in t.partitions}
+    assert errors == {(p, ErrorCode.none) for p in range(PARTITIONS)}
+    (records,) = [p.records for t in answer.responses for p in t.partitions if p.partition_index == 0]
+    assert records, "the record written on the origin's partition 0 was not in the answer"
 
 
 def leaders_agree(gateway: GatewayProcess, app: str, topic: str) -> None:  # noqa: F811

@@ -521,7 +521,7 @@ class ClientSession:
         ticket = self.gateway.inflight.start(  # in flight from its decision, not from its answer's task
             snapshot.epoch,
             self._still_routed(snapshot, incoming.identity, incoming.context.topics,
-                               incoming.context.group, resolution),
+                               incoming.context.group, resolution, reads=request.api_key == apis.FETCH),
             long_poll=request.api_key == apis.FETCH,
             what=(request.api_key, incoming.identity, decision.cluster, "split"),
         )  # fmt: skip
@@ -715,7 +715,9 @@ class ClientSession:
         inflight = self.gateway.inflight
         ticket = inflight.start(
             snapshot.epoch,
-            self._still_routed(snapshot, identity, context.topics, context.group, resolution),
+            self._still_routed(
+                snapshot, identity, context.topics, context.group, resolution, reads=key == apis.FETCH
+            ),
             long_poll=key in apis.LONG_POLLS,
             what=(key, identity, resolution.cluster, node),
             own_wait_s=own_wait_s(request.body),
@@ -1005,9 +1007,16 @@ class ClientSession:
         topics: tuple[str, ...],
         group: str | None,
         resolution: Resolution,
+        *,
+        reads: bool = False,
     ) -> Callable[[RoutingSnapshot], bool]:
         """Whether a newer snapshot would still send this request where ``resolution`` did (its
-        binding, and the migrations of the partitions of its topics)."""
+        binding, and the migrations of the partitions of its topics). A read (``reads``: a Fetch)
+        depends on the binding only: a migration keeps the origin's records below its end offset where
+        they were, and the origin takes no write past it, so a read sent before the migration took
+        effect answers as it would have just before. Answered with the retriable error instead (a long
+        poll routed otherwise is), kafkajs would join its group again, as it does at any stale-leader
+        fetch error, and a commit racing that join be refused: its records processed twice."""
 
         moved = self.gateway.moved
         before = moved.of(sent_in).signature(resolution.cluster, topics)
@@ -1016,7 +1025,7 @@ class ClientSession:
             now = self._resolve(snapshot, identity, topics, group)
             if (now.cluster, now.state) != (resolution.cluster, resolution.state):
                 return False
-            return moved.of(snapshot).signature(resolution.cluster, topics) == before
+            return reads or moved.of(snapshot).signature(resolution.cluster, topics) == before
 
         return still_routed
 
