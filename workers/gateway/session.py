@@ -230,13 +230,16 @@ class ClientSession:
         self._finish_within = within_s
         self.intake.end(cast(asyncio.Transport, self.writer.transport))
 
-    def drop_upstreams(self, clusters: set[str]) -> None:
-        """Close this connection's broker connections to ``clusters``: what waits on them fails, and the
-        client, disconnected, retries where it is routed now."""
+    def drop_upstreams(self, clusters: set[str], grace_s: float) -> None:
+        """Send nothing more over this connection's broker connections to ``clusters``, and close each
+        once what waits on it is answered, or after ``grace_s``: what still waits then gets the retriable
+        error, and its client retries where it is routed now. A live cluster (a forced failover's source)
+        answers within the grace a write it took; answered the retriable error instead, a producer that
+        is not idempotent would write it again on the new cluster, where the mirror may have copied it."""
         doomed = [key for key, upstream in self._upstreams.items() if upstream.cluster in clusters]
         dropped = [self._upstreams.pop(key) for key in doomed]  # all first: a close may retire another
         for upstream in dropped:
-            upstream.close(Shielded(f"cluster {upstream.cluster} is shielded"))
+            upstream.wind_down(Shielded(f"cluster {upstream.cluster} is shielded"), grace_s)
 
     def check(self, now: float) -> None:
         """End the connection if it has run past a time-out (called by the gateway's watchdog)."""

@@ -87,6 +87,8 @@ class Upstream:
     async def send(
         self, frame: bytes, correlation_id: int, *, expects_response: bool
     ) -> asyncio.Future[bytes] | None:
+        if self.retired:
+            raise UpstreamError(f"{self.host}:{self.port} takes no new requests")
         await self._connect()
         return self._enqueue(frame, correlation_id, expects_response=expects_response)
 
@@ -218,6 +220,16 @@ class Upstream:
         self.retired = True
         if not self._waiting:
             self._fail(UpstreamError(f"{self.host}:{self.port}: retired"))
+
+    def wind_down(self, error: UpstreamError, within_s: float) -> None:
+        """Take no new request; close once those sent are answered, or after ``within_s``, failing what
+        still waits with ``error``. Requests not sent yet (the connection is being made) fail now."""
+        if not self._ready or self._in_line:
+            self.close(error)
+            return
+        self.retire()
+        if not self.closed:
+            asyncio.get_running_loop().call_later(within_s, self.close, error)
 
     def close(self, error: UpstreamError | None = None) -> None:
         """Close now, failing what waits with ``error`` (by default: closed by the gateway)."""

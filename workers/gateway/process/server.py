@@ -293,16 +293,17 @@ class Gateway:
                 task.add_done_callback(self._leaving.discard)
 
     def _leave_closed_clusters(self, snapshot: RoutingSnapshot) -> None:
-        """Drop every broker connection to a cluster that is shielded or down: a request waiting on a
-        failed cluster may never be answered, and must not hold the acknowledgement of the change that
-        shielded it. What waited is answered with the retriable error, the client's connection kept, and
-        retried where it is routed now (what the failed cluster still does with it is its lost window)."""
+        """Drop every broker connection to a cluster that is shielded or down, each once what waits on
+        it is answered or after ``SHIELD_GRACE_S``: a request waiting on a failed cluster may never be
+        answered, and must not hold the acknowledgement of the change that shielded it for longer. What
+        still waits then is answered with the retriable error, the client's connection kept, and retried
+        where it is routed now (what the failed cluster still does with it is its lost window)."""
         closed = {c for c in snapshot.clusters if snapshot.shielded(c)}
         newly = closed - self._closed_clusters
         if newly:
             log.info("gateway %s: %s shielded or down: its broker connections are closed", self.id, newly)
             for session in list(self._sessions):
-                session.drop_upstreams(newly)
+                session.drop_upstreams(newly, SHIELD_GRACE_S)
         self._closed_clusters = closed  # only once done: a failure is retried with the epoch's ack
 
     async def _prune_producers(self) -> None:
@@ -352,4 +353,7 @@ _PRUNE_EVERY_S = 3600.0
 _ACK_AGAIN_S, _ACK_AGAIN_MOST_S = 0.5, 5.0
 """How soon a failed acknowledgement is tried again: 0.5 s more each time, at most 5 s."""
 _SLOW_ACK_S = 5.0
+SHIELD_GRACE_S = 2.0
+"""How long a request already at a broker of a cluster being shielded may still take to be answered
+(see ``Session.drop_upstreams``): a live broker answers a write in milliseconds, a dead one never."""
 """An acknowledgement held up longer than this is logged with the requests holding it."""
