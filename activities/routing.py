@@ -142,7 +142,7 @@ class RoutingActivities:
         (the target has taken clients' writes since)."""
         stored = self.deps.link_records(request.target, request.link).ends
         if not stored:  # a link that copied no partition
-            return Flipped(epoch, self._final(request))
+            return Flipped(epoch, self._final(request)[0])
         final = [PartitionEnd(t, p, source) for (t, p), (source, _) in sorted(stored.items())]
         return Flipped(epoch, final, sum(target for _, target in stored.values()))
 
@@ -155,14 +155,14 @@ class RoutingActivities:
         the target's end then — where the lost window and the reverse link start. The fence, when asked,
         reads the source's ends beside the target's (clients are held), and is judged before anything
         is written: the window opened with the ends the drain read, and nothing may have moved them."""
-        final = self._final(request)
+        final, read = self._final(request)
         fence = None
         if request.fence:
             fenced = {(e.topic, e.partition): e.end for e in request.ends}
             run = contextvars.copy_context().run  # the activity's, for what the read reports
             fence = Worker(run, stood_still, self.deps, request.source, fenced, name="fence")
             fence.start()
-        target_ends = self._target_ends(request, final)
+        target_ends = read if read is not None else self._target_ends(request, final)
         if fence is not None:
             fence.join()  # FenceBroken raised here: nothing written
         target = self.deps.bootstrap(request.target)
@@ -175,18 +175,20 @@ class RoutingActivities:
         )
         return final, target_ends
 
-    def _final(self, request: FlipRequest) -> list[PartitionEnd]:
-        """How far the source was copied: the drained ends (planned), or what the target holds (failover)."""
+    def _final(self, request: FlipRequest) -> tuple[list[PartitionEnd], list[int] | None]:
+        """How far the source was copied: the drained ends (planned), or what the target holds (failover;
+        with the target's ends it was read from). A failover's mirror may still be copying: the target's
+        end stored beside the copied position must be the one that position was read from, or a record
+        copied in between would be a hole in the offsets clients see and the next one written there be
+        presented at its offset (a chaos trial's committing group skipped a record so)."""
         if request.ends:
-            return request.ends
+            return request.ends, None
         target = self.deps.bootstrap(request.target)
         maps = self.deps.link_records(request.target, request.link).maps
         copied = kafka.partitions(target, self.deps.link(request.link).copies)
-        ends = self.deps.ends(request.target, copied)
-        return [
-            PartitionEnd(t, p, maps.get((t, p), OffsetMap()).next_source(end))
-            for (t, p), end in sorted(ends.items())
-        ]
+        ends = sorted(self.deps.ends(request.target, copied).items())
+        final = [PartitionEnd(t, p, maps.get((t, p), OffsetMap()).next_source(end)) for (t, p), end in ends]
+        return final, [end for _, end in ends]
 
     def _target_ends(self, request: FlipRequest, final: list[PartitionEnd]) -> list[int]:
         ends = self.deps.ends(request.target, [(p.topic, p.partition) for p in final])

@@ -159,3 +159,34 @@ def test_a_fenced_flip_whose_source_moved_since_the_drain_writes_nothing(
     assert routing.epoch() == blocked
     assert routing.link(link).state is LinkState.RUNNING  # type: ignore[union-attr]
     assert read_link(stack_config.clusters["standby"].bootstrap, link).ends == {}
+
+
+def test_a_failovers_flip_stores_the_copied_position_with_the_target_end_it_was_read_from(
+    activities: RoutingActivities,
+    routing: RoutingStore,
+    stack_config: Config,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A forced failover's mirror copies until it sees the promotion: a record it copies while the flip
+    reads where the copy stands must not fall between the copied position and the target end stored
+    beside it. Stored (2, 3) once: the copied record at 2 was no client offset, and the first record
+    written after the flip was presented at 2 (a chaos trial's Java committing group, having read the
+    source's record at 2, went on at 3 and never processed it)."""
+    app, topic, link = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("copying", "copying-t", "copying-l"))
+    standby = stack_config.clusters["standby"].bootstrap
+    fill_topic(stack_config.clusters["primary"].bootstrap, topic, 3, partitions=1, size=16)
+    fill_topic(standby, topic, 2, partitions=1, size=16)
+    _, flip = blocked_before_the_flip(routing, app, topic, link, end=0)
+    flip = dataclasses.replace(flip, ends=[])  # a failover's: where the copy stands is read from the target
+    read = activities.deps.ends
+
+    def copied_meanwhile(cluster: str, keys: object) -> dict[tuple[str, int], int]:
+        found = read(cluster, keys)  # type: ignore[arg-type]
+        monkeypatch.setattr(activities.deps, "ends", read)
+        kafka.produce(standby, topic, [kafka.Record(b"2", b"copied late")])  # the mirror's last copy
+        return found
+
+    monkeypatch.setattr(activities.deps, "ends", copied_meanwhile)
+    flipped = ActivityEnvironment().run(activities.flip_keys, flip)
+    assert flipped.final == [PartitionEnd(topic, 0, 2)]
+    assert read_link(standby, link).ends == {(topic, 0): (2, 2)}
