@@ -8,6 +8,7 @@ nothing twice.
 from __future__ import annotations
 
 import contextvars
+import logging
 import time
 
 from activities.deps import Deps
@@ -19,7 +20,8 @@ from switchyard.errors import AcksTimeout, BindingConflict, BindingRefused
 from switchyard.keys import BindingKey
 from switchyard.mirror.mapstore import end_record, store_records
 from switchyard.mirror.offsets import OffsetMap
-from switchyard.model import BindingState, ClusterState, LinkState
+from switchyard.mirror.status import read_status
+from switchyard.model import BindingState, ClusterState, Link, LinkState
 from switchyard.routing import BindingChange, ClusterChange, LinkChange
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.locks import SagaLocks
@@ -39,6 +41,9 @@ from switchyard.sagas.steps import (
 from switchyard.threads import Worker
 
 _ACK_POLL_S = 1.0
+STOP_COPYING_S = 3.0
+"""How long a failover's flip waits for the mirror to report its link's copying stopped."""
+log = logging.getLogger(__name__)
 
 
 class RoutingActivities:
@@ -120,6 +125,17 @@ class RoutingActivities:
             if done is not None:  # this step's own change, retried after its answer was lost
                 return self._flipped_before(done, request)
             raise BindingRefused(f"link {link.id} was promoted by someone else")
+        if not request.ends and link.state is LinkState.RUNNING:
+            link = self._stop_copying(request)
+        try:
+            return self._flip(request, link, flip_id)
+        except BaseException:
+            if store.committed_epoch(request_id("pause")) is not None:  # this saga paused it
+                self._resume_copying(request)  # the saga goes on, or is abandoned, the link copying
+            raise
+
+    def _flip(self, request: FlipRequest, link: Link, flip_id: str) -> Flipped:
+        store = self.deps.store
         final, target_ends = self._store_final(request)
         bindings = [
             BindingChange(BindingKey.parse(k), request.epochs[k], request.target, BindingState.ACTIVE)
@@ -136,6 +152,40 @@ class RoutingActivities:
             reason=f"switch to {request.target}", request_id=flip_id,
         )  # fmt: skip
         return Flipped(epoch, final, sum(target_ends))
+
+    def _stop_copying(self, request: FlipRequest) -> Link:
+        """A failover's link paused, and the mirror given ``STOP_COPYING_S`` to report it has stopped
+        (its writes landed), before where the copy stands is read: a mirror copying on until it saw the
+        promotion wrote records past the final position read, the lost window counted them, and one
+        written after the clients' first write on the target would be presented as theirs. A mirror
+        that does not report in time is down or cut off from the source, and copies nothing either."""
+        store = self.deps.store
+        link = self.deps.link(request.link)
+        store.apply(
+            [LinkChange.of(link, LinkState.PAUSED)], actor=f"saga:{request.saga_id}",
+            reason="failover: the copy stopped to read where it stands", request_id=request_id("pause"),
+        )  # fmt: skip
+        deadline = time.monotonic() + STOP_COPYING_S
+        while time.monotonic() < deadline:
+            reported = read_status(store.zk, store.layout, link.id)
+            if not any(p.state == "copying" for m in reported for p in m.partitions):
+                break
+            beat(f"waiting for the mirror to stop copying link {link.id}")
+            time.sleep(0.1)
+        return self.deps.link(request.link)
+
+    def _resume_copying(self, request: FlipRequest) -> None:
+        """The link this flip paused running again, where it still is paused (best effort: the error
+        that stopped the flip is the one the saga hears of)."""
+        try:
+            link = self.deps.link(request.link)
+            if link.state is LinkState.PAUSED:
+                self.deps.store.apply(
+                    [LinkChange.of(link, LinkState.RUNNING)], actor=f"saga:{request.saga_id}",
+                    reason="failover: its flip failed, the copy goes on", request_id=request_id("resume"),
+                )  # fmt: skip
+        except Exception:
+            log.warning("link %s: left paused by a failed flip: resume it", request.link, exc_info=True)
 
     def _flipped_before(self, epoch: int, request: FlipRequest) -> Flipped:
         """The flip as an earlier attempt stored it: the final positions it wrote next to the offset map

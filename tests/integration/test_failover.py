@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import timedelta
@@ -20,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from switchyard import kafka
 from switchyard.keys import BindingKey
 from switchyard.mirror.groups import committed_offsets
+from switchyard.mirror.mapstore import read_link
 from switchyard.mirror.status import read_status
 from switchyard.model import ClusterState, LinkState
 from switchyard.routing.gateways import wait_for_acks
@@ -172,24 +174,51 @@ def test_a_group_carried_after_a_failovers_flip_resumes_at_the_records_written_s
         live.cli("clusters", "unshield", "primary", "--reason", "test")
 
 
+def test_a_forced_failover_stops_the_copy_before_it_reads_where_the_copy_stands(
+    live: Live, routing: RoutingStore, brokers: tuple[PrivateService, PrivateService]
+) -> None:
+    """The source still answers, and is written to as the failover runs. The flip pauses the link and
+    waits for the mirror to stop before it reads where the copy stands, so the standby holds nothing
+    past the final position stored. (Before, the mirror copied on until it saw the promotion, some
+    100 ms after the flip read it: records the saga counted as never copied, and one copied after a
+    client's first write there would have been presented as that client's.)"""
+    primary, standby = brokers
+    app, topic, link = bound_to_the_primary(routing, primary.connect, "busy")
+    stop = threading.Event()
+
+    def write() -> None:  # straight to the primary, a few hundred records a second
+        producer = Producer({"bootstrap.servers": primary.connect, "linger.ms": 5})
+        while not stop.is_set():
+            producer.produce(topic, b"busy")
+            producer.poll(0.002)
+        producer.flush(10)
+
+    writer = threading.Thread(target=write, name="writer")
+    writer.start()
+    try:
+        wait_until(lambda: kafka.partitions(standby.connect, lambda name: name == topic) == [(topic, 0)])
+        wait_until(lambda: kafka.ends_of(standby.connect, [(topic, 0)])[(topic, 0)] >= 200)
+        failed_over = live.cli("failover", app, "--from", "primary", "--link", link, "--force", "--wait")
+    finally:
+        stop.set()
+        writer.join(30)
+    try:
+        assert failed_over.returncode == 0, failed_over.stdout + failed_over.stderr
+        (copied, target_end) = read_link(standby.connect, link).ends[(topic, 0)]
+        assert kafka.ends_of(standby.connect, [(topic, 0)]) == {(topic, 0): target_end}
+        assert copied == target_end  # identical offsets
+    finally:
+        live.cli("clusters", "unshield", "primary", "--reason", "test")
+
+
 def read_past_the_copy(
     live: Live, routing: RoutingStore, brokers: tuple[PrivateService, PrivateService]
 ) -> tuple[str, str, str, str]:
     """An application bound to the primary whose group committed offset 55 of a topic the link copied up
     to 50: the application, topic, link and group."""
     primary, standby = brokers
-    app, topic, link = (
-        f"app-{uuid.uuid4().hex[:6]}",
-        f"orders-{uuid.uuid4().hex[:6]}",
-        f"link-{uuid.uuid4().hex[:6]}",
-    )
+    app, topic, link = bound_to_the_primary(routing, primary.connect, "orders")
     group = f"{app}-readers"
-    if routing.cluster("primary").state is ClusterState.SHIELDED:  # type: ignore[union-attr]  # failed over from
-        routing.set_cluster_state("primary", ClusterState.ACTIVE, actor=ACTOR, reason="test")
-    kafka.create_topics(primary.connect, [topic], partitions=1)
-    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="test")
-    epoch = routing.set_binding(BindingKey.for_app(app), "primary", actor=ACTOR, reason="test")
-    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
     kafka.produce(primary.connect, topic, [kafka.Record(b"k", f"v{i}".encode()) for i in range(50)])
     wait_until(lambda: kafka.partitions(standby.connect, lambda name: name == topic) == [(topic, 0)])
     wait_until(lambda: kafka.ends_of(standby.connect, [(topic, 0)]) == {(topic, 0): 50})
@@ -204,6 +233,23 @@ def read_past_the_copy(
         assert commit_offset(reader, group, *member, topic, 55) == ErrorCode.none
     seen_by_gateway(routing, topic, {app}, {(app, group)})
     return app, topic, link, group
+
+
+def bound_to_the_primary(routing: RoutingStore, primary: str, name: str) -> tuple[str, str, str]:
+    """An application bound to the primary (active again if an earlier failover shielded it), a topic
+    of one partition there and a link copying it to the standby: the application, topic and link."""
+    app, topic, link = (
+        f"app-{uuid.uuid4().hex[:6]}",
+        f"{name}-{uuid.uuid4().hex[:6]}",
+        f"link-{uuid.uuid4().hex[:6]}",
+    )
+    if routing.cluster("primary").state is ClusterState.SHIELDED:  # type: ignore[union-attr]  # failed over from
+        routing.set_cluster_state("primary", ClusterState.ACTIVE, actor=ACTOR, reason="test")
+    kafka.create_topics(primary, [topic], partitions=1)
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="test")
+    epoch = routing.set_binding(BindingKey.for_app(app), "primary", actor=ACTOR, reason="test")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    return app, topic, link
 
 
 def carried(
