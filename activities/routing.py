@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
+import uuid
 
 from activities.deps import Deps
 from activities.fence import stood_still
@@ -125,13 +126,17 @@ class RoutingActivities:
             if done is not None:  # this step's own change, retried after its answer was lost
                 return self._flipped_before(done, request)
             raise BindingRefused(f"link {link.id} was promoted by someone else")
-        if not request.ends and link.state is LinkState.RUNNING:
-            link = self._stop_copying(request)
+        paused = False
         try:
+            if request.shield_source and not request.ends:  # a failover's: see _stop_copying
+                if link.state is LinkState.RUNNING:
+                    self._pause(request)
+                    paused = True
+                link = self._stop_copying(request)
             return self._flip(request, link, flip_id)
         except BaseException:
-            if store.committed_epoch(request_id("pause")) is not None:  # this saga paused it
-                self._resume_copying(request)  # the saga goes on, or is abandoned, the link copying
+            if paused:  # the saga goes on, or is abandoned, with the link copying as before
+                self._resume_copying(request)
             raise
 
     def _flip(self, request: FlipRequest, link: Link, flip_id: str) -> Flipped:
@@ -153,36 +158,41 @@ class RoutingActivities:
         )  # fmt: skip
         return Flipped(epoch, final, sum(target_ends))
 
-    def _stop_copying(self, request: FlipRequest) -> Link:
-        """A failover's link paused, and the mirror given ``STOP_COPYING_S`` to report it has stopped
-        (its writes landed), before where the copy stands is read: a mirror copying on until it saw the
-        promotion wrote records past the final position read, the lost window counted them, and one
-        written after the clients' first write on the target would be presented as theirs. A mirror
-        that does not report in time is down or cut off from the source, and copies nothing either."""
-        store = self.deps.store
-        link = self.deps.link(request.link)
-        store.apply(
-            [LinkChange.of(link, LinkState.PAUSED)], actor=f"saga:{request.saga_id}",
-            reason="failover: the copy stopped to read where it stands", request_id=request_id("pause"),
+    def _pause(self, request: FlipRequest) -> None:
+        """The link paused (fenced, in the ledger), under a request id of its own: an earlier attempt's
+        pause, undone by its resume when it failed, is done again."""
+        self.deps.store.apply(
+            [LinkChange.of(self.deps.link(request.link), LinkState.PAUSED)], actor=f"saga:{request.saga_id}",
+            reason="failover: the copy stopped to read where it stands",
+            request_id=request_id(f"pause-{uuid.uuid4().hex[:12]}"),
         )  # fmt: skip
+
+    def _stop_copying(self, request: FlipRequest) -> Link:
+        """The paused link, once the mirror reports it has stopped copying (its writes landed), within
+        ``STOP_COPYING_S``: a failover's mirror copying on until it saw the promotion wrote records past
+        the final position read, the lost window counted them, and one written after the clients' first
+        write on the target would be presented as theirs. A mirror member cut off from the source (its
+        link error set) copies nothing, and one that does not report in time is down."""
+        store = self.deps.store
         deadline = time.monotonic() + STOP_COPYING_S
         while time.monotonic() < deadline:
-            reported = read_status(store.zk, store.layout, link.id)
-            if not any(p.state == "copying" for m in reported for p in m.partitions):
+            reported = read_status(store.zk, store.layout, request.link)
+            if not any(p.state == "copying" for m in reported if m.link_error is None for p in m.partitions):
                 break
-            beat(f"waiting for the mirror to stop copying link {link.id}")
+            beat(f"waiting for the mirror to stop copying link {request.link}")
             time.sleep(0.1)
         return self.deps.link(request.link)
 
     def _resume_copying(self, request: FlipRequest) -> None:
-        """The link this flip paused running again, where it still is paused (best effort: the error
+        """The link this attempt paused running again, where it still is paused (best effort: the error
         that stopped the flip is the one the saga hears of)."""
         try:
             link = self.deps.link(request.link)
             if link.state is LinkState.PAUSED:
                 self.deps.store.apply(
                     [LinkChange.of(link, LinkState.RUNNING)], actor=f"saga:{request.saga_id}",
-                    reason="failover: its flip failed, the copy goes on", request_id=request_id("resume"),
+                    reason="failover: its flip failed, the copy goes on",
+                    request_id=request_id(f"resume-{uuid.uuid4().hex[:12]}"),
                 )  # fmt: skip
         except Exception:
             log.warning("link %s: left paused by a failed flip: resume it", request.link, exc_info=True)

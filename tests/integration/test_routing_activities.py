@@ -187,6 +187,8 @@ def test_a_failovers_flip_stores_the_copied_position_with_the_target_end_it_was_
         return found
 
     monkeypatch.setattr(activities.deps, "ends", copied_meanwhile)
-    flipped = ActivityEnvironment().run(activities.flip_keys, flip)
+    env = ActivityEnvironment()  # a run of its own: a step's request id is derived from the run's id
+    env.info = dataclasses.replace(env.info, workflow_run_id=str(uuid.uuid4()))
+    flipped = env.run(activities.flip_keys, flip)
     assert flipped.final == [PartitionEnd(topic, 0, 2)]
     assert read_link(standby, link).ends == {(topic, 0): (2, 2)}

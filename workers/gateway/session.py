@@ -240,6 +240,7 @@ class ClientSession:
         dropped = [self._upstreams.pop(key) for key in doomed]  # all first: a close may retire another
         for upstream in dropped:
             upstream.wind_down(Shielded(f"cluster {upstream.cluster} is shielded"), grace_s)
+            self._retired.append(upstream)  # closed with the session, if it ends first
 
     def check(self, now: float) -> None:
         """End the connection if it has run past a time-out (called by the gateway's watchdog)."""
@@ -1028,7 +1029,9 @@ class ClientSession:
             now = self._resolve(snapshot, identity, topics, group)
             if (now.cluster, now.state) != (resolution.cluster, resolution.state):
                 return False
-            return reads or moved.of(snapshot).signature(resolution.cluster, topics) == before
+            if reads and not snapshot.shielded(resolution.cluster):  # (a fault migration's origin is)
+                return True
+            return moved.of(snapshot).signature(resolution.cluster, topics) == before
 
         return still_routed
 

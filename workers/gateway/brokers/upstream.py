@@ -79,6 +79,8 @@ class Upstream:
         self._error: Exception | None = None
         self.retired = False
         """Takes no new requests; closes once the waiting ones are answered."""
+        self._winding: UpstreamError | None = None
+        """Why it is winding down (``wind_down``): what a request sent now is refused with."""
         self.broke = False
         """It failed under requests (waiting for answers, or for the connection): their outcome unknown
         or they were never sent, those sent after them must not go out over another connection either
@@ -87,8 +89,8 @@ class Upstream:
     async def send(
         self, frame: bytes, correlation_id: int, *, expects_response: bool
     ) -> asyncio.Future[bytes] | None:
-        if self.retired:
-            raise UpstreamError(f"{self.host}:{self.port} takes no new requests")
+        if self._winding is not None:
+            raise self._winding
         await self._connect()
         return self._enqueue(frame, correlation_id, expects_response=expects_response)
 
@@ -200,6 +202,8 @@ class Upstream:
 
     def closed_by(self) -> UpstreamError:
         """Why the connection is closed: the error it was closed with (Shielded, Overdue, ...)."""
+        if self._winding is not None:
+            return self._winding
         if isinstance(self._error, UpstreamError):
             return self._error
         return UpstreamError(f"connection to {self.host}:{self.port} is closed")
@@ -224,12 +228,12 @@ class Upstream:
     def wind_down(self, error: UpstreamError, within_s: float) -> None:
         """Take no new request; close once those sent are answered, or after ``within_s``, failing what
         still waits with ``error``. Requests not sent yet (the connection is being made) fail now."""
-        if not self._ready or self._in_line:
+        self._winding = error
+        if not self._ready or self._in_line or not self._waiting:
             self.close(error)
             return
         self.retire()
-        if not self.closed:
-            asyncio.get_running_loop().call_later(within_s, self.close, error)
+        asyncio.get_running_loop().call_later(within_s, self.close, error)
 
     def close(self, error: UpstreamError | None = None) -> None:
         """Close now, failing what waits with ``error`` (by default: closed by the gateway)."""

@@ -353,7 +353,7 @@ _PRUNE_EVERY_S = 3600.0
 _ACK_AGAIN_S, _ACK_AGAIN_MOST_S = 0.5, 5.0
 """How soon a failed acknowledgement is tried again: 0.5 s more each time, at most 5 s."""
 _SLOW_ACK_S = 5.0
+"""An acknowledgement held up longer than this is logged with the requests holding it."""
 SHIELD_GRACE_S = 2.0
 """How long a request already at a broker of a cluster being shielded may still take to be answered
 (see ``Session.drop_upstreams``): a live broker answers a write in milliseconds, a dead one never."""
-"""An acknowledgement held up longer than this is logged with the requests holding it."""
