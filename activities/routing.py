@@ -21,7 +21,7 @@ from switchyard.errors import AcksTimeout, BindingConflict, BindingRefused
 from switchyard.keys import BindingKey
 from switchyard.mirror.mapstore import end_record, store_records
 from switchyard.mirror.offsets import OffsetMap
-from switchyard.mirror.status import read_status
+from switchyard.mirror.status import still_copying
 from switchyard.model import BindingState, ClusterState, Link, LinkState
 from switchyard.routing import BindingChange, ClusterChange, LinkChange
 from switchyard.routing.gateways import wait_for_acks
@@ -176,8 +176,7 @@ class RoutingActivities:
         store = self.deps.store
         deadline = time.monotonic() + STOP_COPYING_S
         while time.monotonic() < deadline:
-            reported = read_status(store.zk, store.layout, request.link)
-            if not any(p.state == "copying" for m in reported if m.link_error is None for p in m.partitions):
+            if not still_copying(store.zk, store.layout, request.link, cut_off=False):
                 break
             beat(f"waiting for the mirror to stop copying link {request.link}")
             time.sleep(0.1)

@@ -28,7 +28,7 @@ from switchyard.config import Config
 from switchyard.errors import BindingRefused
 from switchyard.mirror.mapstore import end_record, forget_link, read_link, segment_record, store_records
 from switchyard.mirror.offsets import OffsetMap
-from switchyard.mirror.status import read_status
+from switchyard.mirror.status import still_copying
 from switchyard.model import Link, LinkState
 from switchyard.routing import LinkChange, RoutingStore
 
@@ -79,8 +79,7 @@ def _wait_paused(store: RoutingStore, link_id: str, wait_s: float) -> None:
     """Until every live mirror process reports the link's partitions paused (none running: at once)."""
     deadline = time.monotonic() + wait_s
     while True:
-        reported = [p for m in read_status(store.zk, store.layout, link_id) for p in m.partitions]
-        copying = [f"{p.topic}[{p.partition}]" for p in reported if p.state == "copying"]
+        copying = still_copying(store.zk, store.layout, link_id)
         if not copying:
             return
         if time.monotonic() > deadline:

@@ -104,6 +104,17 @@ def read_status(zk: KazooClient, layout: Layout, link_id: str) -> list[MemberSta
     return [MemberStatus.from_json(data) for data in found if data]
 
 
+def still_copying(zk: KazooClient, layout: Layout, link_id: str, *, cut_off: bool = True) -> list[str]:
+    """The partitions (``topic[partition]``) a live mirror process reports copying: what a pause has not
+    reached yet. Without ``cut_off``, a member cut off from the source (its link error set) is left
+    out: it copies nothing, whatever its partitions last said."""
+    return [
+        f"{p.topic}[{p.partition}]"
+        for m in read_status(zk, layout, link_id) if cut_off or m.link_error is None
+        for p in m.partitions if p.state == "copying"
+    ]  # fmt: skip
+
+
 @dataclass(frozen=True)
 class DrainReport:
     drained: bool
