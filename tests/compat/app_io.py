@@ -15,7 +15,9 @@ application (``js/app.js``) speaks the same.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
+import signal
 import threading
 import time
 import traceback
@@ -76,11 +78,21 @@ def parts(
     return found
 
 
+STACKS = "stacks.txt"
+"""Where a Python application writes every thread's stack when sent SIGUSR1: what a stalled client was
+doing when the test gave up on it."""
+DEBUG_LOG = "debug.log"
+"""Where an application keeps its client library's debug log (kafka-python's, the last 2 x 16 MB): what
+the library logs of each request and answer, for a client that stalls without a word."""
+
+
 class Events:
     def __init__(self, directory: str) -> None:
         self.dir = Path(directory)
         self._file = (self.dir / "events.jsonl").open("a", buffering=1)
         self._lock = threading.Lock()
+        self._stacks = (self.dir / STACKS).open("a")
+        faulthandler.register(signal.SIGUSR1, file=self._stacks, all_threads=True)
 
     def __call__(self, kind: str, **fields: Any) -> None:
         line = json.dumps({"k": kind, "t": time.time(), **fields})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import logging.handlers
+import os
 import sys
 import time
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 
-from tests.compat.app_io import Events, arguments, paced, parts, per_codec, run_all, value_of
+from tests.compat.app_io import DEBUG_LOG, Events, arguments, paced, parts, per_codec, run_all, value_of
 
 
 def produce(args: Any, events: Events) -> None:
@@ -71,10 +73,39 @@ def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
     consumer.close()
 
 
+FORMAT = "%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s"
+QUIET = ("kafka.protocol", "kafka.net.transport", "kafka.consumer.fetcher", "kafka.producer")
+"""Left out of the debug log: bytes parsed and written, each record batch and each fetch position."""
+
+
+class Cut(logging.Formatter):
+    """Lines cut to 400 characters: a Fetch's or Produce's answer holds its records."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return super().formatMessage(record)[:400]
+
+
+def log_to(directory: str) -> None:
+    """Warnings, and the coordinator's joins and rebalances, to stderr (the application's log); the
+    requests, answers and group steps kafka-python logs in debug to ``DEBUG_LOG``."""
+    shown = logging.StreamHandler()
+    shown.setFormatter(logging.Formatter(FORMAT))
+    shown.addFilter(lambda r: r.levelno >= logging.WARNING or r.name.startswith("kafka.coordinator"))
+    shown.setLevel(logging.INFO)
+    debug = logging.handlers.RotatingFileHandler(
+        os.path.join(directory, DEBUG_LOG), maxBytes=16 << 20, backupCount=1
+    )
+    debug.setFormatter(Cut(FORMAT))
+    debug.addFilter(lambda r: r.name == "kafka.producer.sender" or not r.name.startswith(QUIET))
+    logging.getLogger().addHandler(shown)
+    kafka = logging.getLogger("kafka")
+    kafka.setLevel(logging.DEBUG)
+    kafka.addHandler(debug)
+
+
 def main() -> int:
-    logging.basicConfig(format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("kafka.coordinator").setLevel(logging.INFO)  # joins and rebalances, for the log
     args = arguments()
+    log_to(args.dir)
     events = Events(args.dir)
     return run_all(
         events,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import NoSuchTopic
 from switchyard.routing.store import RoutingStore
+from tests.compat.app_io import DEBUG_LOG, STACKS
 from tests.helpers.java_apps import java_app
 from tests.helpers.links import linked
 from tests.helpers.live import unique
@@ -170,6 +172,23 @@ class App:
         text = (self.dir / "app.log").read_text()
         return text if chars is None else text[-chars:]
 
+    def stalled(self) -> str:
+        """What it was doing when given up on: its log's tail and, from a running Python application,
+        every thread's stack (and where its client's debug log is)."""
+        told = self.log_tail()
+        if self.process is None or self.process.poll() is not None or self.process.args[0] != sys.executable:
+            return told
+        stacks = self.dir / STACKS
+        self.process.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not stacks.stat().st_size:
+            time.sleep(0.1)
+        time.sleep(0.2)  # the rest of the dump
+        debug = self.dir / DEBUG_LOG
+        return f"{told}\n--- its threads:\n{stacks.read_text()[-6000:]}" + (
+            f"\n--- its client's debug log: {debug}" if debug.exists() else ""
+        )
+
     def join_rounds(self, after: float, before: float = float("inf")) -> int:
         """The JoinGroup rounds the committing group's consumer needed for its first join in (after,
         before]: joins completed before it took up partitions. Where the library logs them
@@ -250,7 +269,7 @@ def wait_until(
                 pytest.fail(f"{a.name}: the application exited ({a.process.returncode}):\n{a.log_tail()}")
         if time.monotonic() > deadline:
             said = "".join(f"\n{a.name}: {account(a.seen())}" for a in late) if account else ""
-            pytest.fail(f"{what}: still waiting for {[a.name for a in late]}:{said}\n{late[0].log_tail()}")
+            pytest.fail(f"{what}: still waiting for {[a.name for a in late]}:{said}\n{late[0].stalled()}")
         time.sleep(0.5)
 
 
