@@ -173,10 +173,16 @@ class App:
         return text if chars is None else text[-chars:]
 
     def stalled(self) -> str:
-        """What it was doing when given up on: its log's tail and, from a running Python application,
-        every thread's stack (and where its client's debug log is)."""
+        """What it was doing when given up on: its log's tail and, from a running application, every
+        thread's stack — a Python one's in ``STACKS`` (and where its client's debug log is), a JVM's
+        (SIGQUIT) at the end of its log. Node.js has no such signal."""
         told = self.log_tail()
-        if self.process is None or self.process.poll() is not None or self.process.args[0] != sys.executable:
+        if self.process is None or self.process.poll() is not None:
+            return told
+        if self.process.args[0] == "java":
+            self.process.send_signal(signal.SIGQUIT)
+            return f"{told}\n--- its threads: at the end of {self.dir / 'app.log'}"
+        if self.process.args[0] != sys.executable:
             return told
         stacks = self.dir / STACKS
         self.process.send_signal(signal.SIGUSR1)

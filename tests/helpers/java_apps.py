@@ -14,8 +14,12 @@ from tests.helpers.built import built_once
 from tests.helpers.stacks import KAFKA_DIST
 
 SOURCES = Path(__file__).resolve().parents[1] / "compat" / "java"
-JVM = ["java", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
-"""A small JVM on the client compiler: the applications are light and live for a test."""
+JVM = [
+    "java", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    f"-Dlog4j2.configurationFile={SOURCES / 'log4j2.properties'}",
+]  # fmt: skip
+"""A small JVM on the client compiler (the applications are light and live for a test), its client's
+log as ``log4j2.properties`` says."""
 
 
 def java_app(name: str) -> list[str]:
