@@ -3,7 +3,8 @@
 Each gateway holds an ephemeral node ``gateways/<id>`` with the highest epoch it has fully applied
 (routes switched and in-flight requests to the old cluster answered). The node lives as long as the
 gateway's ZooKeeper session: a gateway that dies or is cut off long enough drops out of the barrier by
-itself, and one that is merely disconnected holds the barrier until it catches up or the wait times out.
+itself (a live one has held its clients' requests since before: :mod:`switchyard.routing.lease`), and
+one that is merely disconnected holds the barrier until it catches up or the wait times out.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ class BindingView:
         self.layout = layout
         self.default_cluster = default_cluster
         self._snapshot = RoutingSnapshot(epoch=0)
+        self._loaded_in: int | None = None
         self._listeners: list[Listener] = []
         self._dirty = threading.Event()
         self._stopping = threading.Event()
@@ -59,6 +60,12 @@ class BindingView:
     @property
     def snapshot(self) -> RoutingSnapshot:
         return self._snapshot
+
+    @property
+    def loaded_in(self) -> int | None:
+        """The ZooKeeper session the snapshot was read in: its changes since wait for this process's
+        acknowledgement only while that session lives (:mod:`switchyard.routing.lease`)."""
+        return self._loaded_in
 
     @property
     def stale(self) -> bool:
@@ -94,6 +101,7 @@ class BindingView:
             if self._stopping.is_set():
                 return
             self._dirty.clear()
+            client_id = self.zk.client_id  # before the read: a session begun during it reads again
             try:
                 self.zk.exists(self.layout.epoch, watch=self._on_epoch)
                 snapshot = read_snapshot(self.zk, self.layout, since=self._snapshot)
@@ -106,13 +114,13 @@ class BindingView:
                     self._stopping.wait(0.5)
                     self._dirty.set()
                 continue
-            self._publish(snapshot)
+            self._publish(snapshot, client_id[0] if client_id else None)
 
-    def _publish(self, snapshot: RoutingSnapshot) -> None:
+    def _publish(self, snapshot: RoutingSnapshot, session: int | None) -> None:
         changed = snapshot.epoch != self._snapshot.epoch
         was_stale = self._stale.is_set()
         with self._loaded:
-            self._snapshot = snapshot
+            self._snapshot, self._loaded_in = snapshot, session
             if not self._dirty.is_set() and self.zk.state == KazooState.CONNECTED:
                 self._stale.clear()
             self._loaded.notify_all()

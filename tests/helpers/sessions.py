@@ -68,6 +68,10 @@ class Gateway:
         self.members = Members()
         self.moved = Moved(_nowhere, _nowhere)
         self.brokers = Brokers()
+        self.unvouched = False
+
+    def vouched(self) -> bool:
+        return not self.unvouched
 
 
 class Brokers:

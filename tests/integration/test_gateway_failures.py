@@ -57,6 +57,31 @@ def gateway_on_private(
         broker.stop()
 
 
+@contextmanager
+def cut_off_gateway(
+    routing: RoutingStore, stack_config: Config, tmp_path: Path, *, session_s: int
+) -> Iterator[tuple[FreezableProxy, GatewayProcess]]:
+    """A gateway that reaches ZooKeeper through a proxy the test can freeze (a network partition between
+    the two alone), with a session time-out of ``session_s``; stopped after, the proxy thawed first."""
+    host, port = stack_config.zookeeper.connect.split(",")[0].rsplit(":", 1)
+    proxy = FreezableProxy((host, int(port)))
+    assert stack_config.source is not None
+    gateway = GatewayProcess(
+        stack_config.source, root=routing.layout.root, gateway_id=unique("gw"), log=tmp_path / "gw.log",
+        overrides={
+            "SWITCHYARD__ZOOKEEPER__CONNECT": proxy.address,
+            "SWITCHYARD__ZOOKEEPER__SESSION_TIMEOUT_S": str(session_s),
+        },
+    )  # fmt: skip
+    gateway.start()
+    try:
+        yield proxy, gateway
+    finally:
+        proxy.thaw()
+        gateway.stop()
+        proxy.close()
+
+
 def test_an_unreachable_broker_closes_the_connections_waiting_on_it(
     routing: RoutingStore, stack_config: Config, tmp_path: Path
 ) -> None:
@@ -127,19 +152,7 @@ def test_no_epoch_is_acknowledged_while_zookeeper_is_out_of_reach(
 ) -> None:
     """Cut off from ZooKeeper (but not yet expired), a gateway keeps routing by what it knew and
     acknowledges nothing new, so a saga waiting for it times out; back in reach, it catches up."""
-    zk_address = stack_config.zookeeper.connect.split(",")[0]
-    host, port = zk_address.rsplit(":", 1)
-    proxy = FreezableProxy((host, int(port)))
-    assert stack_config.source is not None
-    gateway = GatewayProcess(
-        stack_config.source, root=routing.layout.root, gateway_id=unique("gw"), log=tmp_path / "gw.log",
-        overrides={
-            "SWITCHYARD__ZOOKEEPER__CONNECT": proxy.address,
-            "SWITCHYARD__ZOOKEEPER__SESSION_TIMEOUT_S": "30",  # cut off long before it expires
-        },
-    )  # fmt: skip
-    gateway.start()
-    try:
+    with cut_off_gateway(routing, stack_config, tmp_path, session_s=30) as (proxy, gateway):
         app = unique("stale")
         before = routing.set_binding(BindingKey.for_app(app), "primary", actor="user:test", reason="t")
         wait_for_acks(routing.zk, routing.layout, before, timeout_s=10)
@@ -151,10 +164,51 @@ def test_no_epoch_is_acknowledged_while_zookeeper_is_out_of_reach(
         assert gateway.id in registered(routing.zk, routing.layout)  # it is there, only behind
         proxy.thaw()
         assert wait_for_acks(routing.zk, routing.layout, changed, timeout_s=30)[gateway.id] >= changed
-    finally:
+
+
+def test_a_gateway_cut_off_from_zookeeper_past_its_session_writes_nothing_by_the_routing_it_knew(
+    routing: RoutingStore, stack_config: Config, tmp_path: Path
+) -> None:
+    """Cut off from ZooKeeper until its session expires, a gateway drops out of the barrier, and a switch
+    goes on without it. From the moment it can no longer vouch for its session (two thirds of the time-out
+    after its last answer) it holds its clients' writes; back in reach, it sends them where the switch
+    put them. (Before, it went on routing by the bindings it knew: its producer's records were written to
+    the cluster the application had left, after the switch — lost to the application.)"""
+    with cut_off_gateway(routing, stack_config, tmp_path, session_s=6) as (proxy, gateway):
+        app, topic = unique("cut"), unique("cut")
+        primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+        for bootstrap in (primary, standby):
+            kafka.create_topics(bootstrap, [topic], partitions=1)
+        key = BindingKey.for_app(app)
+        bound = routing.set_binding(key, "primary", actor=ACTOR, reason="t")
+        wait_for_acks(routing.zk, routing.layout, bound, timeout_s=10)
+        producer = Producer({"bootstrap.servers": gateway.bootstrap, "client.id": f"{app}@p"})
+        failed: list[str] = []
+
+        def send(values: range) -> None:
+            for value in values:
+                producer.produce(
+                    topic, str(value).encode(), on_delivery=lambda e, _: failed.append(str(e)) if e else None
+                )
+
+        send(range(10))
+        assert producer.flush(30) == 0
+        proxy.freeze()
+        deadline = time.monotonic() + 30
+        while gateway.id in registered(routing.zk, routing.layout):
+            assert time.monotonic() < deadline, "the cut-off gateway's session never expired"
+            time.sleep(0.2)
+        moved = routing.set_binding(key, "standby", actor=ACTOR, reason="t")
+        assert gateway.id not in wait_for_acks(routing.zk, routing.layout, moved, timeout_s=5)
+        left_at = kafka.ends_of(primary, [(topic, 0)])[(topic, 0)]
+        send(range(10, 20))  # to the gateway that knows only the binding before the switch
+        producer.poll(3)
         proxy.thaw()
-        gateway.stop()
-        proxy.close()
+        assert producer.flush(60) == 0
+        assert failed == []
+        assert kafka.ends_of(primary, [(topic, 0)])[(topic, 0)] == left_at == 10, "written after the switch"
+        assert [int(r.value or b"") for r in kafka.read_partitions(standby, topic)[0]] == list(range(10, 20))
+        assert "no longer vouched for" in gateway.log.read_text()
 
 
 def test_an_idempotent_producer_switched_to_a_cluster_that_never_issued_an_id_keeps_its_connection(

@@ -311,7 +311,8 @@ class ClientSession:
             snapshot, resolution = await self._find_member(incoming, snapshot, resolution)
         decision = self._decide(incoming, snapshot, resolution)
         txn = transactional(request)
-        if txn is not None:
+        # held as the gateway cannot vouch for its routing, what would end a transaction waits too
+        if txn is not None and (decision.action is not Action.HOLD or self.gateway.vouched()):
             handled = await self._transactional(incoming, decision, txn, snapshot, resolution)
             if handled is not None:
                 return handled
@@ -442,7 +443,7 @@ class ClientSession:
             empty_metadata=request.api_key == apis.METADATA and request.body.topics == (),
             mirrored=lambda topic: gateway.links.mirrored(snapshot, resolution.cluster, topic),
             joined_on=joined_on, rejoining=rejoining, partitions=partitions,
-            shielded=snapshot.shielded(resolution.cluster),
+            shielded=snapshot.shielded(resolution.cluster), unvouched=not gateway.vouched(),
         )  # fmt: skip
 
     async def _carry_out(

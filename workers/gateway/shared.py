@@ -49,3 +49,7 @@ class Shared(Protocol):
     sequences: Sequences
     links: LinkLookup
     real_ids: RealIds
+
+    def vouched(self) -> bool:
+        """Whether its routing is certainly current enough to act on (its ZooKeeper session alive)."""
+        ...

@@ -4,8 +4,11 @@ Failure behaviour:
 - a malformed or oversized frame closes that one connection; the process goes on;
 - a broker that cannot be reached or drops the connection closes the client connections waiting on it
   (the clients reconnect and retry), never leaving a request unanswered on an open connection;
-- ZooKeeper lost: requests keep being routed by the last known bindings, the view says it is stale,
-  and no new epoch is acknowledged until it is fresh again;
+- ZooKeeper lost: requests keep being routed by the last known bindings while the process can vouch
+  for its session (:mod:`switchyard.routing.lease`: two thirds of the session time-out after its last
+  answer), the view says it is stale, and no new epoch is acknowledged until it is fresh again; past
+  that, requests that write, commit or read partitions are held as for a block (a saga may have moved
+  on without this process), until the routing is read again in a session it can vouch for;
 - a restart loses nothing: bindings and virtual broker ids come back from ZooKeeper.
 """
 
@@ -26,6 +29,7 @@ from switchyard.model import BindingState
 from switchyard.resolution import resolve
 from switchyard.routing.gateways import GatewayRegistration
 from switchyard.routing.layout import Layout, ensure_layout
+from switchyard.routing.lease import SessionLease
 from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.view import BindingView
 from workers.gateway.brokers.answers import LocalAnswers
@@ -66,6 +70,9 @@ class Gateway:
         """Whether its ports are shared with the other processes of the same gateway (SO_REUSEPORT)."""
         self.layout = Layout(config.zookeeper.root)
         self.view = BindingView(zk, self.layout, config.default_cluster)
+        self.lease = SessionLease(
+            zk, self.layout.epoch, config.zookeeper.session_timeout_s, regained=self._lease_regained
+        )
         self.vnodes = VirtualNodes(zk, self.layout)
         self.registration = GatewayRegistration(
             zk, self.layout, self.id, takeover_wait_s=config.zookeeper.session_timeout_s + 2
@@ -125,6 +132,7 @@ class Gateway:
         await asyncio.to_thread(self.publisher.recall)
         self.view.on_change(self._on_snapshot)
         await asyncio.to_thread(self.view.start)
+        self.lease.start()
         health = self.config.gateway.health_port
         if health is not None:
             self._health = await readiness.serve(
@@ -164,6 +172,7 @@ class Gateway:
         sessions = [asyncio.create_task(self._end(session, grace_s)) for session in list(self._sessions)]
         await asyncio.gather(*sessions, return_exceptions=True)
         await asyncio.to_thread(self.registration.close)
+        await asyncio.to_thread(self.lease.stop)
         await asyncio.to_thread(self.view.stop)
 
     async def _end(self, session: ClientSession, grace_s: float) -> None:
@@ -210,6 +219,15 @@ class Gateway:
             raise GatewayError(f"cannot listen on {host}:{port} ({what}): {reason}") from exc
 
     # ---- epochs
+
+    def vouched(self) -> bool:
+        """Whether its routing is certainly current enough to act on: read in a ZooKeeper session this
+        process can vouch is alive, so any change since waits for its acknowledgement."""
+        return self.lease.vouches_for(self.view.loaded_in)
+
+    def _lease_regained(self) -> None:  # on the lease's thread
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.changes.publish)  # held requests look again
 
     def _on_snapshot(self, snapshot: RoutingSnapshot) -> None:  # on the view's thread
         for link in snapshot.links.values():

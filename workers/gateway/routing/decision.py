@@ -115,6 +115,7 @@ def decide(
     rejoining: bool = False,
     partitions: Touch = Touch.NONE,
     shielded: bool = False,
+    unvouched: bool = False,
 ) -> Decision:
     """``broker``: the real broker the connection's listener stands for (None: the bootstrap port);
     ``empty_metadata``: a Metadata request with an empty topic list; ``mirrored(topic)``: whether the
@@ -124,10 +125,14 @@ def decide(
     there); ``rejoining``:
     for an OffsetCommit from outside the group or a Heartbeat, that the connection's consumer is
     rejoining its group; ``partitions``: what the request has to do with partition migrations;
-    ``shielded``: the resolved cluster is shielded or down."""
+    ``shielded``: the resolved cluster is shielded or down; ``unvouched``: the gateway cannot vouch
+    that its routing is current (:meth:`Gateway.vouched`): what writes, commits or reads partitions is
+    held as for a block."""
     cluster = resolution.cluster
     if api_key == apis.METADATA and (empty_metadata or shielded):
         return Decision(Action.ANSWER, cluster)
+    if unvouched and api_key in apis.BLOCKABLE:
+        return Decision(Action.HOLD, cluster) if context.expects_response else Decision(Action.DROP, cluster)
     decision = _decide(
         api_key, context, resolution, broker, mirrored=mirrored, joined_on=joined_on, rejoining=rejoining,
         partitions=partitions,
