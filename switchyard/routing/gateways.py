@@ -16,6 +16,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient, KazooState
@@ -43,9 +44,19 @@ class GatewayRegistration:
     """This gateway's ephemeral node, re-created when a new ZooKeeper session replaces a lost one."""
 
     def __init__(
-        self, zk: KazooClient, layout: Layout, gateway_id: str, *, takeover_wait_s: float = 12.0
+        self,
+        zk: KazooClient,
+        layout: Layout,
+        gateway_id: str,
+        *,
+        takeover_wait_s: float = 12.0,
+        registered: Callable[[], None] = lambda: None,
     ) -> None:
+        """``registered``: called once the node is known to be held in a session (again)."""
         self.zk = zk
+        self._registered = registered
+        self.registered_in: int | None = None
+        """The ZooKeeper session the node was last seen held in (None: not yet)."""
         self.takeover_wait_s = takeover_wait_s
         """How long to wait for a dead predecessor's node to go: its session timeout and a margin."""
         self.layout = layout
@@ -83,7 +94,18 @@ class GatewayRegistration:
                     f"gateway id {self.id!r} is registered by another live process "
                     f"(ZooKeeper session 0x{stat.ephemeralOwner:x})"
                 )
+        self._confirm()
         self.zk.add_listener(self._on_state)
+
+    def _confirm(self) -> bool:
+        """Note the session the node is held in, if this process's current one."""
+        stat = self.zk.exists(self.path)
+        client_id = self.zk.client_id
+        if stat is None or client_id is None or stat.ephemeralOwner != client_id[0]:
+            return False
+        self.registered_in = stat.ephemeralOwner
+        self._registered()
+        return True
 
     def _predecessor_dead(self, version: int) -> bool:
         """Whether the node was left by a process of this host that is gone (a crash, a SIGKILL): then
@@ -145,14 +167,24 @@ class GatewayRegistration:
             threading.Thread(target=self._reregister, name=f"register-{self.id}", daemon=True).start()
 
     def _reregister(self) -> None:
-        try:
-            if self.zk.exists(self.path) is None:
-                self.zk.create(self.path, self._data(), ephemeral=True)
-                log.warning("gateway %s: registration re-created after a lost session", self.id)
-        except NodeExistsError:
-            pass
-        except KazooException:
-            log.exception("gateway %s: could not re-register; will retry on the next reconnect", self.id)
+        """Until the node is held in the current session (tried again every second while connected)."""
+        while not self._closed and self.zk.state == KazooState.CONNECTED:
+            try:
+                if self.zk.exists(self.path) is None:
+                    self.zk.create(self.path, self._data(), ephemeral=True)
+                    log.warning("gateway %s: registration re-created after a lost session", self.id)
+            except NodeExistsError:
+                pass
+            except KazooException:
+                log.warning("gateway %s: could not re-register; trying again", self.id, exc_info=True)
+                time.sleep(1.0)
+                continue
+            try:
+                if self._confirm():
+                    return
+            except KazooException:
+                pass
+            time.sleep(1.0)  # still held by a session that ended (its end not yet processed): again
 
 
 def registered(zk: KazooClient, layout: Layout) -> dict[str, GatewayRecord]:

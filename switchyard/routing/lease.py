@@ -8,7 +8,8 @@ its application left, lost. So the gateway routes only while it can vouch for it
 expires a session no sooner than its time-out after it last heard from it, and it heard from it after
 this process sent the last request it answered. The lease runs from that send, for two thirds of the
 session time-out (what ZooKeeper's own clients wait for an answer before they call the connection lost),
-the rest a margin for a request decided under the lease and still on its way to a broker.
+the rest a margin: the gateway looks at the lease again right before it writes a request to a broker,
+and what it writes then leaves within that margin.
 
 The session time-out is the one this process asked for: a server whose ``maxSessionTimeout`` is lower
 grants less (``zookeeper.session_timeout_s`` must be within the ensemble's bounds: 4 to 40 s at the default
@@ -69,15 +70,16 @@ class SessionLease:
         """A request sent at ``sent_at`` (this lease's clock) was answered in ``session``."""
         if session is None:
             return
-        again = not self.vouches_for(session)
+        before = self.vouches_for(session)
         if session != self._session:
             self._session, self._until = session, float("-inf")
         self._until = max(self._until, sent_at + self.length_s)
-        if again and self._lapsed:
+        if before or not self.vouches_for(session):  # no news (an answer too late says nothing either)
+            return
+        if self._lapsed:
             log.warning("ZooKeeper session 0x%x vouched for again", session)
         self._lapsed = False
-        if again:
-            self._regained()
+        self._regained()
 
     def _check(self) -> None:
         """Say once when the lease runs out."""
@@ -90,11 +92,20 @@ class SessionLease:
         while not self._stopping.is_set():
             sent_at = self._clock()
             try:
-                self.zk.exists_async(self.path).get(timeout=self.length_s)
-            except Exception as exc:  # no answer: the lease runs out unless a later one comes in time
-                log.debug("session lease: no answer from ZooKeeper: %r", exc)
-            else:
-                client_id = self.zk.client_id
-                self.confirmed(sent_at, client_id[0] if client_id else None)
+                self._confirm(sent_at)
+            except Exception:  # never the end of the thread: unvouched for good, the gateway would hold all
+                log.exception("session lease: a confirmation failed")
             self._check()
             self._stopping.wait(max(0.0, sent_at + EVERY_S - self._clock()))
+
+    def _confirm(self, sent_at: float) -> None:
+        """A sync, then a read: in an ensemble, a server cut off from its leader answers reads for a
+        while after the leader has expired the session; a sync goes through the leader."""
+        try:
+            self.zk.sync_async(self.path).get(timeout=self.length_s)
+            self.zk.exists_async(self.path).get(timeout=self.length_s)
+        except Exception as exc:  # no answer: the lease runs out unless a later one comes in time
+            log.debug("session lease: no answer from ZooKeeper: %r", exc)
+            return
+        client_id = self.zk.client_id
+        self.confirmed(sent_at, client_id[0] if client_id else None)

@@ -27,12 +27,21 @@ Listener = Callable[[RoutingSnapshot], None]
 
 
 class BindingView:
-    def __init__(self, zk: KazooClient, layout: Layout, default_cluster: str) -> None:
+    def __init__(
+        self,
+        zk: KazooClient,
+        layout: Layout,
+        default_cluster: str,
+        *,
+        registered_in: Callable[[], int | None] = lambda: None,
+    ) -> None:
+        """``registered_in``: the ZooKeeper session this process's registration is known to hold in
+        (:class:`~switchyard.routing.gateways.GatewayRegistration`), for :meth:`session_of`."""
         self.zk = zk
         self.layout = layout
         self.default_cluster = default_cluster
-        self._snapshot = RoutingSnapshot(epoch=0)
-        self._loaded_in: int | None = None
+        self._registered_in = registered_in
+        self._current: tuple[RoutingSnapshot, int | None] = (RoutingSnapshot(epoch=0), None)
         self._listeners: list[Listener] = []
         self._dirty = threading.Event()
         self._stopping = threading.Event()
@@ -59,13 +68,19 @@ class BindingView:
 
     @property
     def snapshot(self) -> RoutingSnapshot:
-        return self._snapshot
+        return self._current[0]
 
-    @property
-    def loaded_in(self) -> int | None:
-        """The ZooKeeper session the snapshot was read in: its changes since wait for this process's
-        acknowledgement only while that session lives (:mod:`switchyard.routing.lease`)."""
-        return self._loaded_in
+    def refresh(self) -> None:
+        """Read the tree again (the registration was made again: see :meth:`session_of`)."""
+        self._dirty.set()
+
+    def session_of(self, snapshot: RoutingSnapshot) -> int | None:
+        """The ZooKeeper session ``snapshot``, the current one, was read in, where this process was
+        registered in that session before the read began: every change since waits for its
+        acknowledgement for as long as that session lives (:mod:`switchyard.routing.lease`). None for an
+        older snapshot, or one read before the registration."""
+        current, session = self._current
+        return session if current is snapshot else None
 
     @property
     def stale(self) -> bool:
@@ -80,11 +95,11 @@ class BindingView:
     def resolve(
         self, identity: Identity, *, topics: Collection[str] = (), group: str | None = None
     ) -> Resolution:
-        return resolve(identity, self._snapshot.bindings, self.default_cluster, topics=topics, group=group)
+        return resolve(identity, self.snapshot.bindings, self.default_cluster, topics=topics, group=group)
 
     def wait_for_epoch(self, epoch: int, timeout_s: float) -> bool:
         with self._loaded:
-            return self._loaded.wait_for(lambda: self._snapshot.epoch >= epoch, timeout_s)
+            return self._loaded.wait_for(lambda: self.snapshot.epoch >= epoch, timeout_s)
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.CONNECTED:
@@ -102,25 +117,26 @@ class BindingView:
                 return
             self._dirty.clear()
             client_id = self.zk.client_id  # before the read: a session begun during it reads again
+            registered = client_id is not None and self._registered_in() == client_id[0]
             try:
                 self.zk.exists(self.layout.epoch, watch=self._on_epoch)
-                snapshot = read_snapshot(self.zk, self.layout, since=self._snapshot)
+                snapshot = read_snapshot(self.zk, self.layout, since=self.snapshot)
             except Exception:  # keep serving the last snapshot; the next reconnect or watch retries
                 log.warning(
-                    "routing view: reload failed; serving epoch %d", self._snapshot.epoch, exc_info=True
+                    "routing view: reload failed; serving epoch %d", self.snapshot.epoch, exc_info=True
                 )
                 self._stale.set()
                 if self.zk.state == KazooState.CONNECTED:
                     self._stopping.wait(0.5)
                     self._dirty.set()
                 continue
-            self._publish(snapshot, client_id[0] if client_id else None)
+            self._publish(snapshot, client_id[0] if client_id and registered else None)
 
     def _publish(self, snapshot: RoutingSnapshot, session: int | None) -> None:
-        changed = snapshot.epoch != self._snapshot.epoch
+        changed = snapshot.epoch != self.snapshot.epoch or session != self._current[1]
         was_stale = self._stale.is_set()
         with self._loaded:
-            self._snapshot, self._loaded_in = snapshot, session
+            self._current = (snapshot, session)
             if not self._dirty.is_set() and self.zk.state == KazooState.CONNECTED:
                 self._stale.clear()
             self._loaded.notify_all()

@@ -70,7 +70,7 @@ class Gateway:
         self.brokers = Brokers()
         self.unvouched = False
 
-    def vouched(self) -> bool:
+    def vouched(self, _snapshot: Any = None) -> bool:
         return not self.unvouched
 
 

@@ -179,15 +179,16 @@ def test_a_shielded_cluster_is_never_contacted_for_what_it_would_answer(key: int
 @pytest.mark.parametrize("key", KEYS)
 def test_a_gateway_that_cannot_vouch_for_its_routing_holds_what_a_block_holds(key: int) -> None:
     """Unvouched (its ZooKeeper session may have ended, and a saga moved on without it), the gateway
-    holds every partition, group and transaction request of every identity, as for a block — one without
-    an answer is dropped — and decides the rest (Metadata, FindCoordinator, admin) as it would."""
+    holds every partition, group and transaction request of every identity, and InitProducerId, as for
+    a block — one without an answer is dropped — and decides the rest (Metadata, FindCoordinator, admin)
+    as it would."""
     for state, answered in itertools.product((BindingState.ACTIVE, BindingState.BLOCKED), (True, False)):
         if not answered and key != apis.PRODUCE:
             continue
         context = Context(topics=("t",), group="g", expects_response=answered)
         decision = decide(key, context, resolution(state), None, joined_on="primary", unvouched=True)
         vouched = decide(key, context, resolution(state), None, joined_on="primary")
-        if key in apis.BLOCKABLE:
+        if key in apis.BLOCKABLE or key == apis.INIT_PRODUCER_ID:
             assert decision.action is (Action.HOLD if answered else Action.DROP), key
         else:
             assert decision == vouched, key

@@ -5,13 +5,16 @@ send on one connection). Past that, a resend would race the held copy, and both 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import struct
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
 
 from switchyard.keys import BindingKey
 from switchyard.model import Binding, BindingState
-from tests.helpers.sessions import Gateway, answered_when, raw
+from tests.helpers.sessions import AtOneAddress, Gateway, answered_when, raw, serving
 from workers.gateway.framing.protocol import decode_response, parse_request
 from workers.gateway.routing import apis
 
@@ -60,3 +63,38 @@ def _held(count: int) -> list[tuple[float, bytes]]:
         codes = {p.error_code for t in produced.responses for p in t.partition_responses}
         assert codes == {ErrorCode.not_leader_or_follower}
     return answers
+
+
+def test_a_produce_decided_while_vouched_is_not_written_if_the_vouch_lapsed_before_it_went() -> None:
+    """The vouch is looked at again right before a request is written, after whatever it waited for
+    since its decision (a broker's connection, a producer's route read from ZooKeeper, a freeze): one
+    that can no longer be vouched for never reaches the broker (with acks, it gets the retriable error:
+    ``ClientSession._refused``). Vouched throughout, the same Produce reaches it."""
+
+    async def arrived(vouched_at_send: bool) -> int:
+        frames: list[bytes] = []
+
+        async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionResetError):
+                while True:
+                    (size,) = struct.unpack(">i", await reader.readexactly(4))
+                    frames.append(await reader.readexactly(size))
+
+        server = await asyncio.start_server(broker, "127.0.0.1", 0)
+        gateway = Gateway()
+        gateway.brokers = AtOneAddress(server.sockets[0].getsockname()[1])
+        gateway.links = SimpleNamespace(mirrored=lambda *_: False)  # type: ignore[attr-defined]
+        # asked with the snapshot that decides it (vouched then), and with none right before it goes
+        gateway.vouched = lambda snapshot=None: snapshot is not None or vouched_at_send  # type: ignore[method-assign]
+        produce = raw(apis.PRODUCE, 9, acks=0, timeout=timedelta(seconds=30))
+        sessions, port, _ = await serving(gateway)
+        _, client = await asyncio.open_connection("127.0.0.1", port)
+        client.write(struct.pack(">i", len(produce)) + produce)  # acks=0: no answer
+        await asyncio.sleep(0.5)
+        client.close()
+        sessions.close()
+        server.close()
+        return len(frames)
+
+    assert asyncio.run(arrived(vouched_at_send=False)) == 0
+    assert asyncio.run(arrived(vouched_at_send=True)) == 1

@@ -45,6 +45,9 @@ def test_an_answer_to_an_older_request_never_shortens_the_lease_and_a_late_one_r
     assert regained == [1]
     clock.now = 110.0  # a freeze, or ZooKeeper out of reach: lapsed
     assert not held.vouches_for(7)
+    held.confirmed(sent_at=105.0, session=7)  # answered too late to vouch for anything now
+    assert not held.vouches_for(7)
+    assert regained == [1]
     held.confirmed(sent_at=109.5, session=7)
     assert held.vouches_for(7)
     assert regained == [1, 1]  # those held look again

@@ -37,7 +37,15 @@ from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.brokers import mapped, topic_identity
 from workers.gateway.brokers.fetches import answer_without_epochs, forwarded_fetch
 from workers.gateway.brokers.rewrite import BROKER_NAMING, leader_hints
-from workers.gateway.brokers.upstream import Overdue, Shielded, Upstream, UpstreamError, dropped
+from workers.gateway.brokers.upstream import (
+    Check,
+    Overdue,
+    Shielded,
+    Unvouched,
+    Upstream,
+    UpstreamError,
+    dropped,
+)
 from workers.gateway.brokers.vnodes import RealBroker
 from workers.gateway.framing.entities import element_type, make, replace_known
 from workers.gateway.framing.intake import Intake, Lease
@@ -312,7 +320,7 @@ class ClientSession:
         decision = self._decide(incoming, snapshot, resolution)
         txn = transactional(request)
         # held as the gateway cannot vouch for its routing, what would end a transaction waits too
-        if txn is not None and (decision.action is not Action.HOLD or self.gateway.vouched()):
+        if txn is not None and (decision.action is not Action.HOLD or self.gateway.vouched(snapshot)):
             handled = await self._transactional(incoming, decision, txn, snapshot, resolution)
             if handled is not None:
                 return handled
@@ -415,6 +423,8 @@ class ClientSession:
         left, timeout = found
         if request.api_key == apis.INIT_PRODUCER_ID:
             timeout = request.body.transaction_timeout
+        if not self.gateway.vouched():  # it looked for its producer meanwhile: started nowhere unvouched
+            return OwnAnswer()
         try:
             started = await carrier.start(decision.cluster, decision.node, txn.transactional_id, timeout,
                                           (txn.producer_id, txn.epoch))  # fmt: skip
@@ -443,7 +453,7 @@ class ClientSession:
             empty_metadata=request.api_key == apis.METADATA and request.body.topics == (),
             mirrored=lambda topic: gateway.links.mirrored(snapshot, resolution.cluster, topic),
             joined_on=joined_on, rejoining=rejoining, partitions=partitions,
-            shielded=snapshot.shielded(resolution.cluster), unvouched=not gateway.vouched(),
+            shielded=snapshot.shielded(resolution.cluster), unvouched=not gateway.vouched(snapshot),
         )  # fmt: skip
 
     async def _carry_out(
@@ -589,8 +599,13 @@ class ClientSession:
                     refused = after_refused and produce
                     before = None
                 latest = self.gateway.view.snapshot
-                if latest is snapshot or refused or let_go.is_set() or time.perf_counter() >= deadline:
+                if refused or let_go.is_set() or time.perf_counter() >= deadline:
                     break
+                if (
+                    latest is snapshot
+                    and self._decide(incoming, snapshot, resolution).action is not Action.HOLD
+                ):
+                    break  # held again if the gateway stopped vouching for its routing meanwhile
                 snapshot = latest  # it moved on while this request waited its turn: decided again
                 resolution = self._resolve(snapshot, identity, context.topics, context.group)
             refused = refused or let_go.is_set() or time.perf_counter() >= deadline
@@ -734,10 +749,13 @@ class ClientSession:
                     request, identity, context.producer, resolution.cluster, snapshot.epoch
                 )
             future = await upstream.send(
-                frame, request.correlation_id, expects_response=context.expects_response
-            )
-        except (Shielded, Overdue) as closed:  # closed on purpose while it connected
+                frame, request.correlation_id, expects_response=context.expects_response,
+                check=self.vouching(key),
+            )  # fmt: skip
+        except (Shielded, Overdue) as closed:  # closed on purpose while it connected, or unvouched since
             inflight.finish(ticket)
+            if isinstance(closed, Unvouched) and key == apis.PRODUCE:
+                self._produce_refused(incoming, resolution.cluster)
             return self._refused(request, context.expects_response, closed)
         except Unsendable as refused:  # a moved producer's batch that may not go yet (or never)
             inflight.finish(ticket)
@@ -1079,6 +1097,26 @@ class ClientSession:
             return translation
         return None
 
+    def vouching(self, api_key: int) -> Check:
+        """What a request of ``api_key`` passes right before it is written to a broker: what a gateway
+        that cannot vouch for its routing holds (``apis.UNVOUCHED_HELD``) is not written then, whatever
+        it waited for since it was decided (a broker's connection, a producer's route read from
+        ZooKeeper, a freeze)."""
+
+        def check() -> None:
+            if api_key in apis.UNVOUCHED_HELD and not self.gateway.vouched():
+                raise Unvouched(f"{api_name(api_key)} not sent: the gateway cannot vouch for its routing")
+
+        return check
+
+    def _produce_refused(self, incoming: Incoming, cluster: str) -> None:
+        """A Produce decided to go and refused before it went: those after it on this connection are
+        held, and refused too, until its resend comes (``_hold``), as behind a held one refused."""
+        if self._released is None or self._released.done():
+            self._released = asyncio.get_running_loop().create_future()
+            self._released.set_result(True)
+        self._refusing(incoming, cluster)
+
     def _refusing(self, incoming: Incoming, cluster: str) -> None:
         """A held Produce answered with the retriable error: where its producer's batches are translated,
         none behind it goes first (:mod:`workers.gateway.producers.sequences`)."""
@@ -1197,11 +1235,12 @@ class _SplitBrokers:
     ) -> Awaitable[Any]:
         fields = {f.name: getattr(body, f.name) for f in dataclasses.fields(body)}
         upstream = self.session.upstream(cluster, node, long_poll=long_poll)
+        check = self.session.vouching(request.api_key)
         if request.api_key == apis.PRODUCE and body.acks == 0:
             own = encode_request(apis.PRODUCE, request.api_version, fields, client_id="switchyard-gateway")
-            await upstream.send(own.frame, own.correlation_id, expects_response=False)
+            await upstream.send(own.frame, own.correlation_id, expects_response=False, check=check)
             return _ready(None)
-        answering = await upstream.request(request.api_key, request.api_version, **fields)
+        answering = await upstream.request(request.api_key, request.api_version, check=check, **fields)
         if request.api_key == apis.PRODUCE:
             answering.add_done_callback(functools.partial(self._noted, cluster, body))
         return answering

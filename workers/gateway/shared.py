@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from switchyard.config import Config
+from switchyard.routing.snapshot import RoutingSnapshot
 from switchyard.routing.view import BindingView
 from workers.gateway.brokers.answers import LocalAnswers
 from workers.gateway.brokers.directory import BrokerDirectory
@@ -50,6 +51,7 @@ class Shared(Protocol):
     links: LinkLookup
     real_ids: RealIds
 
-    def vouched(self) -> bool:
-        """Whether its routing is certainly current enough to act on (its ZooKeeper session alive)."""
+    def vouched(self, snapshot: RoutingSnapshot | None = None) -> bool:
+        """Whether ``snapshot`` (default: the current one) may be acted on: current, and its ZooKeeper
+        session alive."""
         ...

@@ -45,6 +45,14 @@ class Overdue(UpstreamError):
     waited on it gets the retriable error, its client connection kept."""
 
 
+class Unvouched(Shielded):
+    """The gateway could not vouch for its routing when the request was to go (its ZooKeeper session
+    may have ended, a switch gone on without it: :meth:`Gateway.vouched`): never sent, it gets the
+    retriable error, its client connection kept."""
+
+
+Check = Callable[[], None]
+"""Raises (:class:`Unvouched`) if a request may not be written now, called right before it is."""
 Ask = Callable[..., Awaitable[Any]]
 """``ask(api_key, version, **fields)``: send one request of the gateway's own, return the decoded answer."""
 Login = Callable[[Ask], Awaitable[None]]
@@ -87,21 +95,26 @@ class Upstream:
         (:meth:`ClientSession._upstream`)."""
 
     async def send(
-        self, frame: bytes, correlation_id: int, *, expects_response: bool
+        self, frame: bytes, correlation_id: int, *, expects_response: bool, check: Check = lambda: None
     ) -> asyncio.Future[bytes] | None:
+        """Write a client's request once connected; ``check`` raises if it may not go by then."""
         if self._winding is not None:
             raise self._winding
         await self._connect()
+        check()
         return self._enqueue(frame, correlation_id, expects_response=expects_response)
 
     async def ask(self, api_key: int, version: int, **fields: Any) -> Any:
         await self._connect()
         return await self._ask(api_key, version, **fields)
 
-    async def request(self, api_key: int, version: int, **fields: Any) -> asyncio.Task[Any]:
-        """Write a request of the gateway's own now, after those sent before it; its decoded answer to
-        come (``ask`` waits for it at once)."""
+    async def request(
+        self, api_key: int, version: int, *, check: Check = lambda: None, **fields: Any
+    ) -> asyncio.Task[Any]:
+        """Write a request of the gateway's own now, after those sent before it (once ``check``, called
+        when connected, has not raised); its decoded answer to come (``ask`` waits for it at once)."""
         await self._connect()
+        check()
         return self._ask(api_key, version, **fields)
 
     def _ask(self, api_key: int, version: int, **fields: Any) -> asyncio.Task[Any]:

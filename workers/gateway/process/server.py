@@ -69,14 +69,17 @@ class Gateway:
         self.reuse_port = reuse_port
         """Whether its ports are shared with the other processes of the same gateway (SO_REUSEPORT)."""
         self.layout = Layout(config.zookeeper.root)
-        self.view = BindingView(zk, self.layout, config.default_cluster)
+        self.view = BindingView(
+            zk, self.layout, config.default_cluster, registered_in=lambda: self.registration.registered_in
+        )
+        self.registration = GatewayRegistration(
+            zk, self.layout, self.id, takeover_wait_s=config.zookeeper.session_timeout_s + 2,
+            registered=self.view.refresh,
+        )  # fmt: skip
         self.lease = SessionLease(
             zk, self.layout.epoch, config.zookeeper.session_timeout_s, regained=self._lease_regained
         )
         self.vnodes = VirtualNodes(zk, self.layout)
-        self.registration = GatewayRegistration(
-            zk, self.layout, self.id, takeover_wait_s=config.zookeeper.session_timeout_s + 2
-        )
         self.inflight = InFlight(config.gateway.limits.stale_request_grace_s)
         self.budget = ByteBudget(config.gateway.limits.buffer_bytes)
         """Request bytes every connection together may hold (``gateway.limits.buffer_bytes``)."""
@@ -220,10 +223,11 @@ class Gateway:
 
     # ---- epochs
 
-    def vouched(self) -> bool:
-        """Whether its routing is certainly current enough to act on: read in a ZooKeeper session this
-        process can vouch is alive, so any change since waits for its acknowledgement."""
-        return self.lease.vouches_for(self.view.loaded_in)
+    def vouched(self, snapshot: RoutingSnapshot | None = None) -> bool:
+        """Whether ``snapshot`` (default: the current one) may be acted on: the current one, read while
+        registered in a ZooKeeper session this process can vouch is alive, so any change since waits for
+        its acknowledgement (:meth:`BindingView.session_of`)."""
+        return self.lease.vouches_for(self.view.session_of(snapshot or self.view.snapshot))
 
     def _lease_regained(self) -> None:  # on the lease's thread
         if self._loop is not None:
@@ -346,7 +350,10 @@ class Gateway:
         listening = None in self._servers
         registered = self._registered
         clusters = {c: self._cluster_word(snapshot, c) for c in self.config.clusters}
-        said = {"gateway": self.id, "epoch": snapshot.epoch, "stale": self.view.stale, "clusters": clusters}
+        said = {
+            "gateway": self.id, "epoch": snapshot.epoch, "stale": self.view.stale,
+            "vouched": self.vouched(snapshot), "clusters": clusters,
+        }  # fmt: skip
         return listening and registered, said
 
     def _cluster_word(self, snapshot: RoutingSnapshot, cluster: str) -> str:

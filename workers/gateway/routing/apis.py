@@ -48,6 +48,10 @@ runs, over a connection that also carries its data."""
 SHIELDABLE = BLOCKABLE | {FIND_COORDINATOR, INIT_PRODUCER_ID} | TELEMETRY_APIS
 """What a shielded cluster's identities get answered by the gateway, instead of a closed connection
 (see :mod:`workers.gateway.routing.blocking`)."""
+UNVOUCHED_HELD = BLOCKABLE | {INIT_PRODUCER_ID}
+"""What a gateway that cannot vouch for its routing holds, and never writes to a broker: what writes
+records, commits offsets, or begins, ends or fences a transaction (an InitProducerId aborts its
+transactional id's open transaction) — each may be routed otherwise by a change it has not heard of."""
 LONG_POLLS = frozenset({FETCH, JOIN_GROUP, SYNC_GROUP})
 """Requests a broker may hold for long (a Fetch up to its max_wait, a join or sync until the rebalance
 ends); a newer epoch that routes them elsewhere answers them at once (workers.gateway.routing.inflight)."""

@@ -126,12 +126,12 @@ def decide(
     for an OffsetCommit from outside the group or a Heartbeat, that the connection's consumer is
     rejoining its group; ``partitions``: what the request has to do with partition migrations;
     ``shielded``: the resolved cluster is shielded or down; ``unvouched``: the gateway cannot vouch
-    that its routing is current (:meth:`Gateway.vouched`): what writes, commits or reads partitions is
-    held as for a block."""
+    that its routing is current (:meth:`Gateway.vouched`): ``apis.UNVOUCHED_HELD`` is held as for a
+    block."""
     cluster = resolution.cluster
     if api_key == apis.METADATA and (empty_metadata or shielded):
         return Decision(Action.ANSWER, cluster)
-    if unvouched and api_key in apis.BLOCKABLE:
+    if unvouched and api_key in apis.UNVOUCHED_HELD:
         return Decision(Action.HOLD, cluster) if context.expects_response else Decision(Action.DROP, cluster)
     decision = _decide(
         api_key, context, resolution, broker, mirrored=mirrored, joined_on=joined_on, rejoining=rejoining,
