@@ -15,7 +15,7 @@ from kazoo.client import KazooClient
 from switchyard import kafka
 from switchyard.admins import Admins
 from switchyard.config import Config
-from switchyard.errors import BindingRefused, UnknownPartition
+from switchyard.errors import BindingRefused, KafkaOperationError
 from switchyard.ledger import Ledger
 from switchyard.mirror.mapstore import LinkRecords, MapFollower, ensure_map_topic
 from switchyard.model import Link
@@ -134,11 +134,13 @@ class Deps:
                     continue  # made anew while this waited for it
                 try:
                     return kafka.log_ends(consumer, keys)
-                except UnknownPartition as exc:
+                except KafkaOperationError as exc:
                     if renewed:
                         raise
                     # its metadata may predate the topic (one a partition migration just created), and
-                    # librdkafka kept such a topic unknown for over a minute: asked on a new one
+                    # librdkafka kept such a topic unknown for over a minute; or it holds on to a broker
+                    # that restarted: every ListOffsets failed at once (_DESTROY_BROKER) for 4 minutes,
+                    # a switchover's drain with it. Asked on a new one
                     log.info("cluster %s: the log-end reader is made anew: %s", cluster, exc)
                     with self._lock:
                         del self._probes[cluster]
