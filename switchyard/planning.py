@@ -17,7 +17,10 @@ went out again, and so on. Anything else is a switchover, which can make the sam
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
 
 from switchyard import kafka
 from switchyard.config import Config
@@ -187,9 +190,11 @@ def _divide(
     topic of theirs is written by someone who stays (see :mod:`switchyard.sharing`)."""
     try:
         topics = {p.topic for p in plan.partitions}
+        source = config.clusters[link.source].bootstrap
         division = divide(
-            keys, link, topics, snapshot=snapshot, default_cluster=config.default_cluster, uses=uses
-        )
+            keys, link, topics, snapshot=snapshot, default_cluster=config.default_cluster, uses=uses,
+            held=_held_on(source),
+        )  # fmt: skip
     except Unshareable as exc:
         raise Refused(str(exc)) from None
     if division.split:
@@ -206,6 +211,19 @@ def _divide(
         plan.checks.append(f"link {link.id} carries no topic of an application that stays on {link.source}")
     for line in division.readers:
         plan.checks.append(f"{line} on {link.source}, and will read what the reverse link copies back")
+
+
+def _held_on(bootstrap: str) -> Callable[[set[str]], set[str]]:
+    """Which of some topics the cluster at ``bootstrap`` holds (all, where it cannot say: the plan's
+    refusal then stands as it would without asking)."""
+
+    def held(names: set[str]) -> set[str]:
+        try:
+            return {t for t, _ in kafka.partitions(bootstrap, lambda t: t in names)}
+        except (KafkaException, KafkaOperationError):
+            return names
+
+    return held
 
 
 def _listed(names: list[str]) -> str:

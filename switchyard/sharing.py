@@ -69,11 +69,13 @@ def divide(
     snapshot: RoutingSnapshot,
     default_cluster: str,
     uses: list[Use],
+    held: Callable[[set[str]], set[str]] = lambda names: names,
 ) -> Division:
     """Which of the link's ``topics`` (on its source now) move with ``keys`` (all of them when the
-    gateways saw the keys use no topic at all); :class:`Unshareable` when a moving topic is written by
-    someone who stays, when a client's requests would name topics that move and topics that stay, or
-    when the keys use topics only elsewhere."""
+    gateways saw the keys use no topic at all, or none the source still holds: ``held`` says which of
+    some topics it does); :class:`Unshareable` when a moving topic is written by someone who stays, when
+    a client's requests would name topics that move and topics that stay, or when the keys use topics
+    only elsewhere."""
     after = dict(snapshot.bindings)
     when = datetime.now(UTC)
     for key in keys:
@@ -96,7 +98,8 @@ def divide(
     named = {k.name for k in keys if k.kind is KeyKind.TOPIC and k.name in on_link}
     moving = {u.topic for u in used if moves(u)} | named
     if not moving:
-        theirs = sorted({u.topic for u in uses if u.topic and moves(u)})
+        # a use of a topic deleted since (a drill's, each run under the same key) says nothing
+        theirs = sorted(held({u.topic for u in uses if u.topic and moves(u)}))
         if theirs:
             raise Unshareable(
                 f"{', '.join(map(str, keys))} use{'s' if len(keys) == 1 else ''} "

@@ -47,3 +47,23 @@ def test_a_streams_applications_changelog_the_link_does_not_copy_is_refused_nami
 def test_an_applications_own_topic_off_the_link_is_no_reason_to_refuse() -> None:
     """Only Streams' internal topics are judged so: a plain topic may well be copied by another link."""
     assert _divided(_link("counts"), ["counts", "audit"], _writes("counts", "audit")) == ["counts"]
+
+
+def test_keys_seen_using_only_topics_the_source_no_longer_holds_move_the_whole_link() -> None:
+    """A drill runs under the same key each time, each run with a topic and a link of its own, deleted
+    at its end: the key's uses of the runs before name topics the new link does not copy. Those the
+    source no longer holds say nothing of which are the key's (the whole link moves); one it holds still
+    refuses the plan, as it names a topic the link leaves behind."""
+    link = _link("drill-7")
+    uses = _writes("drill-5", "drill-6")
+
+    def divided(held: set[str]) -> list[str]:
+        division = divide(
+            [BindingKey.for_app("counter")], link, ["drill-7"], snapshot=RoutingSnapshot(epoch=1),
+            default_cluster="primary", uses=uses, held=lambda names: names & held,
+        )  # fmt: skip
+        return division.moving
+
+    assert divided(held=set()) == ["drill-7"]
+    with pytest.raises(Unshareable, match="drill-6, which link orders-link does not copy"):
+        divided(held={"drill-6"})
