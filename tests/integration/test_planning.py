@@ -227,9 +227,20 @@ def test_a_client_whose_requests_would_mix_moving_and_staying_topics_is_refused(
 def test_keys_whose_topics_are_all_on_other_links_are_refused_on_this_one(
     store: RoutingStore, stack_config: Config, link: tuple[str, str]
 ) -> None:
+    """A topic the keys were seen using that the source still holds, none on this link: refused. Once
+    the source no longer holds it (deleted since: a drill's earlier run), its uses say nothing, and the
+    whole link moves."""
     link_id, topic = link
+    primary = stack_config.clusters["primary"].bootstrap
+    kafka.create_topics(primary, [f"elsewhere-{topic}"], partitions=1)
     producers(store, f"elsewhere-{topic}", "shop")
     refusal = plan(store, stack_config, "shop")
     assert refusal == (
         f"shop uses elsewhere-{topic}, which link {link_id} does not copy: is it the right link?"
     )
+    kafka.delete_topic(primary, f"elsewhere-{topic}")
+    deadline = time.monotonic() + 30
+    while kafka.partitions(primary, lambda t: t == f"elsewhere-{topic}"):  # until the brokers say it is gone
+        assert time.monotonic() < deadline, "the deleted topic is still listed"
+        time.sleep(0.2)
+    assert plan(store, stack_config, "shop") is None
