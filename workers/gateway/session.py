@@ -1110,8 +1110,9 @@ class ClientSession:
         return check
 
     def _produce_refused(self, incoming: Incoming, cluster: str) -> None:
-        """A Produce decided to go and refused before it went: those after it on this connection are
-        held, and refused too, until its resend comes (``_hold``), as behind a held one refused."""
+        """A Produce decided to go and refused before it went: a Produce already held behind it on this
+        connection is refused too (``_hold``), as behind a held one refused, so none reaches the broker
+        ahead of its resend."""
         if self._released is None or self._released.done():
             self._released = asyncio.get_running_loop().create_future()
             self._released.set_result(True)
