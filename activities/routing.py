@@ -17,6 +17,7 @@ from activities.fence import stood_still
 from activities.pulse import beat
 from activities.recorded import request_id, step
 from switchyard import kafka
+from switchyard.acked import acked_ends
 from switchyard.errors import AcksTimeout, BindingConflict, BindingRefused
 from switchyard.keys import BindingKey
 from switchyard.mirror.mapstore import end_record, store_records
@@ -44,6 +45,12 @@ from switchyard.threads import Worker
 _ACK_POLL_S = 1.0
 STOP_COPYING_S = 3.0
 """How long a failover's flip waits for the mirror to report its link's copying stopped."""
+SHIELD_ACKS_S = 30.0
+"""How long a failover's flip waits for every gateway to have stopped using the source it shielded,
+before it reads how far clients may have read there (a gateway that has not is still waited for after
+the flip)."""
+SOURCE_ENDS_S = 3.0
+"""How long a failover's flip asks the source for its ends: a failed cluster costs no more, clients held."""
 log = logging.getLogger(__name__)
 
 
@@ -117,7 +124,8 @@ class RoutingActivities:
         """Store where the copy stands, closing the fence's window when asked (the source's ends must be
         those the copy was drained to), then in one fenced change: the keys active on the target, the link
         promoted (the gateway refuses clients' writes to an unpromoted target, so none sees one without
-        the other) and, for a failover, the source shielded."""
+        the other). A failover shields the source first, and waits for the gateways to stop using it:
+        its final positions then say how far clients may have read there (see ``_resumes``)."""
         store, deps = self.deps.store, self.deps
         flip_id = request_id("flip")
         link = deps.link(request.link)
@@ -126,18 +134,26 @@ class RoutingActivities:
             if done is not None:  # this step's own change, retried after its answer was lost
                 return self._flipped_before(done, request)
             raise BindingRefused(f"link {link.id} was promoted by someone else")
-        paused = False
+        paused = shielded = False
         try:
-            if request.shield_source and not request.ends:  # a failover's: see _stop_copying
+            if self._failover(request):
                 if link.state is LinkState.RUNNING:
                     self._pause(request)
                     paused = True
                 link = self._stop_copying(request)
+                shielded = self._shield(request)
             return self._flip(request, link, flip_id)
         except BaseException:
             if paused:  # the saga goes on, or is abandoned, with the link copying as before
                 self._resume_copying(request)
+            if shielded:
+                self._unshield(request)
             raise
+
+    @staticmethod
+    def _failover(request: FlipRequest) -> bool:
+        """A failover's flip: nothing drained, the copy stopped where it stands (see ``_stop_copying``)."""
+        return request.shield_source and not request.ends
 
     def _flip(self, request: FlipRequest, link: Link, flip_id: str) -> Flipped:
         store = self.deps.store
@@ -182,6 +198,51 @@ class RoutingActivities:
             time.sleep(0.1)
         return self.deps.link(request.link)
 
+    def _shield(self, request: FlipRequest) -> bool:
+        """The source shielded ahead of the flip, once every gateway has let go of it (``SHIELD_ACKS_S``
+        at most): no client reads or writes there after, so its ends are past all they saw. Whether this
+        attempt shielded it (an earlier one may have: then it is waited for)."""
+        source = self.deps.store.cluster(request.source)
+        if source is None:
+            return False
+        epoch = self._source_to(request, ClusterState.SHIELDED, "the source shielded before the flip")
+        try:
+            self.wait(epoch or source.epoch, SHIELD_ACKS_S)
+        except AcksTimeout as exc:
+            log.warning(
+                "failover of link %s: flipping with gateways still on the source: %s", request.link, exc
+            )
+        except BaseException:
+            if epoch is not None:
+                self._unshield(request)
+            raise
+        return epoch is not None
+
+    def _unshield(self, request: FlipRequest) -> None:
+        """The source this attempt shielded used again, where the flip did not land (best effort, as
+        ``_resume_copying``)."""
+        try:
+            if self.deps.store.committed_epoch(request_id("flip")) is None:
+                self._source_to(request, ClusterState.ACTIVE, "its flip failed, the source unshielded")
+        except Exception:
+            log.warning(
+                "failover of link %s: source left shielded by a failed flip", request.link, exc_info=True
+            )
+
+    def _source_to(self, request: FlipRequest, state: ClusterState, reason: str) -> int | None:
+        """The source set to ``state`` from the other of active and shielded (fenced, in the ledger, under
+        a request id of its own, as ``_pause``): the epoch, or None where it was not in that other."""
+        store = self.deps.store
+        source = store.cluster(request.source)
+        was = ClusterState.ACTIVE if state is ClusterState.SHIELDED else ClusterState.SHIELDED
+        if source is None or source.state is not was:
+            return None
+        change = ClusterChange(source.id, source.epoch, source.bootstrap, state)
+        return store.apply(
+            [change], actor=f"saga:{request.saga_id}", reason=f"failover: {reason}",
+            request_id=request_id(f"{state}-{uuid.uuid4().hex[:12]}"),
+        )  # fmt: skip
+
     def _resume_copying(self, request: FlipRequest) -> None:
         """The link this attempt paused running again, where it still is paused (best effort: the error
         that stopped the flip is the one the saga hears of)."""
@@ -224,9 +285,10 @@ class RoutingActivities:
         target_ends = read if read is not None else self._target_ends(request, final)
         if fence is not None:
             fence.join()  # FenceBroken raised here: nothing written
+        resumes = self._resumes(request, final) if self._failover(request) else {}
         target = self.deps.bootstrap(request.target)
         records = [
-            end_record(request.link, p.topic, p.partition, p.end, end)
+            end_record(request.link, p.topic, p.partition, p.end, end, resumes.get((p.topic, p.partition)))
             for p, end in zip(final, target_ends, strict=True)
         ]
         store_records(
@@ -248,6 +310,24 @@ class RoutingActivities:
         ends = sorted(self.deps.ends(request.target, copied).items())
         final = [PartitionEnd(t, p, maps.get((t, p), OffsetMap()).next_source(end)) for (t, p), end in ends]
         return final, [end for _, end in ends]
+
+    def _resumes(self, request: FlipRequest, final: list[PartitionEnd]) -> dict[tuple[str, int], int]:
+        """Per partition of a failover, past every record clients may have read on the source: where the
+        target's records written since are presented (see :mod:`switchyard.mirror.presented`). Its high
+        watermarks, read once no gateway uses it, where it answers; and the ends of the writes the
+        gateways saw it acknowledge (published before each acknowledged epoch), where it does not — or
+        took them past its high watermark (acks=1)."""
+        keys = [(p.topic, p.partition) for p in final]
+        ends: dict[tuple[str, int], int] = {}
+        try:
+            with self.deps.admins.asking(request.source) as admin:
+                ends = kafka.listed_ends(admin, keys, timeout_s=SOURCE_ENDS_S)
+        except Exception as exc:
+            log.info(
+                "failover of link %s: the source's ends not read (%r): the gateways' say", request.link, exc
+            )
+        acked = acked_ends(self.deps.store.zk, self.deps.store.layout, request.source)
+        return {key: max(ends.get(key, 0), acked.get(key, 0)) for key in keys}
 
     def _target_ends(self, request: FlipRequest, final: list[PartitionEnd]) -> list[int]:
         ends = self.deps.ends(request.target, [(p.topic, p.partition) for p in final])

@@ -42,8 +42,13 @@ def decode(data: bytes) -> dict[tuple[str, str, int], int]:
 def acked_end(zk: KazooClient, layout: Layout, cluster: str, topic: str, partition: int) -> int | None:
     """The highest end any gateway saw acknowledged for the partition on ``cluster``; None if none saw
     a write."""
+    return acked_ends(zk, layout, cluster).get((topic, partition))
+
+
+def acked_ends(zk: KazooClient, layout: Layout, cluster: str) -> dict[tuple[str, int], int]:
+    """The highest end any gateway saw acknowledged for each partition of ``cluster`` it saw written."""
     folder = layout.folder("acked")
-    found: list[int] = []
+    found: dict[tuple[str, int], int] = {}
     try:
         for name in zk.get_children(folder):
             try:
@@ -54,11 +59,11 @@ def acked_end(zk: KazooClient, layout: Layout, cluster: str, topic: str, partiti
                 ends = decode(data) if data else {}
             except (ValueError, TypeError, AttributeError):  # a report not of this format: ignored
                 continue
-            end = ends.get((cluster, topic, partition))
-            if end is not None:
-                found.append(end)
+            for (where, topic, partition), end in ends.items():
+                if where == cluster and end > found.get((topic, partition), -1):
+                    found[(topic, partition)] = end
     except NoNodeError:
-        return None
+        return {}
     except KazooException as exc:
         raise RoutingUnavailable(f"ZooKeeper: cannot read {folder}: {exc!r}") from exc
-    return max(found, default=None)
+    return found

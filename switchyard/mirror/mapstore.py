@@ -4,7 +4,9 @@ The map sits next to the data it describes, so whoever can read the target's cop
 moved, the verification job, the reverse link) can translate offsets, even with ZooKeeper gone. Each
 segment is its own key, so compaction never drops one; the newest record for a key wins. When a link is
 promoted, each partition's final position — how far the source was copied, and the target's end then —
-is stored the same way: the reverse link starts from it.
+is stored the same way: the reverse link starts from it. A failover's also says where the offsets clients
+see go on (``resume``), where that is past the copy: past everything clients may have read on the cluster
+left behind (see :mod:`switchyard.mirror.presented`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -70,12 +72,17 @@ def segment_record(link_id: str, topic: str, partition: int, source: int, target
     return key, value
 
 
-def end_record(link_id: str, topic: str, partition: int, source: int, target: int) -> tuple[bytes, bytes]:
-    """The key and value that store a partition's final position when its link is promoted."""
+def end_record(  # noqa: PLR0917 - the fields of the record
+    link_id: str, topic: str, partition: int, source: int, target: int, resume: int | None = None
+) -> tuple[bytes, bytes]:
+    """The key and value that store a partition's final position when its link is promoted; ``resume``
+    only where it is past ``source``."""
     key = json.dumps([link_id, topic, partition, "end"]).encode()
-    value = json.dumps({"link": link_id, "topic": topic, "partition": partition, "source": source,
-                        "target": target, "end": True}).encode()  # fmt: skip
-    return key, value
+    fields = {"link": link_id, "topic": topic, "partition": partition, "source": source, "target": target,
+              "end": True}  # fmt: skip
+    if resume is not None and resume > source:
+        fields["resume"] = resume
+    return key, json.dumps(fields).encode()
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,9 @@ class LinkRecords:
     """Partitions without an entry have identical offsets."""
     ends: dict[TopicPartitionKey, tuple[int, int]]
     """Once promoted: (source position copied up to, target end then) per partition."""
+    resumes: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    """Once promoted by a failover: the source position at which the target's records written since are
+    presented, where it is past the copy (the rest: where the copy stood)."""
 
 
 def read_link(bootstrap: str, link_id: str) -> LinkRecords:
@@ -94,15 +104,19 @@ def read_link(bootstrap: str, link_id: str) -> LinkRecords:
 def _records_of(values: Iterable[bytes], link_id: str) -> LinkRecords:
     segments: dict[TopicPartitionKey, dict[int, int]] = defaultdict(dict)
     ends: dict[TopicPartitionKey, tuple[int, int]] = {}
+    resumes: dict[TopicPartitionKey, int] = {}
     for value in values:
         raw = json.loads(value)
         if raw["link"] == link_id:
             key = (raw["topic"], raw["partition"])
             if raw.get("end"):
                 ends[key] = (raw["source"], raw["target"])
+                if "resume" in raw:
+                    resumes[key] = raw["resume"]
             else:
                 segments[key][raw["source"]] = raw["target"]
-    return LinkRecords({tp: OffsetMap(sorted(found.items())) for tp, found in segments.items()}, ends)
+    maps = {tp: OffsetMap(sorted(found.items())) for tp, found in segments.items()}
+    return LinkRecords(maps, ends, resumes)
 
 
 class MapFollower:

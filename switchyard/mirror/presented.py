@@ -8,7 +8,12 @@ promoted link whose offsets differ from the clients', the gateway translates —
 home offsets to the target's, what the target answers back — and a consumer's live position, its
 committed offset and a new group's reset all name the same record on either cluster, across any number
 of switches. Promoted, a link's map is final; the target's records written since follow its final
-position: the target's end at the promotion stands where the source was copied up to.
+position: the target's end at the promotion stands where the source was copied up to — or, after a
+failover, where the source's records that clients may have read end (``resume``): the copy stopped short
+of them, and a consumer that read them on the old cluster is positioned past them; the first record
+written on the new one presented where the copy stood would be skipped by it (a chaos trial's kafkajs
+group never processed one so). Clients' positions between the two name the target's end at the
+promotion: those records are the failover's lost window.
 
 A link that reverses another copies from a cluster that is itself presented: its source offsets are
 not the clients'. Its translation goes through the one it reverses (``through``), back to the home, and
@@ -52,6 +57,13 @@ class Presented:
     earlier: Presented | None = None
     """Where ``returns``: how the target was presented while clients used it (None: as its own offsets,
     the home's, or a copy's that were identical)."""
+    resume: int | None = None
+    """The source position at which the target's records written since the promotion are presented, where
+    it is past ``copied`` (a failover's: past what clients may have read on the source)."""
+
+    @property
+    def _resumed(self) -> int:
+        return self.copied if self.resume is None else max(self.resume, self.copied)
 
     @cached_property
     def identical(self) -> bool:
@@ -64,8 +76,8 @@ class Presented:
             return position
         if self.through is not None:
             position = self.through.to_target(position)
-        if position >= self.copied:
-            return self.target_end + (position - self.copied)
+        if position >= self._resumed:
+            return self.target_end + (position - self._resumed)
         return self.offset_map.position(position, self.target_end)
 
     def to_client(self, offset: int) -> int:
@@ -105,7 +117,7 @@ class Presented:
 
     def _source_of(self, offset: int) -> int:
         if offset >= self.target_end:
-            return self.copied + (offset - self.target_end)
+            return self._resumed + (offset - self.target_end)
         return self.offset_map.source_of(offset)
 
     @cached_property
@@ -154,7 +166,7 @@ class Presented:
             length = min(min(target_end, self.target_end) - target, min(source_end, self.copied) - source)
             if length > 0:
                 runs.append((target, target + length, source))
-        return [*runs, (self.target_end, _MAX, self.copied)]
+        return [*runs, (self.target_end, _MAX, self._resumed)]
 
 
 def _filled(runs: list[tuple[int, int, int]], earlier: Presented | None) -> list[tuple[int, int, int]]:

@@ -14,7 +14,7 @@ import time
 import uuid
 from datetime import timedelta
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
@@ -66,7 +66,7 @@ def test_a_failover_moves_clients_at_once_and_accounts_for_every_record_left_beh
     never_copied = [
         kafka.Record(b"late", f"late-{i}".encode(), partition=0 if i < 4 else 1) for i in range(7)
     ]
-    kafka.produce(primary.connect, topic, never_copied)
+    kafka.produce(live.gateway.bootstrap, topic, never_copied, settings=through)
     wait_until(lambda: seen_ends(routing, link) == {(topic, 0): 104, (topic, 1): 103})
 
     # a consumer of the application's, a member of its group on the primary, has read all 104 records
@@ -99,8 +99,10 @@ def test_a_failover_moves_clients_at_once_and_accounts_for_every_record_left_beh
     assert "lost window measured: 7 records" in out
     assert routing.cluster("primary").state is ClusterState.SHIELDED  # type: ignore[union-attr]
     assert routing.binding(BindingKey.for_app(app)).cluster == "standby"  # type: ignore[union-attr]
-    on_standby = kafka.read_partitions(standby.connect, topic)
-    assert sum(len(r) for r in on_standby.values()) == 201  # the copy, and the record written after
+    # the copy, and the record written after
+    assert sum(len(r) for r in kafka.read_partitions(standby.connect, topic).values()) == 201
+    # the records written since are presented past those the gateway saw the frozen primary acknowledge
+    assert read_link(standby.connect, link).resumes == {(topic, 0): 104, (topic, 1): 103}
     (run,) = routing.ledger.saga_runs(saga_id([app]))
     assert run.outcome == "switched"
     assert run.result is not None
@@ -211,20 +213,51 @@ def test_a_forced_failover_stops_the_copy_before_it_reads_where_the_copy_stands(
         live.cli("clusters", "unshield", "primary", "--reason", "test")
 
 
+def test_records_written_after_a_forced_failover_reach_a_consumer_that_read_past_the_copy(
+    live: Live, routing: RoutingStore, brokers: tuple[PrivateService, PrivateService]
+) -> None:
+    """A consumer that read the primary's records the copy never got is positioned past them, in its own
+    memory; the standby's first records are presented after them, so it reads those on. (They were
+    presented where the copy stood: a chaos trial's kafkajs group went on past the first one.)"""
+    standby = brokers[1]
+    assert live.gateway is not None
+    app, topic, link = copied_short(routing, brokers, "read")
+    reader = Consumer({"bootstrap.servers": live.gateway.bootstrap, "client.id": app, "group.id": app,
+                       "enable.auto.commit": False})  # fmt: skip
+    try:
+        reader.assign([TopicPartition(topic, 0, 0)])
+        assert [offset for offset, _ in polled(reader, 55)] == list(range(55))
+        failed_over = live.cli("failover", app, "--from", "primary", "--link", link, "--force", "--wait")
+        assert failed_over.returncode == 0, failed_over.stdout + failed_over.stderr
+        assert read_link(standby.connect, link).resumes == {(topic, 0): 55}
+        written = [kafka.Record(b"k", f"after-{i}".encode()) for i in range(3)]
+        assert kafka.produce(live.gateway.bootstrap, topic, written, settings={"client.id": app}) == 3
+        assert polled(reader, 3) == [(55, b"after-0"), (56, b"after-1"), (57, b"after-2")]
+        # on the standby they are the records after the copy
+        assert kafka.ends_of(standby.connect, [(topic, 0)]) == {(topic, 0): 53}
+    finally:
+        reader.close()
+        live.cli("clusters", "unshield", "primary", "--reason", "test")
+
+
+def polled(consumer: Consumer, count: int, timeout_s: float = 60) -> list[tuple[int, bytes]]:
+    """The next ``count`` records ``consumer`` reads (within ``timeout_s``): offset and value."""
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append((message.offset() or 0, message.value() or b""))
+    return got
+
+
 def read_past_the_copy(
     live: Live, routing: RoutingStore, brokers: tuple[PrivateService, PrivateService]
 ) -> tuple[str, str, str, str]:
     """An application bound to the primary whose group committed offset 55 of a topic the link copied up
     to 50: the application, topic, link and group."""
-    primary, standby = brokers
-    app, topic, link = bound_to_the_primary(routing, primary.connect, "orders")
+    app, topic, link = copied_short(routing, brokers, "orders")
     group = f"{app}-readers"
-    kafka.produce(primary.connect, topic, [kafka.Record(b"k", f"v{i}".encode()) for i in range(50)])
-    wait_until(lambda: kafka.partitions(standby.connect, lambda name: name == topic) == [(topic, 0)])
-    wait_until(lambda: kafka.ends_of(standby.connect, [(topic, 0)]) == {(topic, 0): 50})
-    routing.set_link_state(link, LinkState.PAUSED, actor=ACTOR, reason="test")
-    wait_until(lambda: statuses(routing, link) == {"paused"})
-    kafka.produce(primary.connect, topic, [kafka.Record(b"late", b"late")] * 5)  # never copied
     assert live.gateway is not None
     with RawClient(
         live.gateway.port, client_id=app
@@ -233,6 +266,22 @@ def read_past_the_copy(
         assert commit_offset(reader, group, *member, topic, 55) == ErrorCode.none
     seen_by_gateway(routing, topic, {app}, {(app, group)})
     return app, topic, link, group
+
+
+def copied_short(
+    routing: RoutingStore, brokers: tuple[PrivateService, PrivateService], name: str
+) -> tuple[str, str, str]:
+    """An application bound to the primary, and a topic whose link copied 50 records and was paused
+    before 5 more: the application, topic and link."""
+    primary, standby = brokers
+    app, topic, link = bound_to_the_primary(routing, primary.connect, name)
+    kafka.produce(primary.connect, topic, [kafka.Record(b"k", f"v{i}".encode()) for i in range(50)])
+    wait_until(lambda: kafka.partitions(standby.connect, lambda name: name == topic) == [(topic, 0)])
+    wait_until(lambda: kafka.ends_of(standby.connect, [(topic, 0)]) == {(topic, 0): 50})
+    routing.set_link_state(link, LinkState.PAUSED, actor=ACTOR, reason="test")
+    wait_until(lambda: statuses(routing, link) == {"paused"})
+    kafka.produce(primary.connect, topic, [kafka.Record(b"late", b"late")] * 5)  # never copied
+    return app, topic, link
 
 
 def bound_to_the_primary(routing: RoutingStore, primary: str, name: str) -> tuple[str, str, str]:

@@ -142,3 +142,39 @@ def test_a_transaction_aborted_while_switched_over_keeps_its_offsets_when_the_co
     assert clients == [0, 1, 2, 3, 5, 6, 7, 8, *range(10, 20), 21, 22]  # 20: the home's marker at 14
     assert again.spans(8, 11)  # the aborted transaction's batch
     assert [again.position_to_client(p) for p in (8, 12, 13, 16)] == [9, 14, 15, 18]
+
+
+# a failover: the copy had the source's records 0-21 (identical offsets); clients read on the source up
+# to 29, its end once no gateway used it; the records since the flip are presented from there
+FAILED_OVER = Presented(OffsetMap(), copied=22, target_end=22, resume=30)
+
+
+def test_records_written_after_a_failover_are_presented_past_what_clients_read_on_the_old_cluster() -> None:
+    """A chaos trial's kafkajs group, positioned at 23 by what it read on the primary, never processed
+    the first record written on the standby: it was presented at 22, where the copy stood."""
+    assert not FAILED_OVER.identical
+    assert [FAILED_OVER.to_client(t) for t in (0, 21, 22, 23)] == [0, 21, 30, 31]
+    # positions among the records the copy never got (the lost window) name the first written since
+    assert [FAILED_OVER.to_target(c) for c in (21, 22, 23, 29, 30, 31)] == [21, 22, 22, 22, 22, 23]
+    assert FAILED_OVER.position_to_client(22) == 22  # the end at the flip: after the last record copied
+    assert FAILED_OVER.position_to_client(24) == 32
+    assert FAILED_OVER.spans(0, 21)
+    assert FAILED_OVER.spans(22, 40)
+    assert not FAILED_OVER.spans(21, 22)
+
+
+def test_a_resume_where_the_copy_stood_is_no_translation() -> None:
+    assert Presented(OffsetMap(), copied=22, target_end=22, resume=22).identical
+    assert Presented(OffsetMap(), copied=22, target_end=22, resume=None).identical
+
+
+def test_a_switch_back_after_a_failover_keeps_the_offsets_clients_saw() -> None:
+    """The old primary, back, still holds records 22-29 (the lost window, left in place); the records
+    written on the standby since the failover are copied back after them, at 30 on: where clients saw
+    them. Its own records keep their offsets, so nothing needs translating there."""
+    over = FAILED_OVER
+    maps, uncopied = reverse_maps({KEY: (22, 22)}, {KEY: over.offset_map}, {KEY: 30})
+    assert uncopied == {KEY: 8}
+    back = Presented(maps[KEY], copied=27, target_end=35, through=over, returns=True)  # 5 records back
+    assert back.identical
+    assert [back.to_client(t) for t in (0, 21, 22, 29, 30, 34, 35)] == [0, 21, 22, 29, 30, 34, 35]

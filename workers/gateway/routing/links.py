@@ -192,6 +192,7 @@ class LinkLookup:
                     records.maps.get((topic, partition), OffsetMap()), copied, target_end,
                     through=through.get(topic, {}).get(partition), returns=reversed_ is not None,
                     earlier=earlier.get(topic, {}).get(partition),
+                    resume=records.resumes.get((topic, partition)),
                 )  # fmt: skip
                 if not found.identical:
                     tables.setdefault(topic, {})[partition] = found
