@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -31,7 +32,8 @@ async def produce(args: Any, events: Events) -> None:
         except KafkaError as exc:  # refused at once (no metadata in time): no delivery will come
             events("failed", v=n, e=repr(exc))
         else:
-            delivery.add_done_callback(lambda f, n=n: delivered(events, n, f))
+            sent = time.time()
+            delivery.add_done_callback(lambda f, n=n, at=sent: delivered(events, n, f, at))
             pending.add(delivery)
             delivery.add_done_callback(pending.discard)
         n += 1
@@ -45,12 +47,12 @@ async def produce(args: Any, events: Events) -> None:
         await producer.stop()
 
 
-def delivered(events: Events, n: int, future: asyncio.Future[Any]) -> None:
+def delivered(events: Events, n: int, future: asyncio.Future[Any], sent: float) -> None:
     if future.exception() is not None:
         events("failed", v=n, e=repr(future.exception()))
     else:
         md = future.result()
-        events("acked", v=n, p=md.partition, o=md.offset)
+        events("acked", v=n, p=md.partition, o=md.offset, s=sent)
 
 
 async def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:

@@ -4,7 +4,8 @@ Each application (one per client library) produces numbered records and consumes
 ``manual`` commits synchronously after each processed batch, ``auto`` uses the library's default
 auto-commit; given ``--codecs``, it produces through one producer per compression codec, record n
 through producer n % len(codecs). It writes everything it sees as JSON lines to ``events.jsonl`` in its
-directory — each acknowledgement and failed send, each batch received and whether its commit went
+directory — each acknowledgement (with ``s``, when the record was sent, but for the Java application's,
+whose producer is idempotent) and failed send, each batch received and whether its commit went
 through — and stops producing when ``stop-producing`` appears there, stops altogether when ``stop``
 does. Once its producer is done it writes ``produced`` with ``n``, the sends it attempted (each must end
 in exactly one ``acked`` or ``failed``), and ``unreported``, the records its client gave up waiting for

@@ -20,9 +20,9 @@ def produce(args: Any, events: Events) -> None:
     settings = {"bootstrap.servers": args.bootstrap, "client.id": f"{args.app}@producer", "acks": "all"}
     producers = per_codec(args, lambda codec: Producer({**settings, **codec}), "compression.type")
 
-    def delivered(err: Any, msg: Any, n: int) -> None:
+    def delivered(err: Any, msg: Any, n: int, sent: float) -> None:
         if err is None:
-            events("acked", v=n, p=msg.partition(), o=msg.offset())
+            events("acked", v=n, p=msg.partition(), o=msg.offset(), s=sent)
         else:
             events("failed", v=n, e=str(err))
 
@@ -30,9 +30,10 @@ def produce(args: Any, events: Events) -> None:
     for n in paced(args.rate, events):
         attempted = n + 1
         producer = producers[n % len(producers)]
+        sent = time.time()
         try:
             producer.produce(args.topic, key=str(n).encode(), value=value_of(n),
-                             on_delivery=lambda e, m, n=n: delivered(e, m, n))  # fmt: skip
+                             on_delivery=lambda e, m, n=n, at=sent: delivered(e, m, n, at))  # fmt: skip
         except (BufferError, KafkaException) as exc:  # refused at once: no delivery report will come
             events("failed", v=n, e=repr(exc))
         for each in producers:  # every producer's delivery reports, not only this one's

@@ -27,12 +27,13 @@ def produce(args: Any, events: Events) -> None:
     for n in paced(args.rate, events):
         attempted = n + 1
         producer = producers[n % len(producers)]
+        sent = time.time()
         try:
             future = producer.send(args.topic, key=str(n).encode(), value=value_of(n))
         except KafkaError as exc:  # refused at once (no metadata in time, buffer full): no callback comes
             events("failed", v=n, e=repr(exc))
             continue
-        future.add_callback(lambda md, n=n: events("acked", v=n, p=md.partition, o=md.offset))
+        future.add_callback(lambda md, n=n, at=sent: events("acked", v=n, p=md.partition, o=md.offset, s=at))
         future.add_errback(lambda exc, n=n: events("failed", v=n, e=repr(exc)))
     for producer in producers:
         producer.flush()  # no time-out: returns once every record has its report

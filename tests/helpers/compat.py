@@ -65,6 +65,8 @@ producer per codec."""
 class Seen:
     events: list[dict[str, Any]] = field(default_factory=list)
     acked: dict[int, float] = field(default_factory=dict)
+    sent: dict[int, float] = field(default_factory=dict)
+    """When each acknowledged record was sent, where the application says (not the Java one's)."""
     failed: list[str] = field(default_factory=list)
     produced: int | None = None
     """The sends the application attempted (said once its producer is done)."""
@@ -87,6 +89,8 @@ class Seen:
             kind = e["k"]
             if kind == "acked":
                 self.acked[e["v"]] = e["t"]
+                if "s" in e:
+                    self.sent[e["v"]] = e["s"]
                 self.reports[e["v"]] += 1
             elif kind == "failed":
                 self.failed.append(f"{e['v']}: {e['e']}")
@@ -351,13 +355,23 @@ def refusals(s: Seen) -> list[str]:
 
 def written_twice(a: App, held: Counter[int], cut: list[tuple[float, float]] | None) -> list[int]:
     """The records ``held`` (each value's copies on the cluster) twice, but for those an outage that cut
-    producers' connections accounts for (``cut``: the spans a gateway or a broker was gone):
-    acknowledged within it to a producer without idempotence (``IDEMPOTENT``)."""
-    acked = a.seen().acked
+    producers' connections accounts for (``cut``: the spans a gateway or a broker was gone): in flight
+    during it — sent before its end, acknowledged after its start — from a producer without idempotence
+    (``IDEMPOTENT``). A send answered only after the broker came back was as much the outage's as one
+    answered within it (a chaos trial's kafkajs record, sent as a standby broker was killed and
+    acknowledged when it was back, 37 s on)."""
+    s = a.seen()
     return sorted(
         v for v, n in held.items()
-        if n > 1 and (a.library in IDEMPOTENT or not during(acked.get(v, 0.0), cut))
+        if n > 1 and (a.library in IDEMPOTENT or not overlaps(s.sent.get(v), s.acked.get(v, 0.0), cut))
     )  # fmt: skip
+
+
+def overlaps(sent: float | None, acked: float, spans: list[tuple[float, float]] | None) -> bool:
+    """Whether a send, from ``sent`` (None: not known, as if at ``acked``) until acknowledged at ``acked``,
+    was in flight during one of ``spans``, each with ``RETRY_SLACK_S`` more (as :func:`during`)."""
+    start = acked if sent is None else sent
+    return any(start <= hi + RETRY_SLACK_S and acked >= lo for lo, hi in spans or [])
 
 
 def judge(

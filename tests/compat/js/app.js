@@ -37,8 +37,9 @@ async function produce () {
     const key = String(n)
     const value = key.padEnd(100) // as app_io.value_of: large enough that every batch is compressed
     const { producer, compression } = producers[n % producers.length]
+    const at = Date.now() / 1000
     const sent = producer.send({ topic: args.topic, acks: -1, compression, messages: [{ key, value }] })
-      .then((meta) => event('acked', { v: Number(key), p: meta[0].partition, o: Number(meta[0].baseOffset) }))
+      .then((meta) => event('acked', { v: Number(key), p: meta[0].partition, o: Number(meta[0].baseOffset), s: at }))
       .catch((err) => event('failed', { v: Number(key), e: `${err.name}: ${err.message}` }))
     pending.add(sent)
     sent.finally(() => pending.delete(sent))
