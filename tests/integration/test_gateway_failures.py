@@ -172,8 +172,9 @@ def test_a_gateway_cut_off_from_zookeeper_past_its_session_writes_nothing_by_the
     """Cut off from ZooKeeper until its session expires, a gateway drops out of the barrier, and a switch
     goes on without it. From the moment it can no longer vouch for its session (two thirds of the time-out
     after its last answer) it holds its clients' writes; back in reach, it sends them where the switch
-    put them. (Before, it went on routing by the bindings it knew: its producer's records were written to
-    the cluster the application had left, after the switch — lost to the application.)"""
+    put them, once each, from an idempotent producer too. (Before, it went on routing by the bindings it
+    knew: its producer's records were written to the cluster the application had left, after the switch
+    — lost to the application.)"""
     with cut_off_gateway(routing, stack_config, tmp_path, session_s=6) as (proxy, gateway):
         app, topic = unique("cut"), unique("cut")
         primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
@@ -182,17 +183,28 @@ def test_a_gateway_cut_off_from_zookeeper_past_its_session_writes_nothing_by_the
         key = BindingKey.for_app(app)
         bound = routing.set_binding(key, "primary", actor=ACTOR, reason="t")
         wait_for_acks(routing.zk, routing.layout, bound, timeout_s=10)
-        producer = Producer({"bootstrap.servers": gateway.bootstrap, "client.id": f"{app}@p"})
+        # librdkafka's producer at its defaults (not idempotent), and an idempotent one: its InitProducerId
+        # and its sequences are held as well, and go on on the other cluster
+        settings = {"bootstrap.servers": gateway.bootstrap}
+        producers = {
+            offset: Producer({**settings, "client.id": f"{app}@p{offset}", "enable.idempotence": offset > 0})
+            for offset in (0, 100)
+        }
         failed: list[str] = []
 
         def send(values: range) -> None:
-            for value in values:
-                producer.produce(
-                    topic, str(value).encode(), on_delivery=lambda e, _: failed.append(str(e)) if e else None
-                )
+            for offset, producer in producers.items():
+                for value in values:
+                    producer.produce(
+                        topic, str(offset + value).encode(),
+                        on_delivery=lambda e, _: failed.append(str(e)) if e else None,
+                    )  # fmt: skip
+
+        def flushed(timeout_s: float) -> int:
+            return sum(producer.flush(timeout_s) for producer in producers.values())
 
         send(range(10))
-        assert producer.flush(30) == 0
+        assert flushed(30) == 0
         proxy.freeze()
         deadline = time.monotonic() + 30
         while gateway.id in registered(routing.zk, routing.layout):
@@ -202,12 +214,14 @@ def test_a_gateway_cut_off_from_zookeeper_past_its_session_writes_nothing_by_the
         assert gateway.id not in wait_for_acks(routing.zk, routing.layout, moved, timeout_s=5)
         left_at = kafka.ends_of(primary, [(topic, 0)])[(topic, 0)]
         send(range(10, 20))  # to the gateway that knows only the binding before the switch
-        producer.poll(3)
+        for producer in producers.values():
+            producer.poll(1.5)
         proxy.thaw()
-        assert producer.flush(60) == 0
+        assert flushed(60) == 0
         assert failed == []
-        assert kafka.ends_of(primary, [(topic, 0)])[(topic, 0)] == left_at == 10, "written after the switch"
-        assert [int(r.value or b"") for r in kafka.read_partitions(standby, topic)[0]] == list(range(10, 20))
+        assert kafka.ends_of(primary, [(topic, 0)])[(topic, 0)] == left_at == 20, "written after the switch"
+        on_standby = sorted(int(r.value or b"") for r in kafka.read_partitions(standby, topic)[0])
+        assert on_standby == [*range(10, 20), *range(110, 120)]  # each once
         assert "no longer vouched for" in gateway.log.read_text()
 
 
