@@ -224,8 +224,7 @@ def test_a_migrated_partitions_sequences_start_where_its_origin_left_them(
         assert client.produce(topic, {0: (6, "c"), 1: (6, "c")}) == {0: ErrorCode.none, 1: ErrorCode.none}
         issued = client.producer_id, client.epoch
         client.close()
-        # a gateway restarted since cannot tell what its clients wrote to the target through the old
-        # process's id: the next batch sets the start there, as before the origin was asked
+        # a gateway restarted since writes on as the id it stored, from the starts it stored
         gateway.stop()
         gateway.start()
         client = RawProducer(gateway, app, issued)
@@ -235,6 +234,38 @@ def test_a_migrated_partitions_sequences_start_where_its_origin_left_them(
     assert values(primary, topic, 0) == tagged("abcd")
     assert values(primary, topic, 1) == tagged("a")
     assert values(standby, topic, 1) == tagged("bcd")
+
+
+def test_a_migrated_partitions_writes_go_on_through_another_gateway_process(
+    gateway: GatewayProcess, routing: RoutingStore, stack_config: Config, tmp_path: Path
+) -> None:
+    """A client's connections land on any process of a gateway. One process wrote the first batch after
+    a migration to the target as its own id there; the client's next batch, through another process
+    that had seen the partition held too, waited for ever for that first batch under an id of the
+    other's own: refused NOT_LEADER_OR_FOLLOWER until the client gave up on it (a chaos trial's Java
+    producer, for 120 s, the first process killed). The id and the starts are stored and shared."""
+    app, topic, _, primary, standby = bound_to_primary(routing, stack_config, "mshared", 1)
+    assert stack_config.source is not None
+    other = GatewayProcess(
+        stack_config.source, root=routing.layout.root, gateway_id="gw-other", log=tmp_path / "other.log"
+    )
+    other.start()
+    client = RawProducer(gateway, app)
+    try:
+        assert client.produce(topic, {0: (0, "a")}) == {0: ErrorCode.none}
+        migrate(routing, stack_config, PartitionId(topic, 0), "primary", "standby")  # both see it held
+        assert client.produce(topic, {0: (3, "b")}) == {0: ErrorCode.none}  # to the target, through one
+        issued = client.producer_id, client.epoch
+        client.close()
+        client = RawProducer(other, app, issued)  # reconnected, to the other
+        assert client.produce(topic, {0: (6, "c")}) == {0: ErrorCode.none}
+        assert client.produce(topic, {0: (3, "b")}) == {0: ErrorCode.none}  # a retry: the broker dedups it
+        assert client.produce(topic, {0: (9, "d")}) == {0: ErrorCode.none}
+    finally:
+        client.close()
+        other.stop()
+    assert values(primary, topic, 0) == tagged("a")
+    assert values(standby, topic, 0) == tagged("bcd")
 
 
 def test_a_switched_producers_writes_split_by_a_migration_stay_translated(

@@ -31,7 +31,6 @@ from kio.schema.errors import ErrorCode
 
 from switchyard.config import GatewayLimitsConfig
 from switchyard.identity import Identity, identify
-from switchyard.model import PartitionId
 from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.brokers import mapped, topic_identity
@@ -1080,22 +1079,41 @@ class ClientSession:
         is stored before a batch is sent by it."""
         producers = self.gateway.producers
         translation = await producers.translation(identity, producer[0], cluster, epoch)
-        while translation is not None:
+        if translation is None:
+            return None
+        return await self.sequenced(
+            body, producer, translation, cluster, lambda t: producers.remember(identity, producer[0], t)
+        )
+
+    async def sequenced(  # noqa: PLR0917 - what a batch's check needs
+        self,
+        body: Any,
+        producer: tuple[int, int],
+        translation: Translation,
+        cluster: str,
+        remember: Callable[[Translation], Awaitable[Translation]],
+        told: Callable[[tuple[str, int]], bool] = lambda _: True,
+    ) -> Translation:
+        """The translation ``body`` is written to ``cluster`` with, its partitions' starts checked (see
+        ``sequences.check``) and stored by ``remember`` before anything relies on them: where another
+        process stored first, its starts, or its translation, are the ones."""
+        while True:
             known = translation.kept()
             try:
-                await self.gateway.sequences.check(body, producer[1], translation, cluster, self._reachable)
+                await self.gateway.sequences.check(
+                    body, producer[1], translation, cluster, self._reachable, told=told
+                )
                 refused = None
             except Unsendable as exc:
                 refused = exc
             if (used := translation.kept()) != known:  # stored before anything relies on it
-                stored = await producers.remember(identity, producer[0], translation)
+                stored = await remember(translation)
                 if stored is not translation or not stored.kept().covers(used):
                     translation = stored  # another process stored first: its starts are the ones
                     continue
             if refused is not None:
                 raise refused
             return translation
-        return None
 
     def vouching(self, api_key: int) -> Check:
         """What a request of ``api_key`` passes right before it is written to a broker: what a gateway
@@ -1283,10 +1301,13 @@ class _SplitBrokers:
                     )
                 else:
                     translation = await self._migrated(identity, producer, cluster)
-                    await self.gateway.sequences.check(
-                        body, producer[1], translation, cluster, self.session._reachable,
-                        told=lambda key: PartitionId(*key) in self.gateway.moved.held_here,
-                    )  # fmt: skip
+                    moved = self.gateway.moved
+                    remember = functools.partial(
+                        moved.remember, (identity, producer[0], cluster, self.routed)
+                    )
+                    translation = await self.session.sequenced(
+                        body, producer, translation, cluster, remember, told=moved.seen_held
+                    )
             except Unsendable as exc:
                 named = {(t.name, p.index) for t in body.topic_data for p in t.partition_data}
                 refused.update({key: exc.codes.get(key, ErrorCode.not_leader_or_follower) for key in named})

@@ -104,7 +104,7 @@ class Gateway:
         self.changes = RoutingChanges(lambda: self.view.snapshot)
         """Wakes the requests held while their identity is blocked (:mod:`workers.gateway.routing.holds`)."""
         self.members = Members()
-        self.moved = Moved(self.brokers.topic_metadata, self.producers.take)
+        self.moved = Moved(self.brokers.topic_metadata, self.producers.take, self.producers.store)
         """Partitions migrations moved: their leaders, and producers' ids on their targets."""
         self.sequences = Sequences(self.brokers, self.moved.leaders)
         """Which of a moved producer's batches may go to its new cluster."""

@@ -2,8 +2,8 @@
 
 Which cluster issued a client's producer id, where its batches go now and as whom — the gateway's own
 id there, and per partition the client's sequence the cluster saw as 0
-(:mod:`workers.gateway.producers.translation`)
-— must be known to every gateway a client reaches, to every process of one (``gateway.processes``: a
+(:mod:`workers.gateway.producers.translation`), and the same for its batches to partitions a migration
+moved — must be known to every gateway a client reaches, to every process of one (``gateway.processes``: a
 client's connections land on any of them) and to a gateway restarted. Kept in one process's memory only,
 a restart after a switch sent the client's batches on untranslated: the cluster saw its own stale
 sequences for the id, or an id it never issued, and the client stopped (OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -31,23 +31,32 @@ from switchyard.routing.layout import Layout
 from workers.gateway.producers.translation import Origin, ProducerRoute, Translation
 
 STALE_S = 24 * 3600.0
+Migrated = tuple[str, str]
+"""(origin, target) of partitions a migration moved: the route of a producer's writes to them is a node of
+its own beside the producer's (``producers/<identity>/<[producer id, origin, target]>``)."""
 
 
 class ProducerStore:
     def __init__(self, zk: KazooClient, layout: Layout) -> None:
         self.zk, self.layout = zk, layout
 
-    def load(self, identity: Identity, producer_id: int) -> tuple[ProducerRoute | None, int]:
-        """The stored route and the node's version (-1: none stored)."""
+    def load(
+        self, identity: Identity, producer_id: int, migrated: Migrated | None = None
+    ) -> tuple[ProducerRoute | None, int]:
+        """The stored route and the node's version (-1: none stored). ``migrated``: the route of the
+        producer's writes to partitions migrated from one cluster to another, (origin, target)."""
         try:
-            data, stat = self.zk.get(self._path(identity, producer_id))
+            data, stat = self.zk.get(self._path(identity, producer_id, migrated))
         except NoNodeError:
             return None, -1
         return decode(data), stat.version
 
-    def save(self, identity: Identity, producer_id: int, route: ProducerRoute, version: int) -> bool:
+    def save(
+        self, identity: Identity, producer_id: int, route: ProducerRoute, version: int,
+        migrated: Migrated | None = None,
+    ) -> bool:  # fmt: skip
         """Store ``route`` if the node is still at ``version`` (-1: absent); False if another wrote first."""
-        path, data = self._path(identity, producer_id), encode(route)
+        path, data = self._path(identity, producer_id, migrated), encode(route)
         try:
             if version < 0:
                 self.zk.create(path, data, makepath=True)
@@ -61,9 +70,10 @@ class ProducerStore:
         """Remove the routes untouched for ``older_than_s``; how many."""
         return prune_leaves(self.zk, self.layout.folder("producers"), older_than_s)
 
-    def _path(self, identity: Identity, producer_id: int) -> str:
+    def _path(self, identity: Identity, producer_id: int, migrated: Migrated | None) -> str:
         key = quote(json.dumps([identity.app, identity.instance, identity.legacy_topic]), safe="")
-        return f"{self.layout.folder('producers')}/{key}/{producer_id}"
+        leaf = str(producer_id) if migrated is None else quote(json.dumps([producer_id, *migrated]), safe="")
+        return f"{self.layout.folder('producers')}/{key}/{leaf}"
 
 
 def prune_leaves(zk: KazooClient, folder: str, older_than_s: float) -> int:
