@@ -12,6 +12,8 @@ import logging
 import time
 import uuid
 
+from temporalio import activity
+
 from activities.deps import Deps
 from activities.fence import stood_still
 from activities.pulse import beat
@@ -52,6 +54,12 @@ the flip)."""
 SOURCE_ENDS_S = 3.0
 """How long a failover's flip asks the source for its ends: a failed cluster costs no more, clients held."""
 log = logging.getLogger(__name__)
+
+
+def _shield_id(attempt: int) -> str:
+    """The request id of a failover's shield of its source in attempt ``attempt`` of its flip: a failed
+    attempt unshields what any attempt of the saga shielded."""
+    return request_id(f"shield-{attempt}")
 
 
 class RoutingActivities:
@@ -134,19 +142,19 @@ class RoutingActivities:
             if done is not None:  # this step's own change, retried after its answer was lost
                 return self._flipped_before(done, request)
             raise BindingRefused(f"link {link.id} was promoted by someone else")
-        paused = shielded = False
+        paused = False
         try:
             if self._failover(request):
                 if link.state is LinkState.RUNNING:
                     self._pause(request)
                     paused = True
                 link = self._stop_copying(request)
-                shielded = self._shield(request)
+                self._shield(request)
             return self._flip(request, link, flip_id)
         except BaseException:
             if paused:  # the saga goes on, or is abandoned, with the link copying as before
                 self._resume_copying(request)
-            if shielded:
+            if self._failover(request):
                 self._unshield(request)
             raise
 
@@ -198,50 +206,52 @@ class RoutingActivities:
             time.sleep(0.1)
         return self.deps.link(request.link)
 
-    def _shield(self, request: FlipRequest) -> bool:
+    def _shield(self, request: FlipRequest) -> None:
         """The source shielded ahead of the flip, once every gateway has let go of it (``SHIELD_ACKS_S``
-        at most): no client reads or writes there after, so its ends are past all they saw. Whether this
-        attempt shielded it (an earlier one may have: then it is waited for)."""
-        source = self.deps.store.cluster(request.source)
+        at most): no client reads or writes there after, so its ends are past all they saw. Shielded
+        already (by an earlier attempt, or anyone), it is waited for the same."""
+        store = self.deps.store
+        source = store.cluster(request.source)
         if source is None:
-            return False
-        epoch = self._source_to(request, ClusterState.SHIELDED, "the source shielded before the flip")
+            return
+        epoch = source.epoch
+        if source.state is ClusterState.ACTIVE:
+            change = ClusterChange(source.id, source.epoch, source.bootstrap, ClusterState.SHIELDED)
+            epoch = store.apply(
+                [change], actor=f"saga:{request.saga_id}", reason="failover: shielded before the flip",
+                request_id=_shield_id(activity.info().attempt),
+            )  # fmt: skip
         try:
-            self.wait(epoch or source.epoch, SHIELD_ACKS_S)
+            self.wait(epoch, SHIELD_ACKS_S)
         except AcksTimeout as exc:
             log.warning(
                 "failover of link %s: flipping with gateways still on the source: %s", request.link, exc
             )
-        except BaseException:
-            if epoch is not None:
-                self._unshield(request)
-            raise
-        return epoch is not None
 
     def _unshield(self, request: FlipRequest) -> None:
-        """The source this attempt shielded used again, where the flip did not land (best effort, as
-        ``_resume_copying``)."""
+        """The source used again where this saga's flip did not land and the source is as an attempt of
+        it shielded it (its epoch since unchanged: a shield of someone else's, or one changed since, is
+        left alone), but for the origin of a fault migration whose end is not recorded (as
+        ``RoutingStore.set_cluster_state``). Best effort, as ``_resume_copying``."""
+        store = self.deps.store
         try:
-            if self.deps.store.committed_epoch(request_id("flip")) is None:
-                self._source_to(request, ClusterState.ACTIVE, "its flip failed, the source unshielded")
+            source = store.cluster(request.source)
+            if source is None or source.state is not ClusterState.SHIELDED:
+                return
+            if store.committed_epoch(request_id("flip")) is not None:
+                return
+            ours = {store.committed_epoch(_shield_id(n)) for n in range(1, activity.info().attempt + 1)}
+            if source.epoch not in ours or store.unrecorded_fault_migrations(source.id):
+                return
+            store.apply(
+                [ClusterChange(source.id, source.epoch, source.bootstrap, ClusterState.ACTIVE)],
+                actor=f"saga:{request.saga_id}", reason="failover: its flip failed, the source unshielded",
+                request_id=request_id(f"unshield-{uuid.uuid4().hex[:12]}"),
+            )  # fmt: skip
         except Exception:
             log.warning(
                 "failover of link %s: source left shielded by a failed flip", request.link, exc_info=True
             )
-
-    def _source_to(self, request: FlipRequest, state: ClusterState, reason: str) -> int | None:
-        """The source set to ``state`` from the other of active and shielded (fenced, in the ledger, under
-        a request id of its own, as ``_pause``): the epoch, or None where it was not in that other."""
-        store = self.deps.store
-        source = store.cluster(request.source)
-        was = ClusterState.ACTIVE if state is ClusterState.SHIELDED else ClusterState.SHIELDED
-        if source is None or source.state is not was:
-            return None
-        change = ClusterChange(source.id, source.epoch, source.bootstrap, state)
-        return store.apply(
-            [change], actor=f"saga:{request.saga_id}", reason=f"failover: {reason}",
-            request_id=request_id(f"{state}-{uuid.uuid4().hex[:12]}"),
-        )  # fmt: skip
 
     def _resume_copying(self, request: FlipRequest) -> None:
         """The link this attempt paused running again, where it still is paused (best effort: the error

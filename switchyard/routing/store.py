@@ -210,11 +210,7 @@ class RoutingStore:
         if existing.state is state:
             raise BindingRefused(f"cluster {cluster_id!r} is already {state}")
         if state is ClusterState.ACTIVE and not force:
-            unknown = sorted(
-                str(m.id)
-                for m in self.snapshot().migrations.values()
-                if m.origin == cluster_id and m.in_effect and m.origin_end is None
-            )
+            unknown = self.unrecorded_fault_migrations(cluster_id)
             if unknown:
                 raise BindingRefused(
                     f"{cluster_id} is the origin of fault migrations whose end is not recorded: "
@@ -223,6 +219,15 @@ class RoutingStore:
                 )
         change = ClusterChange(cluster_id, existing.epoch, existing.bootstrap, state)
         return self.apply([change], actor=actor, reason=reason)
+
+    def unrecorded_fault_migrations(self, cluster_id: str) -> list[str]:
+        """The fault migrations from ``cluster_id`` in effect whose true end is not recorded: it stays
+        shielded until it is (see :meth:`set_cluster_state`)."""
+        return sorted(
+            str(m.id)
+            for m in self.snapshot().migrations.values()
+            if m.origin == cluster_id and m.in_effect and m.origin_end is None
+        )
 
     def link(self, link_id: str) -> Link | None:
         current: Link | None = self._read(LINKS, link_id).current

@@ -24,7 +24,7 @@ from switchyard.config import Config
 from switchyard.errors import LedgerError
 from switchyard.keys import BindingKey
 from switchyard.mirror.mapstore import read_link
-from switchyard.model import BindingState, LinkState
+from switchyard.model import BindingState, ClusterState, LinkState
 from switchyard.routing import BindingChange, RoutingStore
 from switchyard.sagas.steps import (
     BlockRequest,
@@ -192,3 +192,48 @@ def test_a_failovers_flip_stores_the_copied_position_with_the_target_end_it_was_
     flipped = env.run(activities.flip_keys, flip)
     assert flipped.final == [PartitionEnd(topic, 0, 2)]
     assert read_link(standby, link).ends == {(topic, 0): (2, 2)}
+
+
+def test_a_failovers_flip_that_failed_unshields_the_source_an_earlier_attempt_shielded(
+    activities: RoutingActivities,
+    routing: RoutingStore,
+    stack_config: Config,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failover's flip shields the source in a change of its own before it moves the keys. An attempt
+    that shielded it and died, then one that failed for good: the source is used again, as before the
+    failover began — the keys still bound there would otherwise be cut off. A shield of someone else's
+    is left as it is."""
+    app, topic, link = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("shield", "shield-t", "shield-l"))
+    fill_topic(stack_config.clusters["primary"].bootstrap, topic, 3, partitions=1, size=16)
+    _, flip = blocked_before_the_flip(routing, app, topic, link, end=0)
+    flip = dataclasses.replace(flip, ends=[], shield_source=True)
+    run = str(uuid.uuid4())
+
+    def attempt(number: int) -> ActivityEnvironment:
+        env = ActivityEnvironment()
+        env.info = dataclasses.replace(env.info, workflow_run_id=run, attempt=number)
+        return env
+
+    def refused(*_: object) -> None:
+        raise LedgerError("the flip failed")
+
+    def state() -> ClusterState:
+        cluster = routing.cluster("primary")
+        assert cluster is not None
+        return cluster.state
+
+    try:
+        attempt(1).run(activities._shield, flip)  # then its worker died
+        assert state() is ClusterState.SHIELDED
+        monkeypatch.setattr(activities, "_flip", refused)
+        with pytest.raises((LedgerError, ApplicationError)):
+            attempt(2).run(activities.flip_keys, flip)
+        assert state() is ClusterState.ACTIVE
+        routing.set_cluster_state("primary", ClusterState.SHIELDED, actor=ACTOR, reason="t")  # an operator's
+        with pytest.raises((LedgerError, ApplicationError)):
+            attempt(3).run(activities.flip_keys, flip)
+        assert state() is ClusterState.SHIELDED
+    finally:
+        if state() is ClusterState.SHIELDED:
+            routing.set_cluster_state("primary", ClusterState.ACTIVE, actor=ACTOR, reason="t")

@@ -102,13 +102,22 @@ class Moved:
     async def remember(self, key: Key, translation: Translation) -> Translation:
         """Store where ``translation``'s partitions' sequences start (``key``: as for :meth:`translation`),
         a first batch having set one, before that batch is sent; where another process stored starts
-        first, theirs are merged into it (the caller compares with what it used)."""
+        first, theirs are merged into it (the caller compares with what it used). Where another process
+        stored another id (this one's was not stored: ZooKeeper was out of reach, or it was pruned), its
+        is the one from then on: two ids on one partition, each process would wait for ever for batches
+        written under the other."""
         while True:
             if await self._save(key, translation, self._versions.get(key, -1)):
                 return translation
             stored = await self._load(key)
-            if stored is None or stored.producer_id != translation.producer_id:
-                return translation  # not ours to merge (removed, or pruned and taken anew): sent as it is
+            if stored is None:
+                self._versions.pop(key, None)  # removed meanwhile: stored afresh
+                continue
+            if stored.producer_id != translation.producer_id:
+                future: asyncio.Future[Translation] = asyncio.get_running_loop().create_future()
+                future.set_result(stored)
+                self._translations[key] = future
+                return stored
             translation.merge(stored)
 
     async def _taken(self, key: Key, origin: Origin) -> Translation:
