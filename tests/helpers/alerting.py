@@ -31,7 +31,7 @@ from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from tests.helpers.live import Live
 from tests.helpers.monitoring import AlertmanagerServer, PrometheusServer
-from tests.helpers.processes import WebhookProcess
+from tests.helpers.processes import WebhookProcess, stopped
 from tests.helpers.services import PrivateService, kafka_pair
 
 RULES = Path(__file__).parents[2] / "infra" / "monitoring" / "rules.yml"
@@ -133,6 +133,7 @@ def freeze_the_primary(watched: Monitored, *, within_s: float = 120) -> FailedOv
     pid = watched.primary.process.pid()
     assert pid is not None, "the primary broker is not running"
     os.kill(pid, signal.SIGSTOP)  # stops answering, its data kept
+    _wait_until(lambda: stopped(pid), "the primary's broker never stopped", timeout_s=10)
     frozen = time.monotonic()
     producer = Producer({"bootstrap.servers": live.gateway.bootstrap, "client.id": app})
     acked: list[float] = []

@@ -179,6 +179,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+def stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` has stopped (taken a SIGSTOP: state T). ``os.kill`` returns
+    before each thread does; a broker's thread that had not yet, beside a loaded suite's other workers,
+    answered a write sent after the kill (twice in fresh clones' runs)."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            states.append((task / "stat").read_text().rpartition(")")[2].split()[0])
+        except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
+            continue
+    return bool(states) and all(state in "Tt" for state in states)
+
+
 def children(pid: int) -> set[int]:
     """The processes ``pid`` started itself."""
     return {child for child, parent in _parents().items() if parent == pid}
