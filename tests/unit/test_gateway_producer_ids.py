@@ -27,12 +27,23 @@ class MemoryStore:
         self.nodes: dict[tuple[Identity, int], tuple[bytes, int]] = {}
         self._lock = threading.Lock()
 
-    def load(self, identity: Identity, producer_id: int) -> tuple[ProducerRoute | None, int]:
+    def load(
+        self, identity: Identity, producer_id: int, migrated: object = None
+    ) -> tuple[ProducerRoute | None, int]:
+        assert migrated is None  # a producer's own route only
         with self._lock:
             found = self.nodes.get((identity, producer_id))
         return (None, -1) if found is None else (decode(found[0]), found[1])
 
-    def save(self, identity: Identity, producer_id: int, route: ProducerRoute, version: int) -> bool:
+    def save(
+        self,
+        identity: Identity,
+        producer_id: int,
+        route: ProducerRoute,
+        version: int,
+        migrated: object = None,
+    ) -> bool:
+        assert migrated is None
         with self._lock:
             current = self.nodes.get((identity, producer_id))
             if (current[1] if current else -1) != version:

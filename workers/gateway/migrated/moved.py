@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kazoo.exceptions import KazooException
 from kio.schema.errors import ErrorCode
 
 from switchyard.identity import Identity
@@ -22,11 +20,10 @@ from switchyard.model import PartitionId
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.migrated.leaders import AskMetadata, Leaders
 from workers.gateway.migrated.partitions import Migrations
-from workers.gateway.producers.store import ProducerStore
+from workers.gateway.producers.store import ProducerStore, Reached
 from workers.gateway.producers.translation import Origin, ProducerRoute, Translation
 
 _REMEMBERED = 100_000
-log = logging.getLogger(__name__)
 Key = tuple[Identity, int, str, str]
 """(identity, the client's producer id, target, origin)."""
 
@@ -39,12 +36,12 @@ class Moved:
         store: ProducerStore | None = None,
     ) -> None:
         self.leaders = Leaders(ask_metadata)
-        self._producer_id, self._store = producer_id, store
+        self._producer_id = producer_id
+        self._routes = None if store is None else Reached(store, "migrated partitions' producer ids")
         self._index = Migrations(RoutingSnapshot(0))
         self._translations: dict[Key, asyncio.Future[Translation]] = {}
         self._versions: dict[Key, int] = {}
         """The stored node's version each translation was read or written at."""
-        self._outage = False
         self.held_here: set[PartitionId] = set()
         """Partitions this process saw held while their migration's end was read: only for these is
         the origin's end where a producer's sequences go on. A process that first meets a migration in
@@ -133,39 +130,23 @@ class Moved:
         return await self._load(key) or taken
 
     async def _load(self, key: Key) -> Translation | None:
-        if self._store is None:
+        """The stored translation (None: none, or ZooKeeper out of reach: what is known here serves)."""
+        found = await self._routes.load(key[0], key[1], (key[3], key[2])) if self._routes else None
+        if found is None or found[0] is None or found[0].translation is None:
             return None
-        try:
-            route, version = await asyncio.to_thread(self._store.load, key[0], key[1], (key[3], key[2]))
-        except KazooException:  # what is known here goes on serving
-            self._unstored(key)
-            return None
-        self._outage = False
-        if route is None or route.translation is None:
-            return None
-        self._versions[key] = version
-        return route.translation
+        self._versions[key] = found[1]
+        return found[0].translation
 
     async def _save(self, key: Key, translation: Translation, version: int) -> bool:
         """Store ``translation`` over ``version``; False if another wrote first. ZooKeeper out of reach, it
-        is known here only (True), as a producer's route (:mod:`workers.gateway.producers.ids`)."""
-        if self._store is None:
+        is known here only (True), its version not moved."""
+        if self._routes is None:
             return True
-        route = ProducerRoute(key[2], translation)
-        try:
-            saved = await asyncio.to_thread(
-                self._store.save, key[0], key[1], route, version, (key[3], key[2])
-            )
-        except KazooException:
-            self._unstored(key)
+        saved = await self._routes.save(
+            key[0], key[1], ProducerRoute(key[2], translation), version, (key[3], key[2])
+        )
+        if saved is None:
             return True
         if saved:
             self._versions[key] = version + 1
         return saved
-
-    def _unstored(self, key: Key) -> None:
-        if not self._outage:
-            self._outage = True
-            log.warning(
-                "producer %d: ZooKeeper out of reach, its migrated partitions' ids known here only", key[1]
-            )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,11 +21,10 @@ from kio.schema.errors import ErrorCode
 from switchyard.identity import Identity
 from workers.gateway.brokers.directory import BrokerDirectory
 from workers.gateway.brokers.upstream import UpstreamError
-from workers.gateway.producers.store import ProducerStore
+from workers.gateway.producers.store import ProducerStore, Reached
 from workers.gateway.producers.translation import Origin, ProducerRoute, Translation
 from workers.gateway.routing import apis
 
-log = logging.getLogger(__name__)
 _REMEMBERED = 100_000
 _NOT_YET = frozenset(
     {ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available, ErrorCode.not_coordinator}
@@ -50,8 +48,8 @@ class _Known:
 class ProducerIds:
     def __init__(self, brokers: BrokerDirectory, store: ProducerStore) -> None:
         self.brokers, self.store = brokers, store
+        self._routes = Reached(store, "producer routes")
         self._known: dict[Key, _Known] = {}
-        self._outage = False
         self._new_routes: dict[str, asyncio.Lock] = {}
         """One per cluster: a producer's first batches there take one id, and a slow cluster holds up
         only the producers moving to it."""
@@ -68,7 +66,7 @@ class ProducerIds:
                 self._keep(key, _Known(route, version + 1, epoch))
         except KazooException:  # known here only, as before there was a store: said once per outage
             self._keep(key, _Known(route, -1, epoch))
-            self._unstored(producer_id)
+            self._routes.unreached(producer_id)
 
     async def translation(
         self, identity: Identity, producer_id: int, cluster: str, epoch: int
@@ -149,12 +147,10 @@ class ProducerIds:
             pause = min(pause * 2, 1.0)
 
     async def _load(self, key: Key, epoch: int) -> _Known | None:
-        try:
-            route, version = await asyncio.to_thread(self.store.load, *key)
-        except KazooException:  # what is known here goes on serving
-            self._unstored(key[1])
+        found = await self._routes.load(*key)
+        if found is None:  # ZooKeeper out of reach: what is known here goes on serving
             return self._known.get(key)
-        self._outage = False
+        route, version = found
         if route is None:
             self._known.pop(key, None)
             return None
@@ -184,17 +180,8 @@ class ProducerIds:
 
     async def _save(self, key: Key, route: ProducerRoute, version: int) -> bool:
         """Store ``route`` over ``version``; False if another wrote first. ZooKeeper out of reach, it is
-        known here only (True): a producer's batches never wait for the store to come back."""
-        try:
-            return await asyncio.to_thread(self.store.save, *key, route, version)
-        except KazooException:
-            self._unstored(key[1])
-            return True
-
-    def _unstored(self, producer_id: int) -> None:
-        if not self._outage:
-            self._outage = True
-            log.warning("producer %d: ZooKeeper out of reach, producer routes known here only", producer_id)
+        known here only (True)."""
+        return await self._routes.save(*key, route, version) is not False
 
     def _keep(self, key: Key, known: _Known) -> None:
         """Insert, dropping the oldest entries past a bound (the table grows with client restarts)."""

@@ -18,18 +18,21 @@ are removed by :func:`prune`.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from typing import Any
 from urllib.parse import quote
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
 from switchyard.identity import Identity
 from switchyard.routing.layout import Layout
 from workers.gateway.producers.translation import Origin, ProducerRoute, Translation
 
+log = logging.getLogger(__name__)
 STALE_S = 24 * 3600.0
 Migrated = tuple[str, str]
 """(origin, target) of partitions a migration moved: the route of a producer's writes to them is a node of
@@ -74,6 +77,44 @@ class ProducerStore:
         key = quote(json.dumps([identity.app, identity.instance, identity.legacy_topic]), safe="")
         leaf = str(producer_id) if migrated is None else quote(json.dumps([producer_id, *migrated]), safe="")
         return f"{self.layout.folder('producers')}/{key}/{leaf}"
+
+
+class Reached:
+    """A :class:`ProducerStore` asked off the event loop by a long-lived process. ZooKeeper out of reach,
+    a load or a save says None, what the process knows serves on, and the outage is said once: a
+    producer's batches never wait for the store to come back."""
+
+    def __init__(self, store: ProducerStore, what: str) -> None:
+        self.store, self.what = store, what
+        self._outage = False
+
+    async def load(
+        self, identity: Identity, producer_id: int, migrated: Migrated | None = None
+    ) -> tuple[ProducerRoute | None, int] | None:
+        """As :meth:`ProducerStore.load`; None: ZooKeeper out of reach."""
+        try:
+            found = await asyncio.to_thread(self.store.load, identity, producer_id, migrated)
+        except KazooException:
+            self.unreached(producer_id)
+            return None
+        self._outage = False
+        return found
+
+    async def save(
+        self, identity: Identity, producer_id: int, route: ProducerRoute, version: int,
+        migrated: Migrated | None = None,
+    ) -> bool | None:  # fmt: skip
+        """As :meth:`ProducerStore.save`; None: ZooKeeper out of reach (the route known here only)."""
+        try:
+            return await asyncio.to_thread(self.store.save, identity, producer_id, route, version, migrated)
+        except KazooException:
+            self.unreached(producer_id)
+            return None
+
+    def unreached(self, producer_id: int) -> None:
+        if not self._outage:
+            self._outage = True
+            log.warning("producer %d: ZooKeeper out of reach, %s known here only", producer_id, self.what)
 
 
 def prune_leaves(zk: KazooClient, folder: str, older_than_s: float) -> int:
