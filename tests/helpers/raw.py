@@ -98,6 +98,17 @@ def join_group(
     return member_id, sync_group(client, group, member_id, int(joined.generation_id))
 
 
+def coordinator_port(port: int, group: str, client_id: str = "raw") -> int:
+    """The port of ``group``'s coordinator, as the broker (or gateway) at ``port`` names it to a client
+    of ``client_id``, asked again while the coordinator is being found."""
+    with RawClient(port, client_id=client_id) as client:
+        deadline = time.monotonic() + 10
+        while (found := client.answer(client.send(apis.FIND_COORDINATOR, 3, key=group))).error_code:
+            assert time.monotonic() < deadline, found.error_code
+            time.sleep(0.2)
+        return int(found.port)
+
+
 def sync_group(client: RawClient, group: str, member_id: str, generation: int) -> int:
     """End a join as ``member_id`` at ``generation``, assigning nothing; the generation."""
     sync = {"group_id": group, "generation_id": generation, "assignments": ()}

@@ -33,11 +33,10 @@ from switchyard.routing.gateways import wait_for_acks
 from switchyard.traffic import Traffic
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.processes import GatewayProcess
-from tests.helpers.raw import RawClient, join_group
+from tests.helpers.raw import RawClient, coordinator_port, join_group
 from tests.helpers.stacks import QUICK_CONSUMER
 from tests.helpers.traffic import judge_consumer, topic_ids
 from tests.integration.test_gateway import gateway  # noqa: F401 - a shared module fixture
-from workers.gateway.routing import apis
 
 PARTITIONS = 3
 
@@ -146,22 +145,10 @@ def test_live_traffic_follows_a_switch(
     print(f"\n{'idempotent' if idempotent else 'plain'} producer: {judge_consumer(traffic)}")
 
 
-def coordinator_port(bootstrap: str, group: str) -> int:
-    client = RawClient(int(bootstrap.rsplit(":", 1)[1]))
-    try:
-        deadline = time.monotonic() + 10
-        while (found := client.answer(client.send(apis.FIND_COORDINATOR, 3, key=group))).error_code:
-            assert time.monotonic() < deadline, found.error_code
-            time.sleep(0.2)
-        return int(found.port)
-    finally:
-        client.close()
-
-
 def silent_member(bootstrap: str, group: str, topic: str, timeout: timedelta) -> RawClient:
     """A member that joins ``group`` at its coordinator, syncs, and then says nothing: a later member's
     join waits at the broker until ``timeout`` ends this one."""
-    client = RawClient(coordinator_port(bootstrap, group))
+    client = RawClient(coordinator_port(int(bootstrap.rsplit(":", 1)[1]), group))
     join_group(client, group, topic, timeout)
     return client
 

@@ -35,6 +35,7 @@ from tests.helpers.raw import (
     RawClient,
     committed,
     consumer_heartbeat,
+    coordinator_port,
     join_fields,
     join_group,
     send_commit,
@@ -118,9 +119,7 @@ def test_a_commit_carried_while_its_consumer_rejoins_lands_before_the_join(
     group, timeout = unique("group"), timedelta(seconds=30)
     join = join_fields(group, topic, timeout)
     with RawClient(live.gateway.port, client_id=f"{app}@reader") as reader:
-        member, generation = join_group(reader, group, topic, timeout)
-        over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "a rejoin under way")
-        assert over.returncode == 0, over.stdout + over.stderr
+        member, generation = joined_then_switched(live, reader, link, group, topic, timeout)
         asked = reader.answer(reader.send(apis.JOIN_GROUP, 5, member_id=member, **join))
         assert asked.error_code == ErrorCode.member_id_required, asked.error_code
         commit = send_commit(reader, group, member, generation, topic, 20)
@@ -131,6 +130,85 @@ def test_a_commit_carried_while_its_consumer_rejoins_lands_before_the_join(
         sync_group(reader, group, asked.member_id, joined.generation_id)
     standby = stack_config.clusters["standby"].bootstrap
     assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 20}
+
+
+def test_a_moved_members_joins_sent_at_once_make_one_member_where_it_moved(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """kafkajs, its fetches refused at a switch by each broker it fetches from, sends a join for each at
+    once, naming its old member. Each sent as a new member's, the new cluster gave each a member id; the
+    client went on as one, the group waited for the other until its session time-out, and refused
+    meanwhile the commits of the old membership: a chaos trial processed 89 records twice. The second
+    join must go as the member the first became."""
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, stack_config)
+    group, timeout = unique("group"), timedelta(seconds=45)
+    join = join_fields(group, topic, timeout)
+    with RawClient(live.gateway.port, client_id=f"{app}@reader") as reader:
+        member, _ = joined_then_switched(live, reader, link, group, topic, timeout)
+        first = reader.send(apis.JOIN_GROUP, 5, member_id=member, **join)
+        second = reader.send(apis.JOIN_GROUP, 5, member_id=member, **join)
+        asked = reader.answer(first)
+        assert asked.error_code == ErrorCode.member_id_required, asked.error_code
+        entering = reader.send(apis.JOIN_GROUP, 5, member_id=asked.member_id, **join)  # the first goes on
+        joined = reader.answer(second)
+        assert (joined.error_code, joined.member_id) == (ErrorCode.none, asked.member_id)
+        again = reader.answer(entering)
+        assert again.error_code == ErrorCode.none, again.error_code
+        sync_group(reader, group, asked.member_id, again.generation_id)
+        standby = AdminClient({"bootstrap.servers": stack_config.clusters["standby"].bootstrap})
+        assert [m.member_id for m in described(standby, group).members] == [asked.member_id]
+
+
+def test_a_commit_waits_for_no_join_whose_sync_the_gateway_refused(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """kafkajs rejoined on the standby's coordinator, and a switch back came before its sync: the gateway
+    refused the sync itself (that broker is the standby's), and the client joined again elsewhere. The
+    connection still counted a join under way, so a commit of the old membership, carried to the
+    primary, waited the whole hold for it — and with it a Metadata request the group's new leader sent
+    behind it: the leader never synced, and the group was stuck for 50 s (a chaos trial). The commit
+    must be carried at once."""
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, stack_config)
+    records = [kafka.Record(None, str(i).encode(), 0) for i in range(30)]
+    assert (
+        kafka.produce(live.gateway.bootstrap, topic, records, settings={"client.id": f"{app}@writer"}) == 30
+    )
+    over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "a sync refused")
+    assert over.returncode == 0, over.stdout + over.stderr
+    group, timeout, reader_id = unique("group"), timedelta(seconds=45), f"{app}@reader"
+    with RawClient(coordinator_port(live.gateway.port, group, reader_id), client_id=reader_id) as reader:
+        member, _ = join_group(reader, group, topic, timeout)  # on the standby's coordinator
+        again = reader.answer(
+            reader.send(apis.JOIN_GROUP, 5, member_id=member, **join_fields(group, topic, timeout))
+        )
+        assert again.error_code == ErrorCode.none, again.error_code
+        back = live.cli("switchback", app, "--wait", "--reason", "a sync refused")
+        assert back.returncode == 0, back.stdout + back.stderr
+        sync = {"group_id": group, "generation_id": again.generation_id, "assignments": ()}
+        synced = reader.answer(reader.send(apis.SYNC_GROUP, 3, member_id=member, **sync))
+        assert synced.error_code == ErrorCode.not_coordinator, synced.error_code  # the gateway's own
+        started = time.monotonic()
+        code = committed(reader.answer(send_commit(reader, group, member, again.generation_id, topic, 20)))
+        waited = time.monotonic() - started
+    assert code == ErrorCode.none, code
+    held = min(stack_config.gateway.block_hold_s, timeout.total_seconds() * SHARE_OF_SESSION)
+    assert waited < held / 2, f"the commit was held {waited:.1f} s, as for a join under way"
+    primary = stack_config.clusters["primary"].bootstrap
+    assert committed_offsets(AdminClient({"bootstrap.servers": primary}), group) == {(topic, 0): 20}
+
+
+def joined_then_switched(
+    live: Live, reader: RawClient, link: str, group: str, topic: str, timeout: timedelta
+) -> tuple[str, int]:
+    """``reader`` (an application's client, through the gateway) joins ``group`` on the primary, then its
+    application is switched over; its member id and generation there."""
+    joined = join_group(reader, group, topic, timeout)
+    app = reader.client_id.partition("@")[0]
+    over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "a member moved")
+    assert over.returncode == 0, over.stdout + over.stderr
+    return joined
 
 
 def test_a_member_that_joined_before_the_gateway_started_is_removed_where_it_joined_when_it_rejoins(

@@ -270,6 +270,7 @@ class ClientSession:
             try:
                 data = await reply
                 if isinstance(data, OwnAnswer):  # the one place the gateway's own answers are encoded
+                    self.groups.answered_here(request)
                     data = data.encoded(request)
             except (UpstreamError, FrameError) as exc:
                 if not self._ending:  # else the client left, and its unanswered requests with it
@@ -491,18 +492,16 @@ class ClientSession:
     async def _outgoing(
         self, incoming: Incoming, snapshot: RoutingSnapshot, cluster: str, *, moved: bool
     ) -> bytes:
-        """The frame a forwarded request goes to ``cluster`` as: a moved member's join as a new member's,
-        topic ids and offsets as the cluster has them."""
+        """The frame a forwarded request goes to ``cluster`` as: a moved member's join as a new member's
+        (``GroupHandling.rejoined_as``), topic ids and offsets as the cluster has them."""
         request = incoming.request
         self.groups.sweep(request, snapshot, cluster, incoming.identity, incoming.context.topics)
         if request.api_key == apis.JOIN_GROUP:
-            member_id = (
-                "" if moved else request.body.member_id
-            )  # a moved one as a new member, as a broker insists
+            member_id = await self.groups.rejoined_as(request, cluster) if moved else request.body.member_id
             await self.groups.before_join(request, member_id)
             self.groups.sending(request, member_id)
             if moved:
-                return replace_body(request, dataclasses.replace(request.body, member_id=""))
+                return replace_body(request, dataclasses.replace(request.body, member_id=member_id))
             self.groups.joining(request, cluster, incoming.identity)
         elif request.api_key == apis.CONSUMER_GROUP_HEARTBEAT:
             return await self.groups.heartbeat_out(request, cluster, incoming.identity)

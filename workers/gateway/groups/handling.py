@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -277,8 +277,26 @@ class GroupHandling:
         rejoin = self._rejoins.get(group)
         if rejoin is None or rejoin.joined.done():
             session_s = float(request.body.session_timeout.total_seconds())
-            rejoin = self._rejoins[group] = _Rejoin(asyncio.get_running_loop().create_future(), session_s)
+            loop = asyncio.get_running_loop()
+            rejoin = self._rejoins[group] = _Rejoin(loop.create_future(), loop.create_future(), session_s)
         rejoin.entered = rejoin.entered or _enters(request, member_id)
+
+    async def rejoined_as(self, request: Request, cluster: str) -> str:
+        """The member id a moved member's JoinGroup goes to ``cluster`` as: a new member's (""), as a
+        broker insists — or, where the gateway sent a join of the same member so before, the one that
+        join got there, once it is answered (``Members.rename``)."""
+        group, member_id = request.body.group_id, request.body.member_id
+        members = self.gateway.members
+        pending = members.renaming(group, member_id)
+        if pending is not None:
+            limit = hold_limit(request, self.gateway.config.gateway.block_hold_s)
+            await asyncio.wait({pending}, timeout=limit)
+        member = members.get(group, member_id)
+        given = members.get(group, member.rejoined_as) if member is not None else None
+        if member is not None and given is not None and given.cluster == cluster and not given.left:
+            return cast(str, member.rejoined_as)
+        members.rename(group, member_id)
+        return ""
 
     async def before_join(self, request: Request, member_id: str) -> None:
         """Wait (bounded) until the commits carried before this JoinGroup, sent as ``member_id``, are
@@ -300,17 +318,36 @@ class GroupHandling:
                 return
             if synced.error_code == ErrorCode.none:
                 rejoin.joined.set_result((request.body.member_id, request.body.generation_id))
-            else:  # the client joins again: a commit meanwhile must not wait for a join it sends after
-                rejoin.entered = False
+            else:
+                rejoin.refused()
         elif request.api_key == apis.JOIN_GROUP:
             joined = decode_response(request, frame)
-            rejoin = self._rejoins.get(request.body.group_id)
+            group, asked_as = request.body.group_id, request.body.member_id
+            rejoin = self._rejoins.get(group)
             if joined.error_code != ErrorCode.none and rejoin is not None and not rejoin.joined.done():
-                rejoin.entered = False  # a member id asked for, or refused: the client joins again
+                rejoin.refused()  # a member id asked for, or refused
             # a member id required first (KIP-394) is a pending member there already
-            if joined.error_code in (ErrorCode.none, ErrorCode.member_id_required) and joined.member_id:
+            given = joined.error_code in (ErrorCode.none, ErrorCode.member_id_required) and joined.member_id
+            if given:
                 member = self._member(request, cluster, identity)
-                self.gateway.members.joined(request.body.group_id, joined.member_id, member)
+                self.gateway.members.joined(group, joined.member_id, member)
+            if asked_as:
+                self.gateway.members.renamed(group, asked_as, joined.member_id if given else None)
+
+    def answered_here(self, request: Request) -> None:
+        """The gateway answers ``request`` itself (a retriable error): for a JoinGroup or SyncGroup, as a
+        refusal from the broker would (``learn``), the client joins again. Unseen, a commit of the old
+        membership waited for a join whose sync the gateway had refused, its answer — and a Metadata
+        request kafkajs's group leader sent behind it — held 10 s; the leader never synced, and its
+        group was stuck for 50 s (a chaos trial)."""
+        if request.api_key not in (apis.JOIN_GROUP, apis.SYNC_GROUP):
+            return
+        group = request.body.group_id
+        rejoin = self._rejoins.get(group)
+        if rejoin is not None and not rejoin.joined.done():
+            rejoin.refused()
+        if request.api_key == apis.JOIN_GROUP and request.body.member_id:
+            self.gateway.members.renamed(group, request.body.member_id, None)
 
     async def heartbeat_out(self, request: Request, cluster: str, identity: Identity) -> bytes:
         """A ConsumerGroupHeartbeat's frame as ``cluster`` takes it: owned topics by that cluster's ids. A
@@ -451,12 +488,13 @@ class GroupHandling:
 
     async def _as_rejoined(self, rejoin: _Rejoin, request: Request, body: Any) -> Any:
         """``body`` (an OffsetCommit) as the member this connection rejoins as, once the rejoin is done;
-        unchanged if it takes longer than a held request may wait."""
+        unchanged if the join is refused meanwhile, or takes longer than a held request may wait."""
         limit = hold_limit(request, self.gateway.config.gateway.block_hold_s, rejoin.session_s)
-        try:
-            member_id, generation = await asyncio.wait_for(asyncio.shield(rejoin.joined), limit)
-        except TimeoutError:
+        ends: set[asyncio.Future[Any]] = {rejoin.joined, rejoin.again}
+        await asyncio.wait(ends, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        if not rejoin.joined.done():
             return body
+        member_id, generation = rejoin.joined.result()
         return dataclasses.replace(body, member_id=member_id, generation_id_or_member_epoch=generation)
 
     async def _coordinator(self, cluster: str, group: str) -> int:
@@ -481,9 +519,20 @@ class _Rejoin:
 
     joined: asyncio.Future[tuple[str, int]]
     """Set to (member id, generation) by the successful SyncGroup that ends the join."""
+    again: asyncio.Future[None]
+    """Set when an answer sends the client to join again (``refused``)."""
     session_s: float
     """The session time-out the join asked for."""
     entered: bool = False
     """A JoinGroup of it was sent that makes the member one of the group at once (``_enters``), not just
     one asking for a member id, and no answer since sent the client to join again: the client does not
     wait for a commit's answer to finish the join."""
+
+    def refused(self) -> None:
+        """A JoinGroup or SyncGroup of it was refused: the client joins again. A commit coming now must
+        not wait for a join it sends after, nor one waiting already: if that join goes on this
+        connection, its answer queues behind the commit's."""
+        self.entered = False
+        if not self.again.done():
+            self.again.set_result(None)
+        self.again = asyncio.get_running_loop().create_future()

@@ -11,6 +11,7 @@ pair, or before this one started, is looked up when it commits or heartbeats aft
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,9 @@ class Member:
     """Its client's, for removing it on its behalf."""
     consumer: bool = False
     """A member of the consumer protocol (KIP-848), removed with a heartbeat that leaves."""
+    rejoined_as: str | None = None
+    """For a moved member: the member id the cluster it went to gave its join, which the gateway sent as a
+    new member's (see ``Members.renaming``)."""
 
 
 class Members:
@@ -44,6 +48,7 @@ class Members:
         self._most = most
         self._members: dict[tuple[str, str], Member] = {}
         self._swept: dict[tuple[str, str], int] = {}
+        self._renaming: dict[tuple[str, str], asyncio.Future[None]] = {}
 
     def joined(self, group: str, member_id: str, member: Member) -> None:
         self._members.pop((group, member_id), None)
@@ -53,6 +58,36 @@ class Members:
 
     def get(self, group: str, member_id: str | None) -> Member | None:
         return self._members.get((group, member_id)) if member_id else None
+
+    def renaming(self, group: str, member_id: str) -> asyncio.Future[None] | None:
+        """The end of the join of moved member ``member_id`` the gateway sent as a new member's, if it is
+        not answered yet (see ``rename``)."""
+        pending = self._renaming.get((group, member_id))
+        return pending if pending is not None and not pending.done() else None
+
+    def rename(self, group: str, member_id: str) -> None:
+        """A join of moved member ``member_id`` goes as a new member's now: a join of it sent meanwhile
+        waits for its answer (``renaming``), and joins as the member id it got (``rejoined_as``). kafkajs
+        sends a join for each broker whose fetches were refused at a switch: each sent as a new member's,
+        the group got a member for each, and waited for the one the client forgot until its session
+        time-out — with that, offsets the old membership committed were refused, and their records
+        processed again (a chaos trial)."""
+        self._renaming.pop((group, member_id), None)
+        self._renaming[(group, member_id)] = asyncio.get_running_loop().create_future()
+        while len(self._renaming) > self._most:
+            del self._renaming[next(iter(self._renaming))]
+
+    def renamed(self, group: str, member_id: str, new_id: str | None) -> None:
+        """The join of ``member_id`` sent as a new member's is answered: the member id it got (None: none,
+        it was refused)."""
+        pending = self._renaming.pop((group, member_id), None)
+        if pending is None:
+            return
+        member = self._members.get((group, member_id))
+        if new_id and member is not None:
+            self._members[(group, member_id)] = dataclasses.replace(member, rejoined_as=new_id)
+        if not pending.done():
+            pending.set_result(None)
 
     def sweeping(self, group: str, cluster: str, epoch: int) -> bool:
         """Whether the group's members left on ``cluster`` are to be looked for now: once per routing
