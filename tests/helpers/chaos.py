@@ -54,8 +54,8 @@ STRIKE_WITHIN_S = {"migrate-topic": 5.0, "drill": 12.0}
 mostly while it runs. A topic migration blocks its keys about 2 s after its start and flips 1-2 s later;
 a drill's switches come 4-9 s after its start, its canary counts until about 12 s."""
 PAUSE_MOST_S = 6.0
-"""A frozen process is let go, and a killed service started again, after a random pause this long at
-most."""
+"""A frozen process is let go, and a killed stack service started again, after a random pause this long
+at most (a killed gateway is started again at once: ``victims.LoneGateway``)."""
 HELD_SLACK_S = 10.0
 """Clients may be held this much longer than the struck process was gone."""
 MIRROR_SESSION_S = QUICK_CONSUMER["session.timeout.ms"] / 1000
