@@ -213,3 +213,48 @@ def test_a_member_whose_join_a_switch_cut_is_removed_from_the_cluster_it_was_joi
         polling.join(5)
         threading.Thread(target=consumer.close, daemon=True).start()  # its join on the standby may wait
     assert f"group {group}: member" in gateway.log.read_text()
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_committed_offsets_asked_where_the_group_was_coordinated_come_from_where_it_is_now(
+    gateway: GatewayProcess,  # noqa: F811
+    routing: RoutingStore,
+    stack_config: Config,
+    mover: tuple[str, str],
+    protocol: str,
+) -> None:
+    """librdkafka sends an OffsetFetch its coordinator refuses twice more, to the same broker, then tells
+    the application "Failed to fetch committed offsets" (CI, the compat test's KIP-848 round: partitions
+    assigned as the switch began asked the primary's coordinator after the flip). Asked on a virtual
+    broker of the cluster the identity has left, the gateway answers as the group's coordinator where the
+    identity is routed now does — an OffsetFetch changes nothing, and it is what the consumer starts from."""
+    app, topic = mover
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.produce(primary, topic, [kafka.Record(None, b"%d" % i, i % PARTITIONS) for i in range(30)])
+    copy_topic(primary, standby, topic)
+    key = BindingKey.for_app(app)
+    epoch = routing.set_binding(key, "primary", actor="user:test", reason="start")
+    wait_for_acks(routing.zk, routing.layout, epoch, timeout_s=10)
+    group = f"asks-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer(
+        {"bootstrap.servers": gateway.bootstrap, "client.id": f"{app}@consumer", "group.id": group,
+         "group.protocol": protocol, "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+    )  # fmt: skip
+    try:
+        consumer.subscribe([topic])
+        seen, deadline = 0, time.monotonic() + 60
+        while seen < 30:
+            assert time.monotonic() < deadline, f"the consumer read {seen} of 30 records through the gateway"
+            message = consumer.poll(0.5)
+            seen += message is not None and message.error() is None
+        consumer.commit(asynchronous=False)  # at its coordinator on the primary
+        on_standby = [TopicPartition(topic, p, 5 + p) for p in range(PARTITIONS)]  # unlike the primary's
+        writer = Consumer({"bootstrap.servers": standby, "group.id": group})
+        writer.commit(offsets=on_standby, asynchronous=False)
+        writer.close()
+        flipped = routing.set_binding(key, "standby", actor="user:test", reason="flip")
+        wait_for_acks(routing.zk, routing.layout, flipped, timeout_s=10)
+        asked = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
+    finally:
+        consumer.close()
+    assert {tp.partition: tp.offset for tp in asked} == {p: 5 + p for p in range(PARTITIONS)}

@@ -72,8 +72,8 @@ def test_invariants(
         assert decision.node == (7 if listener == "bound broker" else None)
     if blockable and state is BindingState.BLOCKED:
         assert decision.action not in SENDS, "a blocked identity's request reached a broker"
-    if blockable and listener == "left broker":
-        assert decision.action is not Action.FORWARD, "sent on to a cluster the identity has left"
+    if blockable and listener == "left broker" and decision.action is Action.FORWARD:
+        assert (key, decision.node) == (apis.OFFSET_FETCH, None), "sent on as a broker the identity left"
     if not answered:
         assert decision.action in (Action.FORWARD, Action.DROP), "answered a request that expects none"
     if decision.action is Action.REJOIN:
@@ -106,6 +106,8 @@ def test_invariants(
         (apis.OFFSET_COMMIT, BindingState.ACTIVE, "bound broker", True, "primary", Action.CARRY),
         (apis.OFFSET_COMMIT, BindingState.ACTIVE, "bound broker", True, "standby", Action.FORWARD),
         (apis.OFFSET_COMMIT, BindingState.ACTIVE, "left broker", True, None, Action.REDIRECT),
+        (apis.OFFSET_FETCH, BindingState.ACTIVE, "left broker", True, None, Action.FORWARD),
+        (apis.OFFSET_FETCH, BindingState.BLOCKED, "left broker", True, None, Action.HOLD),
         (apis.FIND_COORDINATOR, BindingState.BLOCKED, "bootstrap", True, None, Action.FORWARD),
         (apis.METADATA, BindingState.BLOCKED, "left broker", True, None, Action.FORWARD),
     ],

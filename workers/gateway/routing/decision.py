@@ -10,7 +10,9 @@ sockets and shared state, lets every API be checked against every routing state 
 - ``HOLD``: the identity is blocked: the request waits until its routing changes or the hold time
   passes, and is then answered as the routing of that moment says (see :mod:`workers.gateway.routing.holds`);
 - ``REDIRECT``: a virtual broker of a cluster the identity has left: the retriable error now, so the
-  client looks up where to go;
+  client looks up where to go. Not an OffsetFetch: it changes nothing, and librdkafka, refused twice
+  more on the same broker, tells the application it could not fetch committed offsets; it is forwarded
+  to the group's coordinator on the cluster the identity is bound to;
 - ``REFUSE``: a Produce to a mirror's copy, refused for good (TOPIC_AUTHORIZATION_FAILED);
 - ``CARRY``: an OffsetCommit from a group member that joined on another cluster than the one its
   identity is bound to now (it joined before a switch): committed on the new cluster in the form a
@@ -177,6 +179,8 @@ def _decide(
         if api_key == apis.CONSUMER_GROUP_HEARTBEAT and joined_on is not None and joined_on != cluster:
             return Decision(Action.FENCE, cluster)
         if broker is not None and broker.cluster != cluster:
+            if api_key == apis.OFFSET_FETCH:  # to the group's coordinator, by way of the bootstrap server
+                return Decision(Action.FORWARD, cluster)
             return Decision(Action.REDIRECT, cluster)
         if api_key == apis.OFFSET_COMMIT and rejoining:
             return Decision(Action.ADOPT, cluster, broker.node_id if broker is not None else None)
