@@ -217,6 +217,7 @@ class ClientSession:
             for upstream in [*self._upstreams.values(), *self._retired]:
                 upstream.close()  # fails whatever still waits on a broker...
         await asyncio.gather(*self._answering, return_exceptions=True)  # ...so these settle
+        self.groups.close()
         await asyncio.gather(writer_task, return_exceptions=True)
         while not replies.empty():
             item = replies.get_nowait()

@@ -70,6 +70,9 @@ class GroupHandling:
         self._unanswered: set[asyncio.Future[None]] = set()
         """Carried commits the new cluster has not answered yet: a JoinGroup sent after them waits for them
         (``before_join``)."""
+        self._renames: dict[int, tuple[str, str, asyncio.Future[None]]] = {}
+        """By correlation id, this connection's joins of moved members sent as new members' and not
+        answered yet: group, member id, and their ``Members.rename``."""
 
     def joined_on(
         self, request: Request, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...]
@@ -295,7 +298,7 @@ class GroupHandling:
         given = members.get(group, member.rejoined_as) if member is not None else None
         if member is not None and given is not None and given.cluster == cluster and not given.left:
             return cast(str, member.rejoined_as)
-        members.rename(group, member_id)
+        self._renames[request.correlation_id] = (group, member_id, members.rename(group, member_id))
         return ""
 
     async def before_join(self, request: Request, member_id: str) -> None:
@@ -332,7 +335,7 @@ class GroupHandling:
                 member = self._member(request, cluster, identity)
                 self.gateway.members.joined(group, joined.member_id, member)
             if asked_as:
-                self.gateway.members.renamed(group, asked_as, joined.member_id if given else None)
+                self._renamed(request, joined.member_id if given else None)
 
     def answered_here(self, request: Request) -> None:
         """The gateway answers ``request`` itself (a retriable error): for a JoinGroup or SyncGroup, as a
@@ -346,8 +349,23 @@ class GroupHandling:
         rejoin = self._rejoins.get(group)
         if rejoin is not None and not rejoin.joined.done():
             rejoin.refused()
-        if request.api_key == apis.JOIN_GROUP and request.body.member_id:
-            self.gateway.members.renamed(group, request.body.member_id, None)
+        if request.api_key == apis.JOIN_GROUP:
+            self._renamed(request, None)
+
+    def close(self) -> None:
+        """The connection ended: its joins sent as new members' are answered no more, and the joins of
+        their members waiting for them go on at once rather than at the end of their hold."""
+        for group, member_id, pending in self._renames.values():
+            self.gateway.members.renamed(group, member_id, None, pending)
+        self._renames.clear()
+
+    def _renamed(self, request: Request, new_id: str | None) -> None:
+        """A JoinGroup is answered (``new_id``: the member id it got); if the gateway sent it as a new
+        member's, the joins of its member waiting for that go on (``Members.renamed``)."""
+        renamed = self._renames.pop(request.correlation_id, None)
+        if renamed is not None:
+            group, member_id, pending = renamed
+            self.gateway.members.renamed(group, member_id, new_id, pending)
 
     async def heartbeat_out(self, request: Request, cluster: str, identity: Identity) -> bytes:
         """A ConsumerGroupHeartbeat's frame as ``cluster`` takes it: owned topics by that cluster's ids. A
@@ -391,6 +409,7 @@ class GroupHandling:
         any JoinGroup that comes after it (``before_join``). Waiting for a join the client sends only
         later would wait for ever: its answer would queue behind this commit's."""
         rejoin = self._waited_for(request)
+        again = None if rejoin is None else rejoin.again  # a refusal from now on ends the wait
         answered: asyncio.Future[None] | None = None
         if rejoin is None:
             answered = asyncio.get_running_loop().create_future()
@@ -403,8 +422,8 @@ class GroupHandling:
                     if found is None:
                         return OwnAnswer()
                     body, node = found
-                    if rejoin is not None:  # refused as the group rebalances: as the member it rejoins as
-                        body = await self._as_rejoined(rejoin, request, body)
+                    if rejoin is not None and again is not None:  # as the member it rejoins as
+                        body = await self._as_rejoined(rejoin, again, request, body)
                     answer = await send(body, node)
                 return await answer  # answered, so done: a join sent on another connection comes after
             finally:
@@ -450,9 +469,10 @@ class GroupHandling:
         rejoined as (see ``ADOPT`` in :mod:`workers.gateway.routing.decision`); as sent if the rejoin takes
         longer than a held request may wait."""
         rejoin = self._rejoins[request.body.group_id]  # the join under way as the commit comes
+        again = rejoin.again  # a refusal from now on ends the wait
 
         async def adopted() -> Reply:
-            body = await self._as_rejoined(rejoin, request, request.body)
+            body = await self._as_rejoined(rejoin, again, request, request.body)
             return await (await send(body, node))
 
         return adopted()
@@ -486,11 +506,15 @@ class GroupHandling:
         ]  # fmt: skip
         return sources[0] if len(sources) == 1 else None
 
-    async def _as_rejoined(self, rejoin: _Rejoin, request: Request, body: Any) -> Any:
+    async def _as_rejoined(
+        self, rejoin: _Rejoin, again: asyncio.Future[None], request: Request, body: Any
+    ) -> Any:
         """``body`` (an OffsetCommit) as the member this connection rejoins as, once the rejoin is done;
-        unchanged if the join is refused meanwhile, or takes longer than a held request may wait."""
+        unchanged if the join is refused meanwhile (``again``: ``rejoin.again`` as the commit was decided;
+        read later, it would be a refusal still to come, of a join the client sends after this commit,
+        whose answer queues behind it), or takes longer than a held request may wait."""
         limit = hold_limit(request, self.gateway.config.gateway.block_hold_s, rejoin.session_s)
-        ends: set[asyncio.Future[Any]] = {rejoin.joined, rejoin.again}
+        ends: set[asyncio.Future[Any]] = {rejoin.joined, again}
         await asyncio.wait(ends, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
         if not rejoin.joined.done():
             return body

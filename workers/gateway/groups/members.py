@@ -65,24 +65,26 @@ class Members:
         pending = self._renaming.get((group, member_id))
         return pending if pending is not None and not pending.done() else None
 
-    def rename(self, group: str, member_id: str) -> None:
+    def rename(self, group: str, member_id: str) -> asyncio.Future[None]:
         """A join of moved member ``member_id`` goes as a new member's now: a join of it sent meanwhile
         waits for its answer (``renaming``), and joins as the member id it got (``rejoined_as``). kafkajs
         sends a join for each broker whose fetches were refused at a switch: each sent as a new member's,
         the group got a member for each, and waited for the one the client forgot until its session
         time-out — with that, offsets the old membership committed were refused, and their records
-        processed again (a chaos trial)."""
+        processed again (a chaos trial). The future returned is this join's: ``renamed`` takes it."""
+        pending = asyncio.get_running_loop().create_future()
         self._renaming.pop((group, member_id), None)
-        self._renaming[(group, member_id)] = asyncio.get_running_loop().create_future()
+        self._renaming[(group, member_id)] = pending
         while len(self._renaming) > self._most:
             del self._renaming[next(iter(self._renaming))]
+        return pending
 
-    def renamed(self, group: str, member_id: str, new_id: str | None) -> None:
-        """The join of ``member_id`` sent as a new member's is answered: the member id it got (None: none,
-        it was refused)."""
-        pending = self._renaming.pop((group, member_id), None)
-        if pending is None:
-            return
+    def renamed(self, group: str, member_id: str, new_id: str | None, pending: asyncio.Future[None]) -> None:
+        """The join of ``member_id`` sent as a new member's (``pending``, from ``rename``) is answered: the
+        member id it got (None: none, it was refused, or its connection ended first). A later join's
+        rename, made while this one was awaited past its hold, stays for that join's own answer."""
+        if self._renaming.get((group, member_id)) is pending:
+            del self._renaming[(group, member_id)]
         member = self._members.get((group, member_id))
         if new_id and member is not None:
             self._members[(group, member_id)] = dataclasses.replace(member, rejoined_as=new_id)
