@@ -33,7 +33,9 @@ from kio.schema.errors import ErrorCode
 
 from switchyard import kafka
 from switchyard.admins import Admins
+from switchyard.config import Config
 from switchyard.mirror.groups import group_state
+from switchyard.routing import RoutingStore
 from switchyard.stack import Stack
 from tests.compat.app_io import value_of
 from tests.helpers.clusters import SOLO, cluster_config, cluster_stack, discard, kill, read_all, records
@@ -74,10 +76,15 @@ def leader(admin: AdminClient, topic: str, partition: int) -> int:
     return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader)
 
 
-def test_three_brokers_replicate_and_one_may_die(three: Stack) -> None:
+def test_three_brokers_replicate_and_one_may_die(
+    three: Stack, routing: RoutingStore, stack_config: Config, tmp_path: Path
+) -> None:
     """And a kept admin client, whose group's coordinator moved while the broker was down and moved back
     once it was in sync again, is answered NOT_COORDINATOR until a new client asks: a chaos trial's group
-    sync was, for the 30 s of its step, and the switch compensated with clients held."""
+    sync was, for the 30 s of its step, and the switch compensated with clients held. And a gateway
+    whose first bootstrap server is the broker killed still answers on its bootstrap port: it sent
+    every request there (Metadata, FindCoordinator) to that broker, and closed the client's connection
+    until it was back — 28 s in a chaos trial, and kafkajs gave its sends up."""
     assert [s.name for s in three.services] == ["kafka-solo-1", "kafka-solo-2", "kafka-solo-3"]
     bootstrap = three.config.clusters[SOLO].bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -98,7 +105,22 @@ def test_three_brokers_replicate_and_one_may_die(three: Stack) -> None:
     def state(clients: list[AdminClient], timeout_s: float) -> ConsumerGroupState:
         return group_state(clients[0], group, timeout_s)[0]
 
-    kill(three, f"kafka-solo-{preferred}")  # two of three remain: a quorum, and min.insync.replicas met
+    listed = sorted(admin.list_topics(timeout=10).brokers.values(), key=lambda b: b.id != preferred)
+    first_killed = ",".join(f"{b.host}:{b.port}" for b in listed)
+    assert stack_config.source is not None
+    first_gone = GatewayProcess(
+        stack_config.source, root=routing.layout.root, gateway_id="gw-first-gone", log=tmp_path / "gw.log",
+        overrides={"SWITCHYARD__CLUSTERS__PRIMARY__BOOTSTRAP": first_killed},
+    )  # fmt: skip
+    first_gone.start()
+    try:
+        kill(three, f"kafka-solo-{preferred}")  # two of three remain: a quorum, and min.insync.replicas met
+        for _ in range(2):  # a connection of its own each time
+            with RawClient(first_gone.port, client_id="anyone") as client:
+                asked = client.send(apis.METADATA, 12, topics=None, allow_auto_topic_creation=False)
+                assert client.answer(asked).brokers, "answered with no broker"
+    finally:
+        first_gone.stop()
     assert kafka.produce(bootstrap, topic, records(100, "b")) == 100
     assert len(read_all(bootstrap, topic, 200)) == 200
     assert admins.retried([SOLO], state, 60) == ConsumerGroupState.EMPTY  # the kept client: another broker

@@ -69,6 +69,9 @@ class BrokerDirectory:
         self._id = gateway_id
         self.brokers: dict[str, dict[int, tuple[str, int]]] = {c: {} for c in config.clusters}
         """Per cluster, each real broker's address."""
+        self._any: dict[str, tuple[str, int]] = {}
+        """Per cluster, the address a request for any of its brokers goes to: the bootstrap server or
+        broker that answered last (``any_broker``)."""
         self.offered: dict[int, tuple[int, int]] = {}
         """API key -> (lowest, highest) version offered to clients."""
         self._features: dict[str, dict[str, int]] = {}
@@ -98,6 +101,7 @@ class BrokerDirectory:
         """A connection to a broker of ``cluster`` (``at`` a given address), logged in as ``credentials``
         (else as the gateway)."""
         host, port = at or self.real_address(cluster, node)
+        others = self._others(cluster, (host, port)) if node is None and at is None else ()
         sasl = self.config.clusters[cluster].sasl
         login = None
         if sasl is not None:
@@ -108,7 +112,7 @@ class BrokerDirectory:
             )
         return Upstream(
             host, port, max_frame_bytes=self.config.gateway.max_frame_bytes, login=login, cluster=cluster,
-            node=node,
+            node=node, others=others, reached=functools.partial(self._reached, cluster),
         )  # fmt: skip
 
     def address(self, virtual_id: int) -> tuple[str, int]:
@@ -116,16 +120,36 @@ class BrokerDirectory:
         return gateway.advertised_host or gateway.host, gateway.bootstrap_port + slot(virtual_id)
 
     def real_address(self, cluster: str, node: int | None) -> tuple[str, int]:
-        """Where broker ``node`` of ``cluster`` listens (None: any broker, the first bootstrap server).
-        A broker the cluster's metadata does not list now (stopped, restarting) is refused with
+        """Where broker ``node`` of ``cluster`` listens (None: any broker, ``any_broker``). A broker the
+        cluster's metadata does not list now (stopped, restarting) is refused with
         :class:`UpstreamError` (the client reconnects and follows the new leader): a request meant for
         it went to the first bootstrap server before, a broker it was not meant for."""
         known = self.brokers[cluster]
         if node is None or not known:  # nothing learned yet (a gateway just started): the bootstrap
-            return split_hostport(self.config.clusters[cluster].bootstrap.split(",")[0])
+            return self.any_broker(cluster)
         if node not in known:
             raise UpstreamError(f"broker {node} of cluster {cluster} is not in its metadata now")
         return known[node]
+
+    def any_broker(self, cluster: str) -> tuple[str, int]:
+        """Where a request for any broker of ``cluster`` goes (Metadata and FindCoordinator from the
+        bootstrap port, the gateway's own): the address that answered last, at first the first bootstrap
+        server. Always the first, a killed broker of three took the bootstrap port's requests with it
+        until it was back, 28 s in a chaos trial, and kafkajs gave its sends up."""
+        first = split_hostport(self.config.clusters[cluster].bootstrap.split(",")[0])
+        return self._any.get(cluster, first)
+
+    def _others(self, cluster: str, tried: tuple[str, int]) -> tuple[tuple[str, int], ...]:
+        """Where a connection to any broker of ``cluster`` goes if ``tried`` refuses it: the other
+        bootstrap servers, then the brokers the cluster's metadata listed (a bootstrap name may be one
+        load balancer's)."""
+        bootstrap = [split_hostport(a) for a in self.config.clusters[cluster].bootstrap.split(",")]
+        listed = list(self.brokers[cluster].values())
+        return tuple(a for a in dict.fromkeys([*bootstrap, *listed]) if a != tried)
+
+    def _reached(self, cluster: str, address: tuple[str, int]) -> None:
+        """A connection to any broker of ``cluster`` was made at ``address``: the next go there first."""
+        self._any[cluster] = address
 
     async def virtual_id(self, cluster: str, node: int) -> int:
         return (await self.virtual_ids(cluster, {node}))[node]
@@ -243,6 +267,7 @@ class BrokerDirectory:
                 upstream.close()
             first = not self.brokers[cluster]
             self._learn(cluster, metadata.brokers)
+            self._reached(cluster, split_hostport(address))
             self.metrics.reachable[cluster] = True
             if was is False:
                 log.info("gateway %s: cluster %s reachable again (%s)", self._id, cluster, address)

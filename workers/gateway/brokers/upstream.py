@@ -69,10 +69,16 @@ class Upstream:
         connect_timeout_s: float = 10.0,
         cluster: str = "",
         node: int | None = None,
+        others: tuple[tuple[str, int], ...] = (),
+        reached: Callable[[tuple[str, int]], None] = lambda _address: None,
     ) -> None:
         self.host, self.port = host, port
         self.cluster, self.node = cluster, node
-        """Which cluster and real broker (None: the bootstrap server) this connection was made for."""
+        """Which cluster and real broker (None: any of its brokers) this connection was made for."""
+        self.others = others
+        """For a connection to any broker: where else to connect, in turn, if ``host`` refuses."""
+        self.reached = reached
+        """Told where the connection was made, when that was one of ``others``."""
         self.max_frame_bytes = max_frame_bytes
         self.login = login
         self.connect_timeout_s = connect_timeout_s
@@ -171,9 +177,7 @@ class Upstream:
             loop = asyncio.get_running_loop()
             wire = _Wire(self, FrameSplitter(self.max_frame_bytes))
             try:
-                transport, _ = await asyncio.wait_for(
-                    loop.create_connection(lambda: wire, self.host, self.port), self.connect_timeout_s
-                )
+                transport = await self._reach(loop, wire)
             except (OSError, TimeoutError) as exc:
                 if self.closed:  # closed on purpose (shielded, overdue) while it connected
                     raise self.closed_by() from exc
@@ -195,6 +199,25 @@ class Upstream:
                     self._fail(error)
                     raise error from exc
             self._ready = True
+
+    async def _reach(self, loop: asyncio.AbstractEventLoop, wire: _Wire) -> asyncio.Transport:
+        """A transport to ``host``, else to the first of ``others`` that takes it (nothing was sent yet:
+        any broker serves a request meant for any of them); the last refusal if none does."""
+        addresses = [(self.host, self.port), *self.others]
+        while True:
+            address = addresses.pop(0)
+            try:
+                transport, _ = await asyncio.wait_for(
+                    loop.create_connection(lambda: wire, *address), self.connect_timeout_s
+                )
+            except (OSError, TimeoutError):
+                if not addresses or self.closed:
+                    raise
+                continue
+            if address != (self.host, self.port):
+                self.host, self.port = address
+                self.reached(address)
+            return transport
 
     def _answered(self, frame: bytes) -> None:
         """A broker's answer: the oldest waiting request's."""

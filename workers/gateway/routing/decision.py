@@ -5,7 +5,7 @@ The session carries the decision out (forwards, answers, holds); keeping the cho
 sockets and shared state, lets every API be checked against every routing state in unit tests.
 
 - ``FORWARD``: to the cluster the identity is bound to, to the listener's broker when the connection
-  came in on a virtual broker of that cluster, else to the cluster's bootstrap server;
+  came in on a virtual broker of that cluster, else to any of its brokers (``BrokerDirectory.any_broker``);
 - ``ANSWER``: the gateway answers itself (Metadata with an empty topic list);
 - ``HOLD``: the identity is blocked: the request waits until its routing changes or the hold time
   passes, and is then answered as the routing of that moment says (see :mod:`workers.gateway.routing.holds`);
@@ -83,7 +83,7 @@ class Decision:
     action: Action
     cluster: str
     node: int | None = None
-    """The real broker to forward to (None: the cluster's bootstrap server)."""
+    """The real broker to forward to (None: any of the cluster's brokers)."""
     source: str | None = None
     """For ``CARRY``: the cluster the committing member joined on."""
 
@@ -179,7 +179,7 @@ def _decide(
         if api_key == apis.CONSUMER_GROUP_HEARTBEAT and joined_on is not None and joined_on != cluster:
             return Decision(Action.FENCE, cluster)
         if broker is not None and broker.cluster != cluster:
-            if api_key == apis.OFFSET_FETCH:  # to the group's coordinator, by way of the bootstrap server
+            if api_key == apis.OFFSET_FETCH:  # to the group's coordinator, by way of any broker
                 return Decision(Action.FORWARD, cluster)
             return Decision(Action.REDIRECT, cluster)
         if api_key == apis.OFFSET_COMMIT and rejoining:
