@@ -111,10 +111,26 @@ def coordinator_port(port: int, group: str, client_id: str = "raw") -> int:
 
 def sync_group(client: RawClient, group: str, member_id: str, generation: int) -> int:
     """End a join as ``member_id`` at ``generation``, assigning nothing; the generation."""
-    sync = {"group_id": group, "generation_id": generation, "assignments": ()}
-    synced = client.answer(client.send(apis.SYNC_GROUP, 3, member_id=member_id, **sync))
+    synced = client.answer(send_sync(client, group, member_id, generation))
     assert synced.error_code == ErrorCode.none, synced.error_code
     return generation
+
+
+def send_sync(
+    client: RawClient, group: str, member_id: str, generation: int, assigned: tuple[str, int] | None = None
+) -> Request:
+    """Send a SyncGroup as the group's leader, assigning its one member ``assigned`` (a topic's
+    partition, written as the consumer protocol writes it) or nothing, without waiting for the answer."""
+    assignments: tuple[Any, ...] = ()
+    if assigned is not None:
+        topic, partition = assigned
+        written = (
+            struct.pack(">hih", 0, 1, len(topic)) + topic.encode() + struct.pack(">iii", 1, partition, -1)
+        )
+        entry = element_type(request_schema(apis.SYNC_GROUP, 3), "assignments")
+        assignments = (make(entry, member_id=member_id, assignment=written),)
+    sync = {"group_id": group, "generation_id": generation, "assignments": assignments}
+    return client.send(apis.SYNC_GROUP, 3, member_id=member_id, **sync)
 
 
 def fetch_fields(

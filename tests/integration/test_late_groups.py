@@ -39,6 +39,7 @@ from tests.helpers.raw import (
     join_fields,
     join_group,
     send_commit,
+    send_sync,
     sync_group,
 )
 from tests.integration.test_sagas import ACTOR, prepare
@@ -196,6 +197,39 @@ def test_a_commit_waits_for_no_join_whose_sync_the_gateway_refused(
     held = min(stack_config.gateway.block_hold_s, timeout.total_seconds() * SHARE_OF_SESSION)
     assert waited < held / 2, f"the commit was held {waited:.1f} s, as for a join under way"
     primary = stack_config.clusters["primary"].bootstrap
+    assert committed_offsets(AdminClient({"bootstrap.servers": primary}), group) == {(topic, 0): 20}
+
+
+def test_a_commit_of_the_generation_its_members_next_join_passed_goes_in_that_one_once_synced(
+    live: Live, stack_config: Config
+) -> None:
+    """kafkajs commits with the generation of its last completed sync while its next join waits for its
+    own: a chaos trial's consumer joined twice in 0.3 s (a rejoin it had queued), and its commits in
+    between, of the generation before, were refused ILLEGAL_GENERATION three times and the records
+    processed again. Sent on the connection whose join it follows, such a commit waits for that join's
+    sync and goes in its generation when the sync assigned the member every partition it names."""
+    assert live.gateway is not None
+    primary = stack_config.clusters["primary"].bootstrap
+    group, topic, timeout, reader_id = (
+        unique("group"),
+        unique("t"),
+        timedelta(seconds=45),
+        f"{unique('a')}@reader",
+    )
+    kafka.create_topics(primary, [topic], partitions=1)
+    with RawClient(coordinator_port(live.gateway.port, group, reader_id), client_id=reader_id) as reader:
+        join = join_fields(group, topic, timeout)
+        member = reader.answer(reader.send(apis.JOIN_GROUP, 5, member_id="", **join)).member_id
+        first = reader.answer(reader.send(apis.JOIN_GROUP, 5, member_id=member, **join)).generation_id
+        assert reader.answer(send_sync(reader, group, member, first, (topic, 0))).error_code == ErrorCode.none
+        again = reader.answer(reader.send(apis.JOIN_GROUP, 5, member_id=member, **join))
+        assert again.error_code == ErrorCode.none, again.error_code
+        assert again.generation_id > first
+        commit = send_commit(reader, group, member, first, topic, 20)  # of the generation before
+        sync = send_sync(reader, group, member, again.generation_id, (topic, 0))
+        code = committed(reader.answer(commit))
+        assert reader.answer(sync).error_code == ErrorCode.none
+    assert code == ErrorCode.none, code
     assert committed_offsets(AdminClient({"bootstrap.servers": primary}), group) == {(topic, 0): 20}
 
 

@@ -7,11 +7,13 @@ on the same connection wait as long: a kafkajs group stalled so in a chaos trial
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
+import struct
 from types import SimpleNamespace
 from typing import Any
 
-from workers.gateway.groups.handling import GroupHandling
+from workers.gateway.groups.handling import GroupHandling, assigned_partitions
 from workers.gateway.groups.members import Member, Members
 from workers.gateway.routing import apis
 
@@ -111,3 +113,81 @@ def test_a_commit_decided_before_its_join_was_refused_waits_for_no_later_join() 
         assert [b.member_id for b in sent] == [""], "sent as a member it never became"
 
     asyncio.run(run())
+
+
+def assignment(*partitions: tuple[str, int]) -> bytes:
+    """A SyncGroup's assignment as the consumer protocol writes it (version 0, no user data)."""
+    topics = sorted({t for t, _ in partitions})
+    body = struct.pack(">hi", 0, len(topics))
+    for topic in topics:
+        mine = [p for t, p in partitions if t == topic]
+        body += (
+            struct.pack(">h", len(topic)) + topic.encode() + struct.pack(f">i{len(mine)}i", len(mine), *mine)
+        )
+    return body + struct.pack(">i", -1)
+
+
+def test_a_syncs_assignment_is_read_as_the_consumer_protocol_writes_it() -> None:
+    assert assigned_partitions(assignment(("t", 0), ("t", 2), ("u", 1))) == {("t", 0), ("t", 2), ("u", 1)}
+    assert assigned_partitions(b"") is None
+    assert assigned_partitions(b"\0\0\0\0\0\\9\0\1") is None  # cut short
+
+
+@dataclasses.dataclass(frozen=True)
+class CommitBody:
+    """An OffsetCommit's body, in the fields the gateway reads and replaces."""
+
+    group_id: str
+    member_id: str
+    generation_id_or_member_epoch: int
+    topics: tuple[Any, ...]
+
+
+def member_commit(generation: int, *partitions: tuple[str, int]) -> Any:
+    named = sorted({t for t, _ in partitions})
+    topics = tuple(
+        SimpleNamespace(
+            name=t, partitions=[SimpleNamespace(partition_index=p) for u, p in partitions if u == t]
+        )
+        for t in named
+    )
+    body = CommitBody(GROUP, "m-new", generation, topics)
+    return SimpleNamespace(api_key=apis.OFFSET_COMMIT, api_version=8, correlation_id=9, body=body)
+
+
+def adopted_generation(assigned: bytes, *partitions: tuple[str, int]) -> int:
+    """The generation a commit of the last generation goes in, made as its member's next join waits for
+    its sync (the join answered with generation 2), once the sync assigned ``assigned``."""
+
+    async def run() -> int:
+        group = handling(gateway())
+        group.sending(join(1, member_id="m-new"), "m-new")
+        rejoin = group._rejoins[GROUP]
+        commit = member_commit(1, *partitions)
+        assert not group._rejoining(commit, None), "held before the join was answered: the broker takes it"
+        rejoin.given = ("m-new", 2)  # the join's answer
+        assert not group._rejoining(member_commit(2, *partitions), None)  # its own generation: sent
+        assert group._rejoining(commit, None)
+        sent: list[Any] = []
+
+        async def send(body: Any, node: int | None) -> Any:
+            sent.append(body)
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+        adopted = asyncio.ensure_future(group.adopt(commit, None, send))
+        await asyncio.sleep(0.05)
+        assert not sent, "sent before the sync"
+        rejoin.joined.set_result(("m-new", 2))  # the sync, as ``learn`` takes it
+        rejoin.assigned = assigned_partitions(assigned)
+        await asyncio.wait_for(adopted, SOON_S)
+        return int(sent[0].generation_id_or_member_epoch)
+
+    return asyncio.run(run())
+
+
+def test_a_commit_of_the_generation_a_members_join_passed_goes_in_the_next_once_synced() -> None:
+    assert adopted_generation(assignment(("t", 0), ("t", 1)), ("t", 0), ("t", 1)) == 2
+    assert adopted_generation(assignment(("t", 0)), ("t", 0), ("t", 1)) == 1  # t-1 went to another member
+    assert adopted_generation(b"", ("t", 0)) == 1  # not the consumer protocol's: as it came

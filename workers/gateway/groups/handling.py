@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import struct
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, cast
 
@@ -321,6 +322,7 @@ class GroupHandling:
                 return
             if synced.error_code == ErrorCode.none:
                 rejoin.joined.set_result((request.body.member_id, request.body.generation_id))
+                rejoin.assigned = assigned_partitions(synced.assignment)
             else:
                 rejoin.refused()
         elif request.api_key == apis.JOIN_GROUP:
@@ -329,6 +331,8 @@ class GroupHandling:
             rejoin = self._rejoins.get(group)
             if joined.error_code != ErrorCode.none and rejoin is not None and not rejoin.joined.done():
                 rejoin.refused()  # a member id asked for, or refused
+            elif joined.error_code == ErrorCode.none and rejoin is not None and not rejoin.joined.done():
+                rejoin.given = (joined.member_id, joined.generation_id)
             # a member id required first (KIP-394) is a pending member there already
             given = joined.error_code in (ErrorCode.none, ErrorCode.member_id_required) and joined.member_id
             if given:
@@ -486,16 +490,20 @@ class GroupHandling:
     def _rejoining(self, request: Request, member: Member | None) -> bool:
         """For a Heartbeat: whether its member, or this connection's consumer, is already joining the
         group again. For an OffsetCommit from outside the group: whether this connection's consumer is,
-        its join entered (see ``ADOPT`` and ``QUIET`` in :mod:`workers.gateway.routing.decision`)."""
+        its join entered; from its member at a generation its join has passed, whether that join waits
+        for its sync (see ``ADOPT`` and ``QUIET`` in :mod:`workers.gateway.routing.decision`)."""
         key, body = request.api_key, request.body
         if key == apis.HEARTBEAT:
             rejoin = self._rejoins.get(body.group_id)
             here = rejoin is not None and not rejoin.joined.done()
             return here or (member is not None and member.rejoining)
-        if key != apis.OFFSET_COMMIT:
+        if key != apis.OFFSET_COMMIT or request.api_version < 1:
             return False
-        outside = request.api_version >= 1 and body.generation_id_or_member_epoch < 0 and not body.member_id
-        return outside and self._waited_for(request) is not None
+        rejoin = self._waited_for(request)
+        if rejoin is None:
+            return False
+        outside = body.generation_id_or_member_epoch < 0 and not body.member_id
+        return outside or rejoin.passed(body.member_id, body.generation_id_or_member_epoch)
 
     def _copied_from(self, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...]) -> str | None:
         """The one other cluster a link copies ``topics`` from to ``cluster`` (None: none, or several)."""
@@ -519,6 +527,8 @@ class GroupHandling:
         if not rejoin.joined.done():
             return body
         member_id, generation = rejoin.joined.result()
+        if body.member_id and not rejoin.owns(body):  # its partitions went to others: as it came
+            return body
         return dataclasses.replace(body, member_id=member_id, generation_id_or_member_epoch=generation)
 
     async def _coordinator(self, cluster: str, group: str) -> int:
@@ -527,6 +537,30 @@ class GroupHandling:
 
     def _coordinators(self) -> Coordinators:
         return Coordinators(self.gateway.brokers, self.connection.credentials)
+
+
+def assigned_partitions(assignment: bytes) -> frozenset[tuple[str, int]] | None:
+    """The partitions a SyncGroup's assignment names, read as the consumer protocol writes it (version,
+    then topics with their partitions, then user data); None where it is not that."""
+    try:
+        at = 2
+        (topics,) = _INT32.unpack_from(assignment, at)
+        at += 4
+        found: set[tuple[str, int]] = set()
+        for _ in range(topics):
+            (size,) = _INT16.unpack_from(assignment, at)
+            topic = assignment[at + 2 : at + 2 + size].decode()
+            at += 2 + size
+            (count,) = _INT32.unpack_from(assignment, at)
+            at += 4
+            found.update((topic, p) for p in struct.unpack_from(f">{count}i", assignment, at))
+            at += 4 * count
+    except (struct.error, UnicodeDecodeError, ValueError):
+        return None
+    return frozenset(found)
+
+
+_INT16, _INT32 = struct.Struct(">h"), struct.Struct(">i")
 
 
 def _enters(request: Request, member_id: str) -> bool:
@@ -551,6 +585,25 @@ class _Rejoin:
     """A JoinGroup of it was sent that makes the member one of the group at once (``_enters``), not just
     one asking for a member id, and no answer since sent the client to join again: the client does not
     wait for a commit's answer to finish the join."""
+    given: tuple[str, int] | None = None
+    """The member id and generation its JoinGroup was answered with, its SyncGroup still to come."""
+    assigned: frozenset[tuple[str, int]] | None = None
+    """The partitions the SyncGroup that ended it assigned (None: not told in the consumer protocol's
+    terms)."""
+
+    def passed(self, member_id: str, generation: int) -> bool:
+        """Whether a commit of ``member_id`` at ``generation`` is of a generation this join has passed,
+        for the same member: the broker refuses it (ILLEGAL_GENERATION) until the join's sync is done.
+        kafkajs commits with the generation of its last sync while its next join waits for its own: a
+        chaos trial's commits were refused so three times, and the records processed again."""
+        return self.given is not None and self.given[0] == member_id and generation < self.given[1]
+
+    def owns(self, commit: Any) -> bool:
+        """Whether the sync that ended the join assigned every partition ``commit`` names to its member:
+        a commit made in an earlier generation goes as this one's only then, or it would overwrite what
+        another member, given one of them, commits."""
+        named = {(t.name, p.partition_index) for t in commit.topics for p in t.partitions}
+        return self.assigned is not None and named <= self.assigned
 
     def refused(self) -> None:
         """A JoinGroup or SyncGroup of it was refused: the client joins again. A commit coming now must

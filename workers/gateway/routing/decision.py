@@ -34,7 +34,9 @@ sockets and shared state, lets every API be checked against every routing state 
   consumer is rejoining its group, its join entered (not only a member id asked for) — a client that
   reset its membership when the new cluster did not know it, and commits what it processed meanwhile;
   refused while the group rebalances, it is sent once the rejoin is done, as the member the connection
-  rejoined as;
+  rejoined as; so is a commit of that member at a generation before its join's answer (kafkajs commits
+  with its last sync's generation while its next join waits for its sync), where the sync assigned it
+  every partition the commit names;
 - ``DROP``: a Produce with acks=0 that may not land: it expects no answer, so nothing is sent;
 - ``SHIELD``: the identity is routed to a shielded (or down) cluster, which is not contacted at all: a
   partition or group request, a FindCoordinator or an InitProducerId gets a retriable error at once
