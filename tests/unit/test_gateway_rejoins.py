@@ -191,3 +191,28 @@ def test_a_commit_of_the_generation_a_members_join_passed_goes_in_the_next_once_
     assert adopted_generation(assignment(("t", 0), ("t", 1)), ("t", 0), ("t", 1)) == 2
     assert adopted_generation(assignment(("t", 0)), ("t", 0), ("t", 1)) == 1  # t-1 went to another member
     assert adopted_generation(b"", ("t", 0)) == 1  # not the consumer protocol's: as it came
+
+
+def test_joins_woken_by_a_join_that_got_no_member_id_go_one_at_a_time() -> None:
+    """The first join's connection ended unanswered: of the two joins waiting for it, one goes as a new
+    member's, and the other waits for that one's answer and goes as the member id it got — both going
+    as new members' would make two members again."""
+
+    async def run() -> tuple[str, str]:
+        shared = gateway()
+        first, second, third = handling(shared), handling(shared), handling(shared)
+        await first.rejoined_as(join(1), "standby")
+        waiting = [
+            asyncio.create_task(h.rejoined_as(join(n), "standby")) for n, h in ((2, second), (3, third))
+        ]
+        await asyncio.sleep(0.1)
+        first.close()
+        done, _ = await asyncio.wait(waiting, timeout=SOON_S, return_when=asyncio.FIRST_COMPLETED)
+        assert len(done) == 1, "both went as new members'"
+        gone = next(iter(done))
+        went, last = (second, waiting[1]) if gone is waiting[0] else (third, waiting[0])
+        shared.members.joined(GROUP, "m-given", Member("standby", 30.0))
+        went._renamed(join(2 if went is second else 3), "m-given")  # its answer: the member id it got
+        return gone.result(), await asyncio.wait_for(last, SOON_S)
+
+    assert asyncio.run(run()) == ("", "m-given")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import struct
 from typing import cast
 
@@ -12,6 +13,7 @@ import pytest
 
 from tests.helpers.sessions import AtOneAddress, Gateway
 from workers.gateway.brokers.upstream import Upstream, UpstreamError
+from workers.gateway.routing.blocking import OwnAnswer
 from workers.gateway.session import ClientSession, Listener
 from workers.gateway.shared import Shared
 
@@ -95,3 +97,53 @@ def test_a_connection_that_failed_under_a_request_is_not_replaced_but_one_closed
     failed_broke, idle_broke, refusal, replaced, client_closed = asyncio.run(scenario())
     assert (failed_broke, idle_broke, replaced, client_closed) == (True, False, True, True)
     assert "closed the connection" in refusal
+
+
+def test_a_connection_to_any_broker_is_kept_when_any_broker_means_another_address_now() -> None:
+    """Which broker answers for any moves with the probe and with each refused connection: retiring every
+    session's connection each time would cost each a new connection and login, and one still connecting
+    failed its requests and closed its client's connection. One meant for a broker that moved is not kept."""
+    shift = [0]
+
+    class Moving(AtOneAddress):
+        def real_address(self, _cluster: str, _node: int | None) -> tuple[str, int]:
+            return "127.0.0.1", self.port + shift[0]
+
+    async def scenario() -> tuple[bool, bool]:
+        server = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        gateway = Gateway()
+        gateway.brokers = Moving(port)
+        session = ClientSession(cast(Shared, gateway), Listener(), reader, writer)
+        anywhere = session.upstream("primary", None, long_poll=False)
+        broker = session.upstream("primary", 1, long_poll=False)
+        shift[0] = 1
+        kept = session.upstream("primary", None, long_poll=False) is anywhere
+        followed = session.upstream("primary", 1, long_poll=False) is not broker
+        writer.close()
+        server.close()
+        return kept, followed
+
+    assert asyncio.run(scenario()) == (True, True)
+
+
+def test_a_join_the_gateway_answers_itself_is_told_to_its_group_handling_once_its_answer_is_known() -> None:
+    """Not once it is written: a commit held for that join may come ahead of it on the connection."""
+
+    async def scenario() -> list[str]:
+        server = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        session = ClientSession(cast(Shared, Gateway()), Listener(), reader, writer)
+        told: list[str] = []
+        session.groups.answered_here = told.append  # type: ignore[method-assign,assignment]
+        for name, result in (("own", OwnAnswer()), ("broker's", b"answer")):
+            reply: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+            reply.add_done_callback(functools.partial(session._told, name))  # type: ignore[arg-type]
+            reply.set_result(result)
+            await asyncio.sleep(0)
+        writer.close()
+        server.close()
+        return told
+
+    assert asyncio.run(scenario()) == ["own"]

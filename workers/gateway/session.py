@@ -189,6 +189,8 @@ class ClientSession:
                     self._answered(lease)
                     raise
                 replies.put_nowait((reply, lease, request))
+                if isinstance(reply, asyncio.Future) and request.api_key in _JOINS:
+                    reply.add_done_callback(functools.partial(self._told, request))
                 await self._room(replies, limits, writer_task)
                 if self._closing:
                     break
@@ -216,8 +218,10 @@ class ClientSession:
             self._gone = True
             for upstream in [*self._upstreams.values(), *self._retired]:
                 upstream.close()  # fails whatever still waits on a broker...
-        await asyncio.gather(*self._answering, return_exceptions=True)  # ...so these settle
-        self.groups.close()
+        try:
+            await asyncio.gather(*self._answering, return_exceptions=True)  # ...so these settle
+        finally:  # joins on other connections waiting for this one's go on, whatever ends it
+            self.groups.close()
         await asyncio.gather(writer_task, return_exceptions=True)
         while not replies.empty():
             item = replies.get_nowait()
@@ -260,6 +264,13 @@ class ClientSession:
             if self.task is not None:
                 self.task.cancel()  # it may be waiting for room in a budget, where no end of stream reaches
 
+    def _told(self, request: Request, reply: asyncio.Future[Any]) -> None:
+        """A JoinGroup's or SyncGroup's answer is known: if it is the gateway's own, the group handling
+        hears of it now (``answered_here``), not once it is written — a commit held for that join comes
+        ahead of it on the connection, and would wait its whole hold for its own answer to be written."""
+        if not reply.cancelled() and reply.exception() is None and isinstance(reply.result(), OwnAnswer):
+            self.groups.answered_here(request)
+
     def _answered(self, lease: Lease) -> None:
         lease.release()
         self._unanswered -= 1
@@ -271,7 +282,8 @@ class ClientSession:
             try:
                 data = await reply
                 if isinstance(data, OwnAnswer):  # the one place the gateway's own answers are encoded
-                    self.groups.answered_here(request)
+                    if not isinstance(reply, asyncio.Future):
+                        self.groups.answered_here(request)
                     data = data.encoded(request)
             except (UpstreamError, FrameError) as exc:
                 if not self._ending:  # else the client left, and its unanswered requests with it
@@ -1201,8 +1213,10 @@ class ClientSession:
         if upstream is not None and upstream.broke:  # those behind a lost request are not sent either:
             self.close()  # the client connects again, and resends them all in order
             raise upstream.closed_by()
-        if upstream is not None and (upstream.host, upstream.port) != self.gateway.brokers.real_address(
-            cluster, node
+        if (
+            upstream is not None
+            and node is not None  # any broker serves one for any: kept while it lasts, wherever it went
+            and (upstream.host, upstream.port) != self.gateway.brokers.real_address(cluster, node)
         ):  # the broker moved (restarted elsewhere): what is in flight is answered, the rest goes there
             self._retire(upstream)
             upstream = None
@@ -1368,6 +1382,9 @@ def _abortable(request: Request) -> Awaitable[Reply]:
         return _unsent(OwnAnswer(codes={(t.name, p.index): code for t in request.body.topic_data
                                         for p in t.partition_data}))  # fmt: skip
     return _unsent(OwnAnswer(code))
+
+
+_JOINS = frozenset({apis.JOIN_GROUP, apis.SYNC_GROUP})
 
 
 def _ready(value: Any) -> Awaitable[Any]:

@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import logging
 import struct
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, cast
 
@@ -291,10 +292,11 @@ class GroupHandling:
         join got there, once it is answered (``Members.rename``)."""
         group, member_id = request.body.group_id, request.body.member_id
         members = self.gateway.members
-        pending = members.renaming(group, member_id)
-        if pending is not None:
-            limit = hold_limit(request, self.gateway.config.gateway.block_hold_s)
-            await asyncio.wait({pending}, timeout=limit)
+        deadline = time.monotonic() + hold_limit(request, self.gateway.config.gateway.block_hold_s)
+        while (pending := members.renaming(group, member_id)) is not None and (
+            remaining := deadline - time.monotonic()
+        ) > 0:  # again after each: a join woken with it may have gone as a new member's in turn
+            await asyncio.wait({pending}, timeout=remaining)
         member = members.get(group, member_id)
         given = members.get(group, member.rejoined_as) if member is not None else None
         if member is not None and given is not None and given.cluster == cluster and not given.left:
@@ -549,6 +551,8 @@ def assigned_partitions(assignment: bytes) -> frozenset[tuple[str, int]] | None:
         found: set[tuple[str, int]] = set()
         for _ in range(topics):
             (size,) = _INT16.unpack_from(assignment, at)
+            if size < 0 or at + 2 + size > len(assignment):
+                return None
             topic = assignment[at + 2 : at + 2 + size].decode()
             at += 2 + size
             (count,) = _INT32.unpack_from(assignment, at)
@@ -610,6 +614,7 @@ class _Rejoin:
         not wait for a join it sends after, nor one waiting already: if that join goes on this
         connection, its answer queues behind the commit's."""
         self.entered = False
+        self.given = None
         if not self.again.done():
             self.again.set_result(None)
         self.again = asyncio.get_running_loop().create_future()
