@@ -42,3 +42,25 @@ def test_a_member_whose_removal_failed_is_found_again() -> None:
     assert len(members.moved(routed(now_on))) == 1
     members.still_there("orders", "m1")
     assert [member_id for _, member_id, _ in members.moved(routed(now_on))] == ["m1"]
+
+
+def test_an_old_memberships_commit_goes_as_its_clients_one_new_member_that_was_assigned_its_partitions() -> (
+    None
+):
+    members = Members(most=4)
+    parts = frozenset({("t", 0), ("t", 1)})
+    members.joined("orders", "old", Member("primary", 45.0, identity=SHOP))
+    assert members.successor("orders", "standby", SHOP, {("t", 0)}) is None  # none there yet
+    members.joined("orders", "new", Member("standby", 45.0, identity=SHOP))
+    assert members.successor("orders", "standby", SHOP, {("t", 0)}) is None  # joined, not synced
+    members.synced("orders", "new", 3, parts)
+    assert members.successor("orders", "standby", SHOP, {("t", 0), ("t", 1)}) == ("new", 3)
+    assert members.successor("orders", "standby", SHOP, {("t", 2)}) is None  # not its partition
+    assert members.successor("orders", "standby", BILLING, {("t", 0)}) is None  # another client's
+    members.joined("orders", "other", Member("standby", 45.0, identity=SHOP))
+    members.synced("orders", "other", 3, frozenset({("t", 2)}))
+    assert members.successor("orders", "standby", SHOP, {("t", 0)}) is None  # which one: not known
+    members.joined("audit", "a", Member("standby", 45.0, identity=BILLING))
+    members.joined("audit", "b", Member("standby", 45.0, identity=BILLING))  # the oldest goes: "old"
+    assert members.get("orders", "old") is None
+    assert members.successor("orders", "standby", SHOP, {("t", 2)}) is None

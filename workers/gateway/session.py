@@ -491,8 +491,9 @@ class ClientSession:
             assert decision.source is not None
             send = self._sender(incoming, snapshot, resolution)
             carried = self.groups.carry(
-                request, snapshot, resolution.cluster, decision.source, incoming.context.topics, send=send
-            )
+                request, snapshot, resolution.cluster, decision.source, incoming.context.topics, send=send,
+                identity=incoming.identity,
+            )  # fmt: skip
             return self.later(carried)
         if action is Action.ADOPT:
             send = self._sender(incoming, snapshot, resolution)

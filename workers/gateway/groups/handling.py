@@ -319,6 +319,10 @@ class GroupHandling:
         ConsumerGroupHeartbeat's: ``heartbeat_in``)."""
         if request.api_key == apis.SYNC_GROUP:
             synced = decode_response(request, frame)
+            if synced.error_code == ErrorCode.none:
+                body = request.body
+                assigned = assigned_partitions(synced.assignment)
+                self.gateway.members.synced(body.group_id, body.member_id, body.generation_id, assigned)
             rejoin = self._rejoins.get(request.body.group_id)
             if rejoin is None or rejoin.joined.done():
                 return
@@ -404,7 +408,7 @@ class GroupHandling:
 
     def carry(
         self, request: Request, snapshot: RoutingSnapshot, cluster: str, source: str,
-        topics: tuple[str, ...], *, send: Send,
+        topics: tuple[str, ...], *, send: Send, identity: Identity,
     ) -> Coroutine[Any, Any, Reply]:  # fmt: skip
         """Commit on ``cluster`` what a member that joined on ``source`` commits (see
         :mod:`workers.gateway.groups.carry`); if that cannot be done now, the retriable error.
@@ -430,6 +434,8 @@ class GroupHandling:
                     body, node = found
                     if rejoin is not None and again is not None:  # as the member it rejoins as
                         body = await self._as_rejoined(rejoin, again, request, body)
+                    else:  # or as the member its client became there on another connection
+                        body = self._as_successor(body, cluster, identity)
                     answer = await send(body, node)
                 return await answer  # answered, so done: a join sent on another connection comes after
             finally:
@@ -438,6 +444,16 @@ class GroupHandling:
                     self._unanswered.discard(answered)
 
         return carried()
+
+    def _as_successor(self, body: Any, cluster: str, identity: Identity) -> Any:
+        """A carried commit (``body``) as its client's new member on ``cluster``, if it has exactly one
+        that can take it (``Members.successor``); else as it is, from outside the group."""
+        named = {(t.name, p.partition_index) for t in body.topics for p in t.partitions}
+        found = self.gateway.members.successor(body.group_id, cluster, identity, named)
+        if found is None:
+            return body
+        member_id, generation = found
+        return dataclasses.replace(body, member_id=member_id, generation_id_or_member_epoch=generation)
 
     async def _carried(
         self, request: Request, snapshot: RoutingSnapshot, cluster: str, source: str, topics: tuple[str, ...]

@@ -39,6 +39,9 @@ class Member:
     rejoined_as: str | None = None
     """For a moved member: the member id the cluster it went to gave its join, which the gateway sent as a
     new member's (see ``Members.renaming``)."""
+    synced: tuple[int, frozenset[tuple[str, int]] | None] | None = None
+    """The generation and the partitions (None: not told in the consumer protocol's terms) of its last
+    SyncGroup the gateway saw answered (see ``Members.successor``)."""
 
 
 class Members:
@@ -47,14 +50,49 @@ class Members:
     def __init__(self, most: int = 100_000) -> None:
         self._most = most
         self._members: dict[tuple[str, str], Member] = {}
+        self._groups: dict[str, dict[str, None]] = {}
+        """Each group's member ids in ``_members``."""
         self._swept: dict[tuple[str, str], int] = {}
         self._renaming: dict[tuple[str, str], asyncio.Future[None]] = {}
 
     def joined(self, group: str, member_id: str, member: Member) -> None:
         self._members.pop((group, member_id), None)
         self._members[(group, member_id)] = member
+        self._groups.setdefault(group, {})[member_id] = None
         while len(self._members) > self._most:
-            del self._members[next(iter(self._members))]
+            oldest, gone = next(iter(self._members))
+            del self._members[(oldest, gone)]
+            ids = self._groups[oldest]
+            del ids[gone]
+            if not ids:
+                del self._groups[oldest]
+
+    def synced(
+        self, group: str, member_id: str, generation: int, assigned: frozenset[tuple[str, int]] | None
+    ) -> None:
+        """A SyncGroup of ``member_id`` was answered: its generation and assignment now."""
+        member = self._members.get((group, member_id))
+        if member is not None:
+            self._members[(group, member_id)] = dataclasses.replace(member, synced=(generation, assigned))
+
+    def successor(
+        self, group: str, cluster: str, identity: Identity, partitions: set[tuple[str, int]]
+    ) -> tuple[str, int] | None:
+        """The member id and generation a commit of an old membership of ``identity``'s client goes as on
+        ``cluster``: its one member of the group there, synced and assigned every one of ``partitions``
+        (None: none such, or more than one). kafkajs commits as the member of its last completed sync,
+        its old membership's after a switch, while its rejoin runs on its connection to the new
+        coordinator: carried from outside the group, such a commit was refused UNKNOWN_MEMBER_ID once the
+        group had that new member, and the records processed again (a chaos trial)."""
+        found = []
+        for member_id in self._groups.get(group, {}):
+            member = self._members[(group, member_id)]
+            if member.cluster != cluster or member.left or member.identity != identity:
+                continue
+            if member.synced is None or member.synced[1] is None or not partitions <= member.synced[1]:
+                return None  # one of its members there that cannot take it: which one is not known
+            found.append((member_id, member.synced[0]))
+        return found[0] if len(found) == 1 else None
 
     def get(self, group: str, member_id: str | None) -> Member | None:
         return self._members.get((group, member_id)) if member_id else None
