@@ -40,6 +40,18 @@ def join(correlation_id: int, member_id: str = MOVED) -> Any:
     return SimpleNamespace(api_key=apis.JOIN_GROUP, api_version=9, correlation_id=correlation_id, body=body)
 
 
+def recorder(sent: list[Any]) -> Any:
+    """A ``Send`` that notes each body it is given and answers at once."""
+
+    async def send(body: Any, node: int | None) -> Any:
+        sent.append(body)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    return send
+
+
 def commit() -> Any:
     body = SimpleNamespace(group_id=GROUP, member_id="", generation_id_or_member_epoch=-1)
     return SimpleNamespace(api_key=apis.OFFSET_COMMIT, api_version=9, correlation_id=7, body=body)
@@ -100,12 +112,7 @@ def test_a_commit_decided_before_its_join_was_refused_waits_for_no_later_join() 
         group = handling(gateway())
         group.sending(join(1, member_id="m-new"), "m-new")  # the rejoin, entered
         sent: list[Any] = []
-
-        async def send(body: Any, node: int | None) -> Any:
-            sent.append(body)
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
+        send = recorder(sent)
 
         adopted = group.adopt(commit(), None, send)  # decided now...
         group.answered_here(join(2, member_id="m-new"))  # ...its join refused before it waits
@@ -169,12 +176,7 @@ def adopted_generation(assigned: bytes, *partitions: tuple[str, int]) -> int:
         assert not group._rejoining(member_commit(2, *partitions), None)  # its own generation: sent
         assert group._rejoining(commit, None)
         sent: list[Any] = []
-
-        async def send(body: Any, node: int | None) -> Any:
-            sent.append(body)
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
+        send = recorder(sent)
 
         adopted = asyncio.ensure_future(group.adopt(commit, None, send))
         await asyncio.sleep(0.05)

@@ -319,16 +319,17 @@ class GroupHandling:
         ConsumerGroupHeartbeat's: ``heartbeat_in``)."""
         if request.api_key == apis.SYNC_GROUP:
             synced = decode_response(request, frame)
+            body = request.body
+            assigned = None
             if synced.error_code == ErrorCode.none:
-                body = request.body
                 assigned = assigned_partitions(synced.assignment)
                 self.gateway.members.synced(body.group_id, body.member_id, body.generation_id, assigned)
-            rejoin = self._rejoins.get(request.body.group_id)
+            rejoin = self._rejoins.get(body.group_id)
             if rejoin is None or rejoin.joined.done():
                 return
             if synced.error_code == ErrorCode.none:
-                rejoin.joined.set_result((request.body.member_id, request.body.generation_id))
-                rejoin.assigned = assigned_partitions(synced.assignment)
+                rejoin.joined.set_result((body.member_id, body.generation_id))
+                rejoin.assigned = assigned
             else:
                 rejoin.refused()
         elif request.api_key == apis.JOIN_GROUP:
@@ -573,6 +574,8 @@ def assigned_partitions(assignment: bytes) -> frozenset[tuple[str, int]] | None:
             at += 2 + size
             (count,) = _INT32.unpack_from(assignment, at)
             at += 4
+            if count < 0 or at + 4 * count > len(assignment):  # a length from the wire: bounded by it
+                return None
             found.update((topic, p) for p in struct.unpack_from(f">{count}i", assignment, at))
             at += 4 * count
     except (struct.error, UnicodeDecodeError, ValueError):
