@@ -138,6 +138,7 @@ def test_a_syncs_assignment_is_read_as_the_consumer_protocol_writes_it() -> None
     assert assigned_partitions(assignment(("t", 0), ("t", 2), ("u", 1))) == {("t", 0), ("t", 2), ("u", 1)}
     assert assigned_partitions(b"") is None
     assert assigned_partitions(b"\0\0\0\0\0\\9\0\1") is None  # cut short
+    assert assigned_partitions(struct.pack(">hih1si", 0, 1, 1, b"t", 1 << 30)) is None  # a count past its end
 
 
 @dataclasses.dataclass(frozen=True)
