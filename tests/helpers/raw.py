@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
 
+from tests.helpers.batches import record_batch
 from workers.gateway.framing.entities import element_type, make
 from workers.gateway.framing.protocol import Request, decode_response, encode_request, request_schema
 from workers.gateway.routing import apis
@@ -225,3 +226,56 @@ def send_commit(
 def committed(answer: Any) -> ErrorCode:
     """What an answer to ``send_commit`` says of its one partition."""
     return ErrorCode(answer.topics[0].partitions[0].error_code)
+
+
+class RawProducer:
+    """An idempotent producer's Produce requests over a raw connection to a gateway, one at a time: its
+    batches sent in whatever order a test needs."""
+
+    def __init__(self, port: int, app: str, issued: tuple[int, int] | None = None) -> None:
+        """``issued``: the producer id and epoch of a client that already has them (reconnected)."""
+        self.client = RawClient(port, client_id=app)
+        if issued is not None:
+            self.producer_id, self.epoch = issued
+            return
+        deadline = time.monotonic() + 30
+        while True:  # a broker's first InitProducerId is answered "load in progress" while it gets ids
+            issued = self.client.answer(self.client.send(
+                apis.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout=timedelta(minutes=1),
+                producer_id=-1, producer_epoch=-1,
+            ))  # fmt: skip
+            if issued.error_code != ErrorCode.coordinator_load_in_progress or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert issued.error_code == ErrorCode.none, issued
+        self.producer_id, self.epoch = issued.producer_id, issued.producer_epoch
+
+    def produce(
+        self, topic: str, batches: dict[int, tuple[int, str]], bumped: int = 0
+    ) -> dict[int, ErrorCode]:
+        """One request: per partition, a batch of three records ``tag``0..2 at ``sequence``; the error
+        each partition is answered with."""
+        return self.answered(self.send(topic, batches, bumped))
+
+    def send(self, topic: str, batches: dict[int, tuple[int, str]], bumped: int = 0) -> Request:
+        """The request of ``produce``, its answer not waited for (``answered``)."""
+        topic_cls = element_type(request_schema(apis.PRODUCE, 9), "topic_data")
+        partition_cls = element_type(topic_cls, "partition_data")
+        data = make(topic_cls, name=topic, partition_data=tuple(
+            make(partition_cls, index=partition, records=record_batch(
+                self.producer_id, self.epoch + bumped, sequence, [f"{tag}{n}".encode() for n in range(3)]
+            ))
+            for partition, (sequence, tag) in batches.items()
+        ))  # fmt: skip
+        return self.client.send(
+            apis.PRODUCE, 9, transactional_id=None, acks=-1, timeout=timedelta(seconds=30),
+            topic_data=(data,),
+        )  # fmt: skip
+
+    def answered(self, request: Request) -> dict[int, ErrorCode]:
+        """The error each partition of ``request`` is answered with."""
+        answer = self.client.answer(request)
+        return {p.index: ErrorCode(p.error_code) for p in answer.responses[0].partition_responses}
+
+    def close(self) -> None:
+        self.client.close()

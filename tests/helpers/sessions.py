@@ -73,6 +73,9 @@ class Gateway:
     def vouched(self, _snapshot: Any = None) -> bool:
         return not self.unvouched
 
+    def settling(self, _cluster: str) -> bool:
+        return False
+
 
 class Brokers:
     """A broker directory that offers what the gateway reads, and knows no broker."""

@@ -29,7 +29,7 @@ from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from tests.helpers.live import Live, capture
 from tests.helpers.migrations import seen_by_gateway
-from tests.helpers.raw import RawClient, commit_offset, join_group, leave_group
+from tests.helpers.raw import RawClient, RawProducer, commit_offset, join_group, leave_group
 from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
 
 ACTOR = "user:test"
@@ -238,6 +238,56 @@ def test_records_written_after_a_forced_failover_reach_a_consumer_that_read_past
     finally:
         reader.close()
         live.cli("clusters", "unshield", "primary", "--reason", "test")
+
+
+def test_a_batch_in_flight_to_the_frozen_primary_is_written_before_those_sent_after_it(
+    live: Live, routing: RoutingStore, brokers: tuple[PrivateService, PrivateService]
+) -> None:
+    """An idempotent producer's batch b is in flight to the frozen primary when the failover shields it;
+    the gateway gives up on it after its grace, with the retriable error, and the client resends it. Its
+    next batch c, sent to the standby's leader meanwhile (the Java client does so once its metadata
+    names the new leader), reached the standby first: the gateway took it as the start of the
+    partition's sequences there and wrote it, then refused b as out of order at every resend (a chaos
+    trial's Java producer failed 79 records at its delivery time-out). Now no start is taken while the
+    primary's shield is fresh: c is refused with the retriable error, and b, resent, goes first."""
+    primary, standby = brokers
+    assert live.gateway is not None
+    app, topic = f"app-{uuid.uuid4().hex[:6]}", f"inflight-{uuid.uuid4().hex[:6]}"
+    if routing.cluster("primary").state is ClusterState.SHIELDED:  # type: ignore[union-attr]  # failed over from
+        routing.set_cluster_state("primary", ClusterState.ACTIVE, actor=ACTOR, reason="test")
+    for bootstrap in (primary.connect, standby.connect):
+        kafka.create_topics(bootstrap, [topic], partitions=1)
+    key = BindingKey.for_app(app)
+    wait_for_acks(routing.zk, routing.layout,
+                  routing.set_binding(key, "primary", actor=ACTOR, reason="test"), timeout_s=10)  # fmt: skip
+    first = RawProducer(live.gateway.port, app)
+    then = RawProducer(live.gateway.port, app, (first.producer_id, first.epoch))  # its other connection
+    try:
+        assert first.produce(topic, {0: (0, "a")}) == {0: ErrorCode.none}
+        os.kill(primary.process.pid() or 0, signal.SIGSTOP)
+        try:
+            in_flight = first.send(topic, {0: (3, "b")})
+            for change in (
+                lambda: routing.set_cluster_state("primary", ClusterState.SHIELDED, actor=ACTOR, reason="t"),
+                lambda: routing.set_binding(key, "standby", actor=ACTOR, reason="test"),
+            ):  # the failover's flip
+                wait_for_acks(routing.zk, routing.layout, change(), timeout_s=10)
+            assert then.produce(topic, {0: (6, "c")}) == {0: ErrorCode.not_leader_or_follower}
+            assert first.answered(in_flight) == {0: ErrorCode.not_leader_or_follower}  # given up on
+            deadline = time.monotonic() + 10
+            while (resent := then.produce(topic, {0: (3, "b")})) != {0: ErrorCode.none}:
+                assert resent == {0: ErrorCode.not_leader_or_follower}
+                assert time.monotonic() < deadline, "b was refused for 10 s"
+                time.sleep(0.1)
+            assert then.produce(topic, {0: (6, "c")}) == {0: ErrorCode.none}
+        finally:
+            os.kill(primary.process.pid() or 0, signal.SIGCONT)
+    finally:
+        first.close()
+        then.close()
+        live.cli("clusters", "unshield", "primary", "--reason", "test")
+    on_standby = [r.value for r in kafka.read_partitions(standby.connect, topic)[0]]
+    assert on_standby == [f"{t}{n}".encode() for t in "bc" for n in range(3)]
 
 
 def polled(consumer: Consumer, count: int, timeout_s: float = 60) -> list[tuple[int, bytes]]:

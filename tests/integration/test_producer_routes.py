@@ -6,11 +6,9 @@ with OUT_OF_ORDER_SEQUENCE_NUMBER (found by the soak)."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -23,14 +21,10 @@ from switchyard.keys import BindingKey
 from switchyard.model import BindingState, PartitionId
 from switchyard.routing import BindingChange, RoutingStore
 from switchyard.routing.gateways import wait_for_acks
-from tests.helpers.batches import record_batch
 from tests.helpers.migrations import migrate
 from tests.helpers.processes import GatewayProcess
-from tests.helpers.raw import RawClient
+from tests.helpers.raw import RawProducer
 from tests.helpers.traffic import topic_ids
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import request_schema
-from workers.gateway.routing import apis
 
 ACTOR = "user:test"
 BATCH = 150
@@ -111,51 +105,6 @@ def test_a_moved_producer_writes_on_through_a_restarted_gateway(
     assert max((on_primary + on_standby).values()) == 1
 
 
-class RawProducer:
-    """An idempotent producer's Produce requests over a raw connection to a gateway, one at a time: its
-    batches sent in whatever order a test needs."""
-
-    def __init__(self, gateway: GatewayProcess, app: str, issued: tuple[int, int] | None = None) -> None:
-        """``issued``: the producer id and epoch of a client that already has them (reconnected)."""
-        self.client = RawClient(int(gateway.bootstrap.rsplit(":", 1)[1]), client_id=app)
-        if issued is not None:
-            self.producer_id, self.epoch = issued
-            return
-        deadline = time.monotonic() + 30
-        while True:  # a broker's first InitProducerId is answered "load in progress" while it gets ids
-            issued = self.client.answer(self.client.send(
-                apis.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout=timedelta(minutes=1),
-                producer_id=-1, producer_epoch=-1,
-            ))  # fmt: skip
-            if issued.error_code != ErrorCode.coordinator_load_in_progress or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert issued.error_code == ErrorCode.none, issued
-        self.producer_id, self.epoch = issued.producer_id, issued.producer_epoch
-
-    def produce(
-        self, topic: str, batches: dict[int, tuple[int, str]], bumped: int = 0
-    ) -> dict[int, ErrorCode]:
-        """One request: per partition, a batch of three records ``tag``0..2 at ``sequence``; the error
-        each partition is answered with."""
-        topic_cls = element_type(request_schema(apis.PRODUCE, 9), "topic_data")
-        partition_cls = element_type(topic_cls, "partition_data")
-        data = make(topic_cls, name=topic, partition_data=tuple(
-            make(partition_cls, index=partition, records=record_batch(
-                self.producer_id, self.epoch + bumped, sequence, [f"{tag}{n}".encode() for n in range(3)]
-            ))
-            for partition, (sequence, tag) in batches.items()
-        ))  # fmt: skip
-        answer = self.client.answer(self.client.send(
-            apis.PRODUCE, 9, transactional_id=None, acks=-1, timeout=timedelta(seconds=30),
-            topic_data=(data,),
-        ))  # fmt: skip
-        return {p.index: ErrorCode(p.error_code) for p in answer.responses[0].partition_responses}
-
-    def close(self) -> None:
-        self.client.close()
-
-
 def values(bootstrap: str, topic: str, partition: int) -> list[bytes | None]:
     return [r.value for r in kafka.read_partitions(bootstrap, topic).get(partition, [])]
 
@@ -175,7 +124,7 @@ def test_a_moved_producers_sequences_start_where_its_old_cluster_left_them(
     lost three). Here the client's batches come out of order on purpose, and only the one at the old
     cluster's next sequence may go first; a retry of a batch the old cluster holds is a duplicate."""
     app, topic, key, primary, standby = bound_to_primary(routing, stack_config, "starts", 1)
-    client = RawProducer(gateway, app)
+    client = RawProducer(gateway.port, app)
     try:
 
         def produce(sequence: int, tag: str, bumped: int = 0) -> ErrorCode:
@@ -207,7 +156,7 @@ def test_a_migrated_partitions_sequences_start_where_its_origin_left_them(
     """The same for a partition migration: the partition's batches go to the target as the gateway's own
     id there, and only the one at the origin's next sequence may go first."""
     app, topic, _, primary, standby = bound_to_primary(routing, stack_config, "mstarts", 2)
-    client = RawProducer(gateway, app)
+    client = RawProducer(gateway.port, app)
     try:
         assert client.produce(topic, {0: (0, "a"), 1: (0, "a")}) == {0: ErrorCode.none, 1: ErrorCode.none}
         migrate(routing, stack_config, PartitionId(topic, 1), "primary", "standby")
@@ -227,7 +176,7 @@ def test_a_migrated_partitions_sequences_start_where_its_origin_left_them(
         # a gateway restarted since writes on as the id it stored, from the starts it stored
         gateway.stop()
         gateway.start()
-        client = RawProducer(gateway, app, issued)
+        client = RawProducer(gateway.port, app, issued)
         assert client.produce(topic, {0: (9, "d"), 1: (9, "d")}) == {0: ErrorCode.none, 1: ErrorCode.none}
     finally:
         client.close()
@@ -250,14 +199,14 @@ def test_a_migrated_partitions_writes_go_on_through_another_gateway_process(
         stack_config.source, root=routing.layout.root, gateway_id="gw-other", log=tmp_path / "other.log"
     )
     other.start()
-    client = RawProducer(gateway, app)
+    client = RawProducer(gateway.port, app)
     try:
         assert client.produce(topic, {0: (0, "a")}) == {0: ErrorCode.none}
         migrate(routing, stack_config, PartitionId(topic, 0), "primary", "standby")  # both see it held
         assert client.produce(topic, {0: (3, "b")}) == {0: ErrorCode.none}  # to the target, through one
         issued = client.producer_id, client.epoch
         client.close()
-        client = RawProducer(other, app, issued)  # reconnected, to the other
+        client = RawProducer(other.port, app, issued)  # reconnected, to the other
         assert client.produce(topic, {0: (6, "c")}) == {0: ErrorCode.none}
         assert client.produce(topic, {0: (3, "b")}) == {0: ErrorCode.none}  # a retry: the broker dedups it
         assert client.produce(topic, {0: (9, "d")}) == {0: ErrorCode.none}
@@ -276,7 +225,7 @@ def test_a_switched_producers_writes_split_by_a_migration_stay_translated(
     standby is written as that id too. Sent as the client's own id, the standby took it for another
     producer's, and a retry of it sent whole was written again."""
     app, topic, key, primary, standby = bound_to_primary(routing, stack_config, "split", 2)
-    client = RawProducer(gateway, app)
+    client = RawProducer(gateway.port, app)
     try:
         assert client.produce(topic, {0: (0, "a"), 1: (0, "a")}) == {0: ErrorCode.none, 1: ErrorCode.none}
         move(routing, key, "primary", "standby")

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from workers.gateway.framing.entities import element_type, make
 from workers.gateway.framing.protocol import response_schema
-from workers.gateway.groups.coordinated import not_coordinator
+from workers.gateway.groups.coordinated import loading, not_coordinator
 from workers.gateway.routing import apis
 
 REFUSED, NONE = ErrorCode.not_coordinator, ErrorCode.none
@@ -53,3 +53,20 @@ def test_a_group_answer_says_not_coordinator_where_its_broker_refused_the_group(
     assert not_coordinator(api_key, answer(REFUSED))
     assert not not_coordinator(api_key, answer(NONE))
     assert not not_coordinator(api_key, answer(ErrorCode.coordinator_load_in_progress))
+
+
+@pytest.mark.parametrize(
+    ("api_key", "answer", "asked_again"),
+    [
+        (apis.OFFSET_COMMIT, _commit, True),
+        (apis.OFFSET_FETCH, _fetch_v1, True),
+        (apis.OFFSET_FETCH, _fetch_v7, True),
+        (apis.HEARTBEAT, _heartbeat, False),  # the client's own rounds handle it
+    ],
+)
+def test_an_offsets_answer_says_its_coordinator_is_loading_them(
+    api_key: int, answer: Any, asked_again: bool
+) -> None:
+    assert loading(api_key, answer(ErrorCode.coordinator_load_in_progress)) is asked_again
+    assert not loading(api_key, answer(NONE))
+    assert not loading(api_key, answer(REFUSED))

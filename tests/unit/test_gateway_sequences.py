@@ -55,12 +55,26 @@ def produce(*batches: tuple[int, int], epoch: int = CLIENT_EPOCH) -> Any:
 
 
 def check(
-    sequences: Sequences, translation: Translation, *batches: tuple[int, int], epoch: int = CLIENT_EPOCH
+    sequences: Sequences,
+    translation: Translation,
+    *batches: tuple[int, int],
+    epoch: int = CLIENT_EPOCH,
+    shielded: str | None = None,
+    settling: bool = False,
 ) -> dict[Key, ErrorCode]:
-    """The codes a request is refused with (empty: it may go)."""
+    """The codes a request is refused with (empty: it may go); ``shielded``: a cluster that may not be
+    asked, whose shield is fresh where ``settling``."""
+    body = produce(*batches, epoch=epoch)
     try:
         asyncio.run(
-            sequences.check(produce(*batches, epoch=epoch), epoch, translation, "standby", lambda _: True)
+            sequences.check(
+                body,
+                epoch,
+                translation,
+                "standby",
+                lambda c: c != shielded,
+                settling=lambda c: settling and c == shielded,
+            )
         )
     except Unsendable as refused:
         return refused.codes
@@ -182,3 +196,21 @@ def test_an_answer_to_a_left_epoch_establishes_nothing() -> None:
     assert translation.established == set()
     established(translation, CLIENT_EPOCH, answer)
     assert translation.established == {("t", 0)}
+
+
+def test_no_start_is_guessed_while_the_shielded_origin_may_still_answer(sequences: Answering) -> None:
+    """A failover: 1026..1028 were in flight to the primary as it was shielded, and are answered with
+    the retriable error once the gateway gives up on them; 1029, sent to the new leader meanwhile,
+    arrives first. Taken as the start it would be written, and 1026 refused as out of order at every
+    resend (a chaos trial's Java producer, until its delivery time-out)."""
+    translation = moved()
+    translation.first_sequence[("t", 1)] = 41  # a partition already under way on the standby
+    translation.established.add(("t", 1))
+    refused = check(sequences, translation, (0, 1029), (1, 44), shielded="primary", settling=True)
+    assert refused == {("t", 0): ErrorCode.not_leader_or_follower}
+    assert ("t", 0) not in translation.first_sequence
+    assert check(sequences, translation, (1, 47)) == {("t", 1): ErrorCode.not_leader_or_follower}  # 44 first
+    assert check(sequences, translation, (0, 1026), (1, 44), shielded="primary") == {}  # resent, in order
+    assert translation.first_sequence[("t", 0)] == 1026
+    assert ("t", 0) in translation.guessed
+    assert "primary" not in sequences.asked  # never the shielded origin

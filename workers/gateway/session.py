@@ -86,6 +86,9 @@ Replies = asyncio.Queue[tuple[Awaitable[Reply], Lease, Request] | None]
 (None: no more)."""
 _HIGH_WATER = 256 * 1024
 """Bytes waiting to go to the client before the session waits for them to drain."""
+_LOADING_PAUSE_S, _LOADING_WITHIN_S = 0.2, 10.0
+"""How often, and for how long, an offsets request is asked again of a coordinator still loading them:
+well inside a client's request time-out (30 s in the Java client and kafkajs, 60 s in librdkafka)."""
 _LOOKUPS = 3
 """A member's lookup is made again while the routing moves on under it, this many times at most (a
 switch's epochs come a few at a time)."""
@@ -724,10 +727,13 @@ class ClientSession:
         node: int | None,
         *,
         follow: bool = True,
+        loaded_by: float | None = None,
     ) -> Awaitable[Reply]:
         """Write ``frame`` to a broker of the resolved cluster now; return its answer-to-be. A group's
         request goes where its coordinator was last found, and where ``follow``, on to its coordinator
-        if the broker says it is not (:mod:`workers.gateway.groups.coordinated`)."""
+        if the broker says it is not, or again to it while it loads the group's offsets, until
+        ``loaded_by`` (``time.monotonic``; None: ``_LOADING_WITHIN_S`` from now) — see
+        :mod:`workers.gateway.groups.coordinated`."""
         request, context, identity = incoming.request, incoming.context, incoming.identity
         key = request.api_key
         group = context.group if key in apis.GROUP_APIS else None
@@ -780,22 +786,38 @@ class ClientSession:
             inflight.finish(ticket)
             return _ready(None)
         on = None
-        if group is not None and follow:
-            on = self._follower(incoming, frame, snapshot, resolution, upstream=upstream, group=group)
+        if group is not None and (follow or key in coordinated.OFFSETS):
+            loaded_by = time.monotonic() + _LOADING_WITHIN_S if loaded_by is None else loaded_by
+            on = self._follower(
+                incoming, frame, snapshot, resolution,
+                upstream=upstream, group=group, to_coordinator=follow, loaded_by=loaded_by,
+            )  # fmt: skip
         answer = self._answer(request, future, upstream, ticket, identity, received=incoming.received, on=on)
         return self.later(answer)
 
     def _follower(
         self, incoming: Incoming, frame: bytes, snapshot: RoutingSnapshot, resolution: Resolution, *,
-        upstream: Upstream, group: str,
+        upstream: Upstream, group: str, to_coordinator: bool, loaded_by: float,
     ) -> Callable[[bytes], Awaitable[Reply | None]]:  # fmt: skip
         """What replaces a group request's answer that says ``upstream``'s broker does not coordinate
-        ``group``: the coordinator's, asked now (None: the answer says no such thing, or the cluster names
-        no other coordinator, and the client is told as the broker told it)."""
+        ``group`` (where ``to_coordinator``): the coordinator's, asked now (None: the answer says no such
+        thing, or the cluster names no other coordinator, and the client is told as the broker told it).
+        An offsets request answered that the coordinator is loading them is sent to it again after a
+        pause, until ``loaded_by``."""
 
         async def follow(answer: bytes) -> Reply | None:
             request = incoming.request
-            if not coordinated.not_coordinator(request.api_key, decode_response(request, answer)):
+            decoded = decode_response(request, answer)
+            if coordinated.loading(request.api_key, decoded) and time.monotonic() < loaded_by:
+                await asyncio.sleep(_LOADING_PAUSE_S)
+                if self._routed_otherwise_since(incoming, snapshot, resolution):
+                    return OwnAnswer()  # the retriable error, as a request the new routing sends on
+                again = self._forward(
+                    incoming, frame, snapshot, resolution, upstream.node,
+                    follow=to_coordinator, loaded_by=loaded_by,
+                )  # fmt: skip
+                return await (await again)
+            if not to_coordinator or not coordinated.not_coordinator(request.api_key, decoded):
                 return None
             cluster = resolution.cluster
             try:  # asked of the broker that just answered: it is up
@@ -811,7 +833,10 @@ class ClientSession:
             self._coordinating[(cluster, group)] = now
             if self._routed_otherwise_since(incoming, snapshot, resolution):  # held for nothing since
                 return OwnAnswer()  # the retriable error, as a request the new routing sends on
-            return await (await self._forward(incoming, frame, snapshot, resolution, now, follow=False))
+            again = self._forward(
+                incoming, frame, snapshot, resolution, now, follow=False, loaded_by=loaded_by
+            )
+            return await (await again)
 
         return follow
 
@@ -1114,8 +1139,9 @@ class ClientSession:
             known = translation.kept()
             try:
                 await self.gateway.sequences.check(
-                    body, producer[1], translation, cluster, self._reachable, told=told
-                )
+                    body, producer[1], translation, cluster, self._reachable,
+                    told=told, settling=self.gateway.settling,
+                )  # fmt: skip
                 refused = None
             except Unsendable as exc:
                 refused = exc

@@ -51,6 +51,10 @@ class Shared(Protocol):
     links: LinkLookup
     real_ids: RealIds
 
+    def settling(self, cluster: str) -> bool:
+        """Whether a request sent to ``cluster`` before it was shielded may still wait there."""
+        ...
+
     def vouched(self, snapshot: RoutingSnapshot | None = None) -> bool:
         """Whether ``snapshot`` (default: the current one) may be acted on: current, and its ZooKeeper
         session alive."""

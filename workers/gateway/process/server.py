@@ -18,6 +18,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -116,6 +117,8 @@ class Gateway:
         self._reported: set[tuple[str, int]] = set()
         """Invalid links already logged (by id and epoch)."""
         self._closed_clusters: set[str] = set()
+        self._closed_at: dict[str, float] = {}
+        """When this process closed its connections to each shielded cluster (``time.monotonic``)."""
         self._epoch_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._leaving: set[asyncio.Task[None]] = set()
@@ -223,6 +226,13 @@ class Gateway:
 
     # ---- epochs
 
+    def settling(self, cluster: str) -> bool:
+        """Whether a request sent to ``cluster`` before it was shielded may still wait there, in this
+        process or another of the gateway's (each closed its connections as it applied the shield,
+        within moments of the others, before any flip after it)."""
+        since = self._closed_at.get(cluster)
+        return since is not None and time.monotonic() - since < SHIELD_GRACE_S + _SETTLED_S
+
     def vouched(self, snapshot: RoutingSnapshot | None = None) -> bool:
         """Whether ``snapshot`` (default: the current one) may be acted on: the current one, read while
         registered in a ZooKeeper session this process can vouch is alive, so any change since waits for
@@ -326,6 +336,8 @@ class Gateway:
             log.info("gateway %s: %s shielded or down: its broker connections are closed", self.id, newly)
             for session in list(self._sessions):
                 session.drop_upstreams(newly, SHIELD_GRACE_S)
+        now = time.monotonic()
+        self._closed_at = {c: self._closed_at.get(c, now) for c in closed}
         self._closed_clusters = closed  # only once done: a failure is retried with the epoch's ack
 
     async def _prune_producers(self) -> None:
@@ -380,5 +392,7 @@ _ACK_AGAIN_S, _ACK_AGAIN_MOST_S = 0.5, 5.0
 _SLOW_ACK_S = 5.0
 """An acknowledgement held up longer than this is logged with the requests holding it."""
 SHIELD_GRACE_S = 2.0
+_SETTLED_S = 0.5
+"""Past ``SHIELD_GRACE_S``, for what was given up on to reach its client, in a process a moment later."""
 """How long a request already at a broker of a cluster being shielded may still take to be answered
 (see ``Session.drop_upstreams``): a live broker answers a write in milliseconds, a dead one never."""

@@ -4,7 +4,13 @@
 A partition's sequences start there at the client's next sequence by the cluster its batches left: the
 origin's last sequence for the id they carried there, asked with DescribeProducers (the origin is
 blocked by then, so it no longer changes). Where the origin cannot tell — shielded, unreachable, the id
-unknown there — the first batch sets the start, as before.
+unknown there — the first batch sets the start, as before; but not while the origin's shield is fresh.
+A failover shields the origin with batches in flight there, answered with the retriable error once the
+gateway gives up on them (``SHIELD_GRACE_S``), and resent in order; a later batch of the same partition,
+sent to the new leader meanwhile, would otherwise arrive first, be written as the start, and have the
+earlier ones refused as out of order for as long as the client resends them (a chaos trial's Java
+producer: until its delivery time-out, 79 records failed). Until every process's wait is over, a
+partition without a start is answered NOT_LEADER_OR_FOLLOWER, so the client's resends come in order.
 
 Until the new cluster holds the producer on a partition, only the batch at the start may go there: a
 cluster takes any sequence as the first of a producer it does not know, so a later batch sent first
@@ -67,22 +73,33 @@ class Sequences:
         reachable: Callable[[str], bool],
         *,
         told: Callable[[Key], bool] = lambda _: True,
+        settling: Callable[[str], bool] = lambda _: False,
     ) -> None:
         """Set the start of each partition ``body`` (a Produce of the client's ``client_epoch``) writes
         first under ``translation`` on ``cluster``: where the client left off on the origin, for the
-        partitions the origin can tell that of (``told``), else at the first batch; :class:`Unsendable`
-        if a batch may not go there now."""
+        partitions the origin can tell that of (``told``), else at the first batch — once no batch sent
+        to the origin can still be waiting there (``settling``: a cluster shielded a moment ago);
+        :class:`Unsendable` if a batch may not go there now."""
         spans = _spans(body)
         if not translation.follow(client_epoch):  # as the broker answers a fenced epoch
             raise Unsendable(dict.fromkeys(spans, ErrorCode.invalid_producer_epoch))
         new = [key for key in spans if key not in translation.first_sequence]
         if new:
             found = await self._starts(translation, [key for key in new if told(key)], reachable)
+            early = translation.origin is not None and settling(translation.origin.cluster)
+            unstarted = []
             for key in new:
-                if key not in translation.first_sequence:
-                    translation.first_sequence[key] = found.get(key, spans[key][0])
-                    if key not in found:
-                        translation.guessed.add(key)
+                if key in translation.first_sequence:
+                    continue
+                if key not in found and early:
+                    unstarted.append(key)
+                    continue
+                translation.first_sequence[key] = found.get(key, spans[key][0])
+                if key not in found:
+                    translation.guessed.add(key)
+            if unstarted:  # the whole request is answered: the batches with a start are to be resent
+                _mark(translation, {k: s for k, s in spans.items() if k in translation.first_sequence})
+                raise Unsendable(dict.fromkeys(unstarted, ErrorCode.not_leader_or_follower))
         unsure = [key for key, span in spans.items() if not self._goes(translation, key, *span)]
         if not unsure:
             return
