@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from switchyard import temporal
 from switchyard.config import Config, load_config
@@ -234,11 +235,17 @@ def capture(live: Live, workflow_id: str, run_id: str, name: str) -> None:
 def readiness(port: int, cluster: str) -> tuple[int, str]:
     """A gateway's readiness as a load balancer probes it (``gateway.health_port``): the status, and
     what it says of ``cluster``."""
+    status, said = ready_said(port)
+    return status, said["clusters"][cluster]
+
+
+def ready_said(port: int) -> tuple[int, dict[str, Any]]:
+    """A gateway's ``/ready`` status and what it says (its routing epoch, its clusters)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5) as answer:
-            return answer.status, json.loads(answer.read())["clusters"][cluster]
+            return answer.status, json.loads(answer.read())
     except urllib.error.HTTPError as refused:
-        return refused.code, json.loads(refused.read())["clusters"][cluster]
+        return refused.code, json.loads(refused.read())
 
 
 _PROCESS_LOGS = ("gateway*.log", "gw-*.log", "worker*.log", "mirror*.log", "webhook*.log")

@@ -27,12 +27,15 @@ from switchyard.model import ClusterState, LinkState
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
-from tests.helpers.live import Live, capture
+from tests.helpers import ports
+from tests.helpers.live import Live, capture, ready_said
 from tests.helpers.migrations import seen_by_gateway
 from tests.helpers.raw import RawClient, RawProducer, commit_offset, join_group, leave_group
 from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
 
 ACTOR = "user:test"
+HEALTH_PORT = ports.reserve(1)[0]
+LIVE_SETTINGS = {"SWITCHYARD__GATEWAY__HEALTH_PORT": str(HEALTH_PORT)}  # its routing epoch, asked
 
 
 def test_a_failover_moves_clients_at_once_and_accounts_for_every_record_left_behind(
@@ -267,11 +270,11 @@ def test_a_batch_in_flight_to_the_frozen_primary_is_written_before_those_sent_af
         os.kill(primary.process.pid() or 0, signal.SIGSTOP)
         try:
             in_flight = first.send(topic, {0: (3, "b")})
-            for change in (
-                lambda: routing.set_cluster_state("primary", ClusterState.SHIELDED, actor=ACTOR, reason="t"),
-                lambda: routing.set_binding(key, "standby", actor=ACTOR, reason="test"),
-            ):  # the failover's flip
-                wait_for_acks(routing.zk, routing.layout, change(), timeout_s=10)
+            shielded = routing.set_cluster_state("primary", ClusterState.SHIELDED, actor=ACTOR, reason="t")
+            wait_for_acks(routing.zk, routing.layout, shielded, timeout_s=10)
+            # the failover's flip: acknowledged only once b is given up on, but routed by at once
+            flipped = routing.set_binding(key, "standby", actor=ACTOR, reason="test")
+            wait_until(lambda: ready_said(HEALTH_PORT)[1]["epoch"] >= flipped, timeout_s=10)
             assert then.produce(topic, {0: (6, "c")}) == {0: ErrorCode.not_leader_or_follower}
             assert first.answered(in_flight) == {0: ErrorCode.not_leader_or_follower}  # given up on
             deadline = time.monotonic() + 10

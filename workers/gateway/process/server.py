@@ -227,11 +227,16 @@ class Gateway:
     # ---- epochs
 
     def settling(self, cluster: str) -> bool:
-        """Whether a request sent to ``cluster`` before it was shielded may still wait there, in this
-        process or another of the gateway's (each closed its connections as it applied the shield,
-        within moments of the others, before any flip after it)."""
+        """Whether a request sent to ``cluster`` before it was shielded (or marked down) may still wait
+        there, in this process or another of the gateway's: each gives up on them ``SHIELD_GRACE_S``
+        after it applies the change, within moments of the others. Sessions route by the newest
+        snapshot at once, while applying it may wait behind an older epoch's requests: a cluster it
+        shields that is not applied yet is settling too. (A process that starts with the cluster shielded
+        counts from its start, though it sent nothing there.)"""
         since = self._closed_at.get(cluster)
-        return since is not None and time.monotonic() - since < SHIELD_GRACE_S + _SETTLED_S
+        if since is None:
+            return self.view.snapshot.shielded(cluster)
+        return time.monotonic() - since < SHIELD_GRACE_S + _SETTLED_S
 
     def vouched(self, snapshot: RoutingSnapshot | None = None) -> bool:
         """Whether ``snapshot`` (default: the current one) may be acted on: the current one, read while
@@ -392,7 +397,8 @@ _ACK_AGAIN_S, _ACK_AGAIN_MOST_S = 0.5, 5.0
 _SLOW_ACK_S = 5.0
 """An acknowledgement held up longer than this is logged with the requests holding it."""
 SHIELD_GRACE_S = 2.0
-_SETTLED_S = 0.5
-"""Past ``SHIELD_GRACE_S``, for what was given up on to reach its client, in a process a moment later."""
 """How long a request already at a broker of a cluster being shielded may still take to be answered
 (see ``Session.drop_upstreams``): a live broker answers a write in milliseconds, a dead one never."""
+_SETTLED_S = 1.5
+"""Past ``SHIELD_GRACE_S``: for the answers given up on to reach their clients, and for the processes of
+a gateway that applied the shield a moment apart."""

@@ -9,8 +9,9 @@ A failover shields the origin with batches in flight there, answered with the re
 gateway gives up on them (``SHIELD_GRACE_S``), and resent in order; a later batch of the same partition,
 sent to the new leader meanwhile, would otherwise arrive first, be written as the start, and have the
 earlier ones refused as out of order for as long as the client resends them (a chaos trial's Java
-producer: until its delivery time-out, 79 records failed). Until every process's wait is over, a
-partition without a start is answered NOT_LEADER_OR_FOLLOWER, so the client's resends come in order.
+producer: until its delivery time-out, 79 records failed). Until the process's wait is over, with a
+margin for the others' (``Gateway.settling``), a partition without a start is answered
+NOT_LEADER_OR_FOLLOWER, so the client's resends come in order.
 
 Until the new cluster holds the producer on a partition, only the batch at the start may go there: a
 cluster takes any sequence as the first of a producer it does not know, so a later batch sent first
