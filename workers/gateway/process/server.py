@@ -116,7 +116,6 @@ class Gateway:
         self._sessions: set[ClientSession] = set()
         self._reported: set[tuple[str, int]] = set()
         """Invalid links already logged (by id and epoch)."""
-        self._closed_clusters: set[str] = set()
         self._closed_at: dict[str, float] = {}
         """When this process closed its connections to each shielded cluster (``time.monotonic``)."""
         self._epoch_changed = asyncio.Event()
@@ -336,14 +335,14 @@ class Gateway:
         still waits then is answered with the retriable error, the client's connection kept, and retried
         where it is routed now (what the failed cluster still does with it is its lost window)."""
         closed = {c for c in snapshot.clusters if snapshot.shielded(c)}
-        newly = closed - self._closed_clusters
+        newly = closed - self._closed_at.keys()
         if newly:
             log.info("gateway %s: %s shielded or down: its broker connections are closed", self.id, newly)
             for session in list(self._sessions):
                 session.drop_upstreams(newly, SHIELD_GRACE_S)
         now = time.monotonic()
+        # only once done: a failure is retried with the epoch's ack
         self._closed_at = {c: self._closed_at.get(c, now) for c in closed}
-        self._closed_clusters = closed  # only once done: a failure is retried with the epoch's ack
 
     async def _prune_producers(self) -> None:
         """Every hour, the producer routes and transactional ids' issuers no gateway touched for as long as
