@@ -39,10 +39,10 @@ pytestmark = pytest.mark.timeout(3600)
 
 
 @pytest.fixture
-def emptied(legacy_routing: RoutingStore, legacy_config: Config) -> Iterator[None]:
+def emptied(legacy_live: Live, legacy_routing: RoutingStore, legacy_config: Config) -> Iterator[None]:
     """Each size moves the module's 3.9 cluster whole."""
     yield
-    empty_source(legacy_routing, legacy_config)
+    empty_source(legacy_routing, legacy_config, legacy_live)
 
 
 @pytest.mark.parametrize("size", SIZES)

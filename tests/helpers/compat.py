@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -367,6 +368,19 @@ def written_twice(a: App, held: Counter[int], cut: list[tuple[float, float]] | N
     )  # fmt: skip
 
 
+def timing(a: App, values: list[int]) -> str:
+    """When ``values`` were sent, counted from the application's start, and how long each waited for its
+    acknowledgement: a wait past the client's request time-out (30 s at every library's defaults) says
+    the client sent them again itself."""
+    s = a.seen()
+    known = [(s.sent[v] - a.started, s.acked[v] - s.sent[v]) for v in values if v in s.sent and v in s.acked]
+    if not known:
+        return ""
+    sent, waited = [at for at, _ in known], [w for _, w in known]
+    return (f" ({len(values)}: sent {min(sent):.1f} to {max(sent):.1f} s after the start, acknowledged "
+            f"{min(waited):.1f} to {max(waited):.1f} s after their send)")  # fmt: skip
+
+
 def overlaps(sent: float | None, acked: float, spans: list[tuple[float, float]] | None) -> bool:
     """Whether a send, from ``sent`` (None: not known, as if at ``acked``) until acknowledged at ``acked``,
     was in flight during one of ``spans``, each with ``RETRY_SLACK_S`` more (as :func:`during`)."""
@@ -425,7 +439,7 @@ def judge(
         *([f"{row['twice']} records processed twice"] if row["twice"] else []),
         *([f"commits refused: {dict(unexpected)}, first: {refusals(s)[0]}"] if unexpected else []),
         *([f"not on {'the two clusters' if split else 'the final cluster'} exactly once: "
-           f"{sorted(set(s.acked) ^ set(on_final))[:5]}, written twice {unexcused[:5]}"]
+           f"{sorted(set(s.acked) ^ set(on_final))[:5]}, written twice {unexcused[:5]}{timing(a, unexcused)}"]
           if set(on_final) != set(s.acked) or unexcused else []),
         *([f"on the cluster left only: {sorted(leaked)[:5]}"] if leaked else []),
         *([f"lost to the auto-commit group: {sorted(set(s.acked) - set(auto))[:5]}"]
@@ -435,7 +449,25 @@ def judge(
         *([f"exit code {a.exit_code}" if a.exit_code is not None else "still running 30 s after its stop"]
           if a.exit_code != 0 else []),
     ]  # fmt: skip
+    if problems:  # what its client said, for a failure seen once, where its log is gone with the machine
+        print(f"{a.name}, its log's lines by kind:\n{log_excerpt(a)}")
     return row, problems
+
+
+def log_excerpt(a: App, kinds: int = 12) -> str:
+    """The application's log, its lines counted by kind (digits aside), the most frequent first, each with
+    the first one's text."""
+    try:
+        lines = (a.dir / "app.log").read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return f"  (no log: {exc})"
+    kinds_seen: dict[str, tuple[int, str]] = {}
+    for line in lines:
+        kind = re.sub(r"\d+", "N", line)[:200]
+        count, first = kinds_seen.get(kind, (0, line))
+        kinds_seen[kind] = (count + 1, first)
+    top = sorted(kinds_seen.values(), key=lambda seen: -seen[0])[:kinds]
+    return "\n".join(f"  {count:6d} x {first[:400]}" for count, first in top)
 
 
 def table(rows: list[dict[str, Any]]) -> str:

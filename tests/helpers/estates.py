@@ -15,9 +15,12 @@ from switchyard.config import Config, load_config
 from switchyard.mirror.control import delete_link
 from switchyard.moves.cluster import INTERNAL_PREFIXES
 from switchyard.routing.store import RoutingStore
+from switchyard.routing.zk import children_data
+from switchyard.sagas.ids import evacuation_id
 from switchyard.stack import Stack
 from tests.helpers import ports
 from tests.helpers.clusters import discard
+from tests.helpers.live import Live, terminate
 
 LEGACY_VERSION = "3.9.2"
 """The last Apache Kafka line with ZooKeeper."""
@@ -50,9 +53,14 @@ def legacy_primary(stack_config: Config, directory: Path, *, brokers: int = 1) -
         discard(stack)
 
 
-def empty_source(routing: RoutingStore, config: Config) -> None:
-    """Remove every link from or to ``primary`` and every topic on it: each evacuation test moves the
-    cluster whole, and what one leaves there (a batch rolled back, its links) would be planned again."""
+def empty_source(routing: RoutingStore, config: Config, live: Live) -> None:
+    """End the evacuation of ``primary`` if a failed test left it running, with its locks; remove every
+    link from or to ``primary`` and every topic on it: each evacuation test moves the cluster whole, and
+    what one leaves there (a batch rolled back, its links) would be planned again."""
+    if terminate(live, evacuation_id("primary")):
+        folder = routing.layout.folder("locks")
+        for name in children_data(routing.zk, folder):
+            routing.zk.delete(f"{folder}/{name}")
     primary = config.clusters["primary"].bootstrap
     for link in list(routing.snapshot().links.values()):
         if "primary" in (link.source, link.target):

@@ -217,6 +217,26 @@ def progress_of(live: Live, saga: str) -> Progress | Exception:
         return exc
 
 
+def terminate(live: Live, saga: str) -> bool:
+    """End ``saga`` (and the children it runs) at once if it still runs, for a test that failed while it
+    did: whether it ran. Its locks stay (see ``sagas unlock``)."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    async def ending() -> bool:
+        client = await temporal.connect(live.config)
+        handle = client.get_workflow_handle(saga)
+        try:
+            if (await handle.describe()).status is not WorkflowExecutionStatus.RUNNING:
+                return False
+        except RPCError:  # never started
+            return False
+        await handle.terminate(reason="the test that started it ended")
+        return True
+
+    return asyncio.run(ending())
+
+
 def capture(live: Live, workflow_id: str, run_id: str, name: str) -> None:
     """Write a saga's history for the replay tests when $SWITCHYARD_CAPTURE_HISTORIES asks for it."""
     directory = os.environ.get("SWITCHYARD_CAPTURE_HISTORIES")

@@ -46,10 +46,10 @@ IDLE_RECORDS = 100
 
 
 @pytest.fixture(autouse=True)
-def _source_emptied(legacy_routing: RoutingStore, legacy_config: Config) -> Iterator[None]:
-    """Each test moves the module's 3.9 cluster whole."""
+def _source_emptied(legacy_live: Live, legacy_routing: RoutingStore, legacy_config: Config) -> Iterator[None]:
+    """Each test moves the module's 3.9 cluster whole, and starts with no evacuation running."""
     yield
-    empty_source(legacy_routing, legacy_config)
+    empty_source(legacy_routing, legacy_config, legacy_live)
 
 
 def test_a_cluster_on_kafka_3_9_is_evacuated_to_4_x_in_batches_under_load_though_its_worker_dies(
