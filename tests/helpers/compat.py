@@ -456,13 +456,15 @@ def judge(
 
 def log_excerpt(a: App, kinds: int = 12) -> str:
     """The application's log, its lines counted by kind (digits aside), the most frequent first, each with
-    the first one's text."""
+    the first one's text; debug lines (``KAFKAJS_LOG_LEVEL=debug``: every request) left out."""
     try:
         lines = (a.dir / "app.log").read_text(errors="replace").splitlines()
     except OSError as exc:
         return f"  (no log: {exc})"
     kinds_seen: dict[str, tuple[int, str]] = {}
     for line in lines:
+        if re.search(r'"level":"DEBUG"|\bDEBUG\b', line):
+            continue
         kind = re.sub(r"\d+", "N", line)[:200]
         count, first = kinds_seen.get(kind, (0, line))
         kinds_seen[kind] = (count + 1, first)
