@@ -46,7 +46,7 @@ demo: setup
 # Most tests wait (group joins, time-outs) more than they compute, so they run on $(TEST_WORKERS) workers,
 # each with a stack of its own; the few that judge clients' pauses against a bound then run alone.
 test: setup
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(PYTEST_ARGS)
 	$(BIN)/pytest -m alone tests/integration $(PYTEST_ARGS)
 
 # The exactly-once tests on Apache Kafka 3.9.2 clusters (the transaction protocol before version 2).

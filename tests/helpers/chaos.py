@@ -37,7 +37,7 @@ from tests.helpers.chaos_sagas import (
     Switches,
     TopicMigration,
 )
-from tests.helpers.compat import App, judge, last_records, longest_gap, prepare, wait_until
+from tests.helpers.compat import App, judge, lapses, last_records, longest_gap, prepare, wait_until
 from tests.helpers.live import Live, unique, wait_for_approval
 from tests.helpers.stacks import QUICK_CONSUMER
 from tests.helpers.victims import Struck, Victim
@@ -200,10 +200,17 @@ def run_trials(
                 return PartitionMigration(ground, next(libraries), switches.on, away)
             return drill if kind == "drill" and drill is not None else switches
 
+        last = time.time()
         for victim, kind in zip(order[:trials], sequence, strict=False):
             subject = saga(kind)
             approval = subject.approvable and at_approval(victim, rng)
             trial = one_trial(live, routing, apps, subject, victim, rng, approval, locked)
+            now, spans = time.time(), [t.struck.span for t in [*done, trial] if t.struck is not None]
+            # what the applications saw since the trial before, counted against this one
+            trial.problems += [
+                f"{a.library}: {p}" for a in apps for p in lapses(a.seen(), (last, now), spans)
+            ]
+            last = now
             done.append(trial)
             print(render(HEADERS, [trial.row()]).splitlines()[-1], flush=True)
     print(render(HEADERS, [t.row() for t in done]))

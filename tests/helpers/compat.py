@@ -291,6 +291,27 @@ def unexpected_retries(s: Seen, restarts: list[tuple[float, float]] | None = Non
     return [f"polls raised a retriable error: {unexpected[:3]}"] if unexpected else []
 
 
+def unexcused_refusal(batch: dict[str, Any], restarts: list[tuple[float, float]] | None) -> bool:
+    """Whether a processed batch's commit was refused other than for a connection lost within one of
+    ``restarts`` (see :func:`during`)."""
+    refused = batch["commit"]
+    return bool(refused) and not (refused in CONNECTION_LOST and during(batch["t"], restarts))
+
+
+def lapses(s: Seen, within: tuple[float, float], restarts: list[tuple[float, float]]) -> list[str]:
+    """What an application saw ``within`` a span of wall-clock time that it never should: a send that
+    failed, a commit refused (``unexcused_refusal``). A chaos trial counts its own so, for the
+    applications that run through every trial."""
+    lo, hi = within
+    failed = [e for e in s.events if e["k"] == "failed" and lo <= e["t"] < hi]
+    refused = [b for b in s.batches["manual"] if lo <= b["t"] < hi and unexcused_refusal(b, restarts)]
+    codes = dict(Counter(b["commit"] for b in refused))
+    return [
+        *([f"{len(failed)} sends failed, first {failed[0]['v']}: {failed[0]['e']}"] if failed else []),
+        *([f"commits refused: {codes}, first: {refused[0].get('why') or '-'}"] if refused else []),
+    ]
+
+
 def during(t: float, restarts: list[tuple[float, float]] | None) -> bool:
     """Whether wall-clock time ``t`` falls in one of ``restarts``, each with ``RETRY_SLACK_S`` more: the
     one gateway restarting is an outage its clients see (a connection refused), as a broker's is."""
@@ -401,10 +422,7 @@ def judge(
     s = a.seen()
     manual, auto = s.received("manual"), s.received("auto")
     refused = Counter(b["commit"] for b in s.batches["manual"] if b["commit"])
-    unexpected = Counter(
-        b["commit"] for b in s.batches["manual"]
-        if b["commit"] and not (b["commit"] in CONNECTION_LOST and during(b["t"], restarts))
-    )  # fmt: skip
+    unexpected = Counter(b["commit"] for b in s.batches["manual"] if unexcused_refusal(b, restarts))
     on_final = Counter(v for v in topic_ids(final, a.topic))
     try:
         on_other = Counter(topic_ids(other, a.topic))
