@@ -38,6 +38,16 @@ AGING_EVERY_S = str(10 * 365 * 24 * 3600)
 the epoch: a firing on the hour would race a test's own trigger); tests fire it."""
 
 
+def stalls_reported(live: Live, most: int = 3) -> list[str]:
+    """The gateway's reports of a connection's reader or writer long stuck on one request (with the await
+    it was stuck in: :mod:`workers.gateway.process.stalls`), the first ``most``; for a failure's message,
+    which is what a CI run shows of a failure."""
+    if live.gateway is None or not live.gateway.log.exists():
+        return []
+    lines = live.gateway.log.read_text(errors="replace").splitlines()
+    return [line[:1500] for line in lines if "; waiting in " in line][:most]
+
+
 @dataclass
 class Live:
     config: Config

@@ -30,9 +30,9 @@ from switchyard.sagas.requests import Progress
 from switchyard.stack import Stack
 from switchyard.threads import Worker
 from tests.helpers.clusters import kill
-from tests.helpers.compat import CODECS, App, judge, last_records, table, wait_until
+from tests.helpers.compat import CODECS, App, judge, last_records, log_excerpt, table, wait_until
 from tests.helpers.estates import empty_source
-from tests.helpers.live import Live, capture, progress_until, unique, wait_for_approval
+from tests.helpers.live import Live, capture, progress_until, stalls_reported, unique, wait_for_approval
 from tests.helpers.spread import SpreadApp
 from tests.helpers.transactions import Transactions, read_exactly_once
 
@@ -82,7 +82,7 @@ def test_a_cluster_on_kafka_3_9_is_evacuated_to_4_x_in_batches_under_load_though
         payments.stop.set()
         paying.join(90)
         spread.finish()
-    _judge_all(apps, standby, primary)
+    _judge_all(apps, standby, primary, live)
     assert not spread.failed, spread.failed[:3]
     assert (spread.lost, spread.twice) == ([], []), (spread.lost[:5], spread.twice[:5])
     assert not payments.fatal, payments.fatal
@@ -184,14 +184,16 @@ def _evacuate_approving_each_batch(live: Live, saga: str, *args: str) -> int:
     return number
 
 
-def _judge_all(apps: list[App], final: str, other: str) -> None:
+def _judge_all(apps: list[App], final: str, other: str, live: Live) -> None:
     rows, problems = [], []
     for a in apps:
         row, found = judge(a, final, other)
         rows.append(row)
         problems += [f"{a.name}: {p}" for p in found]
+        if found:
+            problems.append(f"{a.name}, its log's lines by kind:\n{log_excerpt(a, 6)}")
     print("\n" + table(rows))
-    assert not problems, "\n".join(problems)
+    assert not problems, "\n".join([*problems, *stalls_reported(live)])
 
 
 def _reported(live: Live, saga: str, *, switches: int) -> None:

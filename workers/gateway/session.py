@@ -67,6 +67,7 @@ from workers.gateway.groups.coordinator import coordinator
 from workers.gateway.groups.handling import GroupHandling, Send
 from workers.gateway.migrated.offsets import Listed
 from workers.gateway.migrated.partitions import Part, Split, listed_of
+from workers.gateway.process import stalls
 from workers.gateway.producers.ids import origin_of
 from workers.gateway.producers.issuers import Issued
 from workers.gateway.producers.sequences import Unsendable, established, mark_refused
@@ -156,6 +157,10 @@ class ClientSession:
         self._progress = asyncio.Event()
         """Set when an answer is taken to be written or a hold ends: the reader may have room again."""
         self._unanswered = 0
+        self._stalls: dict[str, stalls.Waiting | None] = {"reading": None, "writing": None}
+        """What the reader and the writer each wait on (the reader: a request it dispatches, then room
+        for the next; the writer: a request's answer, then the client taking it); reported once (``check``)
+        if it is long (:mod:`workers.gateway.process.stalls`)."""
         self._ending = False
         self._gone = False
         """Set as the session closes its broker connections: no request is sent for it from then on."""
@@ -178,6 +183,7 @@ class ClientSession:
         writer_task.add_done_callback(lambda _: self._progress.set())
         metrics = self.gateway.metrics
         metrics.connections.add(1)
+        reading = cast(asyncio.Task[Any], asyncio.current_task())
         try:
             while not writer_task.done():
                 got = await self.intake.next_frame()
@@ -187,6 +193,7 @@ class ClientSession:
                 self._unanswered += 1
                 try:
                     request = parse_request(frame)
+                    self._stalls["reading"] = stalls.Waiting(request, reading)
                     reply = await self._dispatch(request)
                 except BaseException:
                     self._answered(lease)
@@ -195,6 +202,7 @@ class ClientSession:
                 if isinstance(reply, asyncio.Future) and request.api_key in _JOINS:
                     reply.add_done_callback(functools.partial(self._told, request))
                 await self._room(replies, limits, writer_task)
+                self._stalls["reading"] = None
                 if self._closing:
                     break
         except (FrameError, SaslError) as exc:
@@ -266,6 +274,13 @@ class ClientSession:
             self.writer.transport.abort()
             if self.task is not None:
                 self.task.cancel()  # it may be waiting for room in a budget, where no end of stream reaches
+        for stage, waiting in self._stalls.items():
+            report = None if waiting is None else waiting.report(stage, time.perf_counter())
+            if report is not None:
+                self._stalls[stage] = None  # once
+                log.warning(
+                    "connection from %s: %s; %d requests unanswered", self.peer, report, self._unanswered
+                )
 
     def _told(self, request: Request, reply: asyncio.Future[Any]) -> None:
         """A JoinGroup's or SyncGroup's answer is known: if it is the gateway's own, the group handling
@@ -282,6 +297,7 @@ class ClientSession:
         while (item := await replies.get()) is not None:
             self._progress.set()
             reply, lease, request = item
+            self._stalls["writing"] = stalls.Waiting(request, reply)
             try:
                 data = await reply
                 if isinstance(data, OwnAnswer):  # the one place the gateway's own answers are encoded
@@ -297,11 +313,18 @@ class ClientSession:
                 log.exception("closing connection from %s after an unexpected error", self.peer)
                 self._answered(lease)
                 break
+            finally:
+                self._stalls["writing"] = None
             self._answered(lease)
             if data is not None:
                 self.writer.write(data)
                 if self.writer.transport.get_write_buffer_size() > _HIGH_WATER:
-                    await self.writer.drain()
+                    drained = self.writer.drain()
+                    self._stalls["writing"] = stalls.Waiting(request, drained)
+                    try:
+                        await drained
+                    finally:
+                        self._stalls["writing"] = None
         self.writer.close()
 
     async def _dispatch(self, request: Request) -> Awaitable[Reply]:
