@@ -472,7 +472,7 @@ def judge(
     return row, problems
 
 
-def log_excerpt(a: App, kinds: int = 12) -> str:
+def log_excerpt(a: App, kinds: int = 12, *, width: int = 400) -> str:
     """The application's log, its lines counted by kind (digits aside), the most frequent first, each with
     the first one's text; debug lines (``KAFKAJS_LOG_LEVEL=debug``: every request) left out."""
     try:
@@ -487,7 +487,7 @@ def log_excerpt(a: App, kinds: int = 12) -> str:
         count, first = kinds_seen.get(kind, (0, line))
         kinds_seen[kind] = (count + 1, first)
     top = sorted(kinds_seen.values(), key=lambda seen: -seen[0])[:kinds]
-    return "\n".join(f"  {count:6d} x {first[:400]}" for count, first in top)
+    return "\n".join(f"  {count:6d} x {first[:width]}" for count, first in top)
 
 
 def table(rows: list[dict[str, Any]]) -> str:

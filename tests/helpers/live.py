@@ -45,7 +45,7 @@ def stalls_reported(live: Live, most: int = 3) -> list[str]:
     if live.gateway is None or not live.gateway.log.exists():
         return []
     lines = live.gateway.log.read_text(errors="replace").splitlines()
-    return [line[:1500] for line in lines if "; waiting in " in line][:most]
+    return [line[:600] for line in lines if "; waiting in " in line][:most]
 
 
 @dataclass

@@ -190,10 +190,10 @@ def _judge_all(apps: list[App], final: str, other: str, live: Live) -> None:
         row, found = judge(a, final, other)
         rows.append(row)
         problems += [f"{a.name}: {p}" for p in found]
-        if found:
-            problems.append(f"{a.name}, its log's lines by kind:\n{log_excerpt(a, 6)}")
+        if found:  # CI shows a failure's last lines only: its log, then what the gateway found stalled
+            problems.append(f"{a.name}, its log's lines by kind:\n{log_excerpt(a, 3, width=160)}")
     print("\n" + table(rows))
-    assert not problems, "\n".join([*problems, *stalls_reported(live)])
+    assert not problems, "\n".join([*problems, *stalls_reported(live, 2)])
 
 
 def _reported(live: Live, saga: str, *, switches: int) -> None:

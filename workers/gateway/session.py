@@ -33,7 +33,7 @@ from switchyard.config import GatewayLimitsConfig
 from switchyard.identity import Identity, identify
 from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
-from workers.gateway.brokers import mapped, topic_identity
+from workers.gateway.brokers import leaders, mapped, topic_identity
 from workers.gateway.brokers.fetches import answer_without_epochs, forwarded_fetch
 from workers.gateway.brokers.rewrite import BROKER_NAMING, leader_hints
 from workers.gateway.brokers.upstream import (
@@ -802,8 +802,10 @@ class ClientSession:
             inflight.finish(ticket)
             log.debug("%s: Produce answered without sending: %s", identity, refused)
             return _unsent(OwnAnswer(codes=refused.codes) if context.expects_response else None)
-        except BaseException:
+        except BaseException as failed:
             inflight.finish(ticket)
+            if isinstance(failed, UpstreamError) and upstream.unreached and upstream.node is not None:
+                await self._until_led_elsewhere(incoming, resolution.cluster, upstream.node)
             raise
         if future is None:
             inflight.finish(ticket)
@@ -817,6 +819,34 @@ class ClientSession:
             )  # fmt: skip
         answer = self._answer(request, future, upstream, ticket, identity, received=incoming.received, on=on)
         return self.later(answer)
+
+    async def _until_led_elsewhere(self, incoming: Incoming, cluster: str, node: int) -> None:
+        """A Produce whose broker could not be reached (nothing of it sent) waits, at most its hold time
+        from its arrival, for the cluster to lead its partitions elsewhere (:mod:`.brokers.leaders`);
+        then the client connection closes, as it would at once, and its client finds the new leader."""
+        request = incoming.request
+        if request.api_key != apis.PRODUCE:
+            return
+        until = incoming.received + hold_limit(request, self.gateway.config.gateway.block_hold_s)
+        began, snapshot = time.perf_counter(), self.gateway.view.snapshot
+        partitions = leaders.produced_to(request.body)
+        elsewhere = asyncio.ensure_future(
+            leaders.led_elsewhere(self.gateway.brokers, cluster, node, partitions, until)
+        )
+        routed = asyncio.ensure_future(self.gateway.changes.after(snapshot, until - began))
+        try:  # a switch meanwhile (a failover of the cluster) ends it too: the client goes where it is sent
+            await asyncio.wait((elsewhere, routed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            elsewhere.cancel()
+            routed.cancel()
+        if elsewhere.done() and not elsewhere.cancelled():
+            why = elsewhere.result()
+        elif self.gateway.view.snapshot is not snapshot:
+            why = "the routing changed"
+        else:
+            why = "its hold time ran out"
+        log.info("%s: Produce to broker %s of %s, which cannot be reached, held %.1f s: %s",
+                 incoming.identity, node, cluster, time.perf_counter() - began, why)  # fmt: skip
 
     def _follower(
         self, incoming: Incoming, frame: bytes, snapshot: RoutingSnapshot, resolution: Resolution, *,

@@ -95,6 +95,8 @@ class Upstream:
         """Takes no new requests; closes once the waiting ones are answered."""
         self._winding: UpstreamError | None = None
         """Why it is winding down (``wind_down``): what a request sent now is refused with."""
+        self.unreached = False
+        """It could not be made: nothing was ever sent over it."""
         self.broke = False
         """It failed under requests (waiting for answers, or for the connection): their outcome unknown
         or they were never sent, those sent after them must not go out over another connection either
@@ -183,7 +185,7 @@ class Upstream:
                     raise self.closed_by() from exc
                 error = UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc!r}")
                 self._fail(error)
-                self.broke = True  # those in line were never sent
+                self.broke = self.unreached = True  # those in line were never sent
                 raise error from exc
             if self.closed:  # given up on while it connected
                 transport.close()
