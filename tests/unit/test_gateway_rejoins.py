@@ -10,9 +10,11 @@ import asyncio
 import dataclasses
 import datetime
 import struct
+import time
 from types import SimpleNamespace
 from typing import Any
 
+from switchyard.identity import Identity
 from workers.gateway.groups.handling import GroupHandling, assigned_partitions
 from workers.gateway.groups.members import Member, Members
 from workers.gateway.routing import apis
@@ -219,3 +221,49 @@ def test_joins_woken_by_a_join_that_got_no_member_id_go_one_at_a_time() -> None:
         return gone.result(), await asyncio.wait_for(last, SOON_S)
 
     assert asyncio.run(run()) == ("", "m-given")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Partition:
+    partition_index: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Topic:
+    name: str
+    partitions: tuple[_Partition, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Commit:
+    group_id: str
+    member_id: str
+    generation_id_or_member_epoch: int
+    topics: tuple[_Topic, ...]
+
+
+def test_an_old_memberships_commit_waits_for_its_clients_new_member_to_sync() -> None:
+    """kafkajs commits its old membership's offsets on its old coordinator's connection while it rejoins
+    on the new one's: the carried commit goes as the new member once that member has synced there, not
+    from outside a group that has a member joining (refused UNKNOWN_MEMBER_ID: a chaos trial)."""
+    shop = Identity("shop")
+    carried = _Commit(GROUP, "", -1, (_Topic("t", (_Partition(0),)),))
+
+    async def run() -> None:
+        shared = gateway()
+        group = handling(shared)
+        assert await group._as_successor(carried, "standby", shop, time.monotonic() + HOLD_S) is carried
+        shared.members.joined(GROUP, "m-new", Member("standby", 30.0, identity=shop))  # joined, not synced
+        deadline = time.monotonic() + HOLD_S
+        waiting = asyncio.ensure_future(group._as_successor(carried, "standby", shop, deadline))
+        await asyncio.sleep(0.05)
+        assert not waiting.done(), "sent from outside the group while its client's member joins"
+        shared.members.synced(GROUP, "m-new", 5, frozenset({("t", 0)}))
+        went = await asyncio.wait_for(waiting, SOON_S)
+        assert (went.member_id, went.generation_id_or_member_epoch) == ("m-new", 5)
+        shared.members.joined(GROUP, "m-next", Member("standby", 30.0, identity=shop))  # never syncs
+        began = time.monotonic()
+        assert await group._as_successor(carried, "standby", shop, began + 0.2) is carried
+        assert time.monotonic() - began < SOON_S
+
+    asyncio.run(run())

@@ -421,6 +421,8 @@ class GroupHandling:
         later would wait for ever: its answer would queue behind this commit's."""
         rejoin = self._waited_for(request)
         again = None if rejoin is None else rejoin.again  # a refusal from now on ends the wait
+        most = self.gateway.config.gateway.block_hold_s
+        deadline = time.monotonic() + hold_limit(request, most, self.session_s(request))
         answered: asyncio.Future[None] | None = None
         if rejoin is None:
             answered = asyncio.get_running_loop().create_future()
@@ -436,7 +438,7 @@ class GroupHandling:
                     if rejoin is not None and again is not None:  # as the member it rejoins as
                         body = await self._as_rejoined(rejoin, again, request, body)
                     else:  # or as the member its client became there on another connection
-                        body = self._as_successor(body, cluster, identity)
+                        body = await self._as_successor(body, cluster, identity, deadline)
                     answer = await send(body, node)
                 return await answer  # answered, so done: a join sent on another connection comes after
             finally:
@@ -446,13 +448,20 @@ class GroupHandling:
 
         return carried()
 
-    def _as_successor(self, body: Any, cluster: str, identity: Identity) -> Any:
+    async def _as_successor(self, body: Any, cluster: str, identity: Identity, deadline: float) -> Any:
         """A carried commit (``body``) as its client's new member on ``cluster``, if it has exactly one
-        that can take it (``Members.successor``); else as it is, from outside the group."""
+        that can take it (``Members.successor``); else as it is, from outside the group. Where that member
+        has joined and not synced yet, its sync is waited for, until ``deadline`` (``time.monotonic``):
+        kafkajs commits its old membership's offsets on its old coordinator's connection while it rejoins
+        on the new one's, and sent from outside a group with a member joining, such a commit was refused
+        UNKNOWN_MEMBER_ID and 41 records processed again (chaos run 10, a switch back 9 s after a switch)."""
         named = {(t.name, p.partition_index) for t in body.topics for p in t.partitions}
-        found = self.gateway.members.successor(body.group_id, cluster, identity, named)
-        if found is None:
-            return body
+        members = self.gateway.members
+        while (found := members.successor(body.group_id, cluster, identity, named)) is None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not members.syncing(body.group_id, cluster, identity):
+                return body
+            await members.next_sync(body.group_id, left)
         member_id, generation = found
         return dataclasses.replace(body, member_id=member_id, generation_id_or_member_epoch=generation)
 

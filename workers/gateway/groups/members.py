@@ -54,6 +54,8 @@ class Members:
         """Each group's member ids in ``_members``."""
         self._swept: dict[tuple[str, str], int] = {}
         self._renaming: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._syncs: dict[str, list[asyncio.Future[None]]] = {}
+        """Per group, who waits for its next SyncGroup answered (``next_sync``)."""
 
     def joined(self, group: str, member_id: str, member: Member) -> None:
         self._members.pop((group, member_id), None)
@@ -74,6 +76,33 @@ class Members:
         member = self._members.get((group, member_id))
         if member is not None:
             self._members[(group, member_id)] = dataclasses.replace(member, synced=(generation, assigned))
+        for waiting in self._syncs.pop(group, []):
+            if not waiting.done():
+                waiting.set_result(None)
+
+    def syncing(self, group: str, cluster: str, identity: Identity) -> bool:
+        """Whether ``identity``'s client has a member of ``group`` on ``cluster`` that joined and has not
+        synced yet: a commit of its old membership may go as that member once it has (``successor``)."""
+        return any(
+            member.cluster == cluster and not member.left and member.identity == identity
+            and member.synced is None
+            for member in (self._members[(group, member_id)] for member_id in self._groups.get(group, {}))
+        )  # fmt: skip
+
+    async def next_sync(self, group: str, timeout_s: float) -> None:
+        """Until a SyncGroup of ``group`` is answered (``synced``), or ``timeout_s``."""
+        waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._syncs.setdefault(group, []).append(waiting)
+        try:
+            await asyncio.wait({waiting}, timeout=timeout_s)
+        finally:
+            if not waiting.done():
+                waiting.cancel()
+                left = [w for w in self._syncs.get(group, []) if w is not waiting]
+                if left:
+                    self._syncs[group] = left
+                else:
+                    self._syncs.pop(group, None)
 
     def successor(
         self, group: str, cluster: str, identity: Identity, partitions: set[tuple[str, int]]
