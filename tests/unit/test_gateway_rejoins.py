@@ -223,31 +223,12 @@ def test_joins_woken_by_a_join_that_got_no_member_id_go_one_at_a_time() -> None:
     assert asyncio.run(run()) == ("", "m-given")
 
 
-@dataclasses.dataclass(frozen=True)
-class _Partition:
-    partition_index: int
-
-
-@dataclasses.dataclass(frozen=True)
-class _Topic:
-    name: str
-    partitions: tuple[_Partition, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class _Commit:
-    group_id: str
-    member_id: str
-    generation_id_or_member_epoch: int
-    topics: tuple[_Topic, ...]
-
-
 def test_an_old_memberships_commit_waits_for_its_clients_new_member_to_sync() -> None:
     """kafkajs commits its old membership's offsets on its old coordinator's connection while it rejoins
     on the new one's: the carried commit goes as the new member once that member has synced there, not
     from outside a group that has a member joining (refused UNKNOWN_MEMBER_ID: a chaos trial)."""
     shop = Identity("shop")
-    carried = _Commit(GROUP, "", -1, (_Topic("t", (_Partition(0),)),))
+    carried = dataclasses.replace(member_commit(-1, ("t", 0)).body, member_id="")
 
     async def run() -> None:
         shared = gateway()
