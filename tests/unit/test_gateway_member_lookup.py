@@ -58,6 +58,14 @@ def looked_up(
 ) -> str | None:
     """The cluster a commit's member, sent to the standby (a link copies from the primary), is taken
     to have joined on (``known``: what the gateway had seen of it); None: left unknown."""
+    member = lookup(coordinator, protocol_offered=protocol_offered, known=known)
+    return None if member is None else member.cluster
+
+
+def lookup(
+    coordinator: Coordinator, *, protocol_offered: bool = True, known: Member | None = None
+) -> Member | None:
+    """What the gateway takes a commit's member, sent to the standby, for once it has looked it up."""
     offered = {apis.CONSUMER_GROUP_HEARTBEAT: (0, 1)} if protocol_offered else {}
     brokers = SimpleNamespace(
         version=lambda key, cap=None: cap or 0, offered=offered, upstream=lambda *_: coordinator
@@ -71,8 +79,7 @@ def looked_up(
         api_key=apis.OFFSET_COMMIT, api_version=9, body=SimpleNamespace(group_id=GROUP, member_id=MEMBER)
     )
     asyncio.run(handling.find_member(commit, None, "standby", ("orders-t",)))  # type: ignore[arg-type]
-    member = gateway.members.get(GROUP, MEMBER)
-    return None if member is None else member.cluster
+    return gateway.members.get(GROUP, MEMBER)
 
 
 @pytest.mark.parametrize(
@@ -123,3 +130,18 @@ def test_a_classic_member_seen_is_not_asked_for() -> None:
     coordinator = Coordinator({MEMBER})
     assert looked_up(coordinator, known=Member("primary", 45.0, left=True)) == "primary"
     assert coordinator.asked == []
+
+
+def test_a_consumer_protocol_member_this_process_had_leave_and_that_joined_again_elsewhere_is_found() -> None:
+    """Seen here on the standby, and had it forget the member at a switch away; a switch back since, it
+    joined the standby again through the other process, which this one never heard of. Taken for a
+    member that left and had not joined again, its commit was carried from outside the group it is in,
+    refused UNKNOWN_MEMBER_ID (chaos runs 10 and 11: one gateway process of two killed, its clients'
+    requests going on through the other)."""
+    left_here = Member("standby", 45.0, left=True, consumer=True)
+    found = lookup(Coordinator({MEMBER}), known=left_here)
+    assert found is not None
+    assert (found.cluster, found.left) == ("standby", False)
+    not_back = lookup(Coordinator(set()), known=left_here)  # not joined again: it left, as it was
+    assert not_back is not None
+    assert (not_back.cluster, not_back.left) == ("standby", True)

@@ -141,7 +141,7 @@ class GroupHandling:
             return
         known = gateway.members.get(group, member_id)
         if known is not None:
-            if known.consumer and known.cluster != cluster:
+            if known.consumer and (known.cluster != cluster or known.left):
                 await self._rejoined_here(group, member_id, known, cluster)
             return
         source = self._copied_from(snapshot, cluster, topics)
@@ -178,7 +178,9 @@ class GroupHandling:
         Else, not rejoined yet, it is told to, and its commits are carried. Trusted as it was, the entry
         had its commits sent member-less to the group it is in, refused UNKNOWN_MEMBER_ID, and its
         heartbeats fenced: what it had processed since its last commit, processed again (a chaos trial
-        that killed the gateway process it was connected to, of two)."""
+        that killed the gateway process it was connected to, of two). So too where the entry names
+        ``cluster`` itself, as left: this process had it forget the member at a switch away, and a switch
+        back since had it join there again through another process (chaos runs 10 and 11)."""
         here = await self._coordinators().members(cluster, group)
         if here is None or member_id not in here[0]:
             return
