@@ -246,5 +246,9 @@ def test_an_old_memberships_commit_waits_for_its_clients_new_member_to_sync() ->
         began = time.monotonic()
         assert await group._as_successor(carried, "standby", shop, began + 0.2) is carried
         assert time.monotonic() - began < SOON_S
+        group._given[GROUP] = "m-next"  # this connection's own join got it: that join waits behind this
+        began = time.monotonic()
+        assert await group._as_successor(carried, "standby", shop, began + HOLD_S) is carried
+        assert time.monotonic() - began < SOON_S, "waited for a join queued behind it"
 
     asyncio.run(run())

@@ -80,13 +80,14 @@ class Members:
             if not waiting.done():
                 waiting.set_result(None)
 
-    def syncing(self, group: str, cluster: str, identity: Identity) -> bool:
-        """Whether ``identity``'s client has a member of ``group`` on ``cluster`` that joined and has not
-        synced yet: a commit of its old membership may go as that member once it has (``successor``)."""
+    def syncing(self, group: str, cluster: str, identity: Identity, besides: str | None = None) -> bool:
+        """Whether ``identity``'s client has a member of ``group`` on ``cluster``, other than ``besides``,
+        that joined and has not synced yet: a commit of its old membership may go as that member once it
+        has (``successor``)."""
         return any(
             member.cluster == cluster and not member.left and member.identity == identity
-            and member.synced is None
-            for member in (self._members[(group, member_id)] for member_id in self._groups.get(group, {}))
+            and member.synced is None and member_id != besides
+            for member_id, member in ((m, self._members[(group, m)]) for m in self._groups.get(group, {}))
         )  # fmt: skip
 
     async def next_sync(self, group: str, timeout_s: float) -> None:
