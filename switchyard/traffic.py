@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from switchyard.threads import Worker
 
@@ -146,6 +146,8 @@ class Traffic:
         self.acked_where: list[tuple[int, int]] = []
         """(partition, offset) of each acknowledged record, in step with ``acked``."""
         self.failed: list[str] = []
+        self.fatal: str | None = None
+        """Why the producer failed for good (librdkafka's reason for a fatal error), if it did."""
         # Idempotent (the Java client's default): the gateway carries its producer id and sequences
         # over to the new cluster. Not idempotent: one request in flight keeps order across retries.
         self.producer = Producer(
@@ -154,6 +156,7 @@ class Traffic:
                 "client.id": f"{app}@producer",
                 "acks": "all",
                 "linger.ms": 2,
+                "error_cb": self._error,
                 **(
                     {"enable.idempotence": True}
                     if idempotent
@@ -197,6 +200,7 @@ class Traffic:
                 raise TimeoutError(
                     f"traffic stalled: {len(self.acked)} acked, "
                     + ", ".join(f"{len(r.received)} received by {r.app}" for r in self.readers)
+                    + (f"; the producer failed for good: {self.fatal}" if self.fatal else "")
                 )
             time.sleep(0.1)
 
@@ -233,6 +237,10 @@ class Traffic:
         on_new = [t for t, (p, o) in zip(self.acked_at, self.acked_where, strict=False) if o >= ends[p]]
         return max(on_old), min(on_new)
 
+    def _error(self, error: KafkaError) -> None:
+        if error.fatal():
+            self.fatal = error.str()
+
     def _produce(self) -> None:
         def delivered(err: object, msg: object) -> None:
             if err is None:
@@ -256,7 +264,10 @@ class Traffic:
                     continue
                 next_at = max(next_at + interval, time.monotonic() - 1.0)  # catch up a second at most
             value = str(self.first + self.sent).encode()
-            self.producer.produce(self.topic, key=value, value=value, on_delivery=delivered)
+            try:
+                self.producer.produce(self.topic, key=value, value=value, on_delivery=delivered)
+            except KafkaException as exc:  # the reason is in the error callback, not in the exception
+                raise RuntimeError(f"the producer failed for good: {self.fatal or exc}") from exc
             self.sent += 1
             self.producer.poll(0 if interval else 0.002)
         if self.producer.flush(60) != 0:

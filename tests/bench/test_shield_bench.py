@@ -35,6 +35,7 @@ from switchyard.routing.store import RoutingStore
 from switchyard.table import render
 from tests.helpers import ports
 from tests.helpers.live import Live, readiness, unique
+from tests.helpers.processes import freeze
 from tests.helpers.raw import RawClient
 from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
 from workers.gateway.routing import apis
@@ -155,7 +156,7 @@ def test_a_shielded_frozen_cluster_costs_the_other_clusters_traffic_nothing(
         began = time.monotonic()
         time.sleep(PHASE_S)
         phases["before"] = (began, time.monotonic())
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
         began = time.monotonic()
         time.sleep(PHASE_S)
         phases["frozen"] = (began, time.monotonic())

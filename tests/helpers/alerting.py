@@ -8,8 +8,6 @@ advance — and Prometheus evaluating the shipped rules, their ``for`` shortened
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 import uuid
 from collections import Counter
@@ -31,7 +29,7 @@ from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from tests.helpers.live import Live
 from tests.helpers.monitoring import AlertmanagerServer, PrometheusServer
-from tests.helpers.processes import WebhookProcess, stopped
+from tests.helpers.processes import WebhookProcess, freeze
 from tests.helpers.services import PrivateService, kafka_pair
 
 RULES = Path(__file__).parents[2] / "infra" / "monitoring" / "rules.yml"
@@ -130,10 +128,7 @@ def freeze_the_primary(watched: Monitored, *, within_s: float = 120) -> FailedOv
     _wait_until(lambda: _copied(routing, link) == 100, "the mirror never copied the records sent before")
     _wait_until(lambda: _up(watched, "primary"), "Prometheus never saw the gateway reach the primary")
 
-    pid = watched.primary.process.pid()
-    assert pid is not None, "the primary broker is not running"
-    os.kill(pid, signal.SIGSTOP)  # stops answering, its data kept
-    _wait_until(lambda: stopped(pid), "the primary's broker never stopped", timeout_s=10)
+    freeze(watched.primary.process.pid())  # stops answering, its data kept
     frozen = time.monotonic()
     producer = Producer({"bootstrap.servers": live.gateway.bootstrap, "client.id": app})
     acked: list[float] = []

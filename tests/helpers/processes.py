@@ -179,6 +179,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+def freeze(pid: int | None, timeout_s: float = 10) -> int:
+    """SIGSTOP ``pid`` and return once every thread of it has stopped (:func:`stopped`), so that nothing
+    sent to it after is answered; its pid."""
+    assert pid, "the process to freeze is not running"
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout_s
+    while not stopped(pid):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"process {pid} took a SIGSTOP but did not stop within {timeout_s:.0f}s")
+        time.sleep(0.01)
+    return pid
+
+
 def stopped(pid: int) -> bool:
     """Whether every thread of process ``pid`` has stopped (taken a SIGSTOP: state T). ``os.kill`` returns
     before each thread does; a broker's thread that had not yet, beside a loaded suite's other workers,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from switchyard.stack import Stack, health
-from tests.helpers.processes import GatewayProcess, SupervisedProcess, children, descendants
+from tests.helpers.processes import GatewayProcess, SupervisedProcess, children, descendants, freeze
 
 STRIKES = ("SIGKILL", "SIGSTOP")
 BACK_WITHIN_S = 90.0
@@ -51,7 +51,7 @@ class Victim(ABC):
             frozen = self.frozen()
             try:
                 for pid in frozen:
-                    os.kill(pid, signal.SIGSTOP)
+                    freeze(pid)
                 time.sleep(pause_s)
             finally:
                 for pid in frozen:

@@ -30,6 +30,7 @@ from switchyard.sagas.ids import saga_id
 from tests.helpers import ports
 from tests.helpers.live import Live, capture, ready_said
 from tests.helpers.migrations import seen_by_gateway
+from tests.helpers.processes import freeze
 from tests.helpers.raw import RawClient, RawProducer, commit_offset, join_group, leave_group
 from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
 
@@ -77,7 +78,7 @@ def test_a_failover_moves_clients_at_once_and_accounts_for_every_record_left_beh
     with RawClient(live.gateway.port, client_id=app) as reader:
         member_id, generation = join_group(reader, group, topic, timedelta(seconds=60))
 
-    os.kill(primary.process.pid() or 0, signal.SIGSTOP)  # the primary stops answering, its data kept
+    freeze(primary.process.pid())  # the primary stops answering, its data kept
     mirror_log = live.logs / "mirror.log"
     wait_until(  # it was the mirror group's coordinator: the group's session ends with it
         lambda: f"link {link}: 2 partitions let go" in mirror_log.read_text(errors="replace"), timeout_s=30
@@ -267,7 +268,7 @@ def test_a_batch_in_flight_to_the_frozen_primary_is_written_before_those_sent_af
     then = RawProducer(live.gateway.port, app, (first.producer_id, first.epoch))  # its other connection
     try:
         assert first.produce(topic, {0: (0, "a")}) == {0: ErrorCode.none}
-        os.kill(primary.process.pid() or 0, signal.SIGSTOP)
+        freeze(primary.process.pid())
         try:
             in_flight = first.send(topic, {0: (3, "b")})
             shielded = routing.set_cluster_state("primary", ClusterState.SHIELDED, actor=ACTOR, reason="t")
@@ -404,7 +405,7 @@ def test_a_group_request_that_timed_out_while_its_coordinator_was_sought_leaves_
     assert asker.stdout is not None
     try:
         assert asker.stdout.readline().strip() == "connected"
-        os.kill(pid, signal.SIGSTOP)
+        freeze(pid)
         try:
             asker.stdin.write("frozen\n")
             asker.stdin.flush()

@@ -30,6 +30,7 @@ from switchyard.routing.store import RoutingStore
 from switchyard.traffic import debug_log
 from tests.helpers import ports
 from tests.helpers.live import Live, readiness
+from tests.helpers.processes import freeze
 from tests.helpers.raw import RawClient
 from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
 from workers.gateway.brokers import topic_identity
@@ -112,7 +113,7 @@ def test_a_fault_migration_writes_on_at_once_and_no_offset_changes_meaning_when_
         readers[WAITING].close()  # it stops half way: the origin still holds records it has not read
         waiting_at = BEFORE // 2
 
-        os.kill(primary.process.pid() or 0, signal.SIGSTOP)  # the origin stops answering, its data kept
+        freeze(primary.process.pid())  # the origin stops answering, its data kept
         with delivered_meanwhile(producer):  # each write timed as it is acknowledged, not at a flush
             began = migrate_both(live, topic, lambda p, i: send(p, f"{p}-after-{i}".encode()))
         assert producer.flush(60) == 0

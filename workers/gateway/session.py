@@ -800,7 +800,9 @@ class ClientSession:
             return self._refused(request, context.expects_response, closed)
         except Unsendable as refused:  # a moved producer's batch that may not go yet (or never)
             inflight.finish(ticket)
-            log.debug("%s: Produce answered without sending: %s", identity, refused)
+            resend = all(code == ErrorCode.not_leader_or_follower for code in refused.codes.values())
+            log.log(logging.DEBUG if resend else logging.INFO, "%s: Produce answered without sending: %s",
+                    identity, refused)  # fmt: skip
             return _unsent(OwnAnswer(codes=refused.codes) if context.expects_response else None)
         except BaseException as failed:
             inflight.finish(ticket)

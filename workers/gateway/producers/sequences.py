@@ -98,6 +98,9 @@ class Sequences:
                 translation.first_sequence[key] = found.get(key, spans[key][0])
                 if key not in found:
                     translation.guessed.add(key)
+                log.info("producer %d on %s: %s[%d] starts at the client's sequence %d (%s)",
+                         translation.producer_id, cluster, *key, translation.first_sequence[key],
+                         "told by its origin" if key in found else "its first batch's")  # fmt: skip
             if unstarted:  # the whole request is answered: the batches with a start are to be resent
                 _mark(translation, {k: s for k, s in spans.items() if k in translation.first_sequence})
                 raise Unsendable(dict.fromkeys(unstarted, ErrorCode.not_leader_or_follower))
