@@ -800,8 +800,7 @@ class ClientSession:
             return self._refused(request, context.expects_response, closed)
         except Unsendable as refused:  # a moved producer's batch that may not go yet (or never)
             inflight.finish(ticket)
-            resend = all(code == ErrorCode.not_leader_or_follower for code in refused.codes.values())
-            log.log(logging.DEBUG if resend else logging.INFO, "%s: Produce answered without sending: %s",
+            log.log(_refusal_level(refused.codes.values()), "%s: Produce answered without sending: %s",
                     identity, refused)  # fmt: skip
             return _unsent(OwnAnswer(codes=refused.codes) if context.expects_response else None)
         except BaseException as failed:
@@ -1327,6 +1326,19 @@ def translated(body: Any, translation: Translation) -> Any:
         for t in body.topic_data
     )
     return dataclasses.replace(body, topic_data=topics)
+
+
+def _refusal_level(codes: Iterable[ErrorCode]) -> int:
+    """How loudly a Produce the gateway answered itself is logged: the retriable error is routine, a
+    duplicate is taken as delivered, the others stop a client (librdkafka: fatally)."""
+    codes = set(codes)
+    if codes <= {ErrorCode.not_leader_or_follower}:
+        return logging.DEBUG
+    return (
+        logging.INFO
+        if codes <= {ErrorCode.not_leader_or_follower, ErrorCode.duplicate_sequence_number}
+        else logging.WARNING
+    )
 
 
 def _give_up(upstream: Upstream, api_key: int) -> None:

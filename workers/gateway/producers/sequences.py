@@ -98,9 +98,7 @@ class Sequences:
                 translation.first_sequence[key] = found.get(key, spans[key][0])
                 if key not in found:
                     translation.guessed.add(key)
-                log.info("producer %d on %s: %s[%d] starts at the client's sequence %d (%s)",
-                         translation.producer_id, cluster, *key, translation.first_sequence[key],
-                         "told by its origin" if key in found else "its first batch's")  # fmt: skip
+                _said_start(translation, cluster, key, told=key in found)
             if unstarted:  # the whole request is answered: the batches with a start are to be resent
                 _mark(translation, {k: s for k, s in spans.items() if k in translation.first_sequence})
                 raise Unsendable(dict.fromkeys(unstarted, ErrorCode.not_leader_or_follower))
@@ -162,7 +160,10 @@ class Sequences:
         by_leader: dict[int, dict[str, list[int]]] = {}
         for topic, partition in keys:
             node = await self.leaders.leader(cluster, topic, partition)
-            if node is not None:
+            if node is None:
+                log.warning("%s names no leader of %s[%d]: not asked which producers it holds there",
+                            cluster, topic, partition)  # fmt: skip
+            else:
                 by_leader.setdefault(node, {}).setdefault(topic, []).append(partition)
         asked = await asyncio.gather(*(self._ask(cluster, n, t) for n, t in by_leader.items()))
         found = {}
@@ -189,6 +190,16 @@ class Sequences:
             return None
         finally:
             upstream.close()
+
+
+def _said_start(translation: Translation, cluster: str, key: Key, *, told: bool) -> None:
+    """Log where a partition's sequences start on the new cluster, and how it was known."""
+    origin = translation.origin
+    how = "told by its origin" if told else "its first batch's"
+    if not told and origin is not None and not translation.restarted:
+        how += f": {origin.cluster} did not say (unreachable, unasked, or holding none of its batches there)"
+    log.info("producer %d on %s: %s[%d] starts at the client's sequence %d (%s)",
+             translation.producer_id, cluster, *key, translation.first_sequence[key], how)  # fmt: skip
 
 
 def established(translation: Translation, client_epoch: int, answer: Any) -> None:
