@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import struct
+import time
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
 
 from switchyard.keys import BindingKey
-from switchyard.model import Binding, BindingState
+from switchyard.ledger.kinds import RoutingSnapshot
+from switchyard.model import Binding, BindingState, Cluster, ClusterState
 from tests.helpers.sessions import AtOneAddress, Gateway, answered_when, raw, serving
 from workers.gateway.framing.protocol import decode_response, parse_request
 from workers.gateway.routing import apis
@@ -98,3 +101,60 @@ def test_a_produce_decided_while_vouched_is_not_written_if_the_vouch_lapsed_befo
 
     assert asyncio.run(arrived(vouched_at_send=False)) == 0
     assert asyncio.run(arrived(vouched_at_send=True)) == 1
+
+
+def test_a_write_of_a_shielded_cluster_waits_for_the_flip_and_goes_where_it_sends_it() -> None:
+    """A failover shields its source before its flip, and a flip can take longer than a client retries
+    (kafkajs: about 10 s of backoff; 14 s in a chaos trial whose target lost a broker). A Produce routed
+    to a shielded cluster is held: it reaches the new cluster's broker when the flip comes within its
+    hold time, and is answered with the retriable error once that is over, not at once."""
+
+    async def run(flip_after_s: float | None) -> tuple[float, int]:
+        arrived: list[float] = []
+
+        async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionResetError):
+                while True:
+                    (size,) = struct.unpack(">i", await reader.readexactly(4))
+                    await reader.readexactly(size)
+                    arrived.append(time.monotonic())
+
+        server = await asyncio.start_server(broker, "127.0.0.1", 0)
+        key = BindingKey.for_app("orders")
+        bound = Binding("primary", 2, BindingState.ACTIVE, datetime.now(UTC), "test")
+        gateway = Gateway({key: bound}, block_hold_s=HOLD_S)
+        gateway.brokers = AtOneAddress(server.sockets[0].getsockname()[1])
+        gateway.links = SimpleNamespace(mirrored=lambda *_: False)  # type: ignore[attr-defined]
+        gateway.view.snapshot = _with_primary(gateway.view.snapshot, ClusterState.SHIELDED)
+        produce = raw(apis.PRODUCE, 9, acks=-1, timeout=timedelta(seconds=30), transactional_id=None)
+        sessions, port, _ = await serving(gateway)
+        reader, client = await asyncio.open_connection("127.0.0.1", port)
+        sent = time.monotonic()
+        client.write(struct.pack(">i", len(produce)) + produce)
+        if flip_after_s is not None:
+            await asyncio.sleep(flip_after_s)
+            flipped = dataclasses.replace(bound, cluster="standby", epoch=3)
+            snapshot = gateway.view.snapshot
+            gateway.view.snapshot = dataclasses.replace(snapshot, epoch=3, bindings={key: flipped})
+            gateway.changes.publish()
+            await asyncio.sleep(0.3)
+            answered = -1.0
+        else:
+            head = await asyncio.wait_for(reader.readexactly(4), 5)
+            await reader.readexactly(struct.unpack(">i", head)[0])
+            answered = time.monotonic() - sent
+        client.close()
+        sessions.close()
+        server.close()
+        return answered, len(arrived)
+
+    answered, reached = asyncio.run(run(flip_after_s=None))
+    assert reached == 0
+    assert HOLD_S - 0.1 < answered < HOLD_S + 0.5, f"answered {answered:.2f}s after it was sent"
+    _, reached = asyncio.run(run(flip_after_s=HOLD_S / 2))
+    assert reached == 1, "the write held over the shield never reached the cluster the flip sent it to"
+
+
+def _with_primary(snapshot: RoutingSnapshot, state: ClusterState) -> RoutingSnapshot:
+    primary = Cluster("primary", "127.0.0.1:9", state, 1, datetime.now(UTC), "test")
+    return dataclasses.replace(snapshot, clusters={"primary": primary})

@@ -493,6 +493,7 @@ class ClientSession:
             mirrored=lambda topic: gateway.links.mirrored(snapshot, resolution.cluster, topic),
             joined_on=joined_on, rejoining=rejoining, partitions=partitions,
             shielded=snapshot.shielded(resolution.cluster), unvouched=not gateway.vouched(snapshot),
+            transactional=request.api_key == apis.PRODUCE and bool(request.body.transactional_id),
         )  # fmt: skip
 
     async def _carry_out(

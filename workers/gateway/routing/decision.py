@@ -41,7 +41,11 @@ sockets and shared state, lets every API be checked against every routing state 
 - ``SHIELD``: the identity is routed to a shielded (or down) cluster, which is not contacted at all: a
   partition or group request, a FindCoordinator or an InitProducerId gets a retriable error at once
   (a Metadata request is answered here, ``ANSWER``), so clients of a dead cluster fail fast and retry
-  instead of waiting out connection time-outs, and the gateway stays healthy for everyone else;
+  instead of waiting out connection time-outs, and the gateway stays healthy for everyone else. A write
+  (a Produce expecting an answer, not a transaction's) is held instead, as a blocked identity's is: a
+  failover shields its source before its flip, and a flip slowed by a target in trouble (a broker of it
+  killed: 14 s in a chaos trial) outlasted kafkajs's retries, answered at once (sends failed); held, it
+  goes where the flip sends it, or gets the retriable error once its hold time is over;
 - ``SPLIT``: a partition request naming a partition a migration moved: split per cluster and broker,
   answered in client offsets (see :mod:`workers.gateway.migrated.partitions`); a write to a partition whose
   migration is about to take effect is held like a blocked identity's.
@@ -119,6 +123,7 @@ def decide(
     rejoining: bool = False,
     partitions: Touch = Touch.NONE,
     shielded: bool = False,
+    transactional: bool = False,
     unvouched: bool = False,
 ) -> Decision:
     """``broker``: the real broker the connection's listener stands for (None: the bootstrap port);
@@ -129,7 +134,8 @@ def decide(
     there); ``rejoining``:
     for an OffsetCommit from outside the group or a Heartbeat, that the connection's consumer is
     rejoining its group; ``partitions``: what the request has to do with partition migrations;
-    ``shielded``: the resolved cluster is shielded or down; ``unvouched``: the gateway cannot vouch
+    ``shielded``: the resolved cluster is shielded or down; ``transactional``: a transactional producer's
+    request; ``unvouched``: the gateway cannot vouch
     that its routing is current (:meth:`Gateway.vouched`): ``apis.UNVOUCHED_HELD`` is held as for a
     block."""
     cluster = resolution.cluster
@@ -142,7 +148,8 @@ def decide(
         partitions=partitions,
     )  # fmt: skip
     if shielded and decision.action in _CONTACTING and api_key in apis.SHIELDABLE:
-        decision = Decision(Action.SHIELD, cluster)
+        waits = api_key == apis.PRODUCE and context.expects_response and not transactional
+        decision = Decision(Action.HOLD if waits else Action.SHIELD, cluster)
     if not context.expects_response and decision.action in _ANSWERED_HERE:
         return Decision(Action.DROP, cluster)
     return decision
