@@ -40,6 +40,7 @@ from workers.gateway.brokers.upstream import (
     Check,
     Overdue,
     Shielded,
+    Unlisted,
     Unvouched,
     Upstream,
     UpstreamError,
@@ -90,6 +91,9 @@ _HIGH_WATER = 256 * 1024
 _LOADING_PAUSE_S, _LOADING_WITHIN_S = 0.2, 10.0
 """How often, and for how long, an offsets request is asked again of a coordinator still loading them:
 well inside a client's request time-out (30 s in the Java client and kafkajs, 60 s in librdkafka)."""
+_FIND_WITHIN_S = 5.0
+"""How long the gateway asks a cluster for a group's coordinator when the one its request went to is
+gone from the cluster's metadata, before the request gets the retriable error."""
 _LOOKUPS = 3
 """A member's lookup is made again while the routing moves on under it, this many times at most (a
 switch's epochs come a few at a time)."""
@@ -761,18 +765,14 @@ class ClientSession:
         request, context, identity = incoming.request, incoming.context, incoming.identity
         key = request.api_key
         group = context.group if key in apis.GROUP_APIS else None
-        learned = self._coordinating.get((resolution.cluster, group)) if group is not None else None
         try:
-            try:
-                upstream = self.upstream(
-                    resolution.cluster, node if learned is None else learned, long_poll=key in apis.LONG_POLLS
-                )
-            except UpstreamError:
-                if learned is None:
-                    raise
-                del self._coordinating[(resolution.cluster, cast(str, group))]  # gone: as decided
-                upstream = self.upstream(resolution.cluster, node, long_poll=key in apis.LONG_POLLS)
+            upstream = self._upstream_of(resolution.cluster, node, group, long_poll=key in apis.LONG_POLLS)
         except UpstreamError as closed:  # shielded since this request was decided, or its broker gone
+            if isinstance(closed, Unlisted) and group is not None and follow:
+                now = await self._coordinator_now(resolution.cluster, group, node)
+                if now is not None:
+                    return await self._forward(incoming, frame, snapshot, resolution, now, follow=False,
+                                               loaded_by=loaded_by)  # fmt: skip
             return self._refused(request, context.expects_response, closed)
         inflight = self.gateway.inflight
         ticket = inflight.start(
@@ -849,6 +849,39 @@ class ClientSession:
             why = "its hold time ran out"
         log.info("%s: Produce to broker %s of %s, which cannot be reached, held %.1f s: %s",
                  incoming.identity, node, cluster, time.perf_counter() - began, why)  # fmt: skip
+
+    def _upstream_of(self, cluster: str, node: int | None, group: str | None, *, long_poll: bool) -> Upstream:
+        """The connection a request goes over: to ``node``, or for a group's request to where its
+        coordinator was last found (``_coordinating``), ``node`` again once that is gone."""
+        learned = self._coordinating.get((cluster, group)) if group is not None else None
+        if learned is None:
+            return self.upstream(cluster, node, long_poll=long_poll)
+        try:
+            return self.upstream(cluster, learned, long_poll=long_poll)
+        except UpstreamError:
+            del self._coordinating[(cluster, cast(str, group))]  # gone: as decided
+            return self.upstream(cluster, node, long_poll=long_poll)
+
+    async def _coordinator_now(self, cluster: str, group: str, gone: int | None) -> int | None:
+        """The broker that coordinates ``group`` now, asked of any broker of ``cluster``, its request's
+        own (``gone``) having left the cluster's metadata: a killed coordinator's requests go on to its
+        successor, as when a live broker says it is not the coordinator (a KIP-848 commit answered
+        NOT_COORDINATOR by the gateway was refused to the application in a chaos trial). None: there
+        is no other yet."""
+        asking = self.gateway.brokers.upstream(cluster, None, self.credentials)
+        try:
+            now = await asyncio.wait_for(coordinator(self.gateway.brokers, asking, group), _FIND_WITHIN_S)
+        except (UpstreamError, TimeoutError, FrameError) as exc:
+            log.info("group %s: broker %s of %s is gone, and no other coordinator found: %s", group, gone,
+                     cluster, exc)  # fmt: skip
+            return None
+        finally:
+            asking.close()
+        if now == gone:
+            return None
+        log.info("group %s: coordinated by broker %s of %s now, not %s (gone)", group, now, cluster, gone)
+        self._coordinating[(cluster, group)] = now
+        return now
 
     def _follower(
         self, incoming: Incoming, frame: bytes, snapshot: RoutingSnapshot, resolution: Resolution, *,

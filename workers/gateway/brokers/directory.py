@@ -20,7 +20,7 @@ from typing import Any
 from switchyard import __version__
 from switchyard.config import Config, split_hostport
 from workers.gateway.brokers.rewrite import real_nodes, rewrite
-from workers.gateway.brokers.upstream import Upstream, UpstreamError
+from workers.gateway.brokers.upstream import Unlisted, Upstream
 from workers.gateway.brokers.vnodes import RealBroker, VirtualNodes, slot
 from workers.gateway.framing.entities import element_type, make
 from workers.gateway.framing.protocol import (
@@ -122,13 +122,13 @@ class BrokerDirectory:
     def real_address(self, cluster: str, node: int | None) -> tuple[str, int]:
         """Where broker ``node`` of ``cluster`` listens (None: any broker, ``any_broker``). A broker the
         cluster's metadata does not list now (stopped, restarting) is refused with
-        :class:`UpstreamError` (the client reconnects and follows the new leader): a request meant for
+        :class:`Unlisted` (the client reconnects and follows the new leader): a request meant for
         it went to the first bootstrap server before, a broker it was not meant for."""
         known = self.brokers[cluster]
         if node is None or not known:  # nothing learned yet (a gateway just started): the bootstrap
             return self.any_broker(cluster)
         if node not in known:
-            raise UpstreamError(f"broker {node} of cluster {cluster} is not in its metadata now")
+            raise Unlisted(f"broker {node} of cluster {cluster} is not in its metadata now")
         return known[node]
 
     def any_broker(self, cluster: str) -> tuple[str, int]:

@@ -39,6 +39,11 @@ class Shielded(UpstreamError):
     waited on it gets the retriable error, its client connection kept."""
 
 
+class Unlisted(UpstreamError):
+    """The broker is not in its cluster's metadata now (stopped, fenced, restarting): no connection is
+    made to it."""
+
+
 class Overdue(UpstreamError):
     """The broker did not answer a request a newer epoch routes elsewhere within the request's own wait
     and the gateway's grace (see :mod:`workers.gateway.routing.inflight`): the connection was closed, and what

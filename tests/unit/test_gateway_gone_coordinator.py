@@ -1,0 +1,121 @@
+"""A group's request whose coordinator is gone from its cluster's metadata (the broker killed and fenced)
+goes on to the broker that coordinates the group now, asked of the cluster, as when a live broker says
+it is not the coordinator. Answered NOT_COORDINATOR by the gateway instead, a KIP-848 consumer's commit
+was refused to the application in a chaos trial (the standby's coordinator killed for 9.9 s)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from types import SimpleNamespace
+from typing import Any, cast
+
+from kio.schema.errors import ErrorCode
+
+from tests.helpers.sessions import Brokers, Gateway, raw
+from workers.gateway.brokers.upstream import Unlisted, Upstream
+from workers.gateway.brokers.vnodes import RealBroker
+from workers.gateway.framing.protocol import decode_response, parse_request
+from workers.gateway.routing import apis
+from workers.gateway.session import ClientSession, Listener
+from workers.gateway.shared import Shared
+
+GONE, NOW = 5, 7
+
+
+class _Asker:
+    """A connection to any broker of the cluster, which names ``coordinator`` for every group."""
+
+    def __init__(self, coordinator: int | None) -> None:
+        self.coordinator = coordinator
+        self.cluster = "primary"
+        self.closed = False
+
+    async def ask(self, api_key: int, _version: int, **_: Any) -> Any:
+        assert api_key == apis.FIND_COORDINATOR
+        if self.coordinator is None:
+            return SimpleNamespace(error_code=ErrorCode.coordinator_not_available, node_id=-1)
+        return SimpleNamespace(error_code=ErrorCode.none, node_id=self.coordinator)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Brokers(Brokers):
+    """Broker ``GONE`` is not in the cluster's metadata; ``NOW`` listens at ``port``."""
+
+    def __init__(self, port: int, coordinator: int | None) -> None:
+        super().__init__()
+        self.port = port
+        self.asker = _Asker(coordinator)
+
+    def version(self, _api_key: int, most: int) -> int:
+        return most
+
+    def real_address(self, cluster: str, node: int | None) -> tuple[str, int]:
+        if node == GONE:
+            raise Unlisted(f"broker {node} of cluster {cluster} is not in its metadata now")
+        return "127.0.0.1", self.port
+
+    def upstream(self, cluster: str, node: int | None, _credentials: Any = None) -> Any:
+        if node is None:
+            return self.asker
+        self.real_address(cluster, node)
+        return Upstream("127.0.0.1", self.port, max_frame_bytes=1 << 20, cluster=cluster, node=node)
+
+
+async def _committed(coordinator: int | None) -> tuple[list[int], bytes | None, bool]:
+    """An OffsetCommit sent to the gateway's virtual broker for ``GONE``: the api keys that reached the
+    broker at ``NOW``, the gateway's own answer if it gave one, and whether the connection that asked
+    for the coordinator was closed."""
+    arrived: list[int] = []
+
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionResetError):
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                arrived.append(struct.unpack_from(">h", frame)[0])
+
+    server = await asyncio.start_server(broker, "127.0.0.1", 0)
+    gateway = Gateway()
+    gateway.brokers = _Brokers(server.sockets[0].getsockname()[1], coordinator)
+    gateway.links = SimpleNamespace(  # type: ignore[attr-defined]
+        mirrored=lambda *_: False, presenter=_no_presenter
+    )
+    listener = Listener(virtual_id=GONE, broker=RealBroker("primary", GONE))
+    sessions = await asyncio.start_server(
+        lambda r, w: ClientSession(cast(Shared, gateway), listener, r, w).run(), "127.0.0.1", 0
+    )
+    commit = raw(apis.OFFSET_COMMIT, 8, group_id="orders-readers", generation_id_or_member_epoch=-1)
+    reader, client = await asyncio.open_connection("127.0.0.1", sessions.sockets[0].getsockname()[1])
+    client.write(struct.pack(">i", len(commit)) + commit)
+    answer = None
+    with contextlib.suppress(TimeoutError):
+        head = await asyncio.wait_for(reader.readexactly(4), 1.0)
+        answer = await reader.readexactly(struct.unpack(">i", head)[0])
+    client.close()
+    sessions.close()
+    server.close()
+    return arrived, answer, gateway.brokers.asker.closed
+
+
+async def _no_presenter(*_: Any) -> None:
+    return None
+
+
+def test_a_commit_to_a_coordinator_gone_from_the_metadata_goes_to_the_one_named_now() -> None:
+    arrived, answer, closed = asyncio.run(_committed(NOW))
+    assert arrived == [apis.OFFSET_COMMIT], f"reached the new coordinator: {arrived}; answered: {answer!r}"
+    assert answer is None  # the stand-in broker does not answer: the gateway did not either
+    assert closed, "the connection that asked for the coordinator was left open"
+
+
+def test_with_no_coordinator_named_the_commit_gets_the_retriable_error() -> None:
+    arrived, answer, _ = asyncio.run(_committed(None))
+    assert arrived == []
+    assert answer is not None
+    commit = parse_request(raw(apis.OFFSET_COMMIT, 8, group_id="orders-readers"))
+    codes = {p.error_code for t in decode_response(commit, answer).topics for p in t.partitions}
+    assert codes == {ErrorCode.not_coordinator}
