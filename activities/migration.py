@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import time
 
+from confluent_kafka.admin import AdminClient
+
 from activities.deps import Deps
 from activities.links import caught_up
 from activities.pulse import beat
@@ -13,6 +15,7 @@ from activities.recorded import step
 from switchyard import kafka
 from switchyard.errors import BindingRefused, CopyFailed
 from switchyard.mirror.control import delete_link
+from switchyard.mirror.groups import group_state
 from switchyard.mirror.status import read_status
 from switchyard.model import Link, LinkState
 from switchyard.moves.topic import find_users
@@ -64,11 +67,31 @@ class MigrationActivities:
         """Remove the migration's links, wait until no mirror copies them, then delete the topic on the
         cluster it left; each part is skipped when a retry finds it done."""
         actor, why = f"saga:{request.saga_id}", f"topic migration: {request.topic} retired"
+        self._until_rejoined(request)
         removed = remove_links(self.deps, request.links, actor=actor, reason=why)
         deleted = False
         if request.delete_topic:
             deleted = kafka.delete_topic(self.deps.bootstrap(request.cluster), request.topic)
         return Retired(removed, deleted)
+
+    def _until_rejoined(self, request: RetireRequest) -> None:
+        """Until each group the migration moved has a member on the target, at most ``settle_s``: a
+        member that joined on the source commits there until it rejoins (a KIP-848 member at its next
+        heartbeat, up to 5 s after the flip), and the gateways carry those commits through the link.
+        Removed first, the commit went on unconverted and was refused (a chaos trial: UNKNOWN_MEMBER_ID,
+        its batch processed again). A group that stays empty (no one reads it now) waits it out."""
+        link = next((found for name in request.links if (found := self.deps.store.link(name))), None)
+        if link is None or not request.groups:
+            return
+        target = link.target if link.source == request.cluster else link.source
+        admin = AdminClient({"bootstrap.servers": self.deps.bootstrap(target)})
+        deadline = time.monotonic() + request.settle_s
+        waiting = list(request.groups)
+        while waiting and time.monotonic() < deadline:
+            waiting = [group for group in waiting if not group_state(admin, group)[1]]
+            if waiting:
+                beat(f"waiting for {', '.join(waiting)} to have a member on {target} before the links go")
+                time.sleep(_POLL_S)
 
 
 def remove_links(deps: Deps, links: list[str], *, actor: str, reason: str) -> list[str]:
