@@ -773,6 +773,8 @@ class ClientSession:
                 if now is not None:
                     return await self._forward(incoming, frame, snapshot, resolution, now, follow=False,
                                                loaded_by=loaded_by)  # fmt: skip
+            if key == apis.PRODUCE:  # none of its partitions' later batches goes before its resend
+                self._refusing(incoming, resolution.cluster)
             return self._refused(request, context.expects_response, closed)
         inflight = self.gateway.inflight
         ticket = inflight.start(

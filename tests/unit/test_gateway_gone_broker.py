@@ -1,22 +1,29 @@
-"""A group's request whose coordinator is gone from its cluster's metadata (the broker killed and fenced)
-goes on to the broker that coordinates the group now, asked of the cluster, as when a live broker says
-it is not the coordinator. Answered NOT_COORDINATOR by the gateway instead, a KIP-848 consumer's commit
-was refused to the application in a chaos trial (the standby's coordinator killed for 9.9 s)."""
+"""Requests for a broker gone from its cluster's metadata (killed and fenced). A group's request goes on
+to the broker that coordinates the group now, asked of the cluster, as when a live broker says it is not
+the coordinator: answered NOT_COORDINATOR by the gateway instead, a KIP-848 consumer's commit was refused
+to the application in a chaos trial (the standby's coordinator killed for 9.9 s). A moved producer's
+write gets the retriable error, and nothing of its partitions goes before its resend: a later batch
+sent first could set where the partition's sequences start on the new cluster, past it (the resend
+then refused OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to librdkafka)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import struct
+from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any, cast
 
 from kio.schema.errors import ErrorCode
 
+from tests.helpers.batches import record_batch
 from tests.helpers.sessions import Brokers, Gateway, raw
 from workers.gateway.brokers.upstream import Unlisted, Upstream
 from workers.gateway.brokers.vnodes import RealBroker
-from workers.gateway.framing.protocol import decode_response, parse_request
+from workers.gateway.framing.entities import element_type, make
+from workers.gateway.framing.protocol import decode_response, parse_request, request_schema
+from workers.gateway.producers.translation import Translation
 from workers.gateway.routing import apis
 from workers.gateway.session import ClientSession, Listener
 from workers.gateway.shared import Shared
@@ -65,6 +72,23 @@ class _Brokers(Brokers):
         return Upstream("127.0.0.1", self.port, max_frame_bytes=1 << 20, cluster=cluster, node=node)
 
 
+async def _sent(frame: bytes, gateway: Gateway) -> bytes | None:
+    """``frame`` sent to the gateway's virtual broker for ``GONE``: the gateway's own answer, if any."""
+    listener = Listener(virtual_id=GONE, broker=RealBroker("primary", GONE))
+    sessions = await asyncio.start_server(
+        lambda r, w: ClientSession(cast(Shared, gateway), listener, r, w).run(), "127.0.0.1", 0
+    )
+    reader, client = await asyncio.open_connection("127.0.0.1", sessions.sockets[0].getsockname()[1])
+    client.write(struct.pack(">i", len(frame)) + frame)
+    answer = None
+    with contextlib.suppress(TimeoutError):
+        head = await asyncio.wait_for(reader.readexactly(4), 1.0)
+        answer = await reader.readexactly(struct.unpack(">i", head)[0])
+    client.close()
+    sessions.close()
+    return answer
+
+
 async def _committed(coordinator: int | None) -> tuple[list[int], bytes | None, bool]:
     """An OffsetCommit sent to the gateway's virtual broker for ``GONE``: the api keys that reached the
     broker at ``NOW``, the gateway's own answer if it gave one, and whether the connection that asked
@@ -84,19 +108,8 @@ async def _committed(coordinator: int | None) -> tuple[list[int], bytes | None, 
     gateway.links = SimpleNamespace(  # type: ignore[attr-defined]
         mirrored=lambda *_: False, presenter=_no_presenter
     )
-    listener = Listener(virtual_id=GONE, broker=RealBroker("primary", GONE))
-    sessions = await asyncio.start_server(
-        lambda r, w: ClientSession(cast(Shared, gateway), listener, r, w).run(), "127.0.0.1", 0
-    )
     commit = raw(apis.OFFSET_COMMIT, 8, group_id="orders-readers", generation_id_or_member_epoch=-1)
-    reader, client = await asyncio.open_connection("127.0.0.1", sessions.sockets[0].getsockname()[1])
-    client.write(struct.pack(">i", len(commit)) + commit)
-    answer = None
-    with contextlib.suppress(TimeoutError):
-        head = await asyncio.wait_for(reader.readexactly(4), 1.0)
-        answer = await reader.readexactly(struct.unpack(">i", head)[0])
-    client.close()
-    sessions.close()
+    answer = await _sent(commit, gateway)
     server.close()
     return arrived, answer, gateway.brokers.asker.closed
 
@@ -119,3 +132,28 @@ def test_with_no_coordinator_named_the_commit_gets_the_retriable_error() -> None
     commit = parse_request(raw(apis.OFFSET_COMMIT, 8, group_id="orders-readers"))
     codes = {p.error_code for t in decode_response(commit, answer).topics for p in t.partitions}
     assert codes == {ErrorCode.not_coordinator}
+
+
+def test_a_moved_producers_write_to_a_gone_broker_holds_its_partitions_later_batches_back() -> None:
+    schema = request_schema(apis.PRODUCE, 9)
+    topic, partition = (
+        element_type(schema, "topic_data"),
+        element_type(element_type(schema, "topic_data"), "partition_data"),
+    )
+    batch = record_batch(11, 0, 40, [b"a", b"b", b"c"])
+    body = {"topic_data": (make(topic, name="t", partition_data=(make(partition, index=0, records=batch),)),)}
+    produce = raw(apis.PRODUCE, 9, acks=-1, timeout=timedelta(seconds=30), transactional_id=None, **body)
+    moved = Translation(producer_id=900, epoch=0)
+    gateway = Gateway()
+    gateway.brokers = _Brokers(9, NOW)
+    gateway.links = SimpleNamespace(mirrored=lambda *_: False, presenter=_no_presenter)  # type: ignore[attr-defined]
+    gateway.producers = SimpleNamespace(translating=lambda *_: moved)  # type: ignore[attr-defined]
+    answer = asyncio.run(_sent(produce, gateway))
+    assert answer is not None
+    codes = {
+        p.error_code
+        for t in decode_response(parse_request(produce), answer).responses
+        for p in t.partition_responses
+    }
+    assert codes == {ErrorCode.not_leader_or_follower}
+    assert moved.refused == {("t", 0): 40}, "a later batch of the partition could go before the resend"
