@@ -14,6 +14,7 @@ from activities.pulse import beat
 from activities.recorded import step
 from switchyard import kafka
 from switchyard.errors import BindingRefused, CopyFailed
+from switchyard.keys import BindingKey, KeyKind
 from switchyard.mirror.control import delete_link
 from switchyard.mirror.groups import group_state
 from switchyard.mirror.status import read_status
@@ -81,12 +82,13 @@ class MigrationActivities:
         Removed first, the commit went on unconverted and was refused (a chaos trial: UNKNOWN_MEMBER_ID,
         its batch processed again). A group that stays empty (no one reads it now) waits it out."""
         link = next((found for name in request.links if (found := self.deps.store.link(name))), None)
-        if link is None or not request.groups:
+        groups = [key.name for key in map(BindingKey.parse, request.keys) if key.kind is KeyKind.GROUP]
+        if link is None or not groups:
             return
         target = link.target if link.source == request.cluster else link.source
         admin = AdminClient({"bootstrap.servers": self.deps.bootstrap(target)})
         deadline = time.monotonic() + request.settle_s
-        waiting = list(request.groups)
+        waiting = [group for group in groups if group]
         while waiting and time.monotonic() < deadline:
             waiting = [group for group in waiting if not group_state(admin, group)[1]]
             if waiting:

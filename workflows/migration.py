@@ -18,7 +18,6 @@ from workflows.planned import FOREVER_S, PlannedSwitch
 from workflows.planned import STEPS as SWITCH_STEPS
 
 with workflow.unsafe.imports_passed_through():
-    from switchyard.keys import BindingKey, KeyKind
     from switchyard.sagas import steps
     from switchyard.sagas.failures import reason
     from switchyard.sagas.ids import migration_link
@@ -100,10 +99,8 @@ class TopicMigration(PlannedSwitch):
             result.detail = f"{kept}, copied back by {result.reverse_link}: {exc}"
             return
         links = [link] + ([result.reverse_link] if result.reverse_link else [])
-        groups = [
-            key.name for key in map(BindingKey.parse, result.moved) if key.kind is KeyKind.GROUP and key.name
-        ]
-        retire = RetireRequest(workflow.info().workflow_id, request.topic, result.source, links, True, groups)
+        saga = workflow.info().workflow_id
+        retire = RetireRequest(saga, request.topic, result.source, links, True, list(result.moved))
         try:
             await self._step(
                 name, steps.RETIRE_TOPIC, retire, Retired, timeout_s=180, heartbeat_s=30, give_up_s=FOREVER_S

@@ -477,9 +477,10 @@ class RetireRequest:
     links: list[str]
     """The migration's links, removed first (the promoted one, and its reverse)."""
     delete_topic: bool
-    groups: list[str] = field(default_factory=list)
-    """The consumer groups the migration moved: the links stay until each has a member on the target
-    (or ``settle_s`` passed), for the gateways carry a member's commits from the source through them."""
+    keys: list[str] = field(default_factory=list)
+    """The keys the migration moved: the links stay until each group among them has a member on the
+    target (or ``settle_s`` passed), for the gateways carry a member's commits from the source through
+    them."""
     settle_s: float = 20.0
 
 

@@ -50,7 +50,8 @@ def _retired(monkeypatch: pytest.MonkeyPatch, members: Iterator[int], settle_s: 
     monkeypatch.setattr(migration, "remove_links", remove_links)
     monkeypatch.setattr(migration.kafka, "delete_topic", lambda *_: True)
     activities = migration.MigrationActivities(_Deps(done))  # type: ignore[arg-type]
-    request = RetireRequest("saga", "orders", "standby", ["copy"], True, ["readers"], settle_s=settle_s)
+    keys = ["shop", "shop#orders", "shop##readers"]
+    request = RetireRequest("saga", "orders", "standby", ["copy"], True, keys, settle_s=settle_s)
     activities.retire_topic.__wrapped__(activities, request)  # type: ignore[attr-defined]
     return done
 
