@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from activities.deps import Deps
@@ -31,6 +32,8 @@ from switchyard.sagas.steps import (
 )
 
 _POLL_S = 0.5
+_STEADY_S = 2.0
+"""A moved group's members on the target are all back once their number holds this long."""
 
 
 class MigrationActivities:
@@ -76,11 +79,12 @@ class MigrationActivities:
         return Retired(removed, deleted)
 
     def _until_rejoined(self, request: RetireRequest) -> None:
-        """Until each group the migration moved has a member on the target, at most ``settle_s``: a
-        member that joined on the source commits there until it rejoins (a KIP-848 member at its next
-        heartbeat, up to 5 s after the flip), and the gateways carry those commits through the link.
-        Removed first, the commit went on unconverted and was refused (a chaos trial: UNKNOWN_MEMBER_ID,
-        its batch processed again). A group that stays empty (no one reads it now) waits it out."""
+        """Until each group the migration moved has members on the target, their number unchanged for
+        ``_STEADY_S``, at most ``settle_s``: a member that joined on the source commits there until it
+        rejoins (a KIP-848 member at its own next heartbeat, up to 5 s after the flip), and the gateways
+        carry those commits through the link. Removed first, the commit went on unconverted and was
+        refused (a chaos trial: UNKNOWN_MEMBER_ID, its batch processed again). A group that stays
+        empty (no one reads it now), or a target that cannot say, waits it out."""
         link = next((found for name in request.links if (found := self.deps.store.link(name))), None)
         groups = [key.name for key in map(BindingKey.parse, request.keys) if key.kind is KeyKind.GROUP]
         if link is None or not groups:
@@ -88,11 +92,20 @@ class MigrationActivities:
         target = link.target if link.source == request.cluster else link.source
         admin = AdminClient({"bootstrap.servers": self.deps.bootstrap(target)})
         deadline = time.monotonic() + request.settle_s
+        seen: dict[str, tuple[int, float]] = {}
+        """Per group: its members on the target, and since when that many."""
         waiting = [group for group in groups if group]
         while waiting and time.monotonic() < deadline:
-            waiting = [group for group in waiting if not group_state(admin, group)[1]]
+            for group in waiting:
+                try:
+                    members = group_state(admin, group)[1]
+                except (KafkaException, TimeoutError):
+                    members = 0
+                if seen.get(group, (None, 0.0))[0] != members:
+                    seen[group] = (members, time.monotonic())
+            waiting = [g for g in waiting if not seen[g][0] or time.monotonic() - seen[g][1] < _STEADY_S]
             if waiting:
-                beat(f"waiting for {', '.join(waiting)} to have a member on {target} before the links go")
+                beat(f"waiting for {', '.join(waiting)} to settle on {target} before the links go")
                 time.sleep(_POLL_S)
 
 

@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from switchyard.threads import Worker
 
+log = logging.getLogger(__name__)
 _QUEUED_MAX = 2000
 """Records waiting in the producer at most: a blocked producer waits rather than piles records up."""
 
@@ -147,13 +148,14 @@ class Traffic:
         """(partition, offset) of each acknowledged record, in step with ``acked``."""
         self.failed: list[str] = []
         self.fatal: str | None = None
+        self.producer_name = f"{app}@producer"
         """Why the producer failed for good (librdkafka's reason for a fatal error), if it did."""
         # Idempotent (the Java client's default): the gateway carries its producer id and sequences
         # over to the new cluster. Not idempotent: one request in flight keeps order across retries.
         self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
-                "client.id": f"{app}@producer",
+                "client.id": self.producer_name,
                 "acks": "all",
                 "linger.ms": 2,
                 "error_cb": self._error,
@@ -238,8 +240,10 @@ class Traffic:
         return max(on_old), min(on_new)
 
     def _error(self, error: KafkaError) -> None:
+        """librdkafka's error callback: with it set, librdkafka logs no error itself."""
         if error.fatal():
             self.fatal = error.str()
+        log.warning("%s: %s", self.producer_name, error.str())
 
     def _produce(self) -> None:
         def delivered(err: object, msg: object) -> None:
@@ -267,6 +271,7 @@ class Traffic:
             try:
                 self.producer.produce(self.topic, key=value, value=value, on_delivery=delivered)
             except KafkaException as exc:  # the reason is in the error callback, not in the exception
+                self.producer.poll(0)  # which may not have been served yet
                 raise RuntimeError(f"the producer failed for good: {self.fatal or exc}") from exc
             self.sent += 1
             self.producer.poll(0 if interval else 0.002)

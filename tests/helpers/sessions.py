@@ -73,6 +73,9 @@ class Gateway:
     def vouched(self, _snapshot: Any = None) -> bool:
         return not self.unvouched
 
+    def shield_fresh(self, _cluster: str) -> bool:
+        return True
+
     def settling(self, _cluster: str) -> bool:
         return False
 

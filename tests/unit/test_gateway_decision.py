@@ -161,13 +161,16 @@ def test_an_old_memberships_heartbeat_is_answered_quietly_while_the_connection_r
 @pytest.mark.parametrize("key", KEYS)
 def test_a_shielded_cluster_is_never_contacted_for_what_it_would_answer(key: int) -> None:
     """Partition and group requests, FindCoordinator, InitProducerId and client metrics of a shielded
-    cluster's identities are answered here (a retriable error; no metrics wanted), but a write, which
-    is held until the routing changes (a failover's flip) or its hold time is over; a transaction's
-    write is answered at once, and one that expects no answer dropped; Metadata is answered here; a
+    cluster's identities are answered here (a retriable error; no metrics wanted), but a write while the
+    shield is fresh, which is held until the routing changes (a failover's flip) or its hold time is
+    over; a transaction's write, or one long after the shield, is answered at once, and one that
+    expects no answer dropped; Metadata is answered here; a
     blocked identity's requests are still held; the rest (admin requests) go on as they would."""
     for state in (BindingState.ACTIVE, BindingState.BLOCKED):
         context = Context(topics=("t",), group="g")
-        decision = decide(key, context, resolution(state), None, shielded=True, joined_on="primary")
+        decision = decide(
+            key, context, resolution(state), None, shielded=True, shield_holds=True, joined_on="primary"
+        )
         unshielded = decide(key, context, resolution(state), None, joined_on="primary")
         if key == apis.METADATA:
             assert decision.action is Action.ANSWER
@@ -175,10 +178,11 @@ def test_a_shielded_cluster_is_never_contacted_for_what_it_would_answer(key: int
             assert decision.action is Action.HOLD
         elif key == apis.PRODUCE:
             assert decision.action is Action.HOLD
-            in_txn = decide(key, context, resolution(state), None, shielded=True, transactional=True)
-            assert in_txn.action is Action.SHIELD
+            not_held = decide(key, context, resolution(state), None, shielded=True, shield_holds=False)
+            assert not_held.action is Action.SHIELD  # long shielded, or a transaction's
             unanswered = Context(topics=("t",), expects_response=False)
-            assert decide(key, unanswered, resolution(state), None, shielded=True).action is Action.DROP
+            dropped = decide(key, unanswered, resolution(state), None, shielded=True, shield_holds=True)
+            assert dropped.action is Action.DROP
         elif key in apis.SHIELDABLE:
             contacting = unshielded.action in (Action.FORWARD, Action.CARRY, Action.ADOPT)
             assert decision.action is (Action.SHIELD if contacting else unshielded.action), key

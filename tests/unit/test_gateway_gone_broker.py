@@ -11,12 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, cast
 
 from kio.schema.errors import ErrorCode
 
+from switchyard.keys import BindingKey
+from switchyard.ledger.kinds import RoutingSnapshot
+from switchyard.model import Binding, BindingState
 from tests.helpers.batches import record_batch
 from tests.helpers.sessions import Brokers, Gateway, raw
 from workers.gateway.brokers.upstream import Unlisted, Upstream
@@ -36,11 +40,14 @@ class _Asker:
 
     def __init__(self, coordinator: int | None) -> None:
         self.coordinator = coordinator
+        self.meanwhile: Callable[[], None] = lambda: None
+        """What happens while it is asked (a new routing epoch)."""
         self.cluster = "primary"
         self.closed = False
 
     async def ask(self, api_key: int, _version: int, **_: Any) -> Any:
         assert api_key == apis.FIND_COORDINATOR
+        self.meanwhile()
         if self.coordinator is None:
             return SimpleNamespace(error_code=ErrorCode.coordinator_not_available, node_id=-1)
         return SimpleNamespace(error_code=ErrorCode.none, node_id=self.coordinator)
@@ -89,7 +96,9 @@ async def _sent(frame: bytes, gateway: Gateway) -> bytes | None:
     return answer
 
 
-async def _committed(coordinator: int | None) -> tuple[list[int], bytes | None, bool]:
+async def _committed(
+    coordinator: int | None, *, flipped: bool = False
+) -> tuple[list[int], bytes | None, bool]:
     """An OffsetCommit sent to the gateway's virtual broker for ``GONE``: the api keys that reached the
     broker at ``NOW``, the gateway's own answer if it gave one, and whether the connection that asked
     for the coordinator was closed."""
@@ -108,6 +117,15 @@ async def _committed(coordinator: int | None) -> tuple[list[int], bytes | None, 
     gateway.links = SimpleNamespace(  # type: ignore[attr-defined]
         mirrored=lambda *_: False, presenter=_no_presenter
     )
+    if flipped:  # the application is switched to the standby while its coordinator is looked up
+        key = BindingKey.for_app("orders")
+        gateway.view.snapshot = RoutingSnapshot(2, {key: _bound("primary", 2)})
+
+        def flip() -> None:
+            gateway.view.snapshot = RoutingSnapshot(3, {key: _bound("standby", 3)})
+            gateway.changes.publish()
+
+        gateway.brokers.asker.meanwhile = flip
     commit = raw(apis.OFFSET_COMMIT, 8, group_id="orders-readers", generation_id_or_member_epoch=-1)
     answer = await _sent(commit, gateway)
     server.close()
@@ -123,6 +141,21 @@ def test_a_commit_to_a_coordinator_gone_from_the_metadata_goes_to_the_one_named_
     assert arrived == [apis.OFFSET_COMMIT], f"reached the new coordinator: {arrived}; answered: {answer!r}"
     assert answer is None  # the stand-in broker does not answer: the gateway did not either
     assert closed, "the connection that asked for the coordinator was left open"
+
+
+def test_a_commit_whose_routing_moved_on_while_its_coordinator_was_sought_is_not_sent() -> None:
+    """The epoch that moved it may be acknowledged already: sent the old way, it would reach the cluster
+    the application left behind the saga's back."""
+    arrived, answer, _ = asyncio.run(_committed(NOW, flipped=True))
+    assert arrived == []
+    assert answer is not None
+    commit = parse_request(raw(apis.OFFSET_COMMIT, 8, group_id="orders-readers"))
+    codes = {p.error_code for t in decode_response(commit, answer).topics for p in t.partitions}
+    assert codes == {ErrorCode.not_coordinator}
+
+
+def _bound(cluster: str, epoch: int) -> Binding:
+    return Binding(cluster, epoch, BindingState.ACTIVE, datetime.now(UTC), "test")
 
 
 def test_with_no_coordinator_named_the_commit_gets_the_retriable_error() -> None:

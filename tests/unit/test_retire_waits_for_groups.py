@@ -6,11 +6,13 @@ processed again. The group's state is asked of the target (stood in for here); t
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
 
 from activities import migration
 from switchyard.sagas.steps import RetireRequest
@@ -35,6 +37,7 @@ def _retired(monkeypatch: pytest.MonkeyPatch, members: Iterator[int], settle_s: 
     monkeypatch.setattr(migration, "AdminClient", lambda _conf: None)
     monkeypatch.setattr(migration, "beat", lambda _what: None)
     monkeypatch.setattr(migration, "_POLL_S", 0.01)
+    monkeypatch.setattr(migration, "_STEADY_S", 0.05)
 
     def group_state(_admin: Any, group: str) -> tuple[str, int]:
         count = next(members)
@@ -59,9 +62,12 @@ def _retired(monkeypatch: pytest.MonkeyPatch, members: Iterator[int], settle_s: 
 def test_the_links_go_once_the_moved_group_has_a_member_on_the_target(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    done = _retired(monkeypatch, iter([0, 0, 1]), settle_s=30)
-    asked = ["readers: 0", "readers: 0", "readers: 1"]
-    assert done == ["asked primary", *asked, "links removed", "asked standby"]
+    done = _retired(monkeypatch, itertools.chain([0, 0, 1, 1], itertools.repeat(2)), settle_s=30)
+    removed = done.index("links removed")
+    assert done[:5] == ["asked primary", "readers: 0", "readers: 0", "readers: 1", "readers: 1"]
+    assert set(done[5:removed]) == {"readers: 2"}  # the second member rejoined: steady again first
+    assert removed > 6
+    assert done[removed:] == ["links removed", "asked standby"]
 
 
 def test_a_group_no_one_reads_holds_the_links_up_no_longer_than_the_settling_time(
@@ -71,3 +77,17 @@ def test_a_group_no_one_reads_holds_the_links_up_no_longer_than_the_settling_tim
     assert done[0] == "asked primary"
     assert done[-2:] == ["links removed", "asked standby"]
     assert 2 < len(done) - 3 < 30  # asked a few times, then gave up waiting
+
+
+def test_a_target_that_cannot_say_holds_the_links_up_no_longer_either(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Failing:
+        def __iter__(self) -> Iterator[int]:
+            return self
+
+        def __next__(self) -> int:
+            raise KafkaException("the coordinator is not available")
+
+    done = _retired(monkeypatch, Failing(), settle_s=0.1)
+    assert done[-2:] == ["links removed", "asked standby"]

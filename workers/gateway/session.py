@@ -497,7 +497,8 @@ class ClientSession:
             mirrored=lambda topic: gateway.links.mirrored(snapshot, resolution.cluster, topic),
             joined_on=joined_on, rejoining=rejoining, partitions=partitions,
             shielded=snapshot.shielded(resolution.cluster), unvouched=not gateway.vouched(snapshot),
-            transactional=request.api_key == apis.PRODUCE and bool(request.body.transactional_id),
+            shield_holds=gateway.shield_fresh(resolution.cluster)
+            and not (request.api_key == apis.PRODUCE and request.body.transactional_id),
         )  # fmt: skip
 
     async def _carry_out(
@@ -768,14 +769,9 @@ class ClientSession:
         try:
             upstream = self._upstream_of(resolution.cluster, node, group, long_poll=key in apis.LONG_POLLS)
         except UpstreamError as closed:  # shielded since this request was decided, or its broker gone
-            if isinstance(closed, Unlisted) and group is not None and follow:
-                now = await self._coordinator_now(resolution.cluster, group, node)
-                if now is not None:
-                    return await self._forward(incoming, frame, snapshot, resolution, now, follow=False,
-                                               loaded_by=loaded_by)  # fmt: skip
-            if key == apis.PRODUCE:  # none of its partitions' later batches goes before its resend
-                self._refusing(incoming, resolution.cluster)
-            return self._refused(request, context.expects_response, closed)
+            return await self._unconnected(
+                incoming, frame, snapshot, resolution, node, closed, follow=follow, loaded_by=loaded_by
+            )
         inflight = self.gateway.inflight
         ticket = inflight.start(
             snapshot.epoch,
@@ -864,12 +860,36 @@ class ClientSession:
             del self._coordinating[(cluster, cast(str, group))]  # gone: as decided
             return self.upstream(cluster, node, long_poll=long_poll)
 
+    async def _unconnected(  # noqa: PLR0917 - what _forward was given
+        self, incoming: Incoming, frame: bytes, snapshot: RoutingSnapshot, resolution: Resolution,
+        node: int | None, closed: UpstreamError, *, follow: bool, loaded_by: float | None,
+    ) -> Awaitable[Reply]:  # fmt: skip
+        """The answer to a request no broker connection could be had for (``closed`` says why): a group's
+        request whose broker has left the cluster's metadata goes on to the group's coordinator now;
+        otherwise the retriable error (``_refused``), a moved producer's later batches of the same
+        partitions held back until its resend."""
+        request, context = incoming.request, incoming.context
+        group = context.group if request.api_key in apis.GROUP_APIS else None
+        if isinstance(closed, Unlisted) and group is not None and follow:
+            now = await self._coordinator_now(resolution.cluster, group, node)
+            if now is not None and self._routed_otherwise_since(incoming, snapshot, resolution):
+                return _unsent(OwnAnswer())  # the retriable error, as a request the new routing sends on
+            if now is not None:
+                return await self._forward(incoming, frame, snapshot, resolution, now, follow=False,
+                                           loaded_by=loaded_by)  # fmt: skip
+        if request.api_key == apis.PRODUCE:
+            self._refusing(incoming, resolution.cluster)
+        return self._refused(request, context.expects_response, closed)
+
     async def _coordinator_now(self, cluster: str, group: str, gone: int | None) -> int | None:
         """The broker that coordinates ``group`` now, asked of any broker of ``cluster``, its request's
         own (``gone``) having left the cluster's metadata: a killed coordinator's requests go on to its
         successor, as when a live broker says it is not the coordinator (a KIP-848 commit answered
         NOT_COORDINATOR by the gateway was refused to the application in a chaos trial). None: there
-        is no other yet."""
+        is no other yet, or the cluster may not be asked (shielded meanwhile). The connection's reading
+        waits for it (at most ``_FIND_WITHIN_S``), so the group's later requests stay behind it."""
+        if not self._reachable(cluster):
+            return None
         asking = self.gateway.brokers.upstream(cluster, None, self.credentials)
         try:
             now = await asyncio.wait_for(coordinator(self.gateway.brokers, asking, group), _FIND_WITHIN_S)

@@ -55,6 +55,10 @@ class Shared(Protocol):
         """Whether a request sent to ``cluster`` before it was shielded may still wait there."""
         ...
 
+    def shield_fresh(self, cluster: str) -> bool:
+        """Whether ``cluster`` was shielded a short while ago: its clients' writes are held, not refused."""
+        ...
+
     def vouched(self, snapshot: RoutingSnapshot | None = None) -> bool:
         """Whether ``snapshot`` (default: the current one) may be acted on: current, and its ZooKeeper
         session alive."""

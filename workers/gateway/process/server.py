@@ -237,6 +237,13 @@ class Gateway:
             return self.view.snapshot.shielded(cluster)
         return time.monotonic() - since < SHIELD_GRACE_S + _SETTLED_S
 
+    def shield_fresh(self, cluster: str) -> bool:
+        """Whether ``cluster`` was shielded (or marked down) less than ``SHIELD_HOLDS_S`` ago in this
+        process: its clients' writes are held for a routing change meanwhile (a failover's flip comes
+        after its shield), answered at once after that (a dead cluster costs the others nothing)."""
+        since = self._closed_at.get(cluster)
+        return since is None or time.monotonic() - since < SHIELD_HOLDS_S
+
     def vouched(self, snapshot: RoutingSnapshot | None = None) -> bool:
         """Whether ``snapshot`` (default: the current one) may be acted on: the current one, read while
         registered in a ZooKeeper session this process can vouch is alive, so any change since waits for
@@ -398,6 +405,10 @@ _SLOW_ACK_S = 5.0
 SHIELD_GRACE_S = 2.0
 """How long a request already at a broker of a cluster being shielded may still take to be answered
 (see ``Session.drop_upstreams``): a live broker answers a write in milliseconds, a dead one never."""
+SHIELD_HOLDS_S = 60.0
+"""How long after a cluster is shielded its clients' writes are held for a routing change: a failover's
+flip follows its shield, and waits on a target in trouble (14 s with a broker of it killed, in a chaos
+trial)."""
 _SETTLED_S = 1.5
 """Past ``SHIELD_GRACE_S``: for the answers given up on to reach their clients, and for the processes of
 a gateway that applied the shield a moment apart."""

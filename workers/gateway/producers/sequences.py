@@ -64,6 +64,8 @@ class Unsendable(Exception):
 class Sequences:
     def __init__(self, brokers: BrokerDirectory, leaders: Leaders) -> None:
         self.brokers, self.leaders = brokers, leaders
+        self._unled: set[tuple[str, str, int]] = set()
+        """(cluster, topic, partition) said to have no known leader: said once."""
 
     async def check(
         self,
@@ -160,10 +162,11 @@ class Sequences:
         by_leader: dict[int, dict[str, list[int]]] = {}
         for topic, partition in keys:
             node = await self.leaders.leader(cluster, topic, partition)
-            if node is None:
+            if node is None and (cluster, topic, partition) not in self._unled:
+                self._unled.add((cluster, topic, partition))
                 log.warning("%s names no leader of %s[%d]: not asked which producers it holds there",
                             cluster, topic, partition)  # fmt: skip
-            else:
+            elif node is not None:
                 by_leader.setdefault(node, {}).setdefault(topic, []).append(partition)
         asked = await asyncio.gather(*(self._ask(cluster, n, t) for n, t in by_leader.items()))
         found = {}

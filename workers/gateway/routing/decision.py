@@ -7,8 +7,9 @@ sockets and shared state, lets every API be checked against every routing state 
 - ``FORWARD``: to the cluster the identity is bound to, to the listener's broker when the connection
   came in on a virtual broker of that cluster, else to any of its brokers (``BrokerDirectory.any_broker``);
 - ``ANSWER``: the gateway answers itself (Metadata with an empty topic list);
-- ``HOLD``: the identity is blocked: the request waits until its routing changes or the hold time
-  passes, and is then answered as the routing of that moment says (see :mod:`workers.gateway.routing.holds`);
+- ``HOLD``: the identity is blocked (or writes to a cluster shielded a moment ago, see ``SHIELD``): the
+  request waits until its routing changes or the hold time passes, and is then answered as the routing
+  of that moment says (see :mod:`workers.gateway.routing.holds`);
 - ``REDIRECT``: a virtual broker of a cluster the identity has left: the retriable error now, so the
   client looks up where to go. Not an OffsetFetch: it changes nothing, and librdkafka, refused twice
   more on the same broker, tells the application it could not fetch committed offsets; it is forwarded
@@ -42,10 +43,11 @@ sockets and shared state, lets every API be checked against every routing state 
   partition or group request, a FindCoordinator or an InitProducerId gets a retriable error at once
   (a Metadata request is answered here, ``ANSWER``), so clients of a dead cluster fail fast and retry
   instead of waiting out connection time-outs, and the gateway stays healthy for everyone else. A write
-  (a Produce expecting an answer, not a transaction's) is held instead, as a blocked identity's is: a
-  failover shields its source before its flip, and a flip slowed by a target in trouble (a broker of it
-  killed: 14 s in a chaos trial) outlasted kafkajs's retries, answered at once (sends failed); held, it
-  goes where the flip sends it, or gets the retriable error once its hold time is over;
+  (a Produce expecting an answer, not a transaction's) within a minute of the shield is a ``HOLD``
+  instead, as a blocked identity's is: a failover shields its source before its flip, and a flip slowed
+  by a target in trouble (a broker of it killed: 14 s in a chaos trial) outlasted kafkajs's retries,
+  answered at once (sends failed); held, it goes where the flip sends it, or gets the retriable error
+  once its hold time is over;
 - ``SPLIT``: a partition request naming a partition a migration moved: split per cluster and broker,
   answered in client offsets (see :mod:`workers.gateway.migrated.partitions`); a write to a partition whose
   migration is about to take effect is held like a blocked identity's.
@@ -123,7 +125,7 @@ def decide(
     rejoining: bool = False,
     partitions: Touch = Touch.NONE,
     shielded: bool = False,
-    transactional: bool = False,
+    shield_holds: bool = False,
     unvouched: bool = False,
 ) -> Decision:
     """``broker``: the real broker the connection's listener stands for (None: the bootstrap port);
@@ -134,10 +136,10 @@ def decide(
     there); ``rejoining``:
     for an OffsetCommit from outside the group or a Heartbeat, that the connection's consumer is
     rejoining its group; ``partitions``: what the request has to do with partition migrations;
-    ``shielded``: the resolved cluster is shielded or down; ``transactional``: a transactional producer's
-    request; ``unvouched``: the gateway cannot vouch
-    that its routing is current (:meth:`Gateway.vouched`): ``apis.UNVOUCHED_HELD`` is held as for a
-    block."""
+    ``shielded``: the resolved cluster is shielded or down; ``shield_holds``: its shield is fresh and the
+    request is no transaction's, so a write is held for a routing change; ``unvouched``: the gateway
+    cannot vouch that its routing is current (:meth:`Gateway.vouched`): ``apis.UNVOUCHED_HELD`` is held
+    as for a block."""
     cluster = resolution.cluster
     if api_key == apis.METADATA and (empty_metadata or shielded):
         return Decision(Action.ANSWER, cluster)
@@ -148,7 +150,7 @@ def decide(
         partitions=partitions,
     )  # fmt: skip
     if shielded and decision.action in _CONTACTING and api_key in apis.SHIELDABLE:
-        waits = api_key == apis.PRODUCE and context.expects_response and not transactional
+        waits = api_key == apis.PRODUCE and context.expects_response and shield_holds
         decision = Decision(Action.HOLD if waits else Action.SHIELD, cluster)
     if not context.expects_response and decision.action in _ANSWERED_HERE:
         return Decision(Action.DROP, cluster)
