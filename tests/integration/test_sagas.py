@@ -793,7 +793,10 @@ def test_a_transaction_open_at_the_block_is_waited_for_and_nothing_behind_it_is_
     assert sorted(on_standby) == sorted([*values, b"in the other producer's transaction"])
     (run,) = routing.ledger.saga_runs(saga_id([app]))
     settled = [s for s in routing.ledger.saga_steps(run.run_id) if s.step == "settle_transactions"]
-    assert [s.outcome for s in settled] == ["ok"]
+    # waited once, never given up on; an attempt Temporal cancelled and ran again (a local activity
+    # under a loaded suite, once) is the worker's, not the step's
+    ran = [s.outcome for s in settled if not s.detail.startswith("CancelledError")]
+    assert ran == ["ok"], [(s.outcome, s.detail) for s in settled]
     capture(live, run.saga_id, run.run_id, "switchover-transaction-settled")
 
 
