@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from tests.helpers.sessions import Brokers, Gateway, exchange, raw
 from workers.gateway.brokers.upstream import UpstreamError
+from workers.gateway.framing.protocol import decode_response, parse_request
 from workers.gateway.groups.handling import GroupHandling
 from workers.gateway.groups.members import Member, Members
 from workers.gateway.routing import apis
@@ -66,14 +68,7 @@ def lookup(
     coordinator: Coordinator, *, protocol_offered: bool = True, known: Member | None = None
 ) -> Member | None:
     """What the gateway takes a commit's member, sent to the standby, for once it has looked it up."""
-    offered = {apis.CONSUMER_GROUP_HEARTBEAT: (0, 1)} if protocol_offered else {}
-    brokers = SimpleNamespace(
-        version=lambda key, cap=None: cap or 0, offered=offered, upstream=lambda *_: coordinator
-    )
-    gateway: Any = SimpleNamespace(members=Members(), brokers=brokers)
-    if known is not None:
-        gateway.members.joined(GROUP, MEMBER, known)
-    handling = GroupHandling(gateway, SimpleNamespace(credentials=None))  # type: ignore[arg-type]
+    gateway, handling = _handling(coordinator, known, protocol_offered=protocol_offered)
     handling._copied_from = lambda snapshot, cluster, topics: "primary"  # type: ignore[method-assign]
     commit = SimpleNamespace(
         api_key=apis.OFFSET_COMMIT, api_version=9, body=SimpleNamespace(group_id=GROUP, member_id=MEMBER)
@@ -145,3 +140,72 @@ def test_a_consumer_protocol_member_this_process_had_leave_and_that_joined_again
     not_back = lookup(Coordinator(set()), known=left_here)  # not joined again: it left, as it was
     assert not_back is not None
     assert (not_back.cluster, not_back.left) == ("standby", True)
+
+
+def test_a_seen_consumer_protocol_member_whose_cluster_cannot_say_is_not_told_where_it_is() -> None:
+    """Its coordinator killed, the standby can say nothing of a member this process last saw on the
+    primary: the lookup says so, and the entry stands, for the next request to look up again."""
+    for answer, told in [(UpstreamError("refused"), False), (ErrorCode.coordinator_load_in_progress, False),
+                         ({MEMBER}, True), (set(), True)]:  # fmt: skip
+        gateway, handling = _handling(Coordinator(answer), SEEN_ON_THE_PRIMARY)
+        heartbeat = SimpleNamespace(
+            api_key=apis.CONSUMER_GROUP_HEARTBEAT, api_version=0,
+            body=SimpleNamespace(group_id=GROUP, member_id=MEMBER, member_epoch=4),
+        )  # fmt: skip
+        assert asyncio.run(handling.find_member(heartbeat, None, "standby", ())) is told, answer  # type: ignore[arg-type]
+        expected = ("standby", False) if answer == {MEMBER} else ("primary", True)
+        found = gateway.members.get(GROUP, MEMBER)
+        assert (found.cluster, found.left) == expected, answer
+
+
+def test_a_heartbeat_of_a_member_whose_cluster_cannot_say_is_not_fenced_its_connection_is_closed() -> None:
+    """A KIP-848 member this process last saw on the cluster a switch back left, routed to the one it
+    joined again through the other process, whose coordinator is killed: fenced on the entry's word
+    (FENCED_MEMBER_EPOCH), librdkafka gave its partitions up and processed again what it had processed
+    since its last commit (chaos run 14). Its connection is closed instead, as it is when a coordinator
+    cannot be reached: the client keeps its membership, finds its coordinator again and retries. A
+    cluster that says the member is not there has it fenced, as before."""
+    frame = raw(
+        apis.CONSUMER_GROUP_HEARTBEAT, 0, group_id=GROUP, member_id=MEMBER, member_epoch=4,
+        topic_partitions=None, subscribed_topic_names=None,
+    )  # fmt: skip
+    gone = asyncio.run(exchange(_session_gateway(Coordinator(UpstreamError("refused"))), frame))
+    assert gone == [], "answered, though the coordinator could say nothing of the member"
+    (fenced,) = asyncio.run(exchange(_session_gateway(Coordinator(set())), frame))
+    answer = decode_response(parse_request(frame), fenced)
+    assert answer.error_code == ErrorCode.fenced_member_epoch
+
+
+def _handling(
+    coordinator: Coordinator, known: Member | None, *, protocol_offered: bool = True
+) -> tuple[Any, GroupHandling]:
+    """A connection's group handling, in a gateway that has seen the member as ``known`` (None: not)."""
+    offered = {apis.CONSUMER_GROUP_HEARTBEAT: (0, 1)} if protocol_offered else {}
+    brokers = SimpleNamespace(
+        version=lambda key, cap=None: cap or 0, offered=offered, upstream=lambda *_: coordinator
+    )
+    gateway: Any = SimpleNamespace(members=Members(), brokers=brokers)
+    if known is not None:
+        gateway.members.joined(GROUP, MEMBER, known)
+    return gateway, GroupHandling(gateway, SimpleNamespace(credentials=None))  # type: ignore[arg-type]
+
+
+class _ToOneCoordinator(Brokers):
+    def __init__(self, coordinator: Coordinator) -> None:
+        super().__init__()
+        self.coordinator = coordinator
+
+    def version(self, _api_key: int, most: int = 0) -> int:
+        return most
+
+    def upstream(self, *_: Any) -> Any:
+        return self.coordinator
+
+
+def _session_gateway(coordinator: Coordinator) -> Gateway:
+    """A gateway whose clients are routed to the primary (its default), and whose process last saw the
+    member on the standby, which it left."""
+    gateway = Gateway()
+    gateway.brokers = _ToOneCoordinator(coordinator)
+    gateway.members.joined(GROUP, MEMBER, Member("standby", 45.0, left=True, consumer=True))
+    return gateway

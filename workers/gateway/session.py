@@ -383,11 +383,19 @@ class ClientSession:
         (``GroupHandling.find_member``), looked up by the routing that decides the request: again by the
         latest routing while it moves on meanwhile — a flip closes the connections a lookup uses, and a
         member left unknown would be sent to the new cluster as it is, which does not know it
-        (UNKNOWN_MEMBER_ID: its commit refused, what it processed since processed again)."""
+        (UNKNOWN_MEMBER_ID: its commit refused, what it processed since processed again). Where it
+        cannot be told, the connection is closed, as when the coordinator cannot be reached: the client
+        looks its coordinator up again and retries, its membership kept."""
         context = incoming.context
         for _ in range(_LOOKUPS):
-            await self.groups.find_member(incoming.request, snapshot, resolution.cluster, context.topics)
+            request, cluster = incoming.request, resolution.cluster
+            told = await self.groups.find_member(request, snapshot, cluster, context.topics)
             if self.gateway.view.snapshot is snapshot:
+                if not told:
+                    body = request.body
+                    raise UpstreamError(
+                        f"group {body.group_id}: {cluster} cannot say where {body.member_id} is"
+                    )
                 break
             snapshot = self.gateway.view.snapshot
             resolution = self._resolve(snapshot, incoming.identity, context.topics, context.group)

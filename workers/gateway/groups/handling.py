@@ -127,7 +127,7 @@ class GroupHandling:
 
     async def find_member(
         self, request: Request, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...]
-    ) -> None:
+    ) -> bool:
         """Where a member this gateway did not see join did join, if its commits could need carrying: it
         joined through the other gateway of a pair, or before this gateway started (a gateway killed and
         started again mid-switch knows none of its clients' members). A member the group's coordinator
@@ -135,23 +135,23 @@ class GroupHandling:
         copies its topics from; in a group rebalancing there it may be one that has not rejoined yet, so
         that cluster is asked too, as it is for a join (a new member names itself as well). Remembered
         either way; left unknown if the answer is unclear. A consumer-protocol member seen on another
-        cluster is asked for where its request goes (``_rejoined_here``)."""
+        cluster is asked for where its request goes (``_rejoined_here``): False if that cannot be told."""
         body = request.body
         group, member_id = body.group_id, body.member_id
         gateway = self.gateway
         if not member_id:
-            return
+            return True
         known = gateway.members.get(group, member_id)
         if known is not None:
             if known.consumer and (known.cluster != cluster or known.left):
-                await self._rejoined_here(group, member_id, known, cluster)
-            return
+                return await self._rejoined_here(group, member_id, known, cluster)
+            return True
         source = self._copied_from(snapshot, cluster, topics)
         if source is None:
-            return
+            return True
         here = await self._coordinators().members(cluster, group)
         if here is None:
-            return
+            return True
         listed, settled, consumer = here
         joining = request.api_key == apis.JOIN_GROUP or (
             request.api_key == apis.CONSUMER_GROUP_HEARTBEAT and int(body.member_epoch) == 0
@@ -164,7 +164,7 @@ class GroupHandling:
         else:  # left behind by a switch, the cluster it joined on still lists it
             there = await self._coordinators().members(source, group)
             if there is None or member_id not in there[0]:
-                return
+                return True
             where = source
         if where != cluster:
             log.info(
@@ -172,8 +172,9 @@ class GroupHandling:
                 group, member_id, cluster, len(listed), where,
             )  # fmt: skip
         gateway.members.joined(group, member_id, Member(where, None, consumer=consumer))
+        return True
 
-    async def _rejoined_here(self, group: str, member_id: str, known: Member, cluster: str) -> None:
+    async def _rejoined_here(self, group: str, member_id: str, known: Member, cluster: str) -> bool:
         """A member of the consumer protocol keeps its id when it joins again on another cluster, and may
         have done so through another process or gateway (this one's entry, from before its switch, then
         names the cluster it left): if ``cluster``'s coordinator lists it, it is one of ``cluster``'s.
@@ -182,15 +183,20 @@ class GroupHandling:
         heartbeats fenced: what it had processed since its last commit, processed again (a chaos trial
         that killed the gateway process it was connected to, of two). So too where the entry names
         ``cluster`` itself, as left: this process had it forget the member at a switch away, and a switch
-        back since had it join there again through another process (chaos runs 10 and 11)."""
+        back since had it join there again through another process (chaos runs 10 and 11). False where
+        ``cluster``'s coordinator cannot say (gone, loading): fenced on the entry's word, a member that
+        had joined there lost its partitions, and what it had processed since its last commit it
+        processed again (chaos run 14: its coordinator killed, the client's new connection reached the
+        process whose entry was from before a switch back)."""
         here = await self._coordinators().members(cluster, group)
-        if here is None or member_id not in here[0]:
-            return
-        if self.gateway.members.get(group, member_id) is not known:  # learnt otherwise meanwhile
-            return
+        if here is None:
+            return False
+        if member_id not in here[0] or self.gateway.members.get(group, member_id) is not known:
+            return True  # not joined again; or learnt otherwise meanwhile
         log.info("group %s: member %s, seen on %s, has joined %s", group, member_id, known.cluster, cluster)
         moved = dataclasses.replace(known, cluster=cluster, left=False, rejoining=False)
         self.gateway.members.joined(group, member_id, moved)
+        return True
 
     def moved(self, request: Request, snapshot: RoutingSnapshot, now_on: str) -> bool:
         """Whether the member sending ``request`` joined on another cluster than ``now_on``, where the
