@@ -84,8 +84,18 @@ class SupervisedChild(Victim):
         self.name, self.command = name, command
 
     def pid(self) -> int:
-        assert self.command.process is not None
-        return min(children(self.command.process.pid))  # of several, the first started
+        """Of several, the first started. A supervisor between two children has none for a moment: a
+        strike then ended a whole run (the second 2026-12-04 run, 62 trials in, nothing in the
+        supervisor's log), so it is waited for, and a supervisor gone is named."""
+        supervisor = self.command.process
+        assert supervisor is not None
+
+        def started() -> bool:
+            assert supervisor.poll() is None, f"{self.name}: its supervisor exited ({supervisor.returncode})"
+            return bool(children(supervisor.pid))
+
+        _until(f"{self.name}: a process under its supervisor {supervisor.pid}", started)
+        return min(children(supervisor.pid))
 
     def kill_and_restart(self, pause_s: float) -> None:
         before = self._served_again()
