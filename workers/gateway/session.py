@@ -197,6 +197,7 @@ class ClientSession:
                 self._unanswered += 1
                 try:
                     request = parse_request(frame)
+                    self.groups.came(request)
                     self._stalls["reading"] = stalls.Waiting(request, reading)
                     reply = await self._dispatch(request)
                 except BaseException:
@@ -552,7 +553,7 @@ class ClientSession:
         self.groups.sweep(request, snapshot, cluster, incoming.identity, incoming.context.topics)
         if request.api_key == apis.JOIN_GROUP:
             member_id = await self.groups.rejoined_as(request, cluster) if moved else request.body.member_id
-            await self.groups.before_join(request, member_id)
+            await self.groups.before_join(request, member_id, cluster)
             self.groups.sending(request, member_id)
             if moved:
                 return replace_body(request, dataclasses.replace(request.body, member_id=member_id))

@@ -37,9 +37,10 @@ from workers.gateway.groups import consumer_protocol
 from workers.gateway.groups.carry import carried_commit
 from workers.gateway.groups.coordinator import Coordinators, coordinator
 from workers.gateway.groups.members import Member
+from workers.gateway.groups.rejoin import Rejoin
 from workers.gateway.routing import apis
 from workers.gateway.routing.blocking import OwnAnswer, Reply
-from workers.gateway.routing.holds import hold_limit
+from workers.gateway.routing.holds import CONSUMER_PROTOCOL_SESSION_S, hold_limit
 from workers.gateway.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,8 @@ MEMBER_APIS = frozenset(
     {apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.OFFSET_COMMIT, apis.CONSUMER_GROUP_HEARTBEAT}
 )
 """Requests naming the member that sends them (LeaveGroup v3+ names members in a list)."""
+_REJOIN_NEEDS = frozenset({apis.METADATA, apis.FIND_COORDINATOR, apis.JOIN_GROUP, apis.SYNC_GROUP})
+"""Requests a client may need answered to finish a rejoin (see ``GroupHandling.came``)."""
 
 Send = Callable[[Any, int | None], Awaitable[Awaitable[Reply]]]
 """The session's sending of an OffsetCommit ``body`` to a broker (None: the coordinator) of the cluster
@@ -67,11 +70,11 @@ class GroupHandling:
     def __init__(self, gateway: Shared, connection: Connection) -> None:
         self.gateway, self.connection = gateway, connection
         self._carrying = asyncio.Lock()
-        self._rejoins: dict[str, _Rejoin] = {}
-        """Per group this connection's consumer is (re)joining (see :class:`_Rejoin`)."""
-        self._unanswered: set[asyncio.Future[None]] = set()
-        """Carried commits the new cluster has not answered yet: a JoinGroup sent after them waits for them
-        (``before_join``)."""
+        self._rejoins: dict[str, Rejoin] = {}
+        """Per group this connection's consumer is (re)joining (see :class:`Rejoin`)."""
+        self._behind: asyncio.Future[None] | None = None
+        """Set when a request a rejoin may need comes on this connection (``came``): a commit held for a
+        join on another connection stops waiting then, as that request's answer queues behind its own."""
         self._renames: dict[int, tuple[str, str, asyncio.Future[None]]] = {}
         """By correlation id, this connection's joins of moved members sent as new members' and not
         answered yet: group, member id, and their ``Members.rename``."""
@@ -106,10 +109,15 @@ class GroupHandling:
         return joined_on, self._rejoining(request, member)
 
     def session_s(self, request: Request) -> float | None:
-        """The session time-out of the member a group request comes from, if the gateway saw it join."""
+        """The session time-out of the member a group request comes from, if the gateway saw it join or
+        it is one of the consumer protocol (``CONSUMER_PROTOCOL_SESSION_S``)."""
         if request.api_key not in apis.GROUP_APIS:
             return None
+        if request.api_key == apis.CONSUMER_GROUP_HEARTBEAT:
+            return CONSUMER_PROTOCOL_SESSION_S
         member = self.gateway.members.get(request.body.group_id, getattr(request.body, "member_id", None))
+        if member is not None and member.consumer:
+            return CONSUMER_PROTOCOL_SESSION_S
         return member.session_timeout_s if member is not None else None
 
     @staticmethod
@@ -293,7 +301,7 @@ class GroupHandling:
         if rejoin is None or rejoin.joined.done():
             session_s = float(request.body.session_timeout.total_seconds())
             loop = asyncio.get_running_loop()
-            rejoin = self._rejoins[group] = _Rejoin(loop.create_future(), loop.create_future(), session_s)
+            rejoin = self._rejoins[group] = Rejoin(loop.create_future(), loop.create_future(), session_s)
         rejoin.entered = rejoin.entered or _enters(request, member_id)
 
     async def rejoined_as(self, request: Request, cluster: str) -> str:
@@ -314,15 +322,33 @@ class GroupHandling:
         self._renames[request.correlation_id] = (group, member_id, members.rename(group, member_id))
         return ""
 
-    async def before_join(self, request: Request, member_id: str) -> None:
-        """Wait (bounded) until the commits carried before this JoinGroup, sent as ``member_id``, are
-        answered (not only written: the join may go to the broker on another connection), where it
-        enters the group. Sent first, it would make the group on the new cluster refuse them (it takes a
-        commit from outside the group only while it has no member), and the client would process their
-        records again."""
-        if self._unanswered and _enters(request, member_id):
+    async def before_join(self, request: Request, member_id: str, cluster: str) -> None:
+        """Wait (bounded) until the commits carried into the group on ``cluster`` before this JoinGroup,
+        sent as ``member_id``, are answered, on whichever of the process's connections they came (not
+        only written: the join may go to the broker on another connection), where it enters the group.
+        Sent first, it would make the group on the new cluster refuse them (it takes a commit from outside
+        the group only while it has no member), and the client would process their records again."""
+        carried = self.gateway.members.carried(request.body.group_id, cluster)
+        if carried and _enters(request, member_id):
             limit = hold_limit(request, self.gateway.config.gateway.block_hold_s)
-            await asyncio.wait(set(self._unanswered), timeout=limit)
+            await asyncio.wait(carried, timeout=limit)
+
+    def came(self, request: Request) -> None:
+        """A request came on this connection: if a rejoin may need its answer (a group leader's Metadata
+        for its assignment, a join or sync, a coordinator looked up), a commit held here for a join on
+        another connection stops waiting (``_behind``). kafkajs's leader asked for Metadata on the
+        connection of the commit held for its sync: the sync waited for that answer, the commit for the
+        sync, both 10 s, and the commit was refused after all (a chaos trial)."""
+        if request.api_key in _REJOIN_NEEDS and self._behind is not None:
+            if not self._behind.done():
+                self._behind.set_result(None)
+            self._behind = None
+
+    def _next_behind(self) -> asyncio.Future[None]:
+        """Done once a request a rejoin may need comes on this connection after now (``came``)."""
+        if self._behind is None:
+            self._behind = asyncio.get_running_loop().create_future()
+        return self._behind
 
     def learn(self, request: Request, frame: bytes, cluster: str, identity: Identity) -> None:
         """What a JoinGroup or SyncGroup answer from ``cluster`` tells: a member there, a join done (a
@@ -350,6 +376,7 @@ class GroupHandling:
                 rejoin.refused()  # a member id asked for, or refused
             elif joined.error_code == ErrorCode.none and rejoin is not None and not rejoin.joined.done():
                 rejoin.given = (joined.member_id, joined.generation_id)
+                self.gateway.members.rejoining(group, joined.member_id, rejoin)
             # a member id required first (KIP-394) is a pending member there already
             given = joined.error_code in (ErrorCode.none, ErrorCode.member_id_required) and joined.member_id
             if given:
@@ -426,7 +453,7 @@ class GroupHandling:
         :mod:`workers.gateway.groups.carry`); if that cannot be done now, the retriable error.
 
         Decided as the commit comes, before anything after it is: as the member this connection's
-        consumer rejoins as if its join is under way (``_Rejoin.entered``: the answer the client waits
+        consumer rejoins as if its join is under way (``Rejoin.entered``: the answer the client waits
         for to finish it goes back ahead of this commit's), else from outside the group, answered before
         any JoinGroup that comes after it (``before_join``). Waiting for a join the client sends only
         later would wait for ever: its answer would queue behind this commit's."""
@@ -434,10 +461,11 @@ class GroupHandling:
         again = None if rejoin is None else rejoin.again  # a refusal from now on ends the wait
         most = self.gateway.config.gateway.block_hold_s
         deadline = time.monotonic() + hold_limit(request, most, self.session_s(request))
+        behind = self._next_behind()
         answered: asyncio.Future[None] | None = None
         if rejoin is None:
             answered = asyncio.get_running_loop().create_future()
-            self._unanswered.add(answered)
+            self.gateway.members.carrying(request.body.group_id, cluster, answered)
 
         async def carried() -> Reply:
             try:
@@ -447,19 +475,20 @@ class GroupHandling:
                         return OwnAnswer()
                     body, node = found
                     if rejoin is not None and again is not None:  # as the member it rejoins as
-                        body = await self._as_rejoined(rejoin, again, request, body)
+                        body = await self._as_rejoined(rejoin, again, request, body, behind)
                     else:  # or as the member its client became there on another connection
-                        body = await self._as_successor(body, cluster, identity, deadline)
+                        body = await self._as_successor(body, cluster, identity, deadline, behind)
                     answer = await send(body, node)
                 return await answer  # answered, so done: a join sent on another connection comes after
             finally:
                 if answered is not None:
                     answered.set_result(None)
-                    self._unanswered.discard(answered)
 
         return carried()
 
-    async def _as_successor(self, body: Any, cluster: str, identity: Identity, deadline: float) -> Any:
+    async def _as_successor(
+        self, body: Any, cluster: str, identity: Identity, deadline: float, behind: asyncio.Future[None]
+    ) -> Any:
         """A carried commit (``body``) as its client's new member on ``cluster``, if it has exactly one
         that can take it (``Members.successor``); else as it is, from outside the group. Where that member
         has joined and not synced yet, its sync is waited for, until ``deadline`` (``time.monotonic``):
@@ -467,15 +496,21 @@ class GroupHandling:
         on the new one's, and sent from outside a group with a member joining, such a commit was refused
         UNKNOWN_MEMBER_ID and 41 records processed again (chaos run 10, a switch back 9 s after a switch).
         A member this connection's own join was given is not waited for: librdkafka commits between its
-        join asking for a member id and the join that enters, whose answer would queue behind this one's."""
+        join asking for a member id and the join that enters, whose answer would queue behind this one's.
+        Nor is any once a request that join may need comes behind this commit (``behind``, see ``came``)."""
         named = {(t.name, p.partition_index) for t in body.topics for p in t.partitions}
         members = self.gateway.members
         while (found := members.successor(body.group_id, cluster, identity, named)) is None:
             left = deadline - time.monotonic()
             mine = self._given.get(body.group_id)  # its join queues behind this commit: not waited for
-            if left <= 0 or not members.syncing(body.group_id, cluster, identity, besides=mine):
+            syncing = members.syncing(body.group_id, cluster, identity, besides=mine)
+            if left <= 0 or behind.done() or not syncing:
                 return body
-            await members.next_sync(body.group_id, left)
+            synced = asyncio.ensure_future(members.next_sync(body.group_id, left))
+            try:
+                await asyncio.wait({synced, behind}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                synced.cancel()
         member_id, generation = found
         return dataclasses.replace(body, member_id=member_id, generation_id_or_member_epoch=generation)
 
@@ -514,20 +549,27 @@ class GroupHandling:
         """Send a commit from outside the group once this connection's rejoin is done, as the member it
         rejoined as (see ``ADOPT`` in :mod:`workers.gateway.routing.decision`); as sent if the rejoin takes
         longer than a held request may wait."""
-        rejoin = self._rejoins[request.body.group_id]  # the join under way as the commit comes
-        again = rejoin.again  # a refusal from now on ends the wait
+        rejoin = self._waited_for(request)  # the join under way as the commit comes
+        assert rejoin is not None, "adopted only while a rejoin is under way (_rejoining)"
+        again, behind = rejoin.again, self._next_behind()  # a refusal from now on ends the wait
 
         async def adopted() -> Reply:
-            body = await self._as_rejoined(rejoin, again, request, request.body)
+            body = await self._as_rejoined(rejoin, again, request, request.body, behind)
             return await (await send(body, node))
 
         return adopted()
 
-    def _waited_for(self, request: Request) -> _Rejoin | None:
+    def _waited_for(self, request: Request) -> Rejoin | None:
         """The join a commit coming now may wait for: this connection's consumer's, under way and entered
-        (see ``carry``)."""
-        rejoin = self._rejoins.get(request.body.group_id)
-        return rejoin if rejoin is not None and rejoin.entered and not rejoin.joined.done() else None
+        (see ``carry``); else, for a commit naming its member, that member's answered on another of the
+        process's connections (``Members.rejoin_of``: kafkajs joined on its new coordinator's connection
+        after a broker was killed and committed the generation before on the old one's, 5 ms after the
+        join's answer; refused ILLEGAL_GENERATION, a chaos trial)."""
+        body = request.body
+        rejoin = self._rejoins.get(body.group_id)
+        if rejoin is not None and rejoin.entered and not rejoin.joined.done():
+            return rejoin
+        return self.gateway.members.rejoin_of(body.group_id, body.member_id) if body.member_id else None
 
     def _rejoining(self, request: Request, member: Member | None) -> bool:
         """For a Heartbeat: whether its member, or this connection's consumer, is already joining the
@@ -557,14 +599,18 @@ class GroupHandling:
         return sources[0] if len(sources) == 1 else None
 
     async def _as_rejoined(
-        self, rejoin: _Rejoin, again: asyncio.Future[None], request: Request, body: Any
-    ) -> Any:
-        """``body`` (an OffsetCommit) as the member this connection rejoins as, once the rejoin is done;
+        self, rejoin: Rejoin, again: asyncio.Future[None], request: Request, body: Any,
+        behind: asyncio.Future[None],
+    ) -> Any:  # fmt: skip
+        """``body`` (an OffsetCommit) as the member ``rejoin`` rejoins as, once the rejoin is done;
         unchanged if the join is refused meanwhile (``again``: ``rejoin.again`` as the commit was decided;
         read later, it would be a refusal still to come, of a join the client sends after this commit,
-        whose answer queues behind it), or takes longer than a held request may wait."""
+        whose answer queues behind it), or takes longer than a held request may wait — or, for a rejoin
+        on another connection, once a request it may need comes behind this commit (``behind``)."""
         limit = hold_limit(request, self.gateway.config.gateway.block_hold_s, rejoin.session_s)
         ends: set[asyncio.Future[Any]] = {rejoin.joined, again}
+        if rejoin is not self._rejoins.get(request.body.group_id):
+            ends.add(behind)
         await asyncio.wait(ends, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
         if not rejoin.joined.done():
             return body
@@ -615,48 +661,3 @@ def _enters(request: Request, member_id: str) -> bool:
     first, which is only told its member id."""
     static = request.api_version >= 5 and bool(request.body.group_instance_id)
     return bool(member_id) or static or request.api_version < 4
-
-
-@dataclasses.dataclass
-class _Rejoin:
-    """This connection's consumer (re)joining a group."""
-
-    joined: asyncio.Future[tuple[str, int]]
-    """Set to (member id, generation) by the successful SyncGroup that ends the join."""
-    again: asyncio.Future[None]
-    """Set when an answer sends the client to join again (``refused``)."""
-    session_s: float
-    """The session time-out the join asked for."""
-    entered: bool = False
-    """A JoinGroup of it was sent that makes the member one of the group at once (``_enters``), not just
-    one asking for a member id, and no answer since sent the client to join again: the client does not
-    wait for a commit's answer to finish the join."""
-    given: tuple[str, int] | None = None
-    """The member id and generation its JoinGroup was answered with, its SyncGroup still to come."""
-    assigned: frozenset[tuple[str, int]] | None = None
-    """The partitions the SyncGroup that ended it assigned (None: not told in the consumer protocol's
-    terms)."""
-
-    def passed(self, member_id: str, generation: int) -> bool:
-        """Whether a commit of ``member_id`` at ``generation`` is of a generation this join has passed,
-        for the same member: the broker refuses it (ILLEGAL_GENERATION) until the join's sync is done.
-        kafkajs commits with the generation of its last sync while its next join waits for its own: a
-        chaos trial's commits were refused so three times, and the records processed again."""
-        return self.given is not None and self.given[0] == member_id and generation < self.given[1]
-
-    def owns(self, commit: Any) -> bool:
-        """Whether the sync that ended the join assigned every partition ``commit`` names to its member:
-        a commit made in an earlier generation goes as this one's only then, or it would overwrite what
-        another member, given one of them, commits."""
-        named = {(t.name, p.partition_index) for t in commit.topics for p in t.partitions}
-        return self.assigned is not None and named <= self.assigned
-
-    def refused(self) -> None:
-        """A JoinGroup or SyncGroup of it was refused: the client joins again. A commit coming now must
-        not wait for a join it sends after, nor one waiting already: if that join goes on this
-        connection, its answer queues behind the commit's."""
-        self.entered = False
-        self.given = None
-        if not self.again.done():
-            self.again.set_result(None)
-        self.again = asyncio.get_running_loop().create_future()

@@ -7,6 +7,11 @@ requests may be held while its identity is blocked (:mod:`workers.gateway.routin
 JoinGroup and ConsumerGroupHeartbeat answers; a classic member that joined through another gateway of a
 pair, or before this one started, is looked up when it commits or heartbeats after a switch (see
 ``GroupHandling.find_member``).
+
+What one of the process's connections must wait for on another is kept here too: commits carried into a
+group and not answered yet, which a join entering the group waits for (``carrying``), and rejoins
+answered and not synced yet, by the member id they gave (``rejoin_of``). A client's group requests go over
+several connections: kafkajs commits on its old coordinator's while it joins on the new one's.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 
 from switchyard.identity import Identity
 from workers.gateway.framing.sasl import Credentials
+from workers.gateway.groups.rejoin import Rejoin
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,10 @@ class Members:
         self._renaming: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._syncs: dict[str, list[asyncio.Future[None]]] = {}
         """Per group, who waits for its next SyncGroup answered (``next_sync``)."""
+        self._carried: dict[tuple[str, str], set[asyncio.Future[None]]] = {}
+        """Per group and cluster, the commits carried there and not answered yet (``carrying``)."""
+        self._rejoins: dict[tuple[str, str], Rejoin] = {}
+        """Per group and member id, the rejoin that gave it, not synced yet (``rejoin_of``)."""
 
     def joined(self, group: str, member_id: str, member: Member) -> None:
         self._members.pop((group, member_id), None)
@@ -123,6 +133,45 @@ class Members:
                 return None  # one of its members there that cannot take it: which one is not known
             found.append((member_id, member.synced[0]))
         return found[0] if len(found) == 1 else None
+
+    def carrying(self, group: str, cluster: str, answered: asyncio.Future[None]) -> None:
+        """A commit is carried into ``group`` on ``cluster``; ``answered`` is done once that cluster has
+        answered it. A join entering the group there on any connection waits for it first (``carried``):
+        the group takes a commit from outside only while it has no member. kafkajs committed its old
+        membership's offsets on its old coordinator's connection and joined on another 0.3 s later; the
+        join, answered first, had the commit refused UNKNOWN_MEMBER_ID and a record processed again (a
+        chaos trial)."""
+        key = (group, cluster)
+        self._carried.setdefault(key, set()).add(answered)
+
+        def done(_: object) -> None:
+            left = self._carried.get(key)
+            if left is not None:
+                left.discard(answered)
+                if not left:
+                    del self._carried[key]
+
+        answered.add_done_callback(done)
+
+    def carried(self, group: str, cluster: str) -> set[asyncio.Future[None]]:
+        """The commits carried into ``group`` on ``cluster`` and not answered yet (``carrying``)."""
+        return set(self._carried.get((group, cluster), ()))
+
+    def rejoining(self, group: str, member_id: str, rejoin: Rejoin) -> None:
+        """``rejoin``'s join was answered with ``member_id``: until its sync, a commit of that member at
+        the generation it passed, sent on another connection, can find it (``rejoin_of``)."""
+        self._rejoins.pop((group, member_id), None)
+        self._rejoins[(group, member_id)] = rejoin
+        while len(self._rejoins) > self._most:
+            del self._rejoins[next(iter(self._rejoins))]
+
+    def rejoin_of(self, group: str, member_id: str) -> Rejoin | None:
+        """The rejoin of ``member_id`` answered and not ended yet (synced, or sent to join again)."""
+        rejoin = self._rejoins.get((group, member_id))
+        if rejoin is None or rejoin.joined.done() or rejoin.given is None or rejoin.given[0] != member_id:
+            self._rejoins.pop((group, member_id), None)
+            return None
+        return rejoin
 
     def get(self, group: str, member_id: str | None) -> Member | None:
         return self._members.get((group, member_id)) if member_id else None

@@ -1,0 +1,58 @@
+"""A consumer (re)joining its group, as one connection sees it: what a commit sent meanwhile may wait for.
+
+The connection that sends the join keeps it (:class:`workers.gateway.groups.handling.GroupHandling`);
+once the join is answered, the process's other connections find it by the member id it was given
+(``Members.rejoin_of``): kafkajs commits on its old coordinator's connection while it joins on the new
+coordinator's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass
+class Rejoin:
+    """A connection's consumer (re)joining a group."""
+
+    joined: asyncio.Future[tuple[str, int]]
+    """Set to (member id, generation) by the successful SyncGroup that ends the join."""
+    again: asyncio.Future[None]
+    """Set when an answer sends the client to join again (``refused``)."""
+    session_s: float
+    """The session time-out the join asked for."""
+    entered: bool = False
+    """A JoinGroup of it was sent that makes the member one of the group at once (``_enters``), not just
+    one asking for a member id, and no answer since sent the client to join again: the client does not
+    wait for a commit's answer to finish the join."""
+    given: tuple[str, int] | None = None
+    """The member id and generation its JoinGroup was answered with, its SyncGroup still to come."""
+    assigned: frozenset[tuple[str, int]] | None = None
+    """The partitions the SyncGroup that ended it assigned (None: not told in the consumer protocol's
+    terms)."""
+
+    def passed(self, member_id: str, generation: int) -> bool:
+        """Whether a commit of ``member_id`` at ``generation`` is of a generation this join has passed,
+        for the same member: the broker refuses it (ILLEGAL_GENERATION) until the join's sync is done.
+        kafkajs commits with the generation of its last sync while its next join waits for its own: a
+        chaos trial's commits were refused so three times, and the records processed again."""
+        return self.given is not None and self.given[0] == member_id and generation < self.given[1]
+
+    def owns(self, commit: Any) -> bool:
+        """Whether the sync that ended the join assigned every partition ``commit`` names to its member:
+        a commit made in an earlier generation goes as this one's only then, or it would overwrite what
+        another member, given one of them, commits."""
+        named = {(t.name, p.partition_index) for t in commit.topics for p in t.partitions}
+        return self.assigned is not None and named <= self.assigned
+
+    def refused(self) -> None:
+        """A JoinGroup or SyncGroup of it was refused: the client joins again. A commit coming now must
+        not wait for a join it sends after, nor one waiting already: if that join goes on this
+        connection, its answer queues behind the commit's."""
+        self.entered = False
+        self.given = None
+        if not self.again.done():
+            self.again.set_result(None)
+        self.again = asyncio.get_running_loop().create_future()
