@@ -40,7 +40,7 @@ from workers.gateway.groups.members import Member
 from workers.gateway.groups.rejoin import Rejoin
 from workers.gateway.routing import apis
 from workers.gateway.routing.blocking import OwnAnswer, Reply
-from workers.gateway.routing.holds import CONSUMER_PROTOCOL_SESSION_S, hold_limit
+from workers.gateway.routing.holds import hold_limit
 from workers.gateway.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -109,15 +109,11 @@ class GroupHandling:
         return joined_on, self._rejoining(request, member)
 
     def session_s(self, request: Request) -> float | None:
-        """The session time-out of the member a group request comes from, if the gateway saw it join or
-        it is one of the consumer protocol (``CONSUMER_PROTOCOL_SESSION_S``)."""
+        """The session time-out of the member a group request comes from, if the gateway saw it join
+        (None for one of the consumer protocol: see ``KIP848_HEARTBEAT_S``)."""
         if request.api_key not in apis.GROUP_APIS:
             return None
-        if request.api_key == apis.CONSUMER_GROUP_HEARTBEAT:
-            return CONSUMER_PROTOCOL_SESSION_S
         member = self.gateway.members.get(request.body.group_id, getattr(request.body, "member_id", None))
-        if member is not None and member.consumer:
-            return CONSUMER_PROTOCOL_SESSION_S
         return member.session_timeout_s if member is not None else None
 
     @staticmethod

@@ -29,13 +29,13 @@ connection; a member without a successful heartbeat for that long drops its part
 UNKNOWN_SESSION_S = 10.0
 """The session time-out assumed for a member whose join the gateway did not see: the shortest default
 among the client libraries (kafka-python and aiokafka: 10 s; librdkafka 45 s, kafkajs 30 s)."""
-CONSUMER_PROTOCOL_SESSION_S = 45.0
-"""The session time-out of a member of the consumer protocol (KIP-848): the broker's, 45 s unless an
-operator lowers ``group.consumer.session.timeout.ms`` and its minimum. Its client keeps no session of its
-own: librdkafka drops its assignment only when the coordinator answers so, never for one that is slow
-to answer. Held a third of the shortest classic session (3.3 s), a KIP-848 consumer's commits went back
-with the retriable error through a 24 s block — a flip waiting for a killed broker of the target — until
-librdkafka gave the commit up to the application, and a record was processed again (a chaos trial)."""
+KIP848_HEARTBEAT_S = 5.0
+"""The heartbeat interval a broker gives members of the consumer protocol (KIP-848) by default.
+librdkafka times a ConsumerGroupHeartbeat out after it, and with it everything in flight on the
+coordinator's connection — a commit held before the heartbeat fails to the application (``_TIMED_OUT``).
+Such a member's requests are held as an unseen member's, a third of ``UNKNOWN_SESSION_S``, well within
+it: held 10 s (by the broker's 45 s session, tried once), a chaos run's KIP-848 consumer had two
+commits time out through a 24 s block and processed four records again."""
 
 
 def hold_limit(request: Request, most_s: float, session_s: float | None = None) -> float:
