@@ -40,3 +40,24 @@ def test_each_link_is_read_once_as_the_snapshot_that_promotes_it_arrives() -> No
 
     # not the first snapshot's (a gateway starting reads a link as a request needs it), each once
     assert asyncio.run(run()) == [("copying", 5), ("bad", 6)]
+
+
+def test_a_change_promoting_many_links_reads_two_at_a_time() -> None:
+    async def run() -> int:
+        lookup = LinkLookup(None, None, None)  # type: ignore[arg-type]
+        reading, most = 0, 0
+
+        async def link_records(link: Any) -> None:
+            nonlocal reading, most
+            reading += 1
+            most = max(most, reading)
+            await asyncio.sleep(0.02)
+            reading -= 1
+
+        lookup.link_records = link_records  # type: ignore[method-assign,assignment]
+        lookup.read_ahead(snapshot())
+        lookup.read_ahead(snapshot(*((f"l{n}", 1, LinkState.PROMOTED) for n in range(6))))
+        await asyncio.sleep(0.2)
+        return most
+
+    assert asyncio.run(run()) == 2

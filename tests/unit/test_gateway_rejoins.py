@@ -372,7 +372,8 @@ def test_a_join_entering_waits_for_a_commit_carried_into_its_group_on_another_co
         answered.set_result(None)
         await asyncio.wait_for(carrying, SOON_S)
         await asyncio.wait_for(entering, SOON_S)
-        assert not shared.members.carried(GROUP, "standby")
+        assert not shared.members.entering(GROUP, "standby")
+        await asyncio.wait_for(joining.before_join(join(5, "m-x"), "m-x", "standby"), SOON_S)  # none left
 
     asyncio.run(run())
 
@@ -393,3 +394,98 @@ def test_a_consumer_protocol_members_requests_are_held_within_its_heartbeats_tim
     assert held(apis.CONSUMER_GROUP_HEARTBEAT, "kip848") < KIP848_HEARTBEAT_S
     assert held(apis.OFFSET_COMMIT, "kip848") < KIP848_HEARTBEAT_S
     assert held(apis.HEARTBEAT, MOVED) == HOLD_S  # a third of its 30 s session
+
+
+def carrier(shared: Any, sent: list[Any]) -> tuple[GroupHandling, Any]:
+    """A connection whose carried commits go as they are given (the link's reading left out), and a
+    ``carry`` of one of them: what it sent lands in ``sent``, answered at once."""
+    shop = Identity("shop")
+    carried = dataclasses.replace(member_commit(-1, ("t", 0)).body, member_id="")
+    committing = handling(shared)
+
+    async def as_is(*_: Any) -> tuple[Any, int | None]:
+        return carried, None
+
+    committing._carried = as_is  # type: ignore[method-assign]
+    request = SimpleNamespace(api_key=apis.OFFSET_COMMIT, api_version=8, correlation_id=9, body=carried)
+    committing.came(request)  # type: ignore[arg-type]
+
+    def carry() -> Any:
+        return committing.carry(
+            request, None, "standby", "primary", ("t",), send=recorder(sent), identity=shop
+        )  # type: ignore[arg-type]
+
+    return committing, carry
+
+
+def test_a_carried_commit_waiting_for_a_members_sync_goes_once_that_members_join_waits_for_it() -> None:
+    """kafkajs's first join is told its member id (KIP-394): a member of the group's to come, whose sync a
+    carried commit of the old membership waits for. Its second join enters the group, and so waits for
+    that commit: each would wait its whole hold for the other. The commit goes from outside the group,
+    which has no member yet and takes it."""
+
+    async def run() -> None:
+        shared = gateway()
+        shared.members.joined(GROUP, "m-new", Member("standby", 30.0, identity=Identity("shop")))  # id told
+        sent: list[Any] = []
+        _, carry = carrier(shared, sent)
+        carrying = asyncio.ensure_future(carry())
+        await asyncio.sleep(0.05)
+        assert not carrying.done(), "did not wait for the member's sync"
+        entering = asyncio.ensure_future(handling(shared).before_join(join(4, "m-new"), "m-new", "standby"))
+        await asyncio.wait_for(carrying, SOON_S)
+        await asyncio.wait_for(entering, SOON_S)
+        assert [b.member_id for b in sent] == [""], "not from outside the group"
+
+    asyncio.run(run())
+
+
+def test_a_request_a_rejoin_needs_that_came_while_the_commit_was_held_ends_its_wait() -> None:
+    """A commit held by a block is carried only once the block ends: a Metadata request its client sent
+    behind it meanwhile counts as much as one sent once it waits."""
+
+    async def run() -> None:
+        shared = gateway()
+        shared.members.joined(GROUP, "m-new", Member("standby", 30.0, identity=Identity("shop")))
+        sent: list[Any] = []
+        committing, carry = carrier(shared, sent)
+        committing.came(request_of(apis.METADATA))  # before the carry begins
+        await asyncio.wait_for(carry(), SOON_S)
+        assert [b.member_id for b in sent] == [""]
+
+    asyncio.run(run())
+
+
+def test_a_rejoin_whose_connection_closed_or_that_synced_elsewhere_holds_no_commit() -> None:
+    async def run() -> None:
+        shop = Identity("shop")
+        for ends in ("closed", "synced elsewhere"):
+            shared = gateway()
+            joining, committing = handling(shared), handling(shared)
+            sent_join = real_join("m-new", 1)
+            joining.sending(sent_join, "m-new")
+            joined = JoinGroupResponse(
+                throttle_time=i32Timedelta.parse(datetime.timedelta(0)), error_code=ErrorCode.none,
+                generation_id=i32(2), protocol_name="range", leader="m-new", member_id="m-new", members=(),
+            )  # fmt: skip
+            joining.learn(sent_join, answer(sent_join, joined), "standby", shop)
+            commit = member_commit(1, ("t", 0))
+            assert committing._rejoining(commit, None)
+            if ends == "closed":
+                sent: list[Any] = []
+                waiting = asyncio.ensure_future(committing.adopt(commit, None, recorder(sent)))
+                await asyncio.sleep(0.05)
+                joining.close()
+                await asyncio.wait_for(waiting, SOON_S)  # as it came: nothing will sync that join now
+                assert [b.generation_id_or_member_epoch for b in sent] == [1]
+            else:
+                sync = real_sync("m-new", 2)
+                synced = SyncGroupResponse(
+                    throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+                    error_code=ErrorCode.none,
+                    assignment=assignment(("t", 0)),
+                )
+                handling(shared).learn(sync, answer(sync, synced), "standby", shop)
+            assert not committing._rejoining(commit, None), f"held for a rejoin {ends}"
+
+    asyncio.run(run())

@@ -50,6 +50,8 @@ MEMBER_APIS = frozenset(
 """Requests naming the member that sends them (LeaveGroup v3+ names members in a list)."""
 _REJOIN_NEEDS = frozenset({apis.METADATA, apis.FIND_COORDINATOR, apis.JOIN_GROUP, apis.SYNC_GROUP})
 """Requests a client may need answered to finish a rejoin (see ``GroupHandling.came``)."""
+_COMMITS_REMEMBERED = 64
+"""Commits a connection keeps the ``_behind`` of (``GroupHandling.came``): more than clients send at once."""
 
 Send = Callable[[Any, int | None], Awaitable[Awaitable[Reply]]]
 """The session's sending of an OffsetCommit ``body`` to a broker (None: the coordinator) of the cluster
@@ -75,6 +77,8 @@ class GroupHandling:
         self._behind: asyncio.Future[None] | None = None
         """Set when a request a rejoin may need comes on this connection (``came``): a commit held for a
         join on another connection stops waiting then, as that request's answer queues behind its own."""
+        self._behind_of: dict[int, asyncio.Future[None]] = {}
+        """By correlation id, the ``_behind`` of each commit as it came (``came``)."""
         self._renames: dict[int, tuple[str, str, asyncio.Future[None]]] = {}
         """By correlation id, this connection's joins of moved members sent as new members' and not
         answered yet: group, member id, and their ``Members.rename``."""
@@ -324,21 +328,29 @@ class GroupHandling:
         only written: the join may go to the broker on another connection), where it enters the group.
         Sent first, it would make the group on the new cluster refuse them (it takes a commit from outside
         the group only while it has no member), and the client would process their records again."""
-        carried = self.gateway.members.carried(request.body.group_id, cluster)
-        if carried and _enters(request, member_id):
+        if _enters(request, member_id):
             limit = hold_limit(request, self.gateway.config.gateway.block_hold_s)
-            await asyncio.wait(carried, timeout=limit)
+            await self.gateway.members.before_entering(request.body.group_id, cluster, limit)
 
     def came(self, request: Request) -> None:
         """A request came on this connection: if a rejoin may need its answer (a group leader's Metadata
-        for its assignment, a join or sync, a coordinator looked up), a commit held here for a join on
-        another connection stops waiting (``_behind``). kafkajs's leader asked for Metadata on the
-        connection of the commit held for its sync: the sync waited for that answer, the commit for the
-        sync, both 10 s, and the commit was refused after all (a chaos trial)."""
-        if request.api_key in _REJOIN_NEEDS and self._behind is not None:
+        for its assignment, a join or sync, a coordinator looked up), a commit that came before it stops
+        waiting for a join on another connection (``_behind``), whether it waits yet or is still held.
+        kafkajs's leader asked for Metadata on the connection of the commit held for its sync: the sync
+        waited for that answer, the commit for the sync, both 10 s, and the commit was refused after all
+        (a chaos trial)."""
+        if request.api_key == apis.OFFSET_COMMIT:
+            self._behind_of[request.correlation_id] = self._next_behind()
+            while len(self._behind_of) > _COMMITS_REMEMBERED:
+                del self._behind_of[next(iter(self._behind_of))]
+        elif request.api_key in _REJOIN_NEEDS and self._behind is not None:
             if not self._behind.done():
                 self._behind.set_result(None)
             self._behind = None
+
+    def _behind_since(self, request: Request) -> asyncio.Future[None]:
+        """Done once a request a rejoin may need has come on this connection after ``request``."""
+        return self._behind_of.pop(request.correlation_id, None) or self._next_behind()
 
     def _next_behind(self) -> asyncio.Future[None]:
         """Done once a request a rejoin may need comes on this connection after now (``came``)."""
@@ -353,17 +365,20 @@ class GroupHandling:
             synced = decode_response(request, frame)
             body = request.body
             assigned = None
+            members = self.gateway.members
             if synced.error_code == ErrorCode.none:
                 assigned = assigned_partitions(synced.assignment)
-                self.gateway.members.synced(body.group_id, body.member_id, body.generation_id, assigned)
-            rejoin = self._rejoins.get(body.group_id)
-            if rejoin is None or rejoin.joined.done():
-                return
-            if synced.error_code == ErrorCode.none:
-                rejoin.joined.set_result((body.member_id, body.generation_id))
-                rejoin.assigned = assigned
-            else:
-                rejoin.refused()
+                members.synced(body.group_id, body.member_id, body.generation_id, assigned)
+            own, found = self._rejoins.get(body.group_id), members.rejoin_of(body.group_id, body.member_id)
+            for rejoin in (own, found if found is not own else None):
+                if rejoin is None or rejoin.joined.done():
+                    continue
+                if synced.error_code == ErrorCode.none:  # on its join's connection, or another
+                    rejoin.assigned = assigned
+                    rejoin.joined.set_result((body.member_id, body.generation_id))
+                    members.rejoin_ended(body.group_id, body.member_id, rejoin)
+                elif rejoin is own:
+                    rejoin.refused()
         elif request.api_key == apis.JOIN_GROUP:
             joined = decode_response(request, frame)
             group, asked_as = request.body.group_id, request.body.member_id
@@ -403,6 +418,11 @@ class GroupHandling:
         for group, member_id, pending in self._renames.values():
             self.gateway.members.renamed(group, member_id, None, pending)
         self._renames.clear()
+        for group, rejoin in self._rejoins.items():  # a commit waiting for one on another connection goes
+            if not rejoin.joined.done():
+                if rejoin.given is not None:
+                    self.gateway.members.rejoin_ended(group, rejoin.given[0], rejoin)
+                rejoin.refused()
 
     def _renamed(self, request: Request, new_id: str | None) -> None:
         """A JoinGroup is answered (``new_id``: the member id it got); if the gateway sent it as a new
@@ -457,7 +477,7 @@ class GroupHandling:
         again = None if rejoin is None else rejoin.again  # a refusal from now on ends the wait
         most = self.gateway.config.gateway.block_hold_s
         deadline = time.monotonic() + hold_limit(request, most, self.session_s(request))
-        behind = self._next_behind()
+        behind = self._behind_since(request)
         answered: asyncio.Future[None] | None = None
         if rejoin is None:
             answered = asyncio.get_running_loop().create_future()
@@ -500,7 +520,13 @@ class GroupHandling:
             left = deadline - time.monotonic()
             mine = self._given.get(body.group_id)  # its join queues behind this commit: not waited for
             syncing = members.syncing(body.group_id, cluster, identity, besides=mine)
-            if left <= 0 or behind.done() or not syncing:
+            if left <= 0 or not syncing or members.entering(body.group_id, cluster):
+                return body
+            if behind.done():
+                log.info(
+                    "group %s: a commit carried to %s goes from outside it, not waiting for a new member's "
+                    "sync: a request that sync may need came behind it", body.group_id, cluster,
+                )  # fmt: skip
                 return body
             synced = asyncio.ensure_future(members.next_sync(body.group_id, left))
             try:
@@ -547,7 +573,7 @@ class GroupHandling:
         longer than a held request may wait."""
         rejoin = self._waited_for(request)  # the join under way as the commit comes
         assert rejoin is not None, "adopted only while a rejoin is under way (_rejoining)"
-        again, behind = rejoin.again, self._next_behind()  # a refusal from now on ends the wait
+        again, behind = rejoin.again, self._behind_since(request)  # a refusal from now on ends the wait
 
         async def adopted() -> Reply:
             body = await self._as_rejoined(rejoin, again, request, request.body, behind)
@@ -609,6 +635,11 @@ class GroupHandling:
             ends.add(behind)
         await asyncio.wait(ends, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
         if not rejoin.joined.done():
+            if behind.done() and behind in ends:
+                log.info(
+                    "group %s: a commit goes as it came, not waiting for its member's rejoin on another "
+                    "connection: a request that rejoin may need came behind it", request.body.group_id,
+                )  # fmt: skip
             return body
         member_id, generation = rejoin.joined.result()
         if body.member_id and not rejoin.owns(body):  # its partitions went to others: as it came

@@ -66,6 +66,8 @@ class Members:
         """Per group and cluster, the commits carried there and not answered yet (``carrying``)."""
         self._rejoins: dict[tuple[str, str], Rejoin] = {}
         """Per group and member id, the rejoin that gave it, not synced yet (``rejoin_of``)."""
+        self._entering: dict[tuple[str, str], int] = {}
+        """Per group and cluster, the joins waiting to enter it for commits carried there (``entering``)."""
 
     def joined(self, group: str, member_id: str, member: Member) -> None:
         self._members.pop((group, member_id), None)
@@ -86,6 +88,9 @@ class Members:
         member = self._members.get((group, member_id))
         if member is not None:
             self._members[(group, member_id)] = dataclasses.replace(member, synced=(generation, assigned))
+        self._wake(group)
+
+    def _wake(self, group: str) -> None:
         for waiting in self._syncs.pop(group, []):
             if not waiting.done():
                 waiting.set_result(None)
@@ -101,7 +106,8 @@ class Members:
         )  # fmt: skip
 
     async def next_sync(self, group: str, timeout_s: float) -> None:
-        """Until a SyncGroup of ``group`` is answered (``synced``), or ``timeout_s``."""
+        """Until a SyncGroup of ``group`` is answered (``synced``), a join waits to enter it
+        (``before_entering``), or ``timeout_s``."""
         waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._syncs.setdefault(group, []).append(waiting)
         try:
@@ -153,9 +159,28 @@ class Members:
 
         answered.add_done_callback(done)
 
-    def carried(self, group: str, cluster: str) -> set[asyncio.Future[None]]:
-        """The commits carried into ``group`` on ``cluster`` and not answered yet (``carrying``)."""
-        return set(self._carried.get((group, cluster), ()))
+    async def before_entering(self, group: str, cluster: str, timeout_s: float) -> None:
+        """Until the commits carried into ``group`` on ``cluster`` now are answered (``carrying``), or
+        ``timeout_s``: a join that enters the group waits so. Meanwhile the group has a join waiting to
+        enter (``entering``), and a carried commit waiting for a member's sync goes at once from outside
+        the group, which still takes it — that member's join may be this one, which waits for it."""
+        carried = set(self._carried.get((group, cluster), ()))
+        if not carried:
+            return
+        key = (group, cluster)
+        self._entering[key] = self._entering.get(key, 0) + 1
+        self._wake(group)
+        try:
+            await asyncio.wait(carried, timeout=timeout_s)
+        finally:
+            self._entering[key] -= 1
+            if not self._entering[key]:
+                del self._entering[key]
+
+    def entering(self, group: str, cluster: str) -> bool:
+        """Whether a join waits to enter ``group`` on ``cluster`` until the commits carried there are
+        answered (``before_entering``)."""
+        return (group, cluster) in self._entering
 
     def rejoining(self, group: str, member_id: str, rejoin: Rejoin) -> None:
         """``rejoin``'s join was answered with ``member_id``: until its sync, a commit of that member at
@@ -164,6 +189,11 @@ class Members:
         self._rejoins[(group, member_id)] = rejoin
         while len(self._rejoins) > self._most:
             del self._rejoins[next(iter(self._rejoins))]
+
+    def rejoin_ended(self, group: str, member_id: str, rejoin: Rejoin) -> None:
+        """``rejoin``, which gave ``member_id``, is over (synced, or its connection closed)."""
+        if self._rejoins.get((group, member_id)) is rejoin:
+            del self._rejoins[(group, member_id)]
 
     def rejoin_of(self, group: str, member_id: str) -> Rejoin | None:
         """The rejoin of ``member_id`` answered and not ended yet (synced, or sent to join again)."""

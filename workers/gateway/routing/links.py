@@ -28,6 +28,9 @@ from workers.gateway.brokers.mapped import Lookup
 
 log = logging.getLogger(__name__)
 _LINKS_REMEMBERED = 100
+_READS_AHEAD = 2
+"""Promoted links' maps read at once ahead of need (``LinkLookup.read_ahead``): each read is a consumer
+reading the whole map topic, in the thread pool every other blocking call shares."""
 
 
 class LinkLookup:
@@ -45,6 +48,7 @@ class LinkLookup:
         self._promoted: set[tuple[str, int]] | None = None
         """The promoted links (id, epoch) of the snapshot ``read_ahead`` saw last (None: none yet)."""
         self._reading: set[asyncio.Task[Any]] = set()
+        self._read_slots = asyncio.Semaphore(_READS_AHEAD)
 
     def mirrored(self, snapshot: RoutingSnapshot, cluster: str, topic: str) -> bool:
         """Whether ``topic`` on ``cluster`` is a mirror's copy: only the mirror writes it until promoted."""
@@ -151,9 +155,13 @@ class LinkLookup:
         fresh = [] if seen is None else [link for key, link in promoted.items() if key not in seen]
         self._promoted = set(promoted)
         for link in fresh:
-            task = asyncio.create_task(self.link_records(link))
+            task = asyncio.create_task(self._read_one(link))
             self._reading.add(task)
             task.add_done_callback(self._read)
+
+    async def _read_one(self, link: Link) -> None:
+        async with self._read_slots:  # a change promoting many links reads a few at a time
+            await self.link_records(link)
 
     def _read(self, task: asyncio.Task[Any]) -> None:
         self._reading.discard(task)
