@@ -23,12 +23,14 @@ from switchyard.ledger.kinds import RoutingSnapshot
 from switchyard.model import Binding, BindingState
 from tests.helpers.batches import record_batch
 from tests.helpers.sessions import Brokers, Gateway, raw
+from workers.gateway import session
 from workers.gateway.brokers.upstream import Unlisted, Upstream
 from workers.gateway.brokers.vnodes import RealBroker
 from workers.gateway.framing.entities import element_type, make
 from workers.gateway.framing.protocol import decode_response, parse_request, request_schema
 from workers.gateway.producers.translation import Translation
 from workers.gateway.routing import apis
+from workers.gateway.routing.holds import KIP848_HEARTBEAT_S
 from workers.gateway.session import ClientSession, Listener
 from workers.gateway.shared import Shared
 
@@ -165,6 +167,12 @@ def test_with_no_coordinator_named_the_commit_gets_the_retriable_error() -> None
     commit = parse_request(raw(apis.OFFSET_COMMIT, 8, group_id="orders-readers"))
     codes = {p.error_code for t in decode_response(commit, answer).topics for p in t.partitions}
     assert codes == {ErrorCode.not_coordinator}
+
+
+def test_the_coordinator_is_sought_no_longer_than_a_kip848_heartbeat_waits() -> None:
+    """The connection's requests wait behind the lookup; librdkafka gives a KIP-848 heartbeat up after the
+    heartbeat interval, and the commit in flight with it (a chaos trial: asked 5 s, ``_TIMED_OUT``)."""
+    assert session._FIND_WITHIN_S + 1.0 <= KIP848_HEARTBEAT_S
 
 
 def test_a_moved_producers_write_to_a_gone_broker_holds_its_partitions_later_batches_back() -> None:

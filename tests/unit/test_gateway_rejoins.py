@@ -489,3 +489,21 @@ def test_a_rejoin_whose_connection_closed_or_that_synced_elsewhere_holds_no_comm
             assert not committing._rejoining(commit, None), f"held for a rejoin {ends}"
 
     asyncio.run(run())
+
+
+def test_a_commit_of_a_generation_before_its_members_latest_sync_goes_in_that_one() -> None:
+    """kafkajs committed generation 10 on the connection its join of generation 11 had just synced on,
+    the sync answered before the commit was read: refused ILLEGAL_GENERATION (a chaos trial). A member
+    that kept every partition the commit names commits for itself in the generation it is in now."""
+    shared = gateway()
+    shared.members.joined(GROUP, "m-new", Member("standby", 30.0))
+    group = handling(shared)
+    assert group.in_synced_generation(member_commit(10, ("t", 0)), "standby") is None  # not synced yet
+    shared.members.synced(GROUP, "m-new", 11, frozenset({("t", 0), ("t", 1)}))
+    went = group.in_synced_generation(member_commit(10, ("t", 0), ("t", 1)), "standby")
+    assert went is not None
+    assert went.generation_id_or_member_epoch == 11
+    assert group.in_synced_generation(member_commit(11, ("t", 0)), "standby") is None  # its own
+    assert group.in_synced_generation(member_commit(10, ("t", 0), ("t", 2)), "standby") is None  # t-2 not its
+    assert group.in_synced_generation(member_commit(10, ("t", 0)), "primary") is None  # synced elsewhere
+    assert group.in_synced_generation(member_commit(-1, ("t", 0)), "standby") is None  # from outside

@@ -91,9 +91,12 @@ _HIGH_WATER = 256 * 1024
 _LOADING_PAUSE_S, _LOADING_WITHIN_S = 0.2, 10.0
 """How often, and for how long, an offsets request is asked again of a coordinator still loading them:
 well inside a client's request time-out (30 s in the Java client and kafkajs, 60 s in librdkafka)."""
-_FIND_WITHIN_S = 5.0
+_FIND_WITHIN_S = 3.0
 """How long the gateway asks a cluster for a group's coordinator when the one its request went to is
-gone from the cluster's metadata, before the request gets the retriable error."""
+gone from the cluster's metadata, before the request gets the retriable error: well within
+``KIP848_HEARTBEAT_S``, after which librdkafka gives a KIP-848 heartbeat up and every request in flight
+on its connection with it. Asked 5 s, a consumer's heartbeats timed out behind the lookup, and its
+commit in flight failed to the application (``_TIMED_OUT``, a chaos trial: a standby broker killed)."""
 _LOOKUPS = 3
 """A member's lookup is made again while the routing moves on under it, this many times at most (a
 switch's epochs come a few at a time)."""
@@ -562,6 +565,8 @@ class ClientSession:
             return await self.groups.heartbeat_out(request, cluster, incoming.identity)
         elif request.api_key in mapped.TRANSLATED_REQUESTS:
             given = forwarded_fetch(request.body) if request.api_key == apis.FETCH else None
+            if request.api_key == apis.OFFSET_COMMIT:
+                given = self.groups.in_synced_generation(request, cluster)
             body = await self._in_cluster_offsets(incoming, given or request.body, snapshot, cluster)
             if request.api_key == apis.DELETE_RECORDS:
                 body = await self.gateway.links.purge_bound(snapshot, cluster, body)

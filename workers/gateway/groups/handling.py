@@ -581,6 +581,26 @@ class GroupHandling:
 
         return adopted()
 
+    def in_synced_generation(self, request: Request, cluster: str) -> Any | None:
+        """An OffsetCommit forwarded to ``cluster`` as its member's generation now, where it names an
+        earlier one and the member's latest sync there (the gateway saw it answered) assigned it every
+        partition the commit names; None: as it came. kafkajs committed the generation before on the
+        connection its next join had just synced on, the sync's answer in before the commit was decided:
+        refused `ILLEGAL_GENERATION` (a chaos trial). The broker refuses such a commit so that a member
+        that lost its partitions does not overwrite another's; one that kept them commits for itself."""
+        body = request.body
+        generation = body.generation_id_or_member_epoch
+        if request.api_version < 1 or generation < 0 or not body.member_id:
+            return None
+        member = self.gateway.members.get(body.group_id, body.member_id)
+        if member is None or member.consumer or member.cluster != cluster or member.synced is None:
+            return None
+        synced, assigned = member.synced
+        named = {(t.name, p.partition_index) for t in body.topics for p in t.partitions}
+        if synced <= generation or assigned is None or not named <= assigned:
+            return None
+        return dataclasses.replace(body, generation_id_or_member_epoch=synced)
+
     def _waited_for(self, request: Request) -> Rejoin | None:
         """The join a commit coming now may wait for: this connection's consumer's, under way and entered
         (see ``carry``); else, for a commit naming its member, that member's answered on another of the
