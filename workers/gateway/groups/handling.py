@@ -37,7 +37,7 @@ from workers.gateway.groups import consumer_protocol
 from workers.gateway.groups.carry import carried_commit
 from workers.gateway.groups.coordinator import Coordinators, coordinator
 from workers.gateway.groups.members import Member
-from workers.gateway.groups.rejoin import Rejoin
+from workers.gateway.groups.rejoin import Rejoin, commit_partitions
 from workers.gateway.routing import apis
 from workers.gateway.routing.blocking import OwnAnswer, Reply
 from workers.gateway.routing.holds import hold_limit
@@ -514,7 +514,7 @@ class GroupHandling:
         A member this connection's own join was given is not waited for: librdkafka commits between its
         join asking for a member id and the join that enters, whose answer would queue behind this one's.
         Nor is any once a request that join may need comes behind this commit (``behind``, see ``came``)."""
-        named = {(t.name, p.partition_index) for t in body.topics for p in t.partitions}
+        named = commit_partitions(body)
         members = self.gateway.members
         while (found := members.successor(body.group_id, cluster, identity, named)) is None:
             left = deadline - time.monotonic()
@@ -596,8 +596,7 @@ class GroupHandling:
         if member is None or member.consumer or member.cluster != cluster or member.synced is None:
             return None
         synced, assigned = member.synced
-        named = {(t.name, p.partition_index) for t in body.topics for p in t.partitions}
-        if synced <= generation or assigned is None or not named <= assigned:
+        if synced <= generation or assigned is None or not commit_partitions(body) <= assigned:
             return None
         return dataclasses.replace(body, generation_id_or_member_epoch=synced)
 

@@ -44,8 +44,7 @@ class Rejoin:
         """Whether the sync that ended the join assigned every partition ``commit`` names to its member:
         a commit made in an earlier generation goes as this one's only then, or it would overwrite what
         another member, given one of them, commits."""
-        named = {(t.name, p.partition_index) for t in commit.topics for p in t.partitions}
-        return self.assigned is not None and named <= self.assigned
+        return self.assigned is not None and commit_partitions(commit) <= self.assigned
 
     def refused(self) -> None:
         """A JoinGroup or SyncGroup of it was refused: the client joins again. A commit coming now must
@@ -56,3 +55,8 @@ class Rejoin:
         if not self.again.done():
             self.again.set_result(None)
         self.again = asyncio.get_running_loop().create_future()
+
+
+def commit_partitions(commit: Any) -> set[tuple[str, int]]:
+    """The (topic, partition) pairs an OffsetCommit's ``commit`` body names."""
+    return {(t.name, p.partition_index) for t in commit.topics for p in t.partitions}
