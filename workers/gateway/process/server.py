@@ -263,7 +263,6 @@ class Gateway:
             self._loop.call_soon_threadsafe(self._snapshot_arrived)
 
     def _snapshot_arrived(self) -> None:
-        self.links.read_ahead(self.view.snapshot)
         self._epoch_changed.set()
         self.changes.publish()
 

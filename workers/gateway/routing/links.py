@@ -28,9 +28,6 @@ from workers.gateway.brokers.mapped import Lookup
 
 log = logging.getLogger(__name__)
 _LINKS_REMEMBERED = 100
-_READS_AHEAD = 2
-"""Promoted links' maps read at once ahead of need (``LinkLookup.read_ahead``): each read is a consumer
-reading the whole map topic, in the thread pool every other blocking call shares."""
 
 
 class LinkLookup:
@@ -45,10 +42,6 @@ class LinkLookup:
         self._latest_in: RoutingSnapshot | None = None
         self._tables: dict[tuple[str, int], dict[str, dict[int, Presented]]] = {}
         """Per promoted link (id, epoch): its partitions whose copy's offsets differ, by topic."""
-        self._promoted: set[tuple[str, int]] | None = None
-        """The promoted links (id, epoch) of the snapshot ``read_ahead`` saw last (None: none yet)."""
-        self._reading: set[asyncio.Task[Any]] = set()
-        self._read_slots = asyncio.Semaphore(_READS_AHEAD)
 
     def mirrored(self, snapshot: RoutingSnapshot, cluster: str, topic: str) -> bool:
         """Whether ``topic`` on ``cluster`` is a mirror's copy: only the mirror writes it until promoted."""
@@ -142,31 +135,6 @@ class LinkLookup:
             if len(self._records) > _LINKS_REMEMBERED:
                 del self._records[next(iter(self._records))]
         return await asyncio.shield(found)
-
-    def read_ahead(self, snapshot: RoutingSnapshot) -> None:
-        """Start reading the records of each link ``snapshot`` promoted since the one before: the first
-        commit carried over it and the first answers presented through it come within a second of the
-        flip, and a read of the map topic costs a new consumer and the whole topic. A carried commit
-        that waited so came after its client's join on another connection (a chaos trial). Not at the
-        first snapshot: a gateway starting reads a link when a request first needs it."""
-        links = snapshot.links.values()
-        promoted = {(link.id, link.epoch): link for link in links if link.state is LinkState.PROMOTED}
-        seen = self._promoted
-        fresh = [] if seen is None else [link for key, link in promoted.items() if key not in seen]
-        self._promoted = set(promoted)
-        for link in fresh:
-            task = asyncio.create_task(self._read_one(link))
-            self._reading.add(task)
-            task.add_done_callback(self._read)
-
-    async def _read_one(self, link: Link) -> None:
-        async with self._read_slots:  # a change promoting many links reads a few at a time
-            await self.link_records(link)
-
-    def _read(self, task: asyncio.Task[Any]) -> None:
-        self._reading.discard(task)
-        if not task.cancelled() and task.exception() is not None:  # read again when a request needs it
-            log.warning("a promoted link's records were not read ahead: %s", task.exception())
 
     def presents(self, snapshot: RoutingSnapshot, cluster: str) -> bool:
         """Whether any topic on ``cluster`` may be presented in other offsets than its own: ``cluster`` is
