@@ -416,3 +416,57 @@ def left_within(admin: AdminClient, group: str, seconds: float, why: str) -> Non
 
 def described(admin: AdminClient, group: str) -> ConsumerGroupDescription:
     return admin.describe_consumer_groups([group])[group].result(30)
+
+
+LONG_BLOCK_S = 26.0
+"""Longer than librdkafka spends on a commit sent into a block: six sends held 3.3 s each, with a
+parking between them (about 21 s), after which the commit failed to the application."""
+
+
+def test_a_consumer_protocol_members_commit_made_through_a_long_block_lands_once_it_ends(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """librdkafka's member of the consumer protocol (KIP-848) commits while its group is blocked, and the
+    block lasts longer than the client sends a commit for (a saga waiting at an approval here; a worker
+    or a broker struck mid-switch in the chaos trials). The gateway holds the commit only as long as the
+    member's heartbeat allows, then answers NOT_COORDINATOR; the client looks its coordinator up, is told
+    there is none yet, and sends the commit where the flip sends the group. Its coordinator found at once,
+    the client sent the commit into the block until it gave up and failed it to the application, which
+    then processed its batch again (a chaos trial, and the suite's sample on CI)."""
+    app, topic, link = prepare(live, routing, stack_config, partitions=1)
+    assert live.gateway is not None
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.produce(primary, topic, [kafka.Record(None, str(n).encode(), partition=0) for n in range(5)])
+    group = unique("group")
+    consumer = Consumer({"bootstrap.servers": live.gateway.bootstrap, "client.id": f"{app}@reader",
+                         "group.id": group, "group.protocol": "consumer", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})  # fmt: skip
+    consumer.subscribe([topic])
+    try:
+        read: list[bytes | None] = []
+        deadline = time.monotonic() + 60
+        while len(read) < 5:
+            assert time.monotonic() < deadline, f"read {len(read)} of 5"
+            read += [m.value() for m in consumer.consume(10, 0.5) if m.error() is None]
+        started = live.cli("switchover", app, "--link", link, "--approval", "before-flip", "--reason", "held")
+        assert started.returncode == 0, started.stdout + started.stderr
+        saga = saga_id([app])
+        wait_for_approval(live, saga)
+        with ThreadPoolExecutor(1) as committing:
+            sent = time.monotonic()
+            commit = committing.submit(consumer.commit, asynchronous=False)
+            while not commit.done() and time.monotonic() - sent < LONG_BLOCK_S:
+                time.sleep(0.5)
+            if commit.done():
+                pytest.fail(
+                    f"answered in the block, {time.monotonic() - sent:.1f} s in: {commit.exception()}"
+                )
+            approved = live.cli("sagas", "approve", saga, "--reason", "go on")
+            assert approved.returncode == 0, approved.stdout + approved.stderr
+            assert [(p.topic, p.partition, p.offset, p.error) for p in commit.result(60)] == [
+                (topic, 0, 5, None)
+            ]
+        live.follow_to_switched(saga, "switchover", app)
+    finally:
+        consumer.close()
+    assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 5}

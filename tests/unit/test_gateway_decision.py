@@ -8,13 +8,15 @@ OffsetCommit of a member that joined elsewhere is carried.
 from __future__ import annotations
 
 import itertools
+from datetime import timedelta
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from switchyard.model import BindingState
 from switchyard.resolution import Resolution
 from workers.gateway.brokers.vnodes import RealBroker
-from workers.gateway.framing.protocol import known_versions
+from workers.gateway.framing.protocol import decode_response, encode_request, known_versions
 from workers.gateway.routing import apis
 from workers.gateway.routing.apis import Context
 from workers.gateway.routing.decision import Action, Decision, decide
@@ -206,3 +208,42 @@ def test_a_gateway_that_cannot_vouch_for_its_routing_holds_what_a_block_holds(ke
             assert decision.action is (Action.HOLD if answered else Action.DROP), key
         else:
             assert decision == vouched, key
+
+
+@pytest.mark.parametrize(
+    ("state", "waits", "expected"),
+    [
+        (BindingState.BLOCKED, True, Action.UNFOUND),
+        (BindingState.ACTIVE, True, Action.FORWARD),
+        (BindingState.BLOCKED, False, Action.FORWARD),  # a producer's lookup, or a classic group's
+    ],
+)  # fmt: skip
+def test_a_blocked_consumer_protocol_groups_coordinator_is_not_found_until_the_block_ends(
+    state: BindingState, waits: bool, expected: Action
+) -> None:
+    """librdkafka's KIP-848 member, told its group has a coordinator, sends its commit into the block until
+    it gives it up to the application; told there is none, it waits for one."""
+    context = Context(group="g")
+    decision = decide(apis.FIND_COORDINATOR, context, resolution(state), None, coordinator_waits=waits)
+    assert decision.action is expected
+    if expected is Action.UNFOUND:  # the API's retriable error, as a shielded cluster's lookup gets
+        assert decision.answer is not None
+        request = encode_request(apis.FIND_COORDINATOR, 3, {"key": "g", "key_type": 0}, client_id="c")
+        answer = decode_response(request, decision.answer.encoded(request)[4:])
+        assert answer.error_code == ErrorCode.coordinator_not_available
+
+
+@pytest.mark.parametrize(
+    ("key", "fields", "producer"),
+    [
+        (apis.FIND_COORDINATOR, {"key": "g", "key_type": 0}, False),
+        (apis.FIND_COORDINATOR, {"key": "t", "key_type": 1}, True),  # a transaction's coordinator
+        (apis.INIT_PRODUCER_ID, {"transactional_id": None, "transaction_timeout": timedelta(0)}, True),
+        (apis.END_TXN, {"transactional_id": "t", "producer_id": 7, "producer_epoch": 2}, True),
+        (apis.HEARTBEAT, {"group_id": "g", "generation_id": 1, "member_id": "m"}, False),
+    ],
+)  # fmt: skip
+def test_a_connection_is_a_producers_once_it_carries_what_only_a_producer_sends(
+    key: int, fields: dict[str, object], producer: bool
+) -> None:
+    assert apis.from_a_producer(encode_request(key, 3, fields, client_id="c")) is producer

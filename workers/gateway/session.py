@@ -133,6 +133,8 @@ class ClientSession:
         """Who the client proved to be over SASL; its broker connections log in as the same user."""
         self._handshaken = False
         self._closing = False
+        self._producer = False
+        """The connection carried a request only a producer sends (``apis.from_a_producer``)."""
         self._upstreams: dict[tuple[str, int | None, bool], Upstream] = {}
         """Broker connections by (cluster, node, for long polls): a long poll never shares its connection
         with other requests, which would wait behind it at the broker (a broker answers a connection's
@@ -350,6 +352,7 @@ class ClientSession:
                 f"{api_name(key)} v{request.api_version} is not offered by this gateway "
                 "(ApiVersions says what is)"
             )
+        self._producer = self._producer or apis.from_a_producer(request)
         refused = apis.refusal(request)
         if refused is not None:  # the broker's own answer, or the gateway's: nothing to route or hold
             return _ready(OwnAnswer(refused))
@@ -509,6 +512,8 @@ class ClientSession:
             mirrored=lambda topic: gateway.links.mirrored(snapshot, resolution.cluster, topic),
             joined_on=joined_on, rejoining=rejoining, partitions=partitions,
             shielded=snapshot.shielded(resolution.cluster), unvouched=not gateway.vouched(snapshot),
+            coordinator_waits=request.api_key == apis.FIND_COORDINATOR and context.group is not None
+            and not self._producer and gateway.members.of_consumer_protocol(context.group),
             shield_holds=gateway.shield_fresh(resolution.cluster)
             and not (request.api_key == apis.PRODUCE and request.body.transactional_id),
         )  # fmt: skip
@@ -528,7 +533,12 @@ class ClientSession:
         if action is Action.DROP:
             return _ready(None)
         if decision.answer is not None:
-            if action in (Action.REDIRECT, Action.REFUSE, Action.SHIELD):  # a HOLD's was counted when held
+            if action in (
+                Action.REDIRECT,
+                Action.REFUSE,
+                Action.SHIELD,
+                Action.UNFOUND,
+            ):  # a HOLD's: when held
                 self.gateway.metrics.blocked.add(api_name(request.api_key), incoming.identity.app or "-")
             return _unsent(decision.answer)
         if action is Action.CARRY:

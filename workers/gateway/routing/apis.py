@@ -42,6 +42,8 @@ that none of its transactions changes on the old cluster once a switch has block
 there after the block would move the source's end, and a commit of offsets would come after the group
 sync). A saga waits for the transactions open at the block to end (``activities/transactions.py``)."""
 BLOCKABLE = GROUP_APIS | PARTITION_APIS | TRANSACTION_APIS
+PRODUCER_APIS = frozenset({PRODUCE, INIT_PRODUCER_ID}) | TRANSACTION_APIS
+"""Requests only a producer sends: a connection that carried one is a producer's (``from_a_producer``)."""
 TELEMETRY_APIS = frozenset({GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY})
 """Client metrics (KIP-714): librdkafka asks for its subscription after connecting and again while it
 runs, over a connection that also carries its data."""
@@ -86,6 +88,12 @@ class Context:
     expects_response: bool = True
     producer: tuple[int, int] | None = None
     """(producer id, epoch) of an idempotent, non-transactional Produce; None otherwise."""
+
+
+def from_a_producer(request: Request) -> bool:
+    """Whether ``request`` is one only a producer sends (a transaction's coordinator looked up included)."""
+    key = request.api_key
+    return key in PRODUCER_APIS or (key == FIND_COORDINATOR and getattr(request.body, "key_type", 0) == 1)
 
 
 def refusal(request: Request) -> ErrorCode | None:

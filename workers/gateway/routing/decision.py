@@ -48,6 +48,15 @@ sockets and shared state, lets every API be checked against every routing state 
   by a target in trouble (a broker of it killed: 14 s in a chaos trial) outlasted kafkajs's retries,
   answered at once (sends failed); held, it goes where the flip sends it, or gets the retriable error
   once its hold time is over;
+- ``UNFOUND``: a FindCoordinator for a blocked group of the consumer protocol (KIP-848), from a client
+  that is not a producer: COORDINATOR_NOT_AVAILABLE at once. librdkafka's member, its commit held and
+  answered NOT_COORDINATOR (held no longer than its 5 s heartbeat allows, ``holds.KIP848_HEARTBEAT_S``),
+  looks its coordinator up again and sends the commit once it has one, parking it (45 s at most) after
+  three sends. Its coordinator found at once, it sent the commit into the block again and again and gave
+  it up to the application after about 21 s (a chaos trial: its batch processed twice); told there is
+  none yet, it asks every half second and sends the commit where the flip (or the block's end) routes
+  the group. A producer's lookup of a group (its TxnOffsetCommit) is forwarded: librdkafka's transactional
+  producer asks for it a few times only, and then waits for a connection to change;
 - ``SPLIT``: a partition request naming a partition a migration moved: split per cluster and broker,
   answered in client offsets (see :mod:`workers.gateway.migrated.partitions`); a write to a partition whose
   migration is about to take effect is held like a blocked identity's.
@@ -83,6 +92,7 @@ class Action(enum.Enum):
     ADOPT = "adopt"
     DROP = "drop"
     SHIELD = "shield"
+    UNFOUND = "unfound"
     SPLIT = "split"
 
 
@@ -110,6 +120,7 @@ _ANSWERS = {
     Action.REDIRECT: OwnAnswer(),
     Action.HOLD: OwnAnswer(),
     Action.SHIELD: OwnAnswer(),
+    Action.UNFOUND: OwnAnswer(),
 }
 
 
@@ -127,6 +138,7 @@ def decide(
     shielded: bool = False,
     shield_holds: bool = False,
     unvouched: bool = False,
+    coordinator_waits: bool = False,
 ) -> Decision:
     """``broker``: the real broker the connection's listener stands for (None: the bootstrap port);
     ``empty_metadata``: a Metadata request with an empty topic list; ``mirrored(topic)``: whether the
@@ -139,8 +151,11 @@ def decide(
     ``shielded``: the resolved cluster is shielded or down; ``shield_holds``: its shield is fresh and the
     request is no transaction's, so a write is held for a routing change; ``unvouched``: the gateway
     cannot vouch that its routing is current (:meth:`Gateway.vouched`): ``apis.UNVOUCHED_HELD`` is held
-    as for a block."""
+    as for a block; ``coordinator_waits``: a FindCoordinator for a group of the consumer protocol, from a
+    client that is not a producer, is told there is no coordinator while the group is blocked."""
     cluster = resolution.cluster
+    if coordinator_waits and api_key == apis.FIND_COORDINATOR and resolution.state is BindingState.BLOCKED:
+        return Decision(Action.UNFOUND, cluster)
     if api_key == apis.METADATA and (empty_metadata or shielded):
         return Decision(Action.ANSWER, cluster)
     if unvouched and api_key in apis.UNVOUCHED_HELD:
@@ -157,9 +172,10 @@ def decide(
     return decision
 
 
-_ANSWERED_HERE = frozenset(
-    {Action.HOLD, Action.REDIRECT, Action.REFUSE, Action.REJOIN, Action.QUIET, Action.FENCE, Action.SHIELD}
-)
+_ANSWERED_HERE = frozenset({
+    Action.HOLD, Action.REDIRECT, Action.REFUSE, Action.REJOIN, Action.QUIET, Action.FENCE, Action.SHIELD,
+    Action.UNFOUND,
+})  # fmt: skip
 _CONTACTING = frozenset({Action.FORWARD, Action.CARRY, Action.ADOPT})
 
 
