@@ -247,3 +247,17 @@ def test_a_connection_is_a_producers_once_it_carries_what_only_a_producer_sends(
     key: int, fields: dict[str, object], producer: bool
 ) -> None:
     assert apis.from_a_producer(encode_request(key, 3, fields, client_id="c")) is producer
+
+
+def test_a_coordinator_lookup_told_to_wait_changes_no_other_decision() -> None:
+    """``coordinator_waits`` concerns a blocked group's FindCoordinator alone: every other API, in every
+    routing state and on every listener, is decided as without it."""
+    for key, state, listener, answered, mirrored, joined_on in CASES:
+        if key == apis.FIND_COORDINATOR and state is BindingState.BLOCKED:
+            continue
+        context = Context(topics=("t",), group="g", expects_response=answered)
+        waiting = decide(
+            key, context, resolution(state), LISTENERS[listener],
+            mirrored=lambda _topic, m=mirrored: m, joined_on=joined_on, coordinator_waits=True,
+        )  # fmt: skip
+        assert waiting == decided(key, state, listener, answered, mirrored, joined_on)
