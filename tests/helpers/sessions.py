@@ -66,6 +66,7 @@ class Gateway:
         self.usage = UsageTracker(7 * 24 * 3600.0)
         self.acked = AckedEnds()
         self.members = Members()
+        self.consumer_groups = NoConsumerGroups()
         self.moved = Moved(_nowhere, _nowhere)
         self.brokers = Brokers()
         self.unvouched = False
@@ -77,6 +78,16 @@ class Gateway:
         return True
 
     def settling(self, _cluster: str) -> bool:
+        return False
+
+
+class NoConsumerGroups:
+    """A store of consumer-protocol groups that knows none (the real one is ZooKeeper's)."""
+
+    def note(self, _group: str) -> None:
+        pass
+
+    async def of_consumer_protocol(self, _group: str) -> bool:
         return False
 
 

@@ -70,8 +70,7 @@ def never(victim: Victim, _: random.Random) -> bool:
     """No trial of the sample is struck at an approval: clients are held until the approval, which the
     harness's own steps (waiting for the approval point, the approving CLI) delayed to 27 s beside the
     suite's other workers, longer than a held commit may wait (a third of the session time-out): a
-    KIP-848 consumer's commit was refused and its batch processed again (a fresh clone's run; no
-    longer, where the gateway process saw the member: a blocked group's coordinator is not found until
-    the flip). ``make chaos``, on its own, strikes one trial in four there; the sample's minutes go to
-    the other strikes."""
+    KIP-848 consumer's commit was refused and its batch processed again (a fresh clone's run; no longer:
+    a blocked group's coordinator is not found until the flip). ``make chaos``, on its own, strikes one
+    trial in four there; the sample's minutes go to the other strikes."""
     return False

@@ -64,12 +64,3 @@ def test_an_old_memberships_commit_goes_as_its_clients_one_new_member_that_was_a
     members.joined("audit", "b", Member("standby", 45.0, identity=BILLING))  # the oldest goes: "old"
     assert members.get("orders", "old") is None
     assert members.successor("orders", "standby", SHOP, {("t", 2)}) is None
-
-
-def test_a_group_is_of_the_consumer_protocol_once_a_member_of_it_is() -> None:
-    members = Members()
-    members.joined("orders", "m1", Member("primary", 45.0, identity=SHOP))
-    assert not members.of_consumer_protocol("orders")
-    members.joined("orders", "m2", Member("primary", None, identity=SHOP, consumer=True))
-    assert members.of_consumer_protocol("orders")
-    assert not members.of_consumer_protocol("audit")

@@ -31,6 +31,7 @@ from kio.schema.errors import ErrorCode
 
 from switchyard.config import GatewayLimitsConfig
 from switchyard.identity import Identity, identify
+from switchyard.model import BindingState
 from switchyard.resolution import Resolution, resolve
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.brokers import leaders, mapped, topic_identity
@@ -367,7 +368,8 @@ class ClientSession:
         self.gateway.usage.note(incoming.identity, key, incoming.context)
         if self.groups.names_a_member(request):
             snapshot, resolution = await self._find_member(incoming, snapshot, resolution)
-        decision = self._decide(incoming, snapshot, resolution)
+        waits = await self._coordinator_waits(incoming, resolution)
+        decision = self._decide(incoming, snapshot, resolution, coordinator_waits=waits)
         txn = transactional(request)
         # held as the gateway cannot vouch for its routing, what would end a transaction waits too
         if txn is not None and (decision.action is not Action.HOLD or self.gateway.vouched(snapshot)):
@@ -382,6 +384,16 @@ class ClientSession:
             self._held[let_go] = self._waiting[let_go] = None
             return self.later(self._hold(incoming, snapshot, let_go))
         return await self._carry_out(incoming, decision, snapshot, resolution)
+
+    async def _coordinator_waits(self, incoming: Incoming, resolution: Resolution) -> bool:
+        """Whether ``incoming`` is a FindCoordinator for a blocked group of the consumer protocol, from a
+        connection that carried no producer's request: not found until the block ends (``decide``)."""
+        group = incoming.context.group
+        if incoming.request.api_key != apis.FIND_COORDINATOR or group is None or self._producer:
+            return False
+        if resolution.state is not BindingState.BLOCKED:
+            return False
+        return await self.gateway.consumer_groups.of_consumer_protocol(group)
 
     async def _find_member(
         self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution
@@ -501,7 +513,11 @@ class ClientSession:
                  left or "a cluster not reached", decision.cluster)  # fmt: skip
         return _new_epoch(request, started.producer_id, started.producer_epoch)
 
-    def _decide(self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution) -> Decision:
+    def _decide(
+        self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution, *,
+        coordinator_waits: bool = False,
+    ) -> Decision:  # fmt: skip
+        """``coordinator_waits``: see ``decide`` (a FindCoordinator's, never held, is decided here once)."""
         request, context = incoming.request, incoming.context
         gateway = self.gateway
         joined_on, rejoining = self.groups.joined_on(request, snapshot, resolution.cluster, context.topics)
@@ -512,8 +528,7 @@ class ClientSession:
             mirrored=lambda topic: gateway.links.mirrored(snapshot, resolution.cluster, topic),
             joined_on=joined_on, rejoining=rejoining, partitions=partitions,
             shielded=snapshot.shielded(resolution.cluster), unvouched=not gateway.vouched(snapshot),
-            coordinator_waits=request.api_key == apis.FIND_COORDINATOR and context.group is not None
-            and not self._producer and gateway.members.of_consumer_protocol(context.group),
+            coordinator_waits=coordinator_waits,
             shield_holds=gateway.shield_fresh(resolution.cluster)
             and not (request.api_key == apis.PRODUCE and request.body.transactional_id),
         )  # fmt: skip

@@ -19,6 +19,7 @@ from workers.gateway.brokers.directory import BrokerDirectory
 from workers.gateway.brokers.real_ids import RealIds
 from workers.gateway.framing.intake import ByteBudget
 from workers.gateway.groups.members import Members
+from workers.gateway.groups.protocols import ConsumerGroups
 from workers.gateway.migrated.moved import Moved
 from workers.gateway.process.metrics import Metrics
 from workers.gateway.process.usage import UsageTracker
@@ -42,6 +43,7 @@ class Shared(Protocol):
     usage: UsageTracker
     acked: AckedEnds
     members: Members
+    consumer_groups: ConsumerGroups
     moved: Moved
     brokers: BrokerDirectory
     answers: LocalAnswers

@@ -460,6 +460,7 @@ class GroupHandling:
                 cluster, None, identity=identity, credentials=self.connection.credentials, consumer=True
             )
             self.gateway.members.joined(group, member_id, member)
+            self.gateway.consumer_groups.note(group)
 
     def carry(
         self, request: Request, snapshot: RoutingSnapshot, cluster: str, source: str,

@@ -203,10 +203,6 @@ class Members:
             return None
         return rejoin
 
-    def of_consumer_protocol(self, group: str) -> bool:
-        """Whether a member of ``group`` known here is one of the consumer protocol (KIP-848)."""
-        return any(self._members[(group, m)].consumer for m in self._groups.get(group, ()))
-
     def get(self, group: str, member_id: str | None) -> Member | None:
         return self._members.get((group, member_id)) if member_id else None
 

@@ -41,6 +41,7 @@ from workers.gateway.framing.intake import ByteBudget
 from workers.gateway.framing.sasl import SaslError, UsersFile
 from workers.gateway.groups.coordinator import Coordinators
 from workers.gateway.groups.members import Member, Members
+from workers.gateway.groups.protocols import ConsumerGroups
 from workers.gateway.migrated.moved import Moved
 from workers.gateway.process import readiness
 from workers.gateway.process.metrics import Metrics
@@ -105,6 +106,8 @@ class Gateway:
         self.changes = RoutingChanges(lambda: self.view.snapshot)
         """Wakes the requests held while their identity is blocked (:mod:`workers.gateway.routing.holds`)."""
         self.members = Members()
+        self.consumer_groups = ConsumerGroups(zk, self.layout)
+        """Groups of the consumer protocol, as every process saw (:mod:`workers.gateway.groups.protocols`)."""
         self.moved = Moved(self.brokers.topic_metadata, self.producers.take, self.producers.store)
         """Partitions migrations moved: their leaders, and producers' ids on their targets."""
         self.sequences = Sequences(self.brokers, self.moved.leaders)
@@ -357,7 +360,8 @@ class Gateway:
         while True:
             await asyncio.sleep(_PRUNE_EVERY_S)
             for what, prune in (("producer routes", self.producers.store.prune),
-                                ("transactional ids' issuers", self.transactions.store.prune)):  # fmt: skip
+                                ("transactional ids' issuers", self.transactions.store.prune),
+                                ("consumer-protocol groups", self.consumer_groups.prune)):  # fmt: skip
                 try:
                     removed = await asyncio.to_thread(prune)
                 except Exception:

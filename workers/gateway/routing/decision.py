@@ -48,8 +48,9 @@ sockets and shared state, lets every API be checked against every routing state 
   by a target in trouble (a broker of it killed: 14 s in a chaos trial) outlasted kafkajs's retries,
   answered at once (sends failed); held, it goes where the flip sends it, or gets the retriable error
   once its hold time is over;
-- ``UNFOUND``: a FindCoordinator for a blocked group of the consumer protocol (KIP-848), from a client
-  that is not a producer: COORDINATOR_NOT_AVAILABLE at once. librdkafka's member, its commit held and
+- ``UNFOUND``: a FindCoordinator for a blocked group of the consumer protocol (KIP-848, as any gateway
+  process saw: :mod:`workers.gateway.groups.protocols`), on a connection that carried no producer's
+  request: COORDINATOR_NOT_AVAILABLE at once. librdkafka's member, its commit held and
   answered NOT_COORDINATOR (held no longer than its 5 s heartbeat allows, ``holds.KIP848_HEARTBEAT_S``),
   looks its coordinator up again and sends the commit once it has one, parking it (45 s at most) after
   three sends. Its coordinator found at once, it sent the commit into the block again and again and gave
