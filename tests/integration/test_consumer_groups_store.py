@@ -54,3 +54,17 @@ def test_groups_untouched_for_long_are_pruned(zk: KazooClient, zk_root: str) -> 
     assert store.prune(older_than_s=3600) == 0
     time.sleep(1.1)
     assert store.prune(older_than_s=1) == 1
+
+
+def test_a_group_stays_known_where_its_node_could_not_be_written(zk_root: str) -> None:
+    """A member seen while ZooKeeper is out of reach: its group is of the consumer protocol in this process
+    all the same (its lookups are not forwarded here), and written again at a later heartbeat."""
+    unreachable = KazooClient(hosts="127.0.0.1:9", timeout=1.0)
+
+    async def run() -> None:
+        store = ConsumerGroups(unreachable, Layout(zk_root))
+        store.note("orders")
+        await asyncio.gather(*store._writing)
+        assert await store.of_consumer_protocol("orders")
+
+    asyncio.run(run())

@@ -453,14 +453,15 @@ class GroupHandling:
         return encode_response(request, answer)
 
     def _member_of(self, group: str, member_id: str, cluster: str, identity: Identity) -> None:
-        """A member of the consumer protocol is one of ``cluster`` now (unless known there already)."""
+        """A member of the consumer protocol is one of ``cluster`` now (unless known there already); its
+        group one of that protocol, noted at every heartbeat (see ``ConsumerGroups.note``)."""
+        self.gateway.consumer_groups.note(group)
         known = self.gateway.members.get(group, member_id)
         if known is None or known.cluster != cluster or known.left:  # joined (again) there
             member = Member(
                 cluster, None, identity=identity, credentials=self.connection.credentials, consumer=True
             )
             self.gateway.members.joined(group, member_id, member)
-            self.gateway.consumer_groups.note(group)
 
     def carry(
         self, request: Request, snapshot: RoutingSnapshot, cluster: str, source: str,

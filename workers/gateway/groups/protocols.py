@@ -8,8 +8,11 @@ librdkafka looks the coordinator up over any of its connections, and in a gatewa
 that is another process half the time. Known in one process only, the lookup was forwarded there, the
 coordinator found, and the commit sent into the block again.
 
-A node is written when a process first sees a member of the group join, and again once a day while it
-does; nodes untouched for ``STALE_S`` are removed by :meth:`ConsumerGroups.prune`.
+A node (its name the group's, URL-quoted) is written when a process first sees a member of the group
+join or heartbeat, and again once a day while it does; nodes untouched for ``STALE_S`` are removed by
+:meth:`ConsumerGroups.prune`. A group not found, or that ZooKeeper could not be asked about, is taken
+for a classic one for ``_ABSENT_FOR_S`` before it is asked again: a lookup waits on ZooKeeper at most
+once in that time.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ log = logging.getLogger(__name__)
 STALE_S = 7 * 24 * 3600.0
 """A group's committed offsets outlive its last member by a week (``offsets.retention.minutes``)."""
 _TOUCH_EVERY_S = 24 * 3600.0
+_RETRY_WRITE_S = 60.0
+"""A write that failed is made again at a heartbeat this much later (the group stays known here)."""
 _ABSENT_FOR_S = 2.0
 """How long a group not found in ZooKeeper is taken for a classic one before it is asked again."""
 _ASK_WITHIN_S = 1.0
@@ -45,14 +50,14 @@ class ConsumerGroups:
         self._writing: set[asyncio.Task[None]] = set()
 
     def note(self, group: str) -> None:
-        """A member of the consumer protocol joins ``group`` through this process (on the event loop)."""
+        """A member of the consumer protocol joins or heartbeats in ``group`` through this process (on
+        the event loop)."""
         now = time.monotonic()
-        written = self._known.pop(group, None)
-        self._known[group] = now if written is None or now - written > _TOUCH_EVERY_S else written
+        written = self._known.get(group)
+        due = written is None or now - written > _TOUCH_EVERY_S
+        self._remember(self._known, group, now if written is None or due else written)
         self._absent.pop(group, None)
-        while len(self._known) > _REMEMBERED:
-            del self._known[next(iter(self._known))]
-        if self._known[group] == now:
+        if due:
             task = asyncio.ensure_future(self._write(group))
             self._writing.add(task)
             task.add_done_callback(self._writing.discard)
@@ -70,14 +75,11 @@ class ConsumerGroups:
                 asyncio.to_thread(self.zk.exists, self._path(group)), _ASK_WITHIN_S
             )
         except (KazooException, TimeoutError):
-            return False
+            found = None
         if found is None:
-            self._absent.pop(group, None)
-            self._absent[group] = time.monotonic()
-            while len(self._absent) > _REMEMBERED:
-                del self._absent[next(iter(self._absent))]
+            self._remember(self._absent, group, time.monotonic())
             return False
-        self._known[group] = time.monotonic()  # written by another: not written again from here soon
+        self._remember(self._known, group, time.monotonic())  # another's: not written from here soon
         return True
 
     def prune(self, older_than_s: float = STALE_S) -> int:
@@ -95,9 +97,17 @@ class ConsumerGroups:
 
         try:
             await asyncio.to_thread(write)
-        except KazooException as exc:  # known in this process only until the next join
-            self._known.pop(group, None)
+        except KazooException as exc:  # known in this process, written again at a heartbeat later
+            self._known[group] = time.monotonic() - _TOUCH_EVERY_S + _RETRY_WRITE_S
             log.warning("group %s: not stored as one of the consumer protocol: %r", group, exc)
+
+    @staticmethod
+    def _remember(table: dict[str, float], group: str, at: float) -> None:
+        """Set ``group``'s time in ``table``, the oldest entries dropped past a bound."""
+        table.pop(group, None)
+        table[group] = at
+        while len(table) > _REMEMBERED:
+            del table[next(iter(table))]
 
     def _path(self, group: str) -> str:
         return f"{self.layout.folder('consumer-groups')}/g-{quote(group, safe='')}"

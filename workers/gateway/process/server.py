@@ -356,7 +356,8 @@ class Gateway:
 
     async def _prune_producers(self) -> None:
         """Every hour, the producer routes and transactional ids' issuers no gateway touched for as long as
-        their brokers keep them (their brokers forgot the ids)."""
+        their brokers keep them (their brokers forgot the ids), and the consumer-protocol groups none
+        touched for a week."""
         while True:
             await asyncio.sleep(_PRUNE_EVERY_S)
             for what, prune in (("producer routes", self.producers.store.prune),
