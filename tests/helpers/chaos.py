@@ -205,10 +205,11 @@ def run_trials(
             subject = saga(kind)
             approval = subject.approvable and at_approval(victim, rng)
             trial = one_trial(live, routing, apps, subject, victim, rng, approval, locked)
-            now, spans = time.time(), [t.struck.span for t in [*done, trial] if t.struck is not None]
+            now, struck = time.time(), [t.struck for t in [*done, trial] if t.struck is not None]
+            spans, cut = [s.span for s in struck], [s.span for s in struck if cuts_connections(s)]
             # what the applications saw since the trial before, counted against this one
             trial.problems += [
-                f"{a.library}: {p}" for a in apps for p in lapses(a.seen(), (last, now), spans)
+                f"{a.library}: {p}" for a in apps for p in lapses(a.seen(), (last, now), spans, cut)
             ]
             last = now
             done.append(trial)

@@ -291,20 +291,30 @@ def unexpected_retries(s: Seen, restarts: list[tuple[float, float]] | None = Non
     return [f"polls raised a retriable error: {unexpected[:3]}"] if unexpected else []
 
 
-def unexcused_refusal(batch: dict[str, Any], restarts: list[tuple[float, float]] | None) -> bool:
+def unexcused_refusal(
+    batch: dict[str, Any], restarts: list[tuple[float, float]] | None, cut: list[tuple[float, float]] | None
+) -> bool:
     """Whether a processed batch's commit was refused other than for a connection lost within one of
-    ``restarts`` (see :func:`during`)."""
-    refused = batch["commit"]
-    return bool(refused) and not (refused in CONNECTION_LOST and during(batch["t"], restarts))
+    ``restarts``, or timed out within one of ``cut`` (see :func:`during`): a broker killed stays in its
+    partitions' in-sync replicas until its cluster fences it (``broker.session.timeout.ms``, 9 s, more
+    when it was the active controller), and the group coordinator's log, whose writes wait for every
+    in-sync replica, stands still meanwhile; a gateway frozen answers nothing. A client connected to the
+    cluster directly times out the same way."""
+    refused, t = batch["commit"], batch["t"]
+    return bool(refused) and not (
+        (refused in CONNECTION_LOST and during(t, restarts)) or (refused in TIMED_OUT and during(t, cut))
+    )
 
 
-def lapses(s: Seen, within: tuple[float, float], restarts: list[tuple[float, float]]) -> list[str]:
+def lapses(
+    s: Seen, within: tuple[float, float], restarts: list[tuple[float, float]], cut: list[tuple[float, float]]
+) -> list[str]:
     """What an application saw ``within`` a span of wall-clock time that it never should: a send that
     failed, a commit refused (``unexcused_refusal``). A chaos trial counts its own so, for the
     applications that run through every trial."""
     lo, hi = within
     failed = [e for e in s.events if e["k"] == "failed" and lo <= e["t"] < hi]
-    refused = [b for b in s.batches["manual"] if lo <= b["t"] < hi and unexcused_refusal(b, restarts)]
+    refused = [b for b in s.batches["manual"] if lo <= b["t"] < hi and unexcused_refusal(b, restarts, cut)]
     codes = dict(Counter(b["commit"] for b in refused))
     return [
         *([f"{len(failed)} sends failed, first {failed[0]['v']}: {failed[0]['e']}"] if failed else []),
@@ -324,6 +334,13 @@ CONNECTION_LOST = frozenset({
     "KafkaJSConnectionError", "KafkaJSConnectionClosedError",  # kafkajs
 })  # fmt: skip
 """How each library names a commit refused because its connection to the coordinator went away."""
+TIMED_OUT = frozenset({
+    "_TIMED_OUT", "REQUEST_TIMED_OUT",  # librdkafka: its own time-out, the coordinator's
+    "TimeoutException",  # the Java client
+    "KafkaTimeoutError", "RequestTimedOutError",  # kafka-python, aiokafka
+    "KafkaJSRequestTimeoutError",  # kafkajs
+})  # fmt: skip
+"""How each library names a commit whose answer did not come in time."""
 RETRY_SLACK_S = 10.0
 """A restart's span ends when the committing group flows again; the other group may retry a little later."""
 
@@ -417,12 +434,13 @@ def judge(
     switches end on the cluster at ``final``, ``other`` being the one it left (``split``: a partition
     migrated, its records before the end offset left on ``other``: every record on one of the two,
     once). A poll's retriable error, or a commit refused for a lost connection, is a problem unless it
-    came within one of ``restarts`` (wall-clock spans of a process restarted); every refused commit is
-    counted. A record written twice is one only outside ``cut`` (see ``written_twice``)."""
+    came within one of ``restarts`` (wall-clock spans of a process restarted), a commit timed out unless
+    within one of ``cut`` (``unexcused_refusal``); every refused commit is counted. A record written
+    twice is one only outside ``cut`` (see ``written_twice``)."""
     s = a.seen()
     manual, auto = s.received("manual"), s.received("auto")
     refused = Counter(b["commit"] for b in s.batches["manual"] if b["commit"])
-    unexpected = Counter(b["commit"] for b in s.batches["manual"] if unexcused_refusal(b, restarts))
+    unexpected = Counter(b["commit"] for b in s.batches["manual"] if unexcused_refusal(b, restarts, cut))
     on_final = Counter(v for v in topic_ids(final, a.topic))
     try:
         on_other = Counter(topic_ids(other, a.topic))

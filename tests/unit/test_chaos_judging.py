@@ -34,11 +34,23 @@ def test_what_an_application_saw_during_a_trial_is_that_trials() -> None:
         {**manual, "t": 120.0, "commit": "UNKNOWN_MEMBER_ID", "why": "unknown"},
         {"k": "batch", "t": 121.0, "g": "auto", "recs": [], "commit": "ILLEGAL_GENERATION"},
     ])  # fmt: skip
-    assert lapses(seen, (100.0, 200.0), [(108.0, 109.0)]) == [
+    assert lapses(seen, (100.0, 200.0), [(108.0, 109.0)], []) == [
         "1 sends failed, first 7: KafkaJSNumberOfRetriesExceeded: Closed connection",
         "commits refused: {'UNKNOWN_MEMBER_ID': 1}, first: unknown",
     ]
-    assert lapses(seen, (0.0, 100.0), [(108.0, 109.0)]) == []
-    assert lapses(seen, (100.0, 200.0), [])[1] == (
+    assert lapses(seen, (0.0, 100.0), [(108.0, 109.0)], []) == []
+    assert lapses(seen, (100.0, 200.0), [], [])[1] == (
         "commits refused: {'KafkaJSConnectionError': 1, 'UNKNOWN_MEMBER_ID': 1}, first: gone"
     )
+
+
+def test_a_commit_timed_out_is_excused_only_while_a_process_holding_connections_was_gone() -> None:
+    """A broker killed stalls its group coordinator's log until its cluster fences it, and a commit
+    times out as it would for a client connected directly; the same time-out while only a process
+    that holds no client's connection (the worker, say) was gone, or long after, is the trial's."""
+    seen = Seen()
+    seen.add([{"k": "batch", "g": "manual", "recs": [], "t": 115.0, "commit": "_TIMED_OUT", "why": "late"}])
+    assert lapses(seen, (100.0, 200.0), [(108.0, 109.0)], [(108.0, 109.0)]) == []
+    refused = ["commits refused: {'_TIMED_OUT': 1}, first: late"]
+    assert lapses(seen, (100.0, 200.0), [(108.0, 109.0)], []) == refused
+    assert lapses(seen, (100.0, 200.0), [(80.0, 90.0)], [(80.0, 90.0)]) == refused
