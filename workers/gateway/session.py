@@ -859,16 +859,19 @@ class ClientSession:
         answer = self._answer(request, future, upstream, ticket, identity, received=incoming.received, on=on)
         return self.later(answer)
 
-    async def _until_led_elsewhere(self, incoming: Incoming, cluster: str, node: int) -> None:
+    async def _until_led_elsewhere(
+        self, incoming: Incoming, cluster: str, node: int, body: Any | None = None
+    ) -> None:
         """A Produce whose broker could not be reached (nothing of it sent) waits, at most its hold time
-        from its arrival, for the cluster to lead its partitions elsewhere (:mod:`.brokers.leaders`);
-        then the client connection closes, as it would at once, and its client finds the new leader."""
+        from its arrival, for the cluster to lead its partitions elsewhere (:mod:`.brokers.leaders`) —
+        those of ``body``, the part of a split request that went there, else the request's; then the
+        client connection closes, as it would at once, and its client finds the new leader."""
         request = incoming.request
         if request.api_key != apis.PRODUCE:
             return
         until = incoming.received + hold_limit(request, self.gateway.config.gateway.block_hold_s)
         began, snapshot = time.perf_counter(), self.gateway.view.snapshot
-        partitions = leaders.produced_to(request.body)
+        partitions = leaders.produced_to(request.body if body is None else body)
         elsewhere = asyncio.ensure_future(
             leaders.led_elsewhere(self.gateway.brokers, cluster, node, partitions, until)
         )
@@ -1458,11 +1461,17 @@ class _SplitBrokers:
         fields = {f.name: getattr(body, f.name) for f in dataclasses.fields(body)}
         upstream = self.session.upstream(cluster, node, long_poll=long_poll)
         check = self.session.vouching(request.api_key)
-        if request.api_key == apis.PRODUCE and body.acks == 0:
-            own = encode_request(apis.PRODUCE, request.api_version, fields, client_id="switchyard-gateway")
-            await upstream.send(own.frame, own.correlation_id, expects_response=False, check=check)
-            return _ready(None)
-        answering = await upstream.request(request.api_key, request.api_version, check=check, **fields)
+        try:
+            if request.api_key == apis.PRODUCE and body.acks == 0:
+                version = request.api_version
+                own = encode_request(apis.PRODUCE, version, fields, client_id="switchyard-gateway")
+                await upstream.send(own.frame, own.correlation_id, expects_response=False, check=check)
+                return _ready(None)
+            answering = await upstream.request(request.api_key, request.api_version, check=check, **fields)
+        except UpstreamError:  # a write to a broker never reached waits as a whole one's does (_forward)
+            if upstream.unreached and node is not None:
+                await self.session._until_led_elsewhere(self.incoming, cluster, node, body)
+            raise
         if request.api_key == apis.PRODUCE:
             answering.add_done_callback(functools.partial(self._noted, cluster, body))
         return answering
