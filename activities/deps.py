@@ -26,6 +26,11 @@ Key = tuple[str, int]
 log = logging.getLogger(__name__)
 WARM_TIMEOUT_S = 5.0
 """How long a cluster's metadata may take for its clients to be started ahead of the sagas."""
+KEPT_READER_S = 5.0
+"""How long the kept log-end reader is given before it is made anew (a new one gets
+``kafka.log_ends``'s whole 30 s): a healthy one reads the ends in well under a second, and one left
+fetching from a broker that restarted read nothing for its whole 30 s while a drill's clients were held
+(31.7 s)."""
 
 
 @dataclass
@@ -133,14 +138,15 @@ class Deps:
                 if self._probes.get(cluster) is not probe:
                     continue  # made anew while this waited for it
                 try:
-                    return kafka.log_ends(consumer, keys)
+                    return kafka.log_ends(consumer, keys, **({} if renewed else {"timeout_s": KEPT_READER_S}))
                 except KafkaOperationError as exc:
                     if renewed:
                         raise
                     # its metadata may predate the topic (one a partition migration just created), and
                     # librdkafka kept such a topic unknown for over a minute; or it holds on to a broker
                     # that restarted: every ListOffsets failed at once (_DESTROY_BROKER) for 4 minutes,
-                    # a switchover's drain with it. Asked on a new one
+                    # a switchover's drain with it; or its fetches never reached a partition's end
+                    # (position -1001) after a broker's restart, for 30 s. Asked on a new one
                     log.info("cluster %s: the log-end reader is made anew: %s", cluster, exc)
                     with self._lock:
                         del self._probes[cluster]
