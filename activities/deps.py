@@ -27,10 +27,10 @@ log = logging.getLogger(__name__)
 WARM_TIMEOUT_S = 5.0
 """How long a cluster's metadata may take for its clients to be started ahead of the sagas."""
 KEPT_READER_S = 5.0
-"""How long the kept log-end reader is given before it is made anew (a new one gets
-``kafka.log_ends``'s whole 30 s): a healthy one reads the ends in well under a second, and one left
-fetching from a broker that restarted read nothing for its whole 30 s while a drill's clients were held
-(31.7 s)."""
+"""How long the log-end reader is given at a call's first try before it is made anew (the new one gets
+``kafka.LOG_ENDS_WAIT_S``): a healthy one reads the ends in well under a second, and one left fetching
+from a broker that restarted read nothing for its whole 30 s while a drill's clients were held (31.7 s).
+A reader the call itself made gets the short try too: a slow one costs a second reader, no more."""
 
 
 @dataclass
@@ -138,7 +138,8 @@ class Deps:
                 if self._probes.get(cluster) is not probe:
                     continue  # made anew while this waited for it
                 try:
-                    return kafka.log_ends(consumer, keys, **({} if renewed else {"timeout_s": KEPT_READER_S}))
+                    wait_s = kafka.LOG_ENDS_WAIT_S if renewed else KEPT_READER_S
+                    return kafka.log_ends(consumer, keys, timeout_s=wait_s)
                 except KafkaOperationError as exc:
                     if renewed:
                         raise

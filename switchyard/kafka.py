@@ -405,8 +405,12 @@ def data_between(
         consumer.close()
 
 
+LOG_ENDS_WAIT_S = 30.0
+"""How long :func:`log_ends` waits for every partition's end by default."""
+
+
 def log_ends(
-    consumer: Consumer, partitions: Iterable[tuple[str, int]], *, timeout_s: float = 30.0
+    consumer: Consumer, partitions: Iterable[tuple[str, int]], *, timeout_s: float = LOG_ENDS_WAIT_S
 ) -> dict[tuple[str, int], int]:
     """The log end (high watermark) of each partition, read from a Fetch answer.
 

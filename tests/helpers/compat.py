@@ -298,8 +298,8 @@ def unexcused_refusal(
     ``restarts``, or timed out within one of ``cut`` (see :func:`during`): a broker killed stays in its
     partitions' in-sync replicas until its cluster fences it (``broker.session.timeout.ms``, 9 s, more
     when it was the active controller), and the group coordinator's log, whose writes wait for every
-    in-sync replica, stands still meanwhile; a gateway frozen answers nothing. A client connected to the
-    cluster directly times out the same way."""
+    in-sync replica, stands still meanwhile; a gateway frozen answers nothing. Any such outage counts, a
+    broker of the cluster the application is not on too."""
     refused, t = batch["commit"], batch["t"]
     return bool(refused) and not (
         (refused in CONNECTION_LOST and during(t, restarts)) or (refused in TIMED_OUT and during(t, cut))
@@ -310,8 +310,8 @@ def lapses(
     s: Seen, within: tuple[float, float], restarts: list[tuple[float, float]], cut: list[tuple[float, float]]
 ) -> list[str]:
     """What an application saw ``within`` a span of wall-clock time that it never should: a send that
-    failed, a commit refused (``unexcused_refusal``). A chaos trial counts its own so, for the
-    applications that run through every trial."""
+    failed, a commit refused (``unexcused_refusal``, given the ``restarts`` and the ``cut`` spans). A
+    chaos trial counts its own so, for the applications that run through every trial."""
     lo, hi = within
     failed = [e for e in s.events if e["k"] == "failed" and lo <= e["t"] < hi]
     refused = [b for b in s.batches["manual"] if lo <= b["t"] < hi and unexcused_refusal(b, restarts, cut)]
@@ -335,7 +335,7 @@ CONNECTION_LOST = frozenset({
 })  # fmt: skip
 """How each library names a commit refused because its connection to the coordinator went away."""
 TIMED_OUT = frozenset({
-    "_TIMED_OUT", "REQUEST_TIMED_OUT",  # librdkafka: its own time-out, the coordinator's
+    "_TIMED_OUT", "REQUEST_TIMED_OUT",  # librdkafka's own time-out; the broker's code (kafkajs's too)
     "TimeoutException",  # the Java client
     "KafkaTimeoutError", "RequestTimedOutError",  # kafka-python, aiokafka
     "KafkaJSRequestTimeoutError",  # kafkajs

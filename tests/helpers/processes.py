@@ -197,16 +197,17 @@ def freeze(pid: int | None, timeout_s: float = 10) -> int:
 
 
 def stopped(pid: int) -> bool:
-    """Whether every thread of process ``pid`` has stopped (taken a SIGSTOP: state T). ``os.kill`` returns
-    before each thread does; a broker's thread that had not yet, beside a loaded suite's other workers,
-    answered a write sent after the kill (twice in fresh clones' runs)."""
+    """Whether every thread of process ``pid`` has stopped (taken a SIGSTOP: state T), or ended (a zombie:
+    it runs no more either). ``os.kill`` returns before each thread does; a broker's thread that had not
+    yet, beside a loaded suite's other workers, answered a write sent after the kill (twice in fresh
+    clones' runs)."""
     states = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             states.append((task / "stat").read_text().rpartition(")")[2].split()[0])
         except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
             continue
-    return bool(states) and all(state in "Tt" for state in states)
+    return bool(states) and all(state in "TtZX" for state in states)
 
 
 def children(pid: int) -> set[int]:

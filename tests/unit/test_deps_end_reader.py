@@ -69,14 +69,14 @@ def test_the_kept_reader_is_given_a_few_seconds_and_a_new_one_the_whole_wait(
     anew, and the new one the whole wait."""
     Reader.made = []
     monkeypatch.setattr(deps_module, "Consumer", Reader)
-    given: list[float | None] = []
+    given: list[float] = []
 
     def log_ends(reader: Reader, keys: list[tuple[str, int]], **how: float) -> dict[tuple[str, int], int]:
-        given.append(how.get("timeout_s"))
+        given.append(how["timeout_s"])
         if reader is Reader.made[0]:
             raise KafkaOperationError("no end of partition reached for t[0] (at -1001, high watermark -1)")
         return dict.fromkeys(keys, 7)
 
     monkeypatch.setattr(deps_module.kafka, "log_ends", log_ends)
     assert deps().ends("primary", [("t", 0)]) == {("t", 0): 7}
-    assert given == [deps_module.KEPT_READER_S, None]
+    assert given == [deps_module.KEPT_READER_S, deps_module.kafka.LOG_ENDS_WAIT_S]

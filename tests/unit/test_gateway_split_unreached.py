@@ -101,9 +101,12 @@ class _Clusters(Brokers):
 
     async def topic_metadata(self, _cluster: str, topic: str) -> Any:
         leader = NODE + 1 if time.monotonic() >= self.led_elsewhere_at else NODE
-        partition = SimpleNamespace(partition_index=1, leader_id=leader)
+        partitions = [  # the migrated partition still led by the dead broker on its origin: not waited for
+            SimpleNamespace(partition_index=0, leader_id=NODE),
+            SimpleNamespace(partition_index=1, leader_id=leader),
+        ]
         brokers = [SimpleNamespace(node_id=n) for n in (NODE, NODE + 1)]
-        return SimpleNamespace(brokers=brokers, topics=[SimpleNamespace(name=topic, partitions=[partition])])
+        return SimpleNamespace(brokers=brokers, topics=[SimpleNamespace(name=topic, partitions=partitions)])
 
 
 def _dead_port() -> int:

@@ -844,7 +844,10 @@ class ClientSession:
         except BaseException as failed:
             inflight.finish(ticket)
             if isinstance(failed, UpstreamError) and upstream.unreached and upstream.node is not None:
-                await self._until_led_elsewhere(incoming, resolution.cluster, upstream.node)
+                now = self.gateway.view.snapshot  # out of flight already: no epoch waits for it
+                await self._until_led_elsewhere(
+                    incoming, now, resolution.cluster, upstream.node, request.body
+                )
             raise
         if future is None:
             inflight.finish(ticket)
@@ -860,22 +863,23 @@ class ClientSession:
         return self.later(answer)
 
     async def _until_led_elsewhere(
-        self, incoming: Incoming, cluster: str, node: int, body: Any | None = None
+        self, incoming: Incoming, decided: RoutingSnapshot, cluster: str, node: int, body: Any
     ) -> None:
-        """A Produce whose broker could not be reached (nothing of it sent) waits, at most its hold time
-        from its arrival, for the cluster to lead its partitions elsewhere (:mod:`.brokers.leaders`) —
-        those of ``body``, the part of a split request that went there, else the request's; then the
-        client connection closes, as it would at once, and its client finds the new leader."""
+        """A Produce whose broker could not be reached (nothing was sent to that broker) waits, at most its
+        hold time from its arrival, for the cluster to lead the partitions of ``body`` (what was to go
+        there: the request, or its part of a split one) elsewhere (:mod:`.brokers.leaders`), or for the
+        routing to move on from ``decided`` (a split request's, in flight, the snapshot it went by: an epoch
+        since waits for it); then the client connection closes, as it would at once, and its client finds
+        the new leader."""
         request = incoming.request
         if request.api_key != apis.PRODUCE:
             return
         until = incoming.received + hold_limit(request, self.gateway.config.gateway.block_hold_s)
-        began, snapshot = time.perf_counter(), self.gateway.view.snapshot
-        partitions = leaders.produced_to(request.body if body is None else body)
+        began, partitions = time.perf_counter(), leaders.produced_to(body)
         elsewhere = asyncio.ensure_future(
             leaders.led_elsewhere(self.gateway.brokers, cluster, node, partitions, until)
         )
-        routed = asyncio.ensure_future(self.gateway.changes.after(snapshot, until - began))
+        routed = asyncio.ensure_future(self.gateway.changes.after(decided, until - began))
         try:  # a switch meanwhile (a failover of the cluster) ends it too: the client goes where it is sent
             await asyncio.wait((elsewhere, routed), return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -883,7 +887,7 @@ class ClientSession:
             routed.cancel()
         if elsewhere.done() and not elsewhere.cancelled():
             why = elsewhere.result()
-        elif self.gateway.view.snapshot is not snapshot:
+        elif self.gateway.view.snapshot is not decided:
             why = "the routing changed"
         else:
             why = "its hold time ran out"
@@ -1469,8 +1473,10 @@ class _SplitBrokers:
                 return _ready(None)
             answering = await upstream.request(request.api_key, request.api_version, check=check, **fields)
         except UpstreamError:  # a write to a broker never reached waits as a whole one's does (_forward)
-            if upstream.unreached and node is not None:
-                await self.session._until_led_elsewhere(self.incoming, cluster, node, body)
+            if upstream.unreached and node is not None and request.api_key == apis.PRODUCE:
+                for topic in leaders.produced_to(body):  # a migrated partition's leader is kept: asked anew
+                    self.forget(cluster, topic)
+                await self.session._until_led_elsewhere(self.incoming, self.snapshot, cluster, node, body)
             raise
         if request.api_key == apis.PRODUCE:
             answering.add_done_callback(functools.partial(self._noted, cluster, body))

@@ -7,8 +7,10 @@ told again: kafkajs's default retries (five, ~9 s of back-off) ran out 7.6-12 s 
 was killed, and its sends failed (chaos run 10, trial 38). Held until the cluster names another leader
 — at most as long as a blocked identity's write is held — the client's next attempt finds the new one.
 
-Only a write of which nothing was sent waits: the connection to the broker was never made, so nothing
-can have been written, and the client's resend is its only copy.
+Only a write of which nothing was sent to that broker waits: the connection to it was never made, so
+nothing of what was to go there can have been written. (A request the gateway split may have had its
+other parts written elsewhere; the client's resend writes those again, as it would had the connection
+closed at once.)
 """
 
 from __future__ import annotations
