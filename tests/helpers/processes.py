@@ -88,7 +88,8 @@ class SwitchyardProcess:
         if self.process is None or self.process.poll() is not None:
             return
         if sig == signal.SIGKILL:
-            freeze(self.process.pid)  # every thread of it: one that runs on starts a process again
+            with contextlib.suppress(TimeoutError):  # a thread in the kernel (D) yet: killed all the same
+                freeze(self.process.pid, timeout_s=2)  # every thread: one that runs on starts a process again
             for pid in children(self.process.pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
