@@ -192,14 +192,7 @@ def test_processes_die_with_their_supervisor(
 ) -> None:
     """A supervisor killed outright (-9) leaves no process serving behind it: each gets SIGTERM from the
     kernel, ends its connections and deregisters, as on a stop."""
-    assert stack_config.source is not None
-    gateway = GatewayProcess(
-        stack_config.source, root=routing.layout.root, gateway_id="gw-orphans", log=tmp_path / "gw.log",
-        overrides={"SWITCHYARD__GATEWAY__PROCESSES": str(PROCESSES)},
-    )  # fmt: skip
-    gateway.start()
-    until("every process registered", lambda: len(members(routing, "gw-orphans")) == PROCESSES)
-    children = [r.pid for r in members(routing, "gw-orphans").values()]
+    gateway, children = started(routing, stack_config, tmp_path, "gw-orphans")
     assert gateway.process is not None
     gateway.process.kill()
     gateway.process.wait(10)
@@ -214,16 +207,23 @@ def test_a_gateway_killed_leaves_none_of_its_processes_answering(
     would; killed alone, the supervisor left them its parting SIGTERM, and they went on answering while
     the gateway started in its place came up — a chaos trial took them for it (gone 0.3 s; its clients
     were refused for 8 s after)."""
-    assert stack_config.source is not None
-    gateway = GatewayProcess(
-        stack_config.source, root=routing.layout.root, gateway_id="gw-crash", log=tmp_path / "gw.log",
-        overrides={"SWITCHYARD__GATEWAY__PROCESSES": str(PROCESSES)},
-    )  # fmt: skip
-    gateway.start()
-    until("every process registered", lambda: len(members(routing, "gw-crash")) == PROCESSES)
-    processes = [r.pid for r in members(routing, "gw-crash").values()]
+    gateway, processes = started(routing, stack_config, tmp_path, "gw-crash")
     gateway.stop(signal.SIGKILL)
     until("the processes to end", lambda: not any(alive(pid) for pid in processes), timeout_s=0.5)
     with socket.socket() as probe:
         taken = probe.connect_ex(("127.0.0.1", gateway.port)) == 0
     assert not taken, f"a process still takes connections: {gateway.log.read_text()[-2000:]}"
+
+
+def started(
+    routing: RoutingStore, stack_config: Config, tmp_path: Path, name: str
+) -> tuple[GatewayProcess, list[int]]:
+    """A gateway of ``PROCESSES`` processes, started and each registered; with their pids."""
+    assert stack_config.source is not None
+    gateway = GatewayProcess(
+        stack_config.source, root=routing.layout.root, gateway_id=name, log=tmp_path / "gw.log",
+        overrides={"SWITCHYARD__GATEWAY__PROCESSES": str(PROCESSES)},
+    )  # fmt: skip
+    gateway.start()
+    until("every process registered", lambda: len(members(routing, name)) == PROCESSES)
+    return gateway, [r.pid for r in members(routing, name).values()]
