@@ -209,3 +209,26 @@ def _session_gateway(coordinator: Coordinator) -> Gateway:
     gateway.brokers = _ToOneCoordinator(coordinator)
     gateway.members.joined(GROUP, MEMBER, Member("standby", 45.0, left=True, consumer=True))
     return gateway
+
+
+def rejoin(instance: str | None = None) -> Any:
+    """A classic member's JoinGroup (v5) under its old id, to the standby (a link copies from the primary)."""
+    body = SimpleNamespace(group_id=GROUP, member_id=MEMBER, group_instance_id=instance)
+    return SimpleNamespace(api_key=apis.JOIN_GROUP, api_version=5, correlation_id=3, body=body)
+
+
+def test_a_join_under_an_id_neither_cluster_lists_goes_as_a_member_moved_from_the_source() -> None:
+    """The flip had the primary forget the member — the process of a gateway of two that saw it join did
+    — and kafkajs joined the standby under its old id through the other, which sent it on as it came:
+    refused UNKNOWN_MEMBER_ID, its two joins in flight joined as two members, and the old membership's
+    commit was refused (chaos run, 2026-12-05). Taken for a member moved from the primary, left there
+    already, the join goes as a new member's (``moved``, ``rejoined_as``). A static member's (KIP-345)
+    is the broker's to match by its instance id: left as it came."""
+    for request, moved in [(rejoin(), True), (rejoin(instance="shop-1"), False)]:
+        gateway, handling = _handling(Coordinator(set()), None, protocol_offered=False)
+        handling._copied_from = lambda snapshot, cluster, topics: "primary"  # type: ignore[method-assign]
+        asyncio.run(handling.find_member(request, None, "standby", ("orders-t",)))  # type: ignore[arg-type]
+        found = gateway.members.get(GROUP, MEMBER)
+        where = None if found is None else (found.cluster, found.left)
+        assert where == (("primary", True) if moved else None), request.body
+        assert handling.moved(request, None, "standby") is moved  # type: ignore[arg-type]

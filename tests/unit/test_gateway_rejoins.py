@@ -16,14 +16,22 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.schema.join_group.v5.response import JoinGroupResponse
+from kio.schema.offset_commit.v8.response import (
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+)
 from kio.schema.sync_group.v3.response import SyncGroupResponse
 from kio.static.primitive import i32, i32Timedelta
 
 from switchyard.identity import Identity
-from workers.gateway.framing.protocol import encode_request, encode_response
+from tests.unit.test_gateway_carry import offset_commit
+from workers.gateway.framing.protocol import encode_request, encode_response, parse_request
+from workers.gateway.groups.carry import carried_commit
 from workers.gateway.groups.handling import GroupHandling, assigned_partitions
 from workers.gateway.groups.members import Member, Members
 from workers.gateway.routing import apis
+from workers.gateway.routing.blocking import OwnAnswer
 from workers.gateway.routing.holds import KIP848_HEARTBEAT_S, hold_limit
 
 GROUP, MOVED = "orders", "m-old"
@@ -507,3 +515,68 @@ def test_a_commit_of_a_generation_before_its_members_latest_sync_goes_in_that_on
     assert group.in_synced_generation(member_commit(10, ("t", 0), ("t", 2)), "standby") is None  # t-2 not its
     assert group.in_synced_generation(member_commit(10, ("t", 0)), "primary") is None  # synced elsewhere
     assert group.in_synced_generation(member_commit(-1, ("t", 0)), "standby") is None  # from outside
+
+
+def refusing(sent: list[Any], request: Any, error: ErrorCode) -> Any:
+    """A ``Send`` that notes each body it is given and answers with ``error`` on the commit's partition."""
+
+    async def send(body: Any, node: int | None) -> Any:
+        sent.append(body)
+        partition = OffsetCommitResponsePartition(partition_index=i32(0), error_code=error)
+        refused = OffsetCommitResponse(
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+            topics=(OffsetCommitResponseTopic(name="t", partitions=(partition,)),),
+        )
+        done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        done.set_result(answer(request, refused))
+        return done
+
+    return send
+
+
+class Listed:
+    """A group's coordinator on the new cluster, as ``Coordinators.members`` has it: ids to client ids."""
+
+    def __init__(self, members: dict[str, str]) -> None:
+        self.listed = members
+
+    async def members(self, cluster: str, group: str) -> tuple[dict[str, str], bool, bool]:
+        return self.listed, False, False
+
+
+def test_a_carried_commit_refused_for_its_clients_member_joined_elsewhere_is_sent_again() -> None:
+    """kafkajs rejoined the standby through the other process of a gateway of two, and committed its old
+    membership on this one's connection: carried from outside the group, which had its new member now,
+    the commit was refused UNKNOWN_MEMBER_ID, and what it covered processed again (chaos run,
+    2026-12-05). Answered the retriable error instead, the client sends it again as its new member. A
+    refusal with no member of that client there, or another refusal, is the client's to see."""
+
+    async def carried(error: ErrorCode, members: dict[str, str]) -> Any:
+        sent: list[Any] = []
+        committing, request = handling(gateway()), parse_request(offset_commit(8))  # client id "c"
+
+        async def outside(*_: Any) -> tuple[Any, int | None]:
+            return carried_commit(request.body, lambda _t, _p: None, planned=True), None
+
+        committing._carried = outside  # type: ignore[method-assign]
+        committing._coordinators = lambda: Listed(members)  # type: ignore[method-assign,assignment,return-value]
+        send = refusing(sent, request, error)
+        shop = Identity("shop")
+        carrying = committing.carry(request, None, "standby", "primary", ("t",), send=send, identity=shop)  # type: ignore[arg-type]
+        reply = await carrying
+        assert [b.member_id for b in sent] == [""], "not carried from outside the group"
+        return reply
+
+    async def run() -> None:
+        joined_elsewhere = {"m-new": "c"}
+        assert isinstance(await carried(ErrorCode.unknown_member_id, joined_elsewhere), OwnAnswer)
+        for error, members in [
+            (ErrorCode.unknown_member_id, {"m-other": "other@reader"}),  # not its client's member
+            (ErrorCode.unknown_member_id, {}),
+            (ErrorCode.offset_metadata_too_large, joined_elsewhere),  # another refusal
+            (ErrorCode.none, joined_elsewhere),
+        ]:
+            reply = await carried(error, members)
+            assert isinstance(reply, bytes), (error, members)
+
+    asyncio.run(run())

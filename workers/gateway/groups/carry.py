@@ -23,7 +23,8 @@ it read last: the gateway had the cluster it joined on forget it at the first sw
 
 Once the member rejoins on the new cluster its commits go through unchanged. A group that already has
 members on the new cluster refuses a commit without a member; the client then gets that refusal, as it
-would have without the carry.
+would have without the carry — unless one of those members is its own client's, joined through another
+process of the gateway: then it is told to send the commit again (``GroupHandling._joined_elsewhere``).
 """
 
 from __future__ import annotations

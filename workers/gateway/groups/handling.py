@@ -171,7 +171,16 @@ class GroupHandling:
             where = source
         else:  # left behind by a switch, the cluster it joined on still lists it
             there = await self._coordinators().members(source, group)
-            if there is None or member_id not in there[0]:
+            if there is None:
+                return True
+            if member_id not in there[0]:
+                if not _rejoins_removed(request, consumer):
+                    return True
+                log.info(
+                    "group %s: member %s, listed on neither %s nor %s, rejoins as one moved from %s",
+                    group, member_id, cluster, source, source,
+                )  # fmt: skip
+                gateway.members.joined(group, member_id, Member(source, None, left=True))
                 return True
             where = source
         if where != cluster:
@@ -497,12 +506,39 @@ class GroupHandling:
                     else:  # or as the member its client became there on another connection
                         body = await self._as_successor(body, cluster, identity, deadline, behind)
                     answer = await send(body, node)
-                return await answer  # answered, so done: a join sent on another connection comes after
+                reply = await answer  # answered, so done: a join sent on another connection comes after
+                if not body.member_id and await self._joined_elsewhere(request, reply, cluster):
+                    return OwnAnswer()
+                return reply
             finally:
                 if answered is not None:
                     answered.set_result(None)
 
         return carried()
+
+    async def _joined_elsewhere(self, request: Request, reply: Reply, cluster: str) -> bool:
+        """Whether a commit carried from outside the group was refused UNKNOWN_MEMBER_ID for a member its
+        client has there already, one that joined through another process or gateway (``_as_successor``
+        knows this process's alone): the group's coordinator on ``cluster`` lists a member of the
+        commit's client id. Answered the retriable error, the client sends the commit again — kafkajs as
+        the member it became, once its sync is done. Passed on, the refusal was final: kafkajs processed
+        again what the commit covered (chaos run, 2026-12-05, a gateway of two processes). Nothing of a
+        refused commit was written, so sending it again is safe; a client id the application's other
+        consumers share makes theirs retry as well, and fail as before if they cannot."""
+        if not isinstance(reply, bytes) or request.client_id is None:
+            return False
+        answer = decode_response(request, reply)
+        codes = {p.error_code for topic in answer.topics for p in topic.partitions}
+        if ErrorCode.unknown_member_id not in codes:
+            return False
+        found = await self._coordinators().members(cluster, request.body.group_id)
+        if found is None or request.client_id not in found[0].values():
+            return False
+        log.info(
+            "group %s: a commit carried to %s was refused, its client %s having joined there meanwhile: "
+            "told to send it again", request.body.group_id, cluster, request.client_id,
+        )  # fmt: skip
+        return True
 
     async def _as_successor(
         self, body: Any, cluster: str, identity: Identity, deadline: float, behind: asyncio.Future[None]
@@ -709,3 +745,17 @@ def _enters(request: Request, member_id: str) -> bool:
     first, which is only told its member id."""
     static = request.api_version >= 5 and bool(request.body.group_instance_id)
     return bool(member_id) or static or request.api_version < 4
+
+
+def _rejoins_removed(request: Request, consumer: bool) -> bool:
+    """Whether ``request``, naming a member that neither the cluster it goes to nor the one a link copies
+    from lists, is a classic dynamic member's JoinGroup: one whose membership the flip had the cluster
+    it left forget (another process of the gateway did, which saw it join), sent again under its old id,
+    as kafkajs does. Sent on as it is, the new cluster refused it (UNKNOWN_MEMBER_ID), kafkajs's two
+    joins in flight each joined anew — two members for one client, the group stalled until the second's
+    session ran out — and a commit of the old membership was refused (chaos run, 2026-12-05). Taken for
+    a member moved from there, it goes as a new member's, its joins in flight as one (``rejoined_as``).
+    A member the new cluster just named (KIP-394) is not listed yet either; the process that forwarded
+    its first join knows it (``learn``), and any other makes it ask for an id once more."""
+    static = request.api_version >= 5 and bool(request.body.group_instance_id)
+    return request.api_key == apis.JOIN_GROUP and not consumer and not static
