@@ -31,6 +31,10 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+COMMAND_TIMEOUT_S = 90
+"""How long one command may wait for the driver's answer (Selenium's default: for ever). One find of an
+element waited over 280 s in a fresh clone's suite, until the test's own time-out, which says nothing
+of why: failed so, the test shows the driver's log (``chromium``)."""
 
 
 @contextlib.contextmanager
@@ -73,13 +77,25 @@ def chromium(
         group = service.process.pid  # the session leader: its group holds the browser it starts
         try:
             driver.set_page_load_timeout(page_load_timeout)
+            driver.command_executor.client_config.timeout = COMMAND_TIMEOUT_S
             yield driver
+        except Exception as failed:  # what the driver saw of the browser meanwhile: its log's end
+            failed.add_note(_tail(Path(profile) / "chromedriver.log"))
+            raise
         finally:
             try:
                 driver.quit()
             finally:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(group, signal.SIGKILL)
+
+
+def _tail(log: Path, lines: int = 40) -> str:
+    try:
+        kept = log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError as exc:
+        return f"chromedriver's log: unreadable ({exc})"
+    return "chromedriver's log, its end:\n" + "\n".join(kept)
 
 
 def shown(

@@ -8,6 +8,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,15 @@ from switchyard.keys import BindingKey
 from switchyard.routing.gateways import registered, wait_for_acks
 from switchyard.routing.store import RoutingStore
 from tests.helpers.processes import GatewayProcess
-from tests.helpers.raw import RawClient, consumer_heartbeat
+from tests.helpers.raw import (
+    RawClient,
+    commit_offset,
+    consumer_heartbeat,
+    coordinator_port,
+    join_fields,
+    join_group,
+    sync_group,
+)
 from tests.helpers.records import join
 from workers.gateway.brokers.vnodes import slot
 from workers.gateway.framing.entities import element_type, make
@@ -205,12 +214,7 @@ def test_a_member_the_gateway_never_saw_join_is_still_moved_and_its_commit_carri
             member_id=member, topics=(make(OffsetCommitRequestTopic, name=topic, partitions=(partition,)),),
         )  # fmt: skip
         assert commit.topics[0].partitions[0].error_code == ErrorCode.none
-        on_standby = Consumer({"bootstrap.servers": standby, "group.id": group})
-        try:
-            (committed,) = on_standby.committed([TopicPartition(topic, 0)], timeout=10)
-        finally:
-            on_standby.close()
-        assert committed.offset == 7
+        assert committed_on(standby, group, topic) == 7
     finally:
         consumer.close()
 
@@ -245,13 +249,15 @@ def test_a_consumer_protocol_member_the_gateway_never_saw_join_commits_where_it_
 
 
 def commit_through(
-    gateway: GatewayProcess, app: str, group: str, member_id: str, epoch: int, topic: str
-) -> ErrorCode:
-    """Offset 7 of ``topic``'s partition 0 committed through ``gateway`` as a consumer-protocol member."""
-    topic_cls = element_type(request_schema(apis.OFFSET_COMMIT, 9), "topics")
-    partition = make(element_type(topic_cls, "partitions"), committed_offset=7)
+    gateway: GatewayProcess, app: str, group: str, member_id: str, epoch: int, topic: str, *,
+    version: int = 9, offset: int = 7,
+) -> ErrorCode:  # fmt: skip
+    """``offset`` of ``topic``'s partition 0 committed through ``gateway`` as a member (``epoch``: its
+    member epoch, a consumer-protocol member's at ``version`` 9; its generation, a classic one's, before)."""
+    topic_cls = element_type(request_schema(apis.OFFSET_COMMIT, version), "topics")
+    partition = make(element_type(topic_cls, "partitions"), committed_offset=offset)
     commit = ask(
-        gateway, app, apis.OFFSET_COMMIT, 9, group_id=group, generation_id_or_member_epoch=epoch,
+        gateway, app, apis.OFFSET_COMMIT, version, group_id=group, generation_id_or_member_epoch=epoch,
         member_id=member_id, topics=(make(topic_cls, name=topic, partitions=(partition,)),),
     )  # fmt: skip
     return ErrorCode(commit.topics[0].partitions[0].error_code)
@@ -279,6 +285,67 @@ def test_a_consumer_protocol_member_seen_before_its_switch_and_joined_again_else
         joined = consumer_heartbeat(direct, group, member_id, 0, topic=topic)
         assert joined.error_code == ErrorCode.none, joined
         assert commit_through(two, app, group, member_id, joined.member_epoch, topic) == ErrorCode.none
+
+
+def test_a_member_moved_by_one_gateway_rejoins_through_the_other_as_one_member_its_old_commit_resent(
+    pair: tuple[GatewayProcess, GatewayProcess], routing: RoutingStore, stack_config: Config
+) -> None:
+    """kafkajs's classic member joined the primary through one gateway (or process of one), which has the
+    primary forget it at the flip; kafkajs rejoins the standby under its old id through the other, two
+    joins at once, and commits its old membership through the first. Taken for a member unknown, the
+    joins were refused UNKNOWN_MEMBER_ID, kafkajs became two members, and the old membership's commit,
+    carried from outside a group that now had members, was refused (chaos run, 2026-12-05). Now the two
+    joins make one member, and the commit is answered NOT_COORDINATOR: the client sends it again as the
+    member it has become, and it lands."""
+    one, two = pair
+    app, topic, group = linked_app(routing, stack_config, "moved")
+    key = BindingKey.for_app(app)
+    held = timedelta(seconds=30)
+    bound(routing, key, "primary")
+    with RawClient(coordinator_port(one.port, group, app), client_id=app) as old:
+        member, generation = join_group(old, group, topic, held)
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    bound(routing, key, "standby")
+    deadline = time.monotonic() + 30
+    while member in listed(primary, group):  # the flip has the primary forget it (asynchronously)
+        assert time.monotonic() < deadline, "the primary still lists the member moved"
+        time.sleep(0.2)
+
+    with RawClient(coordinator_port(two.port, group, app), client_id=app) as new:
+        rejoins = [new.send(apis.JOIN_GROUP, 5, member_id=member, **join_fields(group, topic, held))
+                   for _ in range(2)]  # fmt: skip
+        first, second = (new.answer(r) for r in rejoins)
+        assert first.error_code == ErrorCode.member_id_required, first  # UNKNOWN_MEMBER_ID: left unknown
+        assert (second.error_code, second.member_id) == (ErrorCode.none, first.member_id), second
+        became = first.member_id
+        sync_group(new, group, became, int(second.generation_id))
+        assert set(listed(standby, group)) == {became}
+
+        old_commit = commit_through(one, app, group, member, generation, topic, version=8, offset=20)
+        assert old_commit == ErrorCode.not_coordinator, old_commit  # UNKNOWN_MEMBER_ID: final
+        assert "told to send it again" in one.log.read_text()
+        assert commit_offset(new, group, became, int(second.generation_id), topic, 20) == ErrorCode.none
+    assert committed_on(standby, group, topic) == 20
+
+
+def committed_on(bootstrap: str, group: str, topic: str) -> int:
+    """``group``'s committed offset of ``topic``'s partition 0 on the cluster at ``bootstrap``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        (committed,) = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+    finally:
+        consumer.close()
+    return int(committed.offset)
+
+
+def listed(bootstrap: str, group: str) -> dict[str, str]:
+    """``group``'s members (id: client id) as the one broker at ``bootstrap`` describes them."""
+    with RawClient(int(bootstrap.rsplit(":", 1)[1])) as direct:
+        answer = direct.answer(
+            direct.send(apis.DESCRIBE_GROUPS, 5, groups=(group,), include_authorized_operations=False)
+        )
+    (described,) = answer.groups
+    return {m.member_id: m.client_id for m in described.members}
 
 
 def bound(routing: RoutingStore, key: BindingKey, cluster: str) -> None:

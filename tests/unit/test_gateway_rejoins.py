@@ -528,7 +528,7 @@ def refusing(sent: list[Any], request: Any, error: ErrorCode) -> Any:
             topics=(OffsetCommitResponseTopic(name="t", partitions=(partition,)),),
         )
         done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        done.set_result(answer(request, refused))
+        done.set_result(encode_response(request, refused))  # as the client is sent it, its size first
         return done
 
     return send

@@ -527,7 +527,7 @@ class GroupHandling:
         consumers share makes theirs retry as well, and fail as before if they cannot."""
         if not isinstance(reply, bytes) or request.client_id is None:
             return False
-        answer = decode_response(request, reply)
+        answer = decode_response(request, reply[4:])  # as written to the client: after its size
         codes = {p.error_code for topic in answer.topics for p in topic.partitions}
         if ErrorCode.unknown_member_id not in codes:
             return False
