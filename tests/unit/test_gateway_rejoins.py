@@ -548,12 +548,23 @@ def test_a_carried_commit_refused_for_its_clients_member_joined_elsewhere_is_sen
     """kafkajs rejoined the standby through the other process of a gateway of two, and committed its old
     membership on this one's connection: carried from outside the group, which had its new member now,
     the commit was refused UNKNOWN_MEMBER_ID, and what it covered processed again (chaos run,
-    2026-12-05). Answered the retriable error instead, the client sends it again as its new member. A
-    refusal with no member of that client there, or another refusal, is the client's to see."""
+    2026-12-05). Answered the retriable error instead, the client sends it again as its new member. Once
+    per membership: the Java client would send it as the same member for 60 s. A refusal with no member
+    of that client there, or another refusal, is the client's to see."""
 
-    async def carried(error: ErrorCode, members: dict[str, str]) -> Any:
+    request = parse_request(offset_commit(8))  # of client "c", its member "rdkafka-1234" of group "g"
+
+    def seen() -> Any:
+        """A gateway process that saw the member join the primary, and had it leave there at the flip."""
+        shared = gateway()
+        shared.members.joined(
+            request.body.group_id, request.body.member_id, Member("primary", 30.0, left=True)
+        )
+        return shared
+
+    async def carried(error: ErrorCode, members: dict[str, str], shared: Any = None) -> Any:
         sent: list[Any] = []
-        committing, request = handling(gateway()), parse_request(offset_commit(8))  # client id "c"
+        committing = handling(shared or seen())
 
         async def outside(*_: Any) -> tuple[Any, int | None]:
             return carried_commit(request.body, lambda _t, _p: None, planned=True), None
@@ -569,7 +580,10 @@ def test_a_carried_commit_refused_for_its_clients_member_joined_elsewhere_is_sen
 
     async def run() -> None:
         joined_elsewhere = {"m-new": "c"}
-        assert isinstance(await carried(ErrorCode.unknown_member_id, joined_elsewhere), OwnAnswer)
+        shared = seen()
+        assert isinstance(await carried(ErrorCode.unknown_member_id, joined_elsewhere, shared), OwnAnswer)
+        again = await carried(ErrorCode.unknown_member_id, joined_elsewhere, shared)  # the same membership
+        assert isinstance(again, bytes), "told twice: the Java client resends as the same member for 60 s"
         for error, members in [
             (ErrorCode.unknown_member_id, {"m-other": "other@reader"}),  # not its client's member
             (ErrorCode.unknown_member_id, {}),

@@ -524,19 +524,25 @@ class GroupHandling:
         the member it became, once its sync is done. Passed on, the refusal was final: kafkajs processed
         again what the commit covered (chaos run, 2026-12-05, a gateway of two processes). Nothing of a
         refused commit was written, so sending it again is safe; a client id the application's other
-        consumers share makes theirs retry as well, and fail as before if they cannot."""
-        if not isinstance(reply, bytes) or request.client_id is None:
+        consumers share makes theirs retry as well. Once per old membership: the Java client sends a
+        commit refused so again as the same member, generation and all, until its 60 s run out
+        (``commitSync``), whatever its heartbeats say; a second refusal is passed on."""
+        group, member_id = request.body.group_id, request.body.member_id
+        member = self.gateway.members.get(group, member_id)
+        if not isinstance(reply, bytes) or request.client_id is None or member is None or member.resent:
             return False
         answer = decode_response(request, reply[4:])  # as written to the client: after its size
         codes = {p.error_code for topic in answer.topics for p in topic.partitions}
         if ErrorCode.unknown_member_id not in codes:
             return False
-        found = await self._coordinators().members(cluster, request.body.group_id)
-        if found is None or request.client_id not in found[0].values():
+        found = await self._coordinators().members(cluster, group)
+        member = self.gateway.members.get(group, member_id)  # as it is now: the lookup took a while
+        if found is None or request.client_id not in found[0].values() or member is None or member.resent:
             return False
+        self.gateway.members.joined(group, member_id, dataclasses.replace(member, resent=True))
         log.info(
             "group %s: a commit carried to %s was refused, its client %s having joined there meanwhile: "
-            "told to send it again", request.body.group_id, cluster, request.client_id,
+            "told to send it again", group, cluster, request.client_id,
         )  # fmt: skip
         return True
 

@@ -48,6 +48,9 @@ class Member:
     synced: tuple[int, frozenset[tuple[str, int]] | None] | None = None
     """The generation and the partitions (None: not told in the consumer protocol's terms) of its last
     SyncGroup the gateway saw answered (see ``Members.successor``)."""
+    resent: bool = False
+    """A commit of it, carried and refused, has been answered with the retriable error once
+    (``GroupHandling._joined_elsewhere``): the next such refusal is the client's to see."""
 
 
 class Members:
