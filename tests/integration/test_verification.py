@@ -194,6 +194,7 @@ def test_a_spark_failure_carries_sparks_own_error(stack_config: Config) -> None:
         run_job(broken, spec)
 
 
+@pytest.mark.timeout(600)  # 63-109 s beside two other modules, 193-234 s in the suite (2026-12-05)
 def test_the_lost_window_is_found_exported_and_republished_once_on_the_cluster(
     routing: RoutingStore,
     stack_config: Config,
