@@ -37,6 +37,8 @@ class Coordinator:
             return SimpleNamespace(error_code=ErrorCode.none, node_id=1)
         if api_key == apis.DESCRIBE_GROUPS:
             return _groups(error_code=ErrorCode.none, group_state="Dead", members=())
+        if api_key == apis.LEAVE_GROUP:
+            return SimpleNamespace(error_code=ErrorCode.unknown_member_id, members=())
         if isinstance(self.consumer, Exception):
             raise self.consumer
         if isinstance(self.consumer, ErrorCode):
@@ -187,7 +189,9 @@ def _handling(
     gateway: Any = SimpleNamespace(members=Members(), brokers=brokers)
     if known is not None:
         gateway.members.joined(GROUP, MEMBER, known)
-    return gateway, GroupHandling(gateway, SimpleNamespace(credentials=None))  # type: ignore[arg-type]
+    later: list[Any] = []  # what the connection was given to do after its answer (``later``)
+    connection = SimpleNamespace(credentials=None, later=later.append, done_later=later)
+    return gateway, GroupHandling(gateway, connection)  # type: ignore[arg-type]
 
 
 class _ToOneCoordinator(Brokers):
@@ -225,10 +229,21 @@ def test_a_join_under_an_id_neither_cluster_lists_goes_as_a_member_moved_from_th
     already, the join goes as a new member's (``moved``, ``rejoined_as``). A static member's (KIP-345)
     is the broker's to match by its instance id: left as it came."""
     for request, moved in [(rejoin(), True), (rejoin(instance="shop-1"), False)]:
-        gateway, handling = _handling(Coordinator(set()), None, protocol_offered=False)
+        coordinator = Coordinator(set())
+        gateway, handling = _handling(coordinator, None, protocol_offered=False)
         handling._copied_from = lambda snapshot, cluster, topics: "primary"  # type: ignore[method-assign]
-        asyncio.run(handling.find_member(request, None, "standby", ("orders-t",)))  # type: ignore[arg-type]
+
+        asyncio.run(_looked_up(handling, request))
+        # a member the standby just named, pending there and not listed (KIP-394), is let go there
+        assert (apis.LEAVE_GROUP in coordinator.asked) is moved
         found = gateway.members.get(GROUP, MEMBER)
         where = None if found is None else (found.cluster, found.left)
         assert where == (("primary", True) if moved else None), request.body
         assert handling.moved(request, None, "standby") is moved  # type: ignore[arg-type]
+
+
+async def _looked_up(handling: GroupHandling, request: Any) -> None:
+    """``find_member`` for ``request``, sent to the standby, and what it left its connection to do."""
+    await handling.find_member(request, None, "standby", ("orders-t",))  # type: ignore[arg-type]
+    for later in handling.connection.done_later:  # type: ignore[attr-defined]
+        await later

@@ -27,6 +27,7 @@ from switchyard.resolution import resolve
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.brokers.upstream import Upstream, UpstreamError
 from workers.gateway.framing.protocol import (
+    FrameError,
     Request,
     decode_response,
     encode_response,
@@ -181,6 +182,10 @@ class GroupHandling:
                     group, member_id, cluster, source, source,
                 )  # fmt: skip
                 gateway.members.joined(group, member_id, Member(source, None, left=True))
+                # a member the cluster just named and not listed yet (KIP-394), its join asked again as a
+                # new member's through a process that never saw it: gone from there too, else its
+                # group's rebalance would wait for it
+                self.connection.later(self._coordinators().leave(Member(cluster, None), group, member_id))
                 return True
             where = source
         if where != cluster:
@@ -507,11 +512,13 @@ class GroupHandling:
                         body = await self._as_successor(body, cluster, identity, deadline, behind)
                     answer = await send(body, node)
                 reply = await answer  # answered, so done: a join sent on another connection comes after
+                if answered is not None:
+                    answered.set_result(None)  # not after the lookup below: the cluster has answered
                 if not body.member_id and await self._joined_elsewhere(request, reply, cluster):
                     return OwnAnswer()
                 return reply
             finally:
-                if answered is not None:
+                if answered is not None and not answered.done():
                     answered.set_result(None)
 
         return carried()
@@ -531,7 +538,10 @@ class GroupHandling:
         member = self.gateway.members.get(group, member_id)
         if not isinstance(reply, bytes) or request.client_id is None or member is None or member.resent:
             return False
-        answer = decode_response(request, reply[4:])  # as written to the client: after its size
+        try:
+            answer = decode_response(request, reply[4:])  # as written to the client: after its size
+        except FrameError:  # the client's to make sense of, as before
+            return False
         codes = {p.error_code for topic in answer.topics for p in topic.partitions}
         if ErrorCode.unknown_member_id not in codes:
             return False
