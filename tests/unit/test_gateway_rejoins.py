@@ -57,13 +57,13 @@ def join(correlation_id: int, member_id: str = MOVED) -> Any:
     return SimpleNamespace(api_key=apis.JOIN_GROUP, api_version=9, correlation_id=correlation_id, body=body)
 
 
-def recorder(sent: list[Any]) -> Any:
-    """A ``Send`` that notes each body it is given and answers at once."""
+def recorder(sent: list[Any], reply: bytes | None = None) -> Any:
+    """A ``Send`` that notes each body it is given and answers at once, with ``reply``."""
 
     async def send(body: Any, node: int | None) -> Any:
         sent.append(body)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.set_result(None)
+        done: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+        done.set_result(reply)
         return done
 
     return send
@@ -519,19 +519,12 @@ def test_a_commit_of_a_generation_before_its_members_latest_sync_goes_in_that_on
 
 def refusing(sent: list[Any], request: Any, error: ErrorCode) -> Any:
     """A ``Send`` that notes each body it is given and answers with ``error`` on the commit's partition."""
-
-    async def send(body: Any, node: int | None) -> Any:
-        sent.append(body)
-        partition = OffsetCommitResponsePartition(partition_index=i32(0), error_code=error)
-        refused = OffsetCommitResponse(
-            throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
-            topics=(OffsetCommitResponseTopic(name="t", partitions=(partition,)),),
-        )
-        done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        done.set_result(encode_response(request, refused))  # as the client is sent it, its size first
-        return done
-
-    return send
+    partition = OffsetCommitResponsePartition(partition_index=i32(0), error_code=error)
+    refused = OffsetCommitResponse(
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+        topics=(OffsetCommitResponseTopic(name="t", partitions=(partition,)),),
+    )
+    return recorder(sent, encode_response(request, refused))  # as the client is sent it, its size first
 
 
 class Listed:

@@ -759,8 +759,7 @@ def _enters(request: Request, member_id: str) -> bool:
     """Whether a JoinGroup sent as ``member_id`` makes its member one of the group at once: one naming
     its member, a static member's (KIP-345), or one from before KIP-394 (v4) — not a dynamic member's
     first, which is only told its member id."""
-    static = request.api_version >= 5 and bool(request.body.group_instance_id)
-    return bool(member_id) or static or request.api_version < 4
+    return bool(member_id) or _static(request) or request.api_version < 4
 
 
 def _rejoins_removed(request: Request, consumer: bool) -> bool:
@@ -772,6 +771,11 @@ def _rejoins_removed(request: Request, consumer: bool) -> bool:
     session ran out — and a commit of the old membership was refused (chaos run, 2026-12-05). Taken for
     a member moved from there, it goes as a new member's, its joins in flight as one (``rejoined_as``).
     A member the new cluster just named (KIP-394) is not listed yet either; the process that forwarded
-    its first join knows it (``learn``), and any other makes it ask for an id once more."""
-    static = request.api_version >= 5 and bool(request.body.group_instance_id)
-    return request.api_key == apis.JOIN_GROUP and not consumer and not static
+    its first join knows it (``learn``), and any other lets that id go there and has it ask for one
+    once more."""
+    return request.api_key == apis.JOIN_GROUP and not consumer and not _static(request)
+
+
+def _static(request: Request) -> bool:
+    """Whether a JoinGroup is a static member's (KIP-345), whom the broker knows by its instance id."""
+    return request.api_version >= 5 and bool(request.body.group_instance_id)
