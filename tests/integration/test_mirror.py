@@ -703,7 +703,11 @@ def test_sigterm_during_a_group_join_exits_within_seconds(
         took = time.monotonic() - started
     finally:
         stalled.close()
-    assert took < 8, f"SIGTERM took {took:.1f}s"
+    # by design about 4 s (LEAVE_WAIT_S for the session's helpers, then for the leave); the defect waits
+    # for the join, which the stalled member holds for its rebalance time-out (300 s). 8 s was once
+    # exceeded (8.04 s) on a loaded CI machine: the bound is set far from both.
+    print(f"\nSIGTERM during a join: exited in {took:.1f} s")
+    assert took < 20, f"SIGTERM took {took:.1f}s"
     log = process.log.read_text()
     assert "left without waiting for the group (a join was in progress)" in log
     assert "Traceback" not in log
