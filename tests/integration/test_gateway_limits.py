@@ -186,8 +186,10 @@ def test_a_45s_long_poll_does_not_hold_up_an_epoch(
         started = time.monotonic()
         wait_for_acks(routing.zk, routing.layout, blocked, timeout_s=40)
         own_s = time.monotonic() - started
-        assert unrelated_s < 3, f"another app's change waited {unrelated_s:.1f}s"
-        assert own_s < 3, f"the block waited {own_s:.1f}s for the consumer's fetch"
+        # waiting for the fetch would take its 45 s; an epoch's acknowledgement takes well under a
+        # second alone, but seconds beside a loaded suite: the bound is far from both
+        assert unrelated_s < 15, f"another app's change waited {unrelated_s:.1f}s"
+        assert own_s < 15, f"the block waited {own_s:.1f}s for the consumer's fetch"
         assert "answered 1 long polls early" in gateway.log.read_text()
 
         unblocked = routing.set_binding(key, "primary", actor=ACTOR, reason="t")
