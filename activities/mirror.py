@@ -54,6 +54,7 @@ from switchyard.sagas.steps import (
     LossRequest,
     PartitionEnd,
 )
+from switchyard.stopwatch import Stopwatch
 from switchyard.threads import at_once
 from switchyard.topic_copies import follow_settings
 from switchyard.usage import groups_of, read_usage
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 _DRAIN_POLL_S = 0.05
 _LONG_AGO = datetime.min.replace(tzinfo=UTC)
 _MAPS_AGE_S = 2.0
+_SLOW_DRAIN_S = 5.0
+"""A drain longer than this logs where its time went (clients are held meanwhile)."""
 T = TypeVar("T")
 
 
@@ -97,17 +100,24 @@ class MirrorActivities:
             args=(self._follow_settings, link.id, link.source, link.target, topics),
         )  # fmt: skip
         settings.start()
+        spent = Stopwatch()
         while True:
             if time.monotonic() - maps_read > _MAPS_AGE_S:  # gaps may add segments while it drains
-                maps, maps_read = self.deps.link_records(link.target, link.id).maps, time.monotonic()
-            ends = self.deps.ends(link.target, wanted)
+                with spent.part("reading the offset map"):
+                    maps, maps_read = self.deps.link_records(link.target, link.id).maps, time.monotonic()
+            with spent.part("reading the target's ends"):
+                ends = self.deps.ends(link.target, wanted)
             behind = {
                 k: end for k, end in wanted.items() if maps.get(k, OffsetMap()).next_source(ends[k]) < end
             }
             if behind:
-                behind = self._read_past_markers(link.id, behind, since)
+                with spent.part("reading the mirror's report"):
+                    behind = self._read_past_markers(link.id, behind, since)
             if not behind:
-                settings.join(max(0.0, deadline - time.monotonic()))
+                with spent.part("following the topics' settings"):
+                    settings.join(max(0.0, deadline - time.monotonic()))
+                if spent.total() > _SLOW_DRAIN_S:
+                    log.info("link %s drained in %s", link.id, spent)
                 return Drained(
                     [PartitionEnd(t, p, e) for (t, p), e in sorted(ends.items())], sum(ends.values()),
                     [PartitionEnd(t, p, e) for (t, p), e in sorted(wanted.items())],
@@ -120,9 +130,11 @@ class MirrorActivities:
             if time.monotonic() > deadline:
                 named = ", ".join(f"{k} ({n} records)" for k, n in list(lag.items())[:10])
                 raise DrainTimeout(
-                    f"link {link.id} did not copy up to the fenced ends in {request.timeout_s:g}s: {named}"
+                    f"link {link.id} did not copy up to the fenced ends in {request.timeout_s:g}s: {named} "
+                    f"({spent})"
                 )
-            time.sleep(_DRAIN_POLL_S)
+            with spent.part("waiting for the copy"):
+                time.sleep(_DRAIN_POLL_S)
 
     def _follow_settings(self, link_id: str, source: str, target: str, topics: list[str]) -> None:
         """The copies' settings brought in line with the source's, as the mirror does only every

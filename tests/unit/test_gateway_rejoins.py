@@ -587,3 +587,27 @@ def test_a_carried_commit_refused_for_its_clients_member_joined_elsewhere_is_sen
             assert isinstance(reply, bytes), (error, members)
 
     asyncio.run(run())
+
+
+def test_a_commit_sent_again_after_one_waited_out_its_joins_sync_goes_at_once() -> None:
+    """kafkajs's group leader, its assignment's Metadata lost with a connection, never synced, and resent
+    its old generation's commit four times: each waited a whole hold for that sync (a chaos trial)."""
+
+    async def run() -> tuple[float, float, list[int]]:
+        shared = gateway()
+        shared.config.gateway.block_hold_s = 0.3
+        group = handling(shared)
+        group.sending(join(1, member_id="m-new"), "m-new")
+        group._rejoins[GROUP].given = ("m-new", 2)  # the join's answer; no sync follows
+        sent: list[Any] = []
+        waits = []
+        for _ in range(2):
+            began = time.monotonic()
+            await asyncio.wait_for(group.adopt(member_commit(1, ("t", 0)), None, recorder(sent)), SOON_S)
+            waits.append(time.monotonic() - began)
+        return waits[0], waits[1], [b.generation_id_or_member_epoch for b in sent]
+
+    first, again, generations = asyncio.run(run())
+    assert first >= 0.3, "the first commit did not wait for the sync"
+    assert again < 0.1, f"the commit sent again waited {again:.2f} s for a sync that did not come"
+    assert generations == [1, 1]

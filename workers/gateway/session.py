@@ -910,11 +910,14 @@ class ClientSession:
         self, incoming: Incoming, frame: bytes, snapshot: RoutingSnapshot, resolution: Resolution,
         node: int | None, closed: UpstreamError, *, follow: bool, loaded_by: float | None,
     ) -> Awaitable[Reply]:  # fmt: skip
-        """The answer to a request no broker connection could be had for (``closed`` says why): a group's
-        request whose broker has left the cluster's metadata goes on to the group's coordinator now;
+        """The answer to a request no broker connection could be had for (``closed`` says why): one any
+        broker answers (``apis.ANY_BROKER``) whose broker has left the cluster's metadata goes to any; a
+        group's request whose broker has left it goes on to the group's coordinator now;
         otherwise the retriable error (``_refused``), a moved producer's later batches of the same
         partitions held back until its resend."""
         request, context = incoming.request, incoming.context
+        if isinstance(closed, Unlisted) and request.api_key in apis.ANY_BROKER and node is not None:
+            return await self._forward(incoming, frame, snapshot, resolution, None, loaded_by=loaded_by)
         group = context.group if request.api_key in apis.GROUP_APIS else None
         if isinstance(closed, Unlisted) and group is not None and follow:
             now = await self._coordinator_now(resolution.cluster, group, node)

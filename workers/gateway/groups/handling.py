@@ -700,13 +700,16 @@ class GroupHandling:
         """``body`` (an OffsetCommit) as the member ``rejoin`` rejoins as, once the rejoin is done;
         unchanged if the join is refused meanwhile (``again``: ``rejoin.again`` as the commit was decided;
         read later, it would be a refusal still to come, of a join the client sends after this commit,
-        whose answer queues behind it), or takes longer than a held request may wait — or, for a rejoin
-        on another connection, once a request it may need comes behind this commit (``behind``)."""
+        whose answer queues behind it), or takes longer than a held request may wait (then the commits
+        after it wait no more: ``Rejoin.waited_out``) — or, for a rejoin on another connection, once a
+        request it may need comes behind this commit (``behind``)."""
         limit = hold_limit(request, self.gateway.config.gateway.block_hold_s, rejoin.session_s)
         ends: set[asyncio.Future[Any]] = {rejoin.joined, again}
         if rejoin is not self._rejoins.get(request.body.group_id):
             ends.add(behind)
-        await asyncio.wait(ends, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        if not rejoin.waited_out:
+            done, _ = await asyncio.wait(ends, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+            rejoin.waited_out = not done
         if not rejoin.joined.done():
             if behind.done() and behind in ends:
                 log.info(

@@ -54,6 +54,11 @@ UNVOUCHED_HELD = BLOCKABLE | {INIT_PRODUCER_ID}
 """What a gateway that cannot vouch for its routing holds, and never writes to a broker: what writes
 records, commits offsets, or begins, ends or fences a transaction (an InitProducerId aborts its
 transactional id's open transaction) — each may be routed otherwise by a change it has not heard of."""
+ANY_BROKER = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, DESCRIBE_TOPIC_PARTITIONS})
+"""Requests every broker of a cluster answers alike: one that came on the virtual broker of a broker
+the cluster's metadata does not list now (restarting) goes to any broker, not a closed connection.
+Closed, kafkajs's group leader lost the Metadata its assignment needed, never synced, and its group
+stalled for a minute, its commits refused (a chaos trial: the broker back 0.5 s before, not yet listed)."""
 LONG_POLLS = frozenset({FETCH, JOIN_GROUP, SYNC_GROUP})
 """Requests a broker may hold for long (a Fetch up to its max_wait, a join or sync until the rebalance
 ends); a newer epoch that routes them elsewhere answers them at once (workers.gateway.routing.inflight)."""
