@@ -316,7 +316,8 @@ class GroupHandling:
             session_s = float(request.body.session_timeout.total_seconds())
             loop = asyncio.get_running_loop()
             rejoin = self._rejoins[group] = Rejoin(loop.create_future(), loop.create_future(), session_s)
-        rejoin.entered = rejoin.entered or _enters(request, member_id)
+        if _enters(request, member_id):
+            rejoin.entered, rejoin.asked_as = True, request.body.member_id
 
     async def rejoined_as(self, request: Request, cluster: str) -> str:
         """The member id a moved member's JoinGroup goes to ``cluster`` as: a new member's (""), as a
@@ -682,7 +683,8 @@ class GroupHandling:
         if rejoin is None:
             return False
         outside = body.generation_id_or_member_epoch < 0 and not body.member_id
-        return outside or rejoin.passed(body.member_id, body.generation_id_or_member_epoch)
+        generation = body.generation_id_or_member_epoch
+        return outside or rejoin.passed(body.member_id, generation) or rejoin.ahead_of(body.member_id)
 
     def _copied_from(self, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...]) -> str | None:
         """The one other cluster a link copies ``topics`` from to ``cluster`` (None: none, or several)."""

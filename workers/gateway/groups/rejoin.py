@@ -27,6 +27,8 @@ class Rejoin:
     """A JoinGroup of it was sent that makes the member one of the group at once (``_enters``), not just
     one asking for a member id, and no answer since sent the client to join again: the client does not
     wait for a commit's answer to finish the join."""
+    asked_as: str = ""
+    """The member id the client's entering JoinGroup named (it may have gone to the broker as another)."""
     given: tuple[str, int] | None = None
     """The member id and generation its JoinGroup was answered with, its SyncGroup still to come."""
     assigned: frozenset[tuple[str, int]] | None = None
@@ -44,6 +46,14 @@ class Rejoin:
         kafkajs commits with the generation of its last sync while its next join waits for its own: a
         chaos trial's commits were refused so three times, and the records processed again."""
         return self.given is not None and self.given[0] == member_id and generation < self.given[1]
+
+    def ahead_of(self, member_id: str) -> bool:
+        """Whether a commit of ``member_id`` comes behind this join, which the client sent as that member
+        and is not answered yet: the broker takes it only once the join is answered (a connection's
+        requests are read one at a time), in the generation the join makes, and refuses it
+        (ILLEGAL_GENERATION) where that is a new one. kafkajs rejoined with a commit behind its join,
+        refused 3 ms after the join's answer (a chaos trial)."""
+        return self.entered and self.given is None and bool(member_id) and member_id == self.asked_as
 
     def owns(self, commit: Any) -> bool:
         """Whether the sync that ended the join assigned every partition ``commit`` names to its member:

@@ -36,7 +36,8 @@ sockets and shared state, lets every API be checked against every routing state 
   reset its membership when the new cluster did not know it, and commits what it processed meanwhile;
   refused while the group rebalances, it is sent once the rejoin is done, as the member the connection
   rejoined as; so is a commit of that member at a generation before its join's answer (kafkajs commits
-  with its last sync's generation while its next join waits for its sync), where the sync assigned it
+  with its last sync's generation while its next join waits for its sync), or sent behind that join
+  before it was answered (the broker would take it in the join's generation), where the sync assigned it
   every partition the commit names;
 - ``DROP``: a Produce with acks=0 that may not land: it expects no answer, so nothing is sent;
 - ``SHIELD``: the identity is routed to a shielded (or down) cluster, which is not contacted at all: a
