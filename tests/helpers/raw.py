@@ -3,6 +3,7 @@ places on one connection, versions nobody offered, frames cut short."""
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import time
@@ -43,6 +44,11 @@ class RawClient:
 
     def answer(self, request: Request) -> Any:
         return decode_response(request, self.frame())
+
+    def quiet_for(self, seconds: float) -> bool:
+        """Whether nothing arrives (no answer, no end) within ``seconds``: a request the gateway holds."""
+        readable, _, _ = select.select([self.sock], [], [], seconds)
+        return not readable
 
     def closed_within(self, seconds: float) -> float:
         """How long until the gateway closed the connection (AssertionError if it sent data or did not)."""
