@@ -916,7 +916,7 @@ class ClientSession:
         otherwise the retriable error (``_refused``), a moved producer's later batches of the same
         partitions held back until its resend."""
         request, context = incoming.request, incoming.context
-        if isinstance(closed, Unlisted) and request.api_key in apis.ANY_BROKER and node is not None:
+        if isinstance(closed, Unlisted) and request.api_key in apis.ANY_BROKER:  # any broker: never unlisted
             return await self._forward(incoming, frame, snapshot, resolution, None, loaded_by=loaded_by)
         group = context.group if request.api_key in apis.GROUP_APIS else None
         if isinstance(closed, Unlisted) and group is not None and follow:
