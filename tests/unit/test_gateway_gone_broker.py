@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32
 
 from switchyard.keys import BindingKey
 from switchyard.ledger.kinds import RoutingSnapshot
@@ -27,7 +28,13 @@ from workers.gateway import session
 from workers.gateway.brokers.upstream import Unlisted, Upstream
 from workers.gateway.brokers.vnodes import RealBroker
 from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import decode_response, parse_request, request_schema
+from workers.gateway.framing.protocol import (
+    decode_response,
+    encode_response,
+    parse_request,
+    request_schema,
+    response_schema,
+)
 from workers.gateway.producers.translation import Translation
 from workers.gateway.routing import apis
 from workers.gateway.routing.holds import KIP848_HEARTBEAT_S
@@ -177,6 +184,58 @@ def test_a_commit_to_a_coordinator_gone_from_the_metadata_goes_to_the_one_named_
     assert arrived == [apis.OFFSET_COMMIT], f"reached the new coordinator: {arrived}; answered: {answer!r}"
     assert answer is None  # the stand-in broker does not answer: the gateway did not either
     assert closed, "the connection that asked for the coordinator was left open"
+
+
+def test_a_commit_sent_on_to_a_coordinator_not_taken_over_yet_is_sent_again() -> None:
+    """A KIP-848 commit whose broker was killed went on to the coordinator the cluster named, which
+    answered NOT_COORDINATOR 16 ms later, not the coordinator yet itself; passed on, librdkafka failed the
+    commit to the application (chaos run, 2026-12-05). It is sent again after a pause, within the time
+    such a request may be held."""
+    arrived: list[int] = []
+
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Names itself the coordinator of every group; refuses the first commit, takes the next."""
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionResetError):
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                request = parse_request(await reader.readexactly(size))
+                arrived.append(request.api_key)
+                schema = response_schema(request.api_key, request.api_version)
+                if request.api_key == apis.FIND_COORDINATOR:
+                    answer = make(schema, error_code=ErrorCode.none, node_id=i32(NOW), host="127.0.0.1")
+                else:
+                    code = (
+                        ErrorCode.not_coordinator
+                        if arrived.count(apis.OFFSET_COMMIT) == 1
+                        else ErrorCode.none
+                    )
+                    answer = make(schema, topics=tuple(
+                        make(element_type(schema, "topics"), name=t.name, partitions=tuple(
+                            make(element_type(element_type(schema, "topics"), "partitions"),
+                                 partition_index=p.partition_index, error_code=code)
+                            for p in t.partitions
+                        ))
+                        for t in request.body.topics
+                    ))  # fmt: skip
+                writer.write(encode_response(request, answer))
+
+    async def run() -> tuple[bytes | None, set[ErrorCode]]:
+        server = await asyncio.start_server(broker, "127.0.0.1", 0)
+        gateway = Gateway()
+        gateway.brokers = _Brokers(server.sockets[0].getsockname()[1], NOW)
+        gateway.links = SimpleNamespace(  # type: ignore[attr-defined]
+            mirrored=lambda *_: False, presenter=_no_presenter
+        )
+        frame = raw(apis.OFFSET_COMMIT, 8, group_id="orders-readers", generation_id_or_member_epoch=-1)
+        answer = await _sent(frame, gateway)
+        server.close()
+        assert answer is not None, f"not answered; reached the broker: {arrived}"
+        commit = parse_request(frame)
+        return answer, {p.error_code for t in decode_response(commit, answer).topics for p in t.partitions}
+
+    _, codes = asyncio.run(run())
+    assert codes == {ErrorCode.none}, f"answered {codes}; reached the broker: {arrived}"
+    assert arrived.count(apis.OFFSET_COMMIT) == 2, arrived
 
 
 def test_a_commit_whose_routing_moved_on_while_its_coordinator_was_sought_is_not_sent() -> None:

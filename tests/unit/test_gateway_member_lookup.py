@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from switchyard.identity import Identity
 from tests.helpers.sessions import Brokers, Gateway, exchange, raw
 from workers.gateway.brokers.upstream import UpstreamError
 from workers.gateway.framing.protocol import decode_response, parse_request
@@ -19,6 +20,7 @@ from workers.gateway.groups.members import Member, Members
 from workers.gateway.routing import apis
 
 GROUP, MEMBER = "orders", "m-1"
+SHOP = Identity("shop")
 
 
 class Coordinator:
@@ -75,7 +77,7 @@ def lookup(
     commit = SimpleNamespace(
         api_key=apis.OFFSET_COMMIT, api_version=9, body=SimpleNamespace(group_id=GROUP, member_id=MEMBER)
     )
-    asyncio.run(handling.find_member(commit, None, "standby", ("orders-t",)))  # type: ignore[arg-type]
+    asyncio.run(handling.find_member(commit, None, "standby", ("orders-t",), SHOP))  # type: ignore[arg-type]
     return gateway.members.get(GROUP, MEMBER)
 
 
@@ -107,6 +109,26 @@ def test_where_the_gateway_offers_no_consumer_protocol_its_groups_are_not_asked_
 
 SEEN_ON_THE_PRIMARY = Member("primary", 45.0, left=True, consumer=True)
 """A KIP-848 member this gateway process saw join on the primary, moved by the switch since."""
+
+
+def test_a_member_looked_up_is_moved_by_a_switch_of_the_client_that_named_it() -> None:
+    """One gateway process of two looked a KIP-848 member up on the primary (it was started again after
+    the member joined); the other saw the member move to the standby at a switch, and back. Kept for
+    no one's, the entry was never marked left: after the switch back the member's commit, sent again
+    through this process, went as it was to the primary's group, which the member had not joined yet,
+    and was refused UNKNOWN_MEMBER_ID (chaos run, 2026-12-05). A switch that moves the group of the
+    client whose request named it marks it left, as one seen joining; a switch of another's does not."""
+    found = lookup(Coordinator({MEMBER}))
+    assert found is not None
+    assert (found.cluster, found.identity, found.looked_up) == ("standby", SHOP, True)
+    members = Members()
+    members.joined(GROUP, MEMBER, found)
+    assert members.moved(lambda identity, group: "primary" if identity != SHOP else None) == []
+    assert members.moved(lambda identity, group: "primary") == [(GROUP, MEMBER, found)]
+    moved = members.get(GROUP, MEMBER)
+    assert moved is not None
+    assert moved.left
+    assert not members.syncing(GROUP, "standby", SHOP), "a member looked up is not known to be joining"
 
 
 def test_a_consumer_protocol_member_seen_on_the_cluster_it_left_is_found_where_it_joined_again() -> None:
@@ -154,7 +176,7 @@ def test_a_seen_consumer_protocol_member_whose_cluster_cannot_say_is_not_told_wh
             api_key=apis.CONSUMER_GROUP_HEARTBEAT, api_version=0,
             body=SimpleNamespace(group_id=GROUP, member_id=MEMBER, member_epoch=4),
         )  # fmt: skip
-        assert asyncio.run(handling.find_member(heartbeat, None, "standby", ())) is told, answer  # type: ignore[arg-type]
+        assert asyncio.run(handling.find_member(heartbeat, None, "standby", (), SHOP)) is told, answer  # type: ignore[arg-type]
         expected = ("standby", False) if answer == {MEMBER} else ("primary", True)
         found = gateway.members.get(GROUP, MEMBER)
         assert (found.cluster, found.left) == expected, answer
@@ -244,6 +266,6 @@ def test_a_join_under_an_id_neither_cluster_lists_goes_as_a_member_moved_from_th
 
 async def _looked_up(handling: GroupHandling, request: Any) -> None:
     """``find_member`` for ``request``, sent to the standby, and what it left its connection to do."""
-    await handling.find_member(request, None, "standby", ("orders-t",))  # type: ignore[arg-type]
+    await handling.find_member(request, None, "standby", ("orders-t",), SHOP)  # type: ignore[arg-type]
     for later in handling.connection.done_later:  # type: ignore[attr-defined]
         await later

@@ -348,30 +348,50 @@ def test_a_commit_of_a_generation_passed_by_a_join_on_another_connection_goes_in
     assert asyncio.run(adopted_generation(apis.METADATA)) == 1  # the leader's sync waits for its answer
 
 
+def consumer_join(correlation_id: int, member_id: str) -> Any:
+    """A consumer-protocol member's join (KIP-848): a ConsumerGroupHeartbeat at member epoch 0."""
+    body = SimpleNamespace(group_id=GROUP, member_id=member_id, member_epoch=0, topic_partitions=None)
+    return SimpleNamespace(
+        api_key=apis.CONSUMER_GROUP_HEARTBEAT,
+        api_version=1,
+        correlation_id=correlation_id,
+        body=body,
+        frame=b"",
+    )
+
+
+async def carried_unanswered(shared: Any) -> tuple[asyncio.Future[Any], asyncio.Future[Any]]:
+    """A commit carried into the group on the standby from outside it, through another connection of the
+    process, sent and not answered yet: its carry, and the answer to give it (the carry's link reading
+    left out)."""
+    carried = dataclasses.replace(member_commit(-1, ("t", 0)).body, member_id="")
+    committing = handling(shared)
+    answered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    async def send(body: Any, node: int | None) -> Any:
+        return answered
+
+    async def as_is(*_: Any) -> tuple[Any, int | None]:
+        return carried, None
+
+    committing._carried = as_is  # type: ignore[method-assign]
+    request = SimpleNamespace(api_key=apis.OFFSET_COMMIT, api_version=8, correlation_id=9, body=carried)
+    carrying = asyncio.ensure_future(
+        committing.carry(request, None, "standby", "primary", ("t",), send=send, identity=Identity("shop"))  # type: ignore[arg-type]
+    )
+    await asyncio.sleep(0.05)
+    return carrying, answered
+
+
 def test_a_join_entering_waits_for_a_commit_carried_into_its_group_on_another_connection() -> None:
     """kafkajs committed its old membership's offsets on its old coordinator's connection and joined on
     another 0.3 s later: a join that enters first makes the group on the new cluster refuse a commit
     from outside it (UNKNOWN_MEMBER_ID), and the records are processed again (a chaos trial)."""
-    shop = Identity("shop")
-    carried = dataclasses.replace(member_commit(-1, ("t", 0)).body, member_id="")
 
     async def run() -> None:
         shared = gateway()
-        committing, joining = handling(shared), handling(shared)
-        answered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-        async def send(body: Any, node: int | None) -> Any:
-            return answered
-
-        async def as_is(*_: Any) -> tuple[Any, int | None]:
-            return carried, None
-
-        committing._carried = as_is  # type: ignore[method-assign]
-        request = SimpleNamespace(api_key=apis.OFFSET_COMMIT, api_version=8, correlation_id=9, body=carried)
-        carrying = asyncio.ensure_future(
-            committing.carry(request, None, "standby", "primary", ("t",), send=send, identity=shop)  # type: ignore[arg-type]
-        )
-        await asyncio.sleep(0.05)
+        joining = handling(shared)
+        carrying, answered = await carried_unanswered(shared)
         await asyncio.wait_for(joining.before_join(join(2, "m-x"), "m-x", "primary"), SOON_S)  # elsewhere
         await asyncio.wait_for(joining.before_join(join(3, ""), "", "standby"), SOON_S)  # asks for an id
         entering = asyncio.ensure_future(joining.before_join(join(4, "m-x"), "m-x", "standby"))
@@ -382,6 +402,34 @@ def test_a_join_entering_waits_for_a_commit_carried_into_its_group_on_another_co
         await asyncio.wait_for(entering, SOON_S)
         assert not shared.members.entering(GROUP, "standby")
         await asyncio.wait_for(joining.before_join(join(5, "m-x"), "m-x", "standby"), SOON_S)  # none left
+
+    asyncio.run(run())
+
+
+def test_a_consumer_protocol_join_waits_for_a_commit_carried_into_its_group() -> None:
+    """librdkafka's KIP-848 member, moved back by a switch, had its old membership's commit carried to
+    the primary from outside the group, and joined there (member epoch 0) before that commit was
+    answered: the group, a member in it, refused the commit UNKNOWN_MEMBER_ID (chaos run, 2026-12-05,
+    twice). Its join waits for the carried commit, as a classic member's does; one to another cluster
+    does not, nor one once the commit is answered."""
+    shop = Identity("shop")
+
+    async def run() -> None:
+        shared = gateway()
+        shared.consumer_groups, shared.real_ids = SimpleNamespace(note=lambda group: None), None
+        joining = handling(shared)
+        carrying, answered = await carried_unanswered(shared)
+        elsewhere = joining.heartbeat_out(consumer_join(2, "m-x"), "primary", shop)  # type: ignore[arg-type]
+        await asyncio.wait_for(elsewhere, SOON_S)
+        entering = asyncio.ensure_future(joining.heartbeat_out(consumer_join(3, "m-x"), "standby", shop))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        assert not entering.done(), "joined the group before a commit carried into it was answered"
+        assert shared.members.get(GROUP, "m-x").cluster == "primary", "a member of the standby already"
+        answered.set_result(None)
+        await asyncio.wait_for(carrying, SOON_S)
+        await asyncio.wait_for(entering, SOON_S)
+        assert shared.members.get(GROUP, "m-x").cluster == "standby"
+        await asyncio.wait_for(joining.heartbeat_out(consumer_join(4, "m-x"), "standby", shop), SOON_S)  # type: ignore[arg-type]
 
     asyncio.run(run())
 

@@ -7,12 +7,19 @@ import asyncio
 import contextlib
 import functools
 import struct
+import time
+from datetime import timedelta
+from types import SimpleNamespace
 from typing import cast
 
 import pytest
+from kio.static.primitive import i32
 
-from tests.helpers.sessions import AtOneAddress, Gateway
+from tests.helpers.sessions import AtOneAddress, Gateway, answered_when, raw
 from workers.gateway.brokers.upstream import Upstream, UpstreamError
+from workers.gateway.framing.entities import make
+from workers.gateway.framing.protocol import encode_response, parse_request, response_schema
+from workers.gateway.routing import apis
 from workers.gateway.routing.blocking import OwnAnswer
 from workers.gateway.session import ClientSession, Listener
 from workers.gateway.shared import Shared
@@ -147,3 +154,53 @@ def test_a_join_the_gateway_answers_itself_is_told_to_its_group_handling_once_it
         return told
 
     assert asyncio.run(scenario()) == ["own"]
+
+
+def test_a_join_goes_once_the_commit_its_connection_sent_before_it_is_answered() -> None:
+    """A broker reads one connection's requests in order: a client's commit, then its rejoin, reach it so
+    directly, the commit in the generation it was made in. The gateway writes a join on its connection
+    for long polls, the commit on the other: the join, answered first, had a kafkajs commit sent 28 ms
+    before it refused ILLEGAL_GENERATION (chaos run, 2026-12-05). Here the broker is slow to answer the
+    commit; the join must not reach it before that answer."""
+
+    async def scenario() -> tuple[float, float]:
+        when: dict[str, float] = {}
+
+        async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionResetError):
+                while True:
+                    (size,) = struct.unpack(">i", await reader.readexactly(4))
+                    request = parse_request(await reader.readexactly(size))
+                    schema = response_schema(request.api_key, request.api_version)
+                    if request.api_key == apis.OFFSET_COMMIT:
+                        await asyncio.sleep(0.3)  # the connection's earlier work, as it were
+                        when["commit answered"] = time.monotonic()
+                        writer.write(encode_response(request, make(schema)))
+                    else:
+                        when["join arrived"] = time.monotonic()
+                        answer = make(schema, generation_id=i32(2), member_id="m1", leader="m1")
+                        writer.write(encode_response(request, answer))
+
+        server = await asyncio.start_server(broker, "127.0.0.1", 0)
+        gateway = Gateway()
+        gateway.brokers = AtOneAddress(server.sockets[0].getsockname()[1])
+        gateway.links = SimpleNamespace(  # type: ignore[attr-defined]
+            mirrored=lambda *_: False, presents=lambda *_: False, presenter=_no_presenter
+        )
+        commit = raw(apis.OFFSET_COMMIT, 8, group_id="orders", generation_id_or_member_epoch=-1, member_id="")
+        join = raw(  # enters the group at once
+            apis.JOIN_GROUP, 3, group_id="orders", member_id="", session_timeout=timedelta(seconds=30)
+        )
+        try:
+            await answered_when(gateway, [commit, join], timeout_s=5)
+        finally:
+            server.close()
+        return when["commit answered"], when["join arrived"]
+
+    answered, joined = asyncio.run(scenario())
+    early = answered - joined
+    assert early <= 0, f"the join reached the broker {early:.3f} s before the commit's answer"
+
+
+async def _no_presenter(*_: object) -> None:
+    return None  # no offsets of another cluster's to present

@@ -90,8 +90,10 @@ Replies = asyncio.Queue[tuple[Awaitable[Reply], Lease, Request] | None]
 _HIGH_WATER = 256 * 1024
 """Bytes waiting to go to the client before the session waits for them to drain."""
 _LOADING_PAUSE_S, _LOADING_WITHIN_S = 0.2, 10.0
-"""How often, and for how long, an offsets request is asked again of a coordinator still loading them:
-well inside a client's request time-out (30 s in the Java client and kafkajs, 60 s in librdkafka)."""
+"""How often, and for how long at most, a group's request is sent again to a coordinator still loading the
+group's offsets, or not the coordinator yet (``_follower``): well inside a client's request time-out
+(30 s in the Java client and kafkajs, 60 s in librdkafka); no longer than the request may be held
+(``hold_limit``), as the client's later requests wait behind it: a KIP-848 member's heartbeat too."""
 _FIND_WITHIN_S = 3.0
 """How long the gateway asks a cluster for a group's coordinator when the one its request went to is
 gone from the cluster's metadata, before the request gets the retriable error: well within
@@ -408,7 +410,9 @@ class ClientSession:
         context = incoming.context
         for _ in range(_LOOKUPS):
             request, cluster = incoming.request, resolution.cluster
-            told = await self.groups.find_member(request, snapshot, cluster, context.topics)
+            told = await self.groups.find_member(
+                request, snapshot, cluster, context.topics, incoming.identity
+            )
             if self.gateway.view.snapshot is snapshot:
                 if not told:
                     body = request.body
@@ -794,13 +798,14 @@ class ClientSession:
         resolution: Resolution,
         node: int | None,
         *,
-        follow: bool = True,
+        sent_on: bool = False,
         loaded_by: float | None = None,
     ) -> Awaitable[Reply]:
         """Write ``frame`` to a broker of the resolved cluster now; return its answer-to-be. A group's
-        request goes where its coordinator was last found, and where ``follow``, on to its coordinator
-        if the broker says it is not, or again to it while it loads the group's offsets, until
-        ``loaded_by`` (``time.monotonic``; None: ``_LOADING_WITHIN_S`` from now) — see
+        request goes where its coordinator was last found, and on to its coordinator if the broker says
+        it is not, or again to it while it loads the group's offsets, until ``loaded_by``
+        (``time.monotonic``; None: as long as it may be held, at most ``_LOADING_WITHIN_S``, from now) —
+        see ``_follower`` (``sent_on``: it was sent on so already) and
         :mod:`workers.gateway.groups.coordinated`."""
         request, context, identity = incoming.request, incoming.context, incoming.identity
         key = request.api_key
@@ -809,7 +814,7 @@ class ClientSession:
             upstream = self._upstream_of(resolution.cluster, node, group, long_poll=key in apis.LONG_POLLS)
         except UpstreamError as closed:  # shielded since this request was decided, or its broker gone
             return await self._unconnected(
-                incoming, frame, snapshot, resolution, node, closed, follow=follow, loaded_by=loaded_by
+                incoming, frame, snapshot, resolution, node, closed, sent_on=sent_on, loaded_by=loaded_by
             )
         inflight = self.gateway.inflight
         ticket = inflight.start(
@@ -852,12 +857,16 @@ class ClientSession:
         if future is None:
             inflight.finish(ticket)
             return _ready(None)
+        if key == apis.OFFSET_COMMIT:
+            self.groups.commit_sent(request, future)
         on = None
-        if group is not None and (follow or key in coordinated.OFFSETS):
-            loaded_by = time.monotonic() + _LOADING_WITHIN_S if loaded_by is None else loaded_by
+        if group is not None:
+            if loaded_by is None:  # its client's later requests wait behind it, a KIP-848 heartbeat too
+                held_s = hold_limit(request, _LOADING_WITHIN_S, self.groups.session_s(request))
+                loaded_by = time.monotonic() + held_s
             on = self._follower(
                 incoming, frame, snapshot, resolution,
-                upstream=upstream, group=group, to_coordinator=follow, loaded_by=loaded_by,
+                upstream=upstream, group=group, sent_on=sent_on, loaded_by=loaded_by,
             )  # fmt: skip
         answer = self._answer(request, future, upstream, ticket, identity, received=incoming.received, on=on)
         return self.later(answer)
@@ -908,7 +917,7 @@ class ClientSession:
 
     async def _unconnected(  # noqa: PLR0917 - what _forward was given
         self, incoming: Incoming, frame: bytes, snapshot: RoutingSnapshot, resolution: Resolution,
-        node: int | None, closed: UpstreamError, *, follow: bool, loaded_by: float | None,
+        node: int | None, closed: UpstreamError, *, sent_on: bool, loaded_by: float | None,
     ) -> Awaitable[Reply]:  # fmt: skip
         """The answer to a request no broker connection could be had for (``closed`` says why): one any
         broker answers (``apis.ANY_BROKER``) whose broker has left the cluster's metadata goes to any; a
@@ -919,12 +928,12 @@ class ClientSession:
         if isinstance(closed, Unlisted) and request.api_key in apis.ANY_BROKER:  # any broker: never unlisted
             return await self._forward(incoming, frame, snapshot, resolution, None, loaded_by=loaded_by)
         group = context.group if request.api_key in apis.GROUP_APIS else None
-        if isinstance(closed, Unlisted) and group is not None and follow:
+        if isinstance(closed, Unlisted) and group is not None and not sent_on:
             now = await self._coordinator_now(resolution.cluster, group, node)
             if now is not None and self._routed_otherwise_since(incoming, snapshot, resolution):
                 return _unsent(OwnAnswer())  # the retriable error, as a request the new routing sends on
             if now is not None:
-                return await self._forward(incoming, frame, snapshot, resolution, now, follow=False,
+                return await self._forward(incoming, frame, snapshot, resolution, now, sent_on=True,
                                            loaded_by=loaded_by)  # fmt: skip
         if request.api_key == apis.PRODUCE:
             self._refusing(incoming, resolution.cluster)
@@ -956,44 +965,44 @@ class ClientSession:
 
     def _follower(
         self, incoming: Incoming, frame: bytes, snapshot: RoutingSnapshot, resolution: Resolution, *,
-        upstream: Upstream, group: str, to_coordinator: bool, loaded_by: float,
+        upstream: Upstream, group: str, sent_on: bool, loaded_by: float,
     ) -> Callable[[bytes], Awaitable[Reply | None]]:  # fmt: skip
         """What replaces a group request's answer that says ``upstream``'s broker does not coordinate
-        ``group`` (where ``to_coordinator``): the coordinator's, asked now (None: the answer says no such
-        thing, or the cluster names no other coordinator, and the client is told as the broker told it).
-        An offsets request answered that the coordinator is loading them is sent to it again after a
-        pause, until ``loaded_by``."""
+        ``group``: the answer of the coordinator the cluster names now, asked at once. Where the broker
+        names itself, or the request was sent on to it already (``sent_on``: it was named, and has not
+        taken the group over yet), it is asked again after a pause, as an offsets request answered that
+        its coordinator is still loading them is, until ``loaded_by``. None: the answer says neither,
+        the time is up, or the cluster names no coordinator, and the client is told as the broker told
+        it. A KIP-848 commit sent on to the coordinator a cluster named, its own broker killed, was
+        answered NOT_COORDINATOR 16 ms later; passed on, librdkafka failed it to the application
+        (chaos run, 2026-12-05)."""
 
         async def follow(answer: bytes) -> Reply | None:
             request = incoming.request
             decoded = decode_response(request, answer)
-            if coordinated.loading(request.api_key, decoded) and time.monotonic() < loaded_by:
+            loading = coordinated.loading(request.api_key, decoded)
+            if not loading and not coordinated.not_coordinator(request.api_key, decoded):
+                return None
+            cluster, now = resolution.cluster, upstream.node
+            if not loading:
+                try:  # asked of the broker that just answered: it is up
+                    now = await coordinator(self.gateway.brokers, upstream, group)
+                except (UpstreamError, TimeoutError, FrameError) as exc:
+                    log.info("group %s: not at broker %s of %s, and no other found: %s", group, upstream.node,
+                             cluster, exc)  # fmt: skip
+                    return None
+            if now != upstream.node:
+                log.info("group %s: coordinated by broker %s of %s now, not %s", group, now, cluster,
+                         upstream.node)  # fmt: skip
+                self._coordinating[(cluster, group)] = cast(int, now)
+            if loading or sent_on or now == upstream.node:  # not taken over yet: again, after a pause
+                if time.monotonic() >= loaded_by:
+                    return None
                 await asyncio.sleep(_LOADING_PAUSE_S)
-                if self._routed_otherwise_since(incoming, snapshot, resolution):
-                    return OwnAnswer()  # the retriable error, as a request the new routing sends on
-                again = self._forward(
-                    incoming, frame, snapshot, resolution, upstream.node,
-                    follow=to_coordinator, loaded_by=loaded_by,
-                )  # fmt: skip
-                return await (await again)
-            if not to_coordinator or not coordinated.not_coordinator(request.api_key, decoded):
-                return None
-            cluster = resolution.cluster
-            try:  # asked of the broker that just answered: it is up
-                now = await coordinator(self.gateway.brokers, upstream, group)
-            except (UpstreamError, TimeoutError, FrameError) as exc:
-                log.info("group %s: not at broker %s of %s, and no other found: %s", group, upstream.node,
-                         cluster, exc)  # fmt: skip
-                return None
-            if now == upstream.node:
-                return None
-            log.info("group %s: coordinated by broker %s of %s now, not %s", group, now, cluster,
-                     upstream.node)  # fmt: skip
-            self._coordinating[(cluster, group)] = now
             if self._routed_otherwise_since(incoming, snapshot, resolution):  # held for nothing since
                 return OwnAnswer()  # the retriable error, as a request the new routing sends on
             again = self._forward(
-                incoming, frame, snapshot, resolution, now, follow=False, loaded_by=loaded_by
+                incoming, frame, snapshot, resolution, now, sent_on=True, loaded_by=loaded_by
             )
             return await (await again)
 

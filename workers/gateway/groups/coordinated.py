@@ -4,7 +4,9 @@ preferred leader again). Clients look their coordinator up again in their own ti
 it next joins: a chaos trial's consumer was refused for 22 s after a broker kill and processed 143
 records twice — so the gateway asks the cluster for the coordinator and sends the request there, and the
 group's later requests on that connection straight there (see ``Session._forward``). A coordinator
-still loading the group's offsets is asked again until it has (:func:`loading`)."""
+still loading the group's offsets is asked again until it has (:func:`loading`), and one named that has
+not taken the group over yet (it answers NOT_COORDINATOR too) after a pause, as long as the request may
+be held."""
 
 from __future__ import annotations
 

@@ -85,6 +85,8 @@ class GroupHandling:
         answered yet: group, member id, and their ``Members.rename``."""
         self._given: dict[str, str] = {}
         """Per group, the member id this connection's latest JoinGroup answer gave."""
+        self._commits: dict[str, set[asyncio.Future[Any]]] = {}
+        """Per group, this connection's commits written to a broker and not answered yet (``commit_sent``)."""
 
     def joined_on(
         self, request: Request, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...]
@@ -135,8 +137,9 @@ class GroupHandling:
         return key == apis.CONSUMER_GROUP_HEARTBEAT and bool(body.member_id) and int(body.member_epoch) >= 0
 
     async def find_member(
-        self, request: Request, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...]
-    ) -> bool:
+        self, request: Request, snapshot: RoutingSnapshot, cluster: str, topics: tuple[str, ...],
+        identity: Identity,
+    ) -> bool:  # fmt: skip
         """Where a member this gateway did not see join did join, if its commits could need carrying: it
         joined through the other gateway of a pair, or before this gateway started (a gateway killed and
         started again mid-switch knows none of its clients' members). A member the group's coordinator
@@ -144,7 +147,14 @@ class GroupHandling:
         copies its topics from; in a group rebalancing there it may be one that has not rejoined yet, so
         that cluster is asked too, as it is for a join (a new member names itself as well). Remembered
         either way; left unknown if the answer is unclear. A consumer-protocol member seen on another
-        cluster is asked for where its request goes (``_rejoined_here``): False if that cannot be told."""
+        cluster is asked for where its request goes (``_rejoined_here``): False if that cannot be told.
+
+        A member found so is taken for one of ``identity``'s client (whose request named it), so that a
+        routing change that moves its group has it leave there, as one seen joining (``Members.moved``).
+        Kept for no one's, it stayed a member of that cluster in the process's eyes after a switch away
+        and back, its client meanwhile a member of the other through the other process: the client's
+        commit, sent again through this process, went to the group as it was, and was refused
+        UNKNOWN_MEMBER_ID (chaos run, 2026-12-05)."""
         body = request.body
         group, member_id = body.group_id, body.member_id
         gateway = self.gateway
@@ -193,7 +203,11 @@ class GroupHandling:
                 "group %s: member %s, not listed on %s (%d members there), joined on %s",
                 group, member_id, cluster, len(listed), where,
             )  # fmt: skip
-        gateway.members.joined(group, member_id, Member(where, None, consumer=consumer))
+        found = Member(
+            where, None, identity=identity, credentials=self.connection.credentials, consumer=consumer,
+            looked_up=True,
+        )  # fmt: skip
+        gateway.members.joined(group, member_id, found)
         return True
 
     async def _rejoined_here(self, group: str, member_id: str, known: Member, cluster: str) -> bool:
@@ -342,10 +356,35 @@ class GroupHandling:
         sent as ``member_id``, are answered, on whichever of the process's connections they came (not
         only written: the join may go to the broker on another connection), where it enters the group.
         Sent first, it would make the group on the new cluster refuse them (it takes a commit from outside
-        the group only while it has no member), and the client would process their records again."""
+        the group only while it has no member), and the client would process their records again.
+
+        So too for the group's commits this connection wrote to a broker before the join (``commit_sent``):
+        a broker reads one connection's requests in order, and the client's commit would reach it in the
+        generation it was made in; the gateway writes a join on its connection for long polls, and the
+        join, answered first, had a kafkajs commit sent 28 ms before it refused ILLEGAL_GENERATION (chaos
+        run, 2026-12-05). A commit waits for no join once written, so this wait ends with its answer."""
         if _enters(request, member_id):
+            group = request.body.group_id
             limit = hold_limit(request, self.gateway.config.gateway.block_hold_s)
-            await self.gateway.members.before_entering(request.body.group_id, cluster, limit)
+            deadline = time.monotonic() + limit
+            if written := set(self._commits.get(group, ())):
+                await asyncio.wait(written, timeout=limit)
+            left = max(0.0, deadline - time.monotonic())
+            await self.gateway.members.before_entering(group, cluster, left)
+
+    def commit_sent(self, request: Request, answer: asyncio.Future[Any]) -> None:
+        """An OffsetCommit of this connection's was written to a broker; ``answer`` is done once it answers
+        (see ``before_join``)."""
+        group = request.body.group_id
+        written = self._commits.setdefault(group, set())
+        written.add(answer)
+
+        def answered(_: object) -> None:
+            written.discard(answer)
+            if not written and self._commits.get(group) is written:
+                del self._commits[group]
+
+        answer.add_done_callback(answered)
 
     def came(self, request: Request) -> None:
         """A request came on this connection: if a rejoin may need its answer (a group leader's Metadata
@@ -449,10 +488,16 @@ class GroupHandling:
 
     async def heartbeat_out(self, request: Request, cluster: str, identity: Identity) -> bytes:
         """A ConsumerGroupHeartbeat's frame as ``cluster`` takes it: owned topics by that cluster's ids. A
-        join naming its member is a member there from now on (see ``joining``)."""
+        join naming its member is a member there from now on (see ``joining``); a join waits first, as a
+        classic member's does (``before_join``), until the commits carried into its group there are
+        answered: sent first, it made the group refuse a librdkafka member's commit of its old
+        membership (UNKNOWN_MEMBER_ID, chaos run, 2026-12-05)."""
         body = request.body
-        if body.member_epoch == consumer_protocol.JOIN and body.member_id:
-            self._member_of(body.group_id, body.member_id, cluster, identity)
+        if body.member_epoch == consumer_protocol.JOIN:
+            limit = hold_limit(request, self.gateway.config.gateway.block_hold_s, self.session_s(request))
+            await self.gateway.members.before_entering(body.group_id, cluster, limit)
+            if body.member_id:
+                self._member_of(body.group_id, body.member_id, cluster, identity)
         body = await consumer_protocol.to_cluster(body, cluster, self.gateway.real_ids)
         return request.frame if body is request.body else replace_body(request, body)
 

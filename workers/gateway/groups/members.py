@@ -37,7 +37,8 @@ class Member:
     """Its client has asked to join the group again, on another cluster: told to rejoin once more (a
     Heartbeat of the old membership sent meanwhile), it would rebalance again after (``QUIET``)."""
     identity: Identity | None = None
-    """Whose client it is (None: looked up, not seen joining): where a routing change sends its group."""
+    """Whose client it is (for one looked up, the client whose request named it): where a routing change
+    sends its group (``moved``)."""
     credentials: Credentials | None = None
     """Its client's, for removing it on its behalf."""
     consumer: bool = False
@@ -48,6 +49,9 @@ class Member:
     synced: tuple[int, frozenset[tuple[str, int]] | None] | None = None
     """The generation and the partitions (None: not told in the consumer protocol's terms) of its last
     SyncGroup the gateway saw answered (see ``Members.successor``)."""
+    looked_up: bool = False
+    """Found on a cluster by asking it (``GroupHandling.find_member``), not seen joining: so nothing is
+    known of its joins and syncs."""
     resent: bool = False
     """A commit of it, carried and refused, has been answered with the retriable error once
     (``GroupHandling._joined_elsewhere``): the next such refusal is the client's to see."""
@@ -104,7 +108,7 @@ class Members:
         has (``successor``)."""
         return any(
             member.cluster == cluster and not member.left and member.identity == identity
-            and member.synced is None and member_id != besides
+            and member.synced is None and member_id != besides and not member.looked_up
             for member_id, member in ((m, self._members[(group, m)]) for m in self._groups.get(group, {}))
         )  # fmt: skip
 
@@ -136,7 +140,7 @@ class Members:
         found = []
         for member_id in self._groups.get(group, {}):
             member = self._members[(group, member_id)]
-            if member.cluster != cluster or member.left or member.identity != identity:
+            if member.cluster != cluster or member.left or member.identity != identity or member.looked_up:
                 continue
             if member.synced is None or member.synced[1] is None or not partitions <= member.synced[1]:
                 return None  # one of its members there that cannot take it: which one is not known
