@@ -8,10 +8,12 @@ import contextlib
 import dataclasses
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any, cast
 
 import kio.index
+from kio.schema.errors import ErrorCode
 
 from switchyard.config import ClusterConfig, Config
 from switchyard.keys import BindingKey
@@ -19,8 +21,15 @@ from switchyard.model import Binding
 from switchyard.routing.snapshot import RoutingSnapshot
 from tests.helpers.frames import Encoded, example
 from workers.gateway.brokers.upstream import Upstream
+from workers.gateway.framing.entities import element_type, make
 from workers.gateway.framing.intake import ByteBudget
-from workers.gateway.framing.protocol import known_versions
+from workers.gateway.framing.protocol import (
+    Request,
+    encode_response,
+    known_versions,
+    parse_request,
+    response_schema,
+)
 from workers.gateway.groups.members import Members
 from workers.gateway.migrated.moved import Moved
 from workers.gateway.process.metrics import Metrics
@@ -118,8 +127,39 @@ class AtOneAddress(Brokers):
     def real_address(self, _cluster: str, _node: int | None) -> tuple[str, int]:
         return "127.0.0.1", self.port
 
+    def version(self, _api_key: int, most: int) -> int:
+        """The version the gateway asks its own requests in: the newest it speaks."""
+        return most
+
     def upstream(self, cluster: str, node: int | None, _credentials: Any = None) -> Upstream:
         return Upstream("127.0.0.1", self.port, max_frame_bytes=1 << 20, cluster=cluster, node=node)
+
+
+async def answering_broker(answer: Callable[[Request], Awaitable[Any]]) -> asyncio.Server:
+    """A stand-in broker on a free port: each request it reads is answered ``answer(request)`` (a body of
+    the request's response schema), one connection's requests in order."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionResetError):
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                request = parse_request(await reader.readexactly(size))
+                writer.write(encode_response(request, await answer(request)))
+
+    return await asyncio.start_server(serve, "127.0.0.1", 0)
+
+
+def commit_answer(request: Request, code: ErrorCode) -> Any:
+    """An OffsetCommit answer to ``request``: ``code`` on every partition it names."""
+    schema = response_schema(request.api_key, request.api_version)
+    topic = element_type(schema, "topics")
+    return make(schema, topics=tuple(
+        make(topic, name=t.name, partitions=tuple(
+            make(element_type(topic, "partitions"), partition_index=p.partition_index, error_code=code)
+            for p in t.partitions
+        ))
+        for t in request.body.topics
+    ))  # fmt: skip
 
 
 async def serving(gateway: Gateway) -> tuple[asyncio.Server, int, asyncio.Event]:

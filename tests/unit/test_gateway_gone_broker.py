@@ -23,14 +23,14 @@ from switchyard.keys import BindingKey
 from switchyard.ledger.kinds import RoutingSnapshot
 from switchyard.model import Binding, BindingState
 from tests.helpers.batches import record_batch
-from tests.helpers.sessions import Brokers, Gateway, raw
+from tests.helpers.sessions import Brokers, Gateway, answering_broker, commit_answer, raw
 from workers.gateway import session
 from workers.gateway.brokers.upstream import Unlisted, Upstream
 from workers.gateway.brokers.vnodes import RealBroker
 from workers.gateway.framing.entities import element_type, make
 from workers.gateway.framing.protocol import (
+    Request,
     decode_response,
-    encode_response,
     parse_request,
     request_schema,
     response_schema,
@@ -193,34 +193,17 @@ def test_a_commit_sent_on_to_a_coordinator_not_taken_over_yet_is_sent_again() ->
     such a request may be held."""
     arrived: list[int] = []
 
-    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def broker(request: Request) -> Any:
         """Names itself the coordinator of every group; refuses the first commit, takes the next."""
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionResetError):
-            while True:
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                request = parse_request(await reader.readexactly(size))
-                arrived.append(request.api_key)
-                schema = response_schema(request.api_key, request.api_version)
-                if request.api_key == apis.FIND_COORDINATOR:
-                    answer = make(schema, error_code=ErrorCode.none, node_id=i32(NOW), host="127.0.0.1")
-                else:
-                    code = (
-                        ErrorCode.not_coordinator
-                        if arrived.count(apis.OFFSET_COMMIT) == 1
-                        else ErrorCode.none
-                    )
-                    answer = make(schema, topics=tuple(
-                        make(element_type(schema, "topics"), name=t.name, partitions=tuple(
-                            make(element_type(element_type(schema, "topics"), "partitions"),
-                                 partition_index=p.partition_index, error_code=code)
-                            for p in t.partitions
-                        ))
-                        for t in request.body.topics
-                    ))  # fmt: skip
-                writer.write(encode_response(request, answer))
+        arrived.append(request.api_key)
+        if request.api_key == apis.FIND_COORDINATOR:
+            schema = response_schema(request.api_key, request.api_version)
+            return make(schema, error_code=ErrorCode.none, node_id=i32(NOW), host="127.0.0.1")
+        first = arrived.count(apis.OFFSET_COMMIT) == 1
+        return commit_answer(request, ErrorCode.not_coordinator if first else ErrorCode.none)
 
     async def run() -> tuple[bytes | None, set[ErrorCode]]:
-        server = await asyncio.start_server(broker, "127.0.0.1", 0)
+        server = await answering_broker(broker)
         gateway = Gateway()
         gateway.brokers = _Brokers(server.sockets[0].getsockname()[1], NOW)
         gateway.links = SimpleNamespace(  # type: ignore[attr-defined]

@@ -6,23 +6,20 @@ killed, or it came back) answers so for seconds (a chaos trial's confluent-kafka
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import struct
-from datetime import timedelta
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.helpers.sessions import AtOneAddress, Gateway, answered_when, raw
+from tests.helpers.sessions import AtOneAddress, Gateway, answered_when, answering_broker, commit_answer, raw
 from workers.gateway import session
 from workers.gateway.framing.entities import element_type, make
 from workers.gateway.framing.protocol import (
+    Request,
     decode_response,
-    encode_response,
     parse_request,
     request_schema,
-    response_schema,
 )
 from workers.gateway.routing import apis
 
@@ -36,19 +33,15 @@ def _commit(loading_answers: int) -> tuple[list[ErrorCode], int]:
     async def scenario() -> tuple[list[ErrorCode], int]:
         asked = 0
 
-        async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async def answer(request: Request) -> Any:
             nonlocal asked
-            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionResetError):
-                while True:
-                    (size,) = struct.unpack(">i", await reader.readexactly(4))
-                    request = parse_request(await reader.readexactly(size))
-                    asked += 1
-                    code = (
-                        ErrorCode.coordinator_load_in_progress if asked <= loading_answers else ErrorCode.none
-                    )
-                    writer.write(encode_response(request, _answer(code)))
+            asked += 1
+            return commit_answer(
+                request,
+                ErrorCode.coordinator_load_in_progress if asked <= loading_answers else ErrorCode.none,
+            )
 
-        server = await asyncio.start_server(broker, "127.0.0.1", 0)
+        server = await answering_broker(answer)
         gateway = Gateway()
         gateway.brokers = AtOneAddress(server.sockets[0].getsockname()[1])
         gateway.links = SimpleNamespace(  # type: ignore[attr-defined]
@@ -76,13 +69,6 @@ def _commit(loading_answers: int) -> tuple[list[ErrorCode], int]:
 
 async def _no_presenter(*_: object) -> None:
     return None  # no offsets of another cluster's to present
-
-
-def _answer(code: ErrorCode) -> object:
-    schema = response_schema(apis.OFFSET_COMMIT, VERSION)
-    topic = element_type(schema, "topics")
-    partition = make(element_type(topic, "partitions"), partition_index=0, error_code=code)
-    return make(schema, throttle_time=timedelta(0), topics=(make(topic, name="t", partitions=(partition,)),))
 
 
 def test_a_commit_is_asked_again_while_its_coordinator_loads_the_groups_offsets() -> None:

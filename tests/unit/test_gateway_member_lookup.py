@@ -123,12 +123,19 @@ def test_a_member_looked_up_is_moved_by_a_switch_of_the_client_that_named_it() -
     assert (found.cluster, found.identity, found.looked_up) == ("standby", SHOP, True)
     members = Members()
     members.joined(GROUP, MEMBER, found)
-    assert members.moved(lambda identity, group: "primary" if identity != SHOP else None) == []
+    # nothing is known of its joins and syncs: no commit of its client waits for it, nor looks past it
+    assert not members.syncing(GROUP, "standby", SHOP)
+    with_seen = Members()
+    with_seen.joined(GROUP, MEMBER, found)
+    with_seen.joined(
+        GROUP, "m-seen", Member("standby", 45.0, identity=SHOP, synced=(3, frozenset({("t", 0)})))
+    )
+    assert with_seen.successor(GROUP, "standby", SHOP, {("t", 0)}) == ("m-seen", 3)
+    assert members.moved(lambda identity, group: "standby" if identity == SHOP else "primary") == []
     assert members.moved(lambda identity, group: "primary") == [(GROUP, MEMBER, found)]
     moved = members.get(GROUP, MEMBER)
     assert moved is not None
     assert moved.left
-    assert not members.syncing(GROUP, "standby", SHOP), "a member looked up is not known to be joining"
 
 
 def test_a_consumer_protocol_member_seen_on_the_cluster_it_left_is_found_where_it_joined_again() -> None:

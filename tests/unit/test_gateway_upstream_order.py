@@ -8,17 +8,21 @@ import contextlib
 import functools
 import struct
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 import pytest
+from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 
-from tests.helpers.sessions import AtOneAddress, Gateway, answered_when, raw
+from switchyard.keys import BindingKey
+from switchyard.model import Binding, BindingState
+from switchyard.routing.snapshot import RoutingSnapshot
+from tests.helpers.sessions import AtOneAddress, Gateway, answered_when, answering_broker, commit_answer, raw
 from workers.gateway.brokers.upstream import Upstream, UpstreamError
 from workers.gateway.framing.entities import make
-from workers.gateway.framing.protocol import encode_response, parse_request, response_schema
+from workers.gateway.framing.protocol import Request, decode_response, parse_request, response_schema
 from workers.gateway.routing import apis
 from workers.gateway.routing.blocking import OwnAnswer
 from workers.gateway.session import ClientSession, Listener
@@ -156,50 +160,78 @@ def test_a_join_the_gateway_answers_itself_is_told_to_its_group_handling_once_it
     assert asyncio.run(scenario()) == ["own"]
 
 
-def test_a_join_goes_once_the_commit_its_connection_sent_before_it_is_answered() -> None:
+@pytest.mark.parametrize("broker", ["slow to answer", "not the coordinator at first"])
+def test_a_join_goes_once_the_commit_its_connection_sent_before_it_is_answered(broker: str) -> None:
     """A broker reads one connection's requests in order: a client's commit, then its rejoin, reach it so
     directly, the commit in the generation it was made in. The gateway writes a join on its connection
     for long polls, the commit on the other: the join, answered first, had a kafkajs commit sent 28 ms
     before it refused ILLEGAL_GENERATION (chaos run, 2026-12-05). Here the broker is slow to answer the
-    commit; the join must not reach it before that answer."""
+    commit, or answers it NOT_COORDINATOR and is slow to name the coordinator, which the gateway sends it
+    on to: the join must not reach a broker before the commit's answer as the client gets it."""
+    when, _ = asyncio.run(_join_behind_commit(broker))
+    early = when["commit answered"] - when["join arrived"]
+    assert early <= 0, f"the join reached a broker {early:.3f} s before the commit's answer"
 
-    async def scenario() -> tuple[float, float]:
-        when: dict[str, float] = {}
 
-        async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionResetError):
-                while True:
-                    (size,) = struct.unpack(">i", await reader.readexactly(4))
-                    request = parse_request(await reader.readexactly(size))
-                    schema = response_schema(request.api_key, request.api_version)
-                    if request.api_key == apis.OFFSET_COMMIT:
-                        await asyncio.sleep(0.3)  # the connection's earlier work, as it were
-                        when["commit answered"] = time.monotonic()
-                        writer.write(encode_response(request, make(schema)))
-                    else:
-                        when["join arrived"] = time.monotonic()
-                        answer = make(schema, generation_id=i32(2), member_id="m1", leader="m1")
-                        writer.write(encode_response(request, answer))
+def test_a_join_that_waited_for_a_commit_is_not_sent_where_the_routing_no_longer_sends_it() -> None:
+    """Out of flight while it waits, it holds no routing change's acknowledgement up: one that moves its
+    group may be acknowledged meanwhile, and the join is answered the retriable error, as a held join
+    is, not sent to the cluster the group left."""
+    when, joined = asyncio.run(_join_behind_commit("slow to answer", flip_after_s=0.1))
+    assert "join arrived" not in when
+    assert joined.error_code == ErrorCode.not_coordinator
 
-        server = await asyncio.start_server(broker, "127.0.0.1", 0)
-        gateway = Gateway()
-        gateway.brokers = AtOneAddress(server.sockets[0].getsockname()[1])
-        gateway.links = SimpleNamespace(  # type: ignore[attr-defined]
-            mirrored=lambda *_: False, presents=lambda *_: False, presenter=_no_presenter
-        )
-        commit = raw(apis.OFFSET_COMMIT, 8, group_id="orders", generation_id_or_member_epoch=-1, member_id="")
-        join = raw(  # enters the group at once
-            apis.JOIN_GROUP, 3, group_id="orders", member_id="", session_timeout=timedelta(seconds=30)
-        )
-        try:
-            await answered_when(gateway, [commit, join], timeout_s=5)
-        finally:
-            server.close()
-        return when["commit answered"], when["join arrived"]
 
-    answered, joined = asyncio.run(scenario())
-    early = answered - joined
-    assert early <= 0, f"the join reached the broker {early:.3f} s before the commit's answer"
+async def _join_behind_commit(broker: str, flip_after_s: float | None = None) -> tuple[dict[str, float], Any]:
+    """A commit and a join sent at once on one connection to a broker ``broker`` (see above), the group
+    switched from the primary to the standby ``flip_after_s`` in (None: not): when the broker answered
+    the commit and saw the join (monotonic), and the join's answer."""
+    when: dict[str, float] = {}
+    commits = 0
+
+    async def answer(request: Request) -> Any:
+        nonlocal commits
+        schema = response_schema(request.api_key, request.api_version)
+        if request.api_key == apis.OFFSET_COMMIT:
+            commits += 1
+            refused = broker == "not the coordinator at first" and commits == 1
+            if broker == "slow to answer":
+                await asyncio.sleep(0.3)  # the connection's earlier work, as it were
+            when["commit answered"] = time.monotonic()
+            return commit_answer(request, ErrorCode.not_coordinator if refused else ErrorCode.none)
+        if request.api_key == apis.FIND_COORDINATOR:
+            await asyncio.sleep(0.3)  # its election still settling, as it were
+            return make(schema, node_id=i32(1), host="127.0.0.1")
+        when["join arrived"] = time.monotonic()
+        return make(schema, generation_id=i32(2), member_id="m1", leader="m1")
+
+    server = await answering_broker(answer)
+    key = BindingKey.for_app("orders")  # the client id raw frames carry: orders@host-1
+    gateway = Gateway({key: _bound("primary", 2)})
+    gateway.brokers = AtOneAddress(server.sockets[0].getsockname()[1])
+    gateway.links = SimpleNamespace(  # type: ignore[attr-defined]
+        mirrored=lambda *_: False, presents=lambda *_: False, presenter=_no_presenter
+    )
+
+    def flip() -> None:
+        gateway.view.snapshot = RoutingSnapshot(3, {key: _bound("standby", 3)})
+        gateway.changes.publish()
+
+    if flip_after_s is not None:
+        asyncio.get_running_loop().call_later(flip_after_s, flip)
+    commit = raw(apis.OFFSET_COMMIT, 8, group_id="orders", generation_id_or_member_epoch=-1, member_id="")
+    join = raw(  # enters the group at once
+        apis.JOIN_GROUP, 3, group_id="orders", member_id="", session_timeout=timedelta(seconds=30)
+    )
+    try:
+        answers = await answered_when(gateway, [commit, join], timeout_s=5)
+    finally:
+        server.close()
+    return when, decode_response(parse_request(join), answers[1][1])
+
+
+def _bound(cluster: str, epoch: int) -> Binding:
+    return Binding(cluster, epoch, BindingState.ACTIVE, datetime.now(UTC), "test")
 
 
 async def _no_presenter(*_: object) -> None:

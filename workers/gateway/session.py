@@ -574,6 +574,8 @@ class ClientSession:
         if action is Action.SPLIT:
             return await self._split(incoming, decision, snapshot, resolution)
         frame = await self._outgoing(incoming, snapshot, decision.cluster, moved=moved)
+        if request.api_key in _ENTERING and self._routed_otherwise_since(incoming, snapshot, resolution):
+            return _unsent(OwnAnswer())  # waited (``before_join``), and the epoch may be acknowledged since
         return await self._forward(incoming, frame, snapshot, resolution, decision.node)
 
     async def _outgoing(
@@ -756,9 +758,10 @@ class ClientSession:
     def _routed_otherwise_since(
         self, incoming: Incoming, snapshot: RoutingSnapshot, resolution: Resolution
     ) -> bool:
-        """Whether the routing moved on since ``snapshot`` decided a commit that has waited since (its
-        carry, its member's rejoin) and routes it otherwise now: the epoch that did may be acknowledged
-        already, so the commit is answered with the retriable error rather than sent the old way."""
+        """Whether the routing moved on since ``snapshot`` decided a request that has waited since (a
+        commit's carry, its member's rejoin; a join's wait for commits) and routes it otherwise now: the
+        epoch that did may be acknowledged already, so the request is answered with the retriable error
+        rather than sent the old way."""
         latest = self.gateway.view.snapshot
         if latest is snapshot:
             return False
@@ -804,7 +807,8 @@ class ClientSession:
         """Write ``frame`` to a broker of the resolved cluster now; return its answer-to-be. A group's
         request goes where its coordinator was last found, and on to its coordinator if the broker says
         it is not, or again to it while it loads the group's offsets, until ``loaded_by``
-        (``time.monotonic``; None: as long as it may be held, at most ``_LOADING_WITHIN_S``, from now) —
+        (``time.monotonic``; None: as long as it may be held, at most ``_LOADING_WITHIN_S``, from its
+        arrival) —
         see ``_follower`` (``sent_on``: it was sent on so already) and
         :mod:`workers.gateway.groups.coordinated`."""
         request, context, identity = incoming.request, incoming.context, incoming.identity
@@ -857,19 +861,20 @@ class ClientSession:
         if future is None:
             inflight.finish(ticket)
             return _ready(None)
-        if key == apis.OFFSET_COMMIT:
-            self.groups.commit_sent(request, future)
         on = None
         if group is not None:
             if loaded_by is None:  # its client's later requests wait behind it, a KIP-848 heartbeat too
                 held_s = hold_limit(request, _LOADING_WITHIN_S, self.groups.session_s(request))
-                loaded_by = time.monotonic() + held_s
+                loaded_by = time.monotonic() + held_s - (time.perf_counter() - incoming.received)
             on = self._follower(
                 incoming, frame, snapshot, resolution,
                 upstream=upstream, group=group, sent_on=sent_on, loaded_by=loaded_by,
             )  # fmt: skip
         answer = self._answer(request, future, upstream, ticket, identity, received=incoming.received, on=on)
-        return self.later(answer)
+        answered = self.later(answer)
+        if key == apis.OFFSET_COMMIT:  # its answer as the client gets it: after any sending on or again
+            self.groups.commit_sent(request, answered)
+        return answered
 
     async def _until_led_elsewhere(
         self, incoming: Incoming, decided: RoutingSnapshot, cluster: str, node: int, body: Any
@@ -1601,6 +1606,9 @@ def _abortable(request: Request) -> Awaitable[Reply]:
 
 
 _JOINS = frozenset({apis.JOIN_GROUP, apis.SYNC_GROUP})
+_ENTERING = frozenset({apis.JOIN_GROUP, apis.CONSUMER_GROUP_HEARTBEAT})
+"""Requests that may wait before they are sent (``GroupHandling.before_join``, ``heartbeat_out``), out of
+flight meanwhile: a routing change since may be acknowledged, and they are not sent the old way then."""
 
 
 def _ready(value: Any) -> Awaitable[Any]:

@@ -373,8 +373,8 @@ class GroupHandling:
             await self.gateway.members.before_entering(group, cluster, left)
 
     def commit_sent(self, request: Request, answer: asyncio.Future[Any]) -> None:
-        """An OffsetCommit of this connection's was written to a broker; ``answer`` is done once it answers
-        (see ``before_join``)."""
+        """An OffsetCommit of this connection's was written to a broker; ``answer`` is done once its client's
+        answer is known — after any sending on to the group's coordinator, or again (see ``before_join``)."""
         group = request.body.group_id
         written = self._commits.setdefault(group, set())
         written.add(answer)
