@@ -42,9 +42,26 @@ def produce(args: Any, events: Events) -> None:
         producer.close()
 
 
+def subscribe_once_known(consumer: KafkaConsumer, topic: str, events: Events) -> None:
+    """Subscribe once the topic's partitions are in the consumer's metadata. Subscribed before, kafka-python
+    3.0.12's first generation assigns nothing and the consumer joins again when the partitions come;
+    where that second join and its sync outlast a poll, the sync's answer is never read (the client
+    waits for a pending join only while its rejoin flag is set: ``coordinator/base.py``, read), and the
+    consumer stays without an assignment or heartbeats for good: a suite run's stall, before any switch
+    (docs/testbed.md)."""
+    while not events.stopping():
+        try:
+            if consumer.partitions_for_topic(topic):
+                break
+        except KafkaError as exc:  # its only bootstrap refused a connection (a gateway restarting)
+            if not exc.retriable:
+                raise
+        time.sleep(0.2)
+    consumer.subscribe([topic])
+
+
 def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
     consumer = KafkaConsumer(
-        args.topic,
         bootstrap_servers=args.bootstrap,
         client_id=f"{args.app}@{'consumer' if manual else 'auto'}",
         group_id=group,
@@ -52,6 +69,7 @@ def consume(args: Any, events: Events, group: str, *, manual: bool) -> None:
         **({"enable_auto_commit": False} if manual else {}),
         **({"session_timeout_ms": args.session_ms, "heartbeat_interval_ms": 1000} if args.session_ms else {}),
     )
+    subscribe_once_known(consumer, args.topic, events)
     while not events.stopping():
         try:
             polled = consumer.poll(timeout_ms=200)
