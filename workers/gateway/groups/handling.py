@@ -490,8 +490,8 @@ class GroupHandling:
         """A ConsumerGroupHeartbeat's frame as ``cluster`` takes it: owned topics by that cluster's ids. A
         join naming its member is a member there from now on (see ``joining``); a join waits first, as a
         classic member's does (``before_join``), until the commits carried into its group there are
-        answered: sent first, it made the group refuse a librdkafka member's commit of its old
-        membership (UNKNOWN_MEMBER_ID, chaos run, 2026-12-05)."""
+        answered: a group of the consumer protocol too takes a commit from outside only while it has no
+        member, and refuses it UNKNOWN_MEMBER_ID once the join is in."""
         body = request.body
         if body.member_epoch == consumer_protocol.JOIN:
             limit = hold_limit(request, self.gateway.config.gateway.block_hold_s, self.session_s(request))
