@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import (
+    Consumer,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     ElectionType,
@@ -180,6 +181,7 @@ def test_a_leader_moves_while_clients_write_through_the_gateway(
     failed: list[str] = []
     errors: list[KafkaError] = []
     seen_brokers: set[str] = set()
+    unanswered: dict[str, int] = {}
 
     def delivered(error: KafkaError | None, message: Message) -> None:
         if error is None:
@@ -198,7 +200,7 @@ def test_a_leader_moves_while_clients_write_through_the_gateway(
         for i in range(RECORDS):
             producer.produce(topic, f"{tag}{i}".encode(), f"k{i}".encode(), on_delivery=delivered)
             producer.poll(0.002)
-        producer.flush(60)
+        unanswered[tag] = producer.flush(60)
 
     writers = [
         threading.Thread(target=write, args=("p", {}), daemon=True),
@@ -226,7 +228,8 @@ def test_a_leader_moves_while_clients_write_through_the_gateway(
           f"written twice: {sorted(v.decode() for v, n in on_log.items() if v and n > 1)}")  # fmt: skip
     assert moved_to != moved_from
     assert failed == []
-    assert len(acked) == 2 * RECORDS
+    held = [line for line in gateway.log.read_text().splitlines() if "held" in line]
+    assert len(acked) == 2 * RECORDS, f"unanswered, by writer: {unanswered}; the gateway: {held[-5:]}"
     assert Counter(r.value for r in got) == on_log  # the reader through the gateway saw the log, once
     for tag, most in (("p", None), ("i", 1)):
         counts = [on_log[f"{tag}{i}".encode()] for i in range(RECORDS)]
@@ -315,6 +318,39 @@ def test_a_write_to_a_killed_broker_waits_until_its_partitions_are_led_elsewhere
     assert held, "no write was held for the killed broker"
     missing = [n for n in sent.acked if on_log[value_of(n)] == 0]
     assert missing == [], f"{len(missing)} acknowledged records not on the log: {missing[:5]}"
+
+
+def test_the_ends_of_partitions_whose_leader_was_killed_are_read_once_they_are_led_elsewhere(
+    three: Stack,
+) -> None:
+    """A saga's worker reads a cluster's ends on a consumer it keeps (the drain, the flip's fence), with
+    clients held. With a partition's leader SIGKILLed, that consumer sent its ListOffsets to the dead
+    broker until its time-out and never learned the new leader, or failed ``_DESTROY_BROKER`` once the
+    cluster dropped the broker (a chaos trial's flip took 21 s so). Asked for the topic's leaders
+    between tries, it reads the ends once the partitions are led elsewhere, as they were."""
+    real = three.config.clusters[SOLO].bootstrap
+    admin = AdminClient({"bootstrap.servers": real})
+    topic = f"ends-{uuid.uuid4().hex[:8]}"
+    kafka.create_topics(real, [topic], partitions=3)
+    assert kafka.produce(real, topic, records(300, "e")) == 300
+    keys = [(topic, p) for p in range(3)]
+    settings = {"bootstrap.servers": real, "group.id": "switchyard-saga-probe",
+                "enable.partition.eof": True, "fetch.wait.max.ms": kafka.READ_WAIT_MS}  # fmt: skip
+    kept = Consumer(settings)
+    try:
+        before = kafka.log_ends(kept, keys, timeout_s=10)
+        victim = leader(admin, topic, 0)
+        kill(three, f"kafka-{SOLO}-{victim}")
+        made_after = Consumer(settings)  # as the worker's reader, made anew when the kept one failed
+        try:
+            assert kafka.log_ends(made_after, keys, timeout_s=30) == before
+            assert leader(admin, topic, 0) != victim
+            assert kafka.log_ends(kept, keys, timeout_s=30) == before
+        finally:
+            made_after.close()
+            back_in_sync(three, admin, topic)
+    finally:
+        kept.close()
 
 
 def back_in_sync(three: Stack, admin: AdminClient, topic: str) -> None:
