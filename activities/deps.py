@@ -146,8 +146,9 @@ class Deps:
                     # its metadata may predate the topic (one a partition migration just created), and
                     # librdkafka kept such a topic unknown for over a minute; or it holds on to a broker
                     # that restarted: every ListOffsets failed at once (_DESTROY_BROKER) for 4 minutes,
-                    # a switchover's drain with it; or its fetches never reached a partition's end
-                    # (position -1001) after a broker's restart, for 30 s. Asked on a new one
+                    # a switchover's drain with it (tried again now, the leaders asked for between); or
+                    # its fetches never reached a partition's end (position -1001) after a broker's
+                    # restart, for 30 s. Asked on a new one
                     log.info("cluster %s: the log-end reader is made anew: %s", cluster, exc)
                     with self._lock:
                         del self._probes[cluster]

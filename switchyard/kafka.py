@@ -344,27 +344,31 @@ _UNKNOWN = frozenset(
 )
 
 
-_LISTING_TRY_S = 2.0
-"""How long one ListOffsets is given before the partitions' leaders are asked anew and it is sent again: a
-healthy cluster answers in well under a second (0.24 s for 1,000 partitions on a loaded broker)."""
+_FIRST_TRY_S = 2.0
+"""How long the first ListOffsets of a call is given before the partitions' leaders are asked anew and it
+is sent again; each try after one timed out gets a second more (a slow leader answers in the end, a dead
+one is found out by the metadata asked for between tries)."""
 _RELISTED = RETRIABLE | {KafkaError._TIMED_OUT, KafkaError._DESTROY_BROKER}
 """What a ListOffsets is sent again after: besides a moment's errors, a leader that does not answer (a
 broker killed: librdkafka waits on its connection until the time-out) or the client's handle of it
 dropped (the cluster listed the broker no more: its partitions are led elsewhere now)."""
+_LEADER_LOST = frozenset({KafkaError._TIMED_OUT, KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT})
+"""The errors after which the leaders are asked for: librdkafka drops its cached leader itself on a
+broker's answer that it leads no more, not where the leader does not answer."""
 
 
 def _listed(consumer: Consumer, asked: list[TopicPartition], deadline: float) -> list[TopicPartition]:
     """ListOffsets for every partition of ``asked``, asked again while the answer is one a moment cures.
 
-    Each try gets ``_LISTING_TRY_S``, and the topics' metadata is asked for before the next. With one
-    broker of three SIGKILLed, a consumer sent its ListOffsets to it until its time-out and never learned
-    the new leader (30 s), or failed ``_DESTROY_BROKER`` when the cluster dropped the broker; asked so
-    (tries of 1 s), it had the ends 0.3 s after the partitions were led elsewhere, ~10 s after the kill.
-    A chaos trial's flip, whose fence reads the source's ends, took 21 s after a source broker's kill.
-    """
+    The tries are short (``_FIRST_TRY_S``), and after a leader that did not answer the topics' metadata
+    is asked for before the next: with one broker of three SIGKILLed, a consumer sent its ListOffsets to
+    it until its time-out, never learning the new leader (30 s), or failed ``_DESTROY_BROKER`` when the
+    cluster dropped the broker; asked so (tries of 1 s), it had the ends 0.3 s after the partitions were
+    led elsewhere, ~10 s after the kill."""
+    try_s = _FIRST_TRY_S
     while True:
         try:
-            wait_s = max(0.1, min(_LISTING_TRY_S, deadline - time.monotonic()))
+            wait_s = max(0.1, min(try_s, deadline - time.monotonic()))
             answered = consumer.offsets_for_times(asked, timeout=wait_s)
             failed = next((tp for tp in answered if tp.error is not None), None)
             error = None if failed is None else failed.error
@@ -372,19 +376,26 @@ def _listed(consumer: Consumer, asked: list[TopicPartition], deadline: float) ->
             answered, failed, error = [], None, exc.args[0]
         if error is None:
             return list(answered)
-        if error.code() not in _RELISTED or time.monotonic() > deadline:  # _UNKNOWN is not retriable
+        if error.code() not in _RELISTED or time.monotonic() > deadline:  # _UNKNOWN is not relisted
             where = f" of {failed.topic}[{failed.partition}]" if failed is not None else ""
             raised = UnknownPartition if error.code() in _UNKNOWN else KafkaOperationError
             raise raised(f"cannot list the offsets{where}: {error}")
-        _leaders_anew(consumer, {tp.topic for tp in asked}, deadline)
+        if error.code() in _LEADER_LOST:
+            _leaders_anew(consumer, {tp.topic for tp in asked}, deadline)
+        if error.code() == KafkaError._TIMED_OUT:
+            try_s += 1.0
         time.sleep(0.1)
 
 
 def _leaders_anew(consumer: Consumer, topics: set[str], deadline: float) -> None:
-    """The consumer's metadata of ``topics`` asked for now (librdkafka updates its leaders from it)."""
+    """The topics' metadata asked for now: librdkafka puts what it says in the cache ``offsets_for_times``
+    finds leaders in (a consumer that only lists offsets asks for it no other way)."""
     for topic in sorted(topics):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
         try:
-            consumer.list_topics(topic, timeout=max(0.1, min(_LISTING_TRY_S, deadline - time.monotonic())))
+            consumer.list_topics(topic, timeout=min(_FIRST_TRY_S, left))
         except KafkaException:
             return  # no broker answered in time: the next try says what is wrong
 
