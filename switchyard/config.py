@@ -222,10 +222,11 @@ class GatewayConfig(_Section):
     """How long what a client used (a topic it wrote or read, a group it worked in) counts: the gateways
     keep it this long, through their restarts, and a saga's plan counts an application seen within it
     as a user of its topics. Days, not minutes: an application idle overnight still uses them."""
-    usage_publish_s: PositiveSeconds = 2.0
-    """How often a gateway looks whether its clients used something new, and publishes its usage report
-    if so (one ZooKeeper write). It also publishes what is new before it acknowledges a routing change, so
-    a switch's group sync knows every group its keys used up to the block, however long this is."""
+    usage_publish_s: PositiveSeconds = 0.5
+    """The least time between two writes of a gateway's usage report (one ZooKeeper write each): a client
+    using something new is published at once, or this long after the last write. It also publishes what
+    is new before it acknowledges a routing change, so a switch's group sync knows every group its keys
+    used up to the block, however long this is."""
     sasl: GatewaySaslConfig = GatewaySaslConfig()
     limits: GatewayLimitsConfig = GatewayLimitsConfig()
 

@@ -69,6 +69,11 @@ class Transactions:
             self.committed_at.append(time.monotonic())
             number += 1
 
+    def committed_count(self) -> int:
+        """The transactions committed so far; a fatal error the producer stopped on fails the caller."""
+        assert not self.fatal, self.fatal
+        return len(self.committed)
+
     def longest_gap(self, since: float, until: float) -> float:
         """The longest time between ``since`` and ``until`` without a committed transaction."""
         times = [since, *(t for t in self.committed_at if since <= t <= until), until]

@@ -86,7 +86,7 @@ def test_librdkafka_transactions_are_read_exactly_once_across_a_round_trip(
     worker = Worker(writer.run, name="transactions")
     worker.start()
     try:
-        _switch_around(live, routing, app, link, lambda: len(writer.committed))
+        _switch_around(live, routing, app, link, writer.committed_count)
         settled, deadline = len(writer.committed), time.monotonic() + 60
         while len(writer.committed) < settled + 5:  # it commits on the cluster it was switched to
             assert not writer.fatal, writer.fatal
@@ -157,6 +157,11 @@ class _Loop:
         finally:
             self.consumer.close()
 
+    def committed(self) -> int:
+        """The transactions committed so far; a fatal error the loop stopped on fails the caller."""
+        assert not self.fatal, self.fatal
+        return self.transactions
+
     def _process(self, read: list[Message]) -> None:
         try:
             self.producer.begin_transaction()
@@ -205,7 +210,7 @@ def test_a_read_process_write_loop_writes_each_input_once_across_a_round_trip(
     inputs = _Input(live.gateway.bootstrap, app, source)  # the application's own input
     inputs.worker.start()
     try:
-        _switch_around(live, routing, app, link, lambda: loop.transactions)
+        _switch_around(live, routing, app, link, loop.committed)
     finally:
         inputs.finish()
     deadline = time.monotonic() + 90

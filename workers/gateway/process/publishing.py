@@ -6,6 +6,7 @@ of its topics, and a fault migration chooses its end offset after the gateway is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import zlib
@@ -23,6 +24,9 @@ from workers.gateway.producers.acked import AckedEnds
 log = logging.getLogger(__name__)
 USAGE_REFRESH_S = 30.0
 """Published this often anyway, so that its last-seen times move on (the window is days)."""
+ACKED_EVERY_S = 2.0
+"""How often the acknowledged ends are written when they changed (a fault migration's ``fault_margin``
+covers what this leaves unpublished)."""
 
 
 class Publisher:
@@ -33,21 +37,41 @@ class Publisher:
         self.zk, self.layout, self.id = zk, layout, gateway_id
         self.usage, self.acked = usage, acked
         self.every_s = every_s
-        """How often the usage report is looked at (``gateway.usage_publish_s``)."""
+        """The least time between two usage reports (``gateway.usage_publish_s``)."""
         self._acked_lock = asyncio.Lock()
         self._usage_lock = asyncio.Lock()
         self._published: set[tuple[str, str | None, str, str, str | None]] = set()
         self._published_at = 0.0
+        self._new = asyncio.Event()
+        usage.on_new = self._new.set
 
     async def run(self) -> None:
-        """Every few seconds, what the clients used and how far their writes were acknowledged."""
+        await asyncio.gather(self._publish_usage(), self._publish_acked())
+
+    async def _publish_usage(self) -> None:
+        """What the clients used, soon after they use something new: a plan that read the report before
+        a topic's first write was in it split that topic off its application's link, and the
+        application's writes to it were refused on the target. At once, unless the last report is
+        younger than ``every_s``; and every ``USAGE_REFRESH_S`` anyway."""
         while True:
-            await asyncio.sleep(self.every_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._new.wait(), USAGE_REFRESH_S)
+            await asyncio.sleep(max(0.0, self._published_at + self.every_s - time.monotonic()))
+            self._new.clear()
             try:
                 await self.publish_usage()
-                await self.publish_acked()
             except Exception:
                 log.warning("gateway %s: usage not published", self.id, exc_info=True)
+                self._new.set()  # tried again
+                await asyncio.sleep(self.every_s)
+
+    async def _publish_acked(self) -> None:
+        while True:
+            await asyncio.sleep(ACKED_EVERY_S)
+            try:
+                await self.publish_acked()
+            except Exception:
+                log.warning("gateway %s: acknowledged ends not published", self.id, exc_info=True)
 
     async def publish_usage(self, *, new_only: bool = False) -> None:
         """What the clients used, if something is new since the last report or (unless ``new_only``: a

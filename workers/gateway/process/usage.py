@@ -4,6 +4,7 @@ per request at the cost of a dict write, and published for sagas to read (see :m
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from switchyard.identity import Identity
 from switchyard.usage import CONSUME, GROUP, PRODUCE, Use
@@ -18,6 +19,9 @@ class UsageTracker:
         self.retention_s = retention_s
         """Sightings older than this are forgotten (``gateway.usage_window_s``)."""
         self._seen: dict[Key, float] = {}
+        self.on_new: Callable[[], None] = lambda: None
+        """Called (on the gateway's event loop) when a client uses something not seen before: the report
+        is written soon after (:class:`~workers.gateway.process.publishing.Publisher`)."""
 
     def recall(self, uses: list[Use]) -> None:
         """What this gateway reported before a restart: known still, unless seen again since."""
@@ -27,18 +31,25 @@ class UsageTracker:
     def note(self, identity: Identity, api_key: int, context: Context) -> None:
         if identity.anonymous:
             return
-        now = time.time()
         app, instance = identity.app, identity.instance
+        keys: list[Key]
         if api_key == apis.PRODUCE:
-            for topic in context.topics:
-                self._seen[(app, instance, topic, PRODUCE, None)] = now
+            keys = [(app, instance, topic, PRODUCE, None) for topic in context.topics]
         elif api_key == apis.FETCH:
-            for topic in context.topics:
-                self._seen[(app, instance, topic, CONSUME, None)] = now
+            keys = [(app, instance, topic, CONSUME, None) for topic in context.topics]
         elif context.group is not None and api_key in apis.GROUP_APIS:
-            for topic in context.topics:  # OffsetCommit names the topics a group consumes
-                self._seen[(app, instance, topic, CONSUME, context.group)] = now
-            self._seen[(app, instance, "", GROUP, context.group)] = now
+            # OffsetCommit names the topics a group consumes
+            keys = [(app, instance, topic, CONSUME, context.group) for topic in context.topics]
+            keys.append((app, instance, "", GROUP, context.group))
+        else:
+            return
+        now, seen = time.time(), self._seen
+        new = False
+        for key in keys:
+            new = new or key not in seen
+            seen[key] = now
+        if new:
+            self.on_new()
 
     def uses(self) -> list[Use]:
         """What was seen within the retention (older sightings are dropped now)."""
