@@ -205,7 +205,8 @@ class MirrorActivities:
     def _groups_seen_since_the_plan(self, keys: list[str]) -> set[str]:
         """The groups the gateways report ``keys`` using now: every gateway published what it saw before
         it acknowledged the block, so this includes a group whose consumers started after the plan read
-        the reports, or just before it (a report is written every ``gateway.usage_publish_s``)."""
+        the reports, or just before it (a gateway writes what is new at most every
+        ``gateway.usage_publish_s``)."""
         if not keys:
             return set()
         deps = self.deps

@@ -6,8 +6,11 @@ import json
 import time
 import uuid
 
+from switchyard.identity import Identity
 from switchyard.usage import MAX_REPORT_BYTES, PRODUCE, Use, decode, encode
 from workers.gateway.process.usage import UsageTracker
+from workers.gateway.routing import apis
+from workers.gateway.routing.apis import Context
 
 
 def use(app: str, topic: str, seen: float) -> Use:
@@ -50,3 +53,22 @@ def test_a_restarted_gateway_recalls_what_it_reported_and_forgets_what_is_past_t
     tracker.recall([use("orders", "payments", now - 600), use("old", "audit", now - 7200)])
     tracker.recall([use("orders", "payments", now - 1200)])  # an older sighting never wins
     assert {(u.app, round(now - u.last_seen)) for u in tracker.uses()} == {("orders", 600)}
+
+
+def test_a_first_sighting_and_one_aged_out_of_the_window_wake_the_publisher() -> None:
+    """The report is written at once for these (a plan must know them); a sighting seen again is not."""
+    tracker = UsageTracker(60.0)
+    woken: list[str] = []
+    tracker.on_new = lambda: woken.append("new")
+    shop = Identity("shop", "i-1")
+    tracker.note(shop, apis.PRODUCE, Context(topics=("orders",)))
+    tracker.note(shop, apis.PRODUCE, Context(topics=("orders",)))
+    assert len(woken) == 1
+    tracker.note(shop, apis.FETCH, Context(topics=("orders",)))  # another role: new
+    assert len(woken) == 2
+    tracker.recall([Use("shop", "i-1", "receipts", PRODUCE, None, time.time() - 61)])  # reported long ago
+    tracker.note(shop, apis.PRODUCE, Context(topics=("receipts",)))
+    assert len(woken) == 3
+    tracker.recall([Use("shop", "i-1", "refunds", PRODUCE, None, time.time() - 30)])  # within the window
+    tracker.note(shop, apis.PRODUCE, Context(topics=("refunds",)))
+    assert len(woken) == 3

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import zlib
 
@@ -41,18 +42,21 @@ class Publisher:
         self._acked_lock = asyncio.Lock()
         self._usage_lock = asyncio.Lock()
         self._published: set[tuple[str, str | None, str, str, str | None]] = set()
-        self._published_at = 0.0
+        self._published_at = -math.inf  # monotonic time counts from boot: never is before any of it
         self._new = asyncio.Event()
         usage.on_new = self._new.set
 
     async def run(self) -> None:
-        await asyncio.gather(self._publish_usage(), self._publish_acked())
+        async with asyncio.TaskGroup() as both:  # one that ends by an error ends the other
+            both.create_task(self._publish_usage())
+            both.create_task(self._publish_acked())
 
     async def _publish_usage(self) -> None:
         """What the clients used, soon after they use something new: a plan that read the report before
         a topic's first write was in it split that topic off its application's link, and the
         application's writes to it were refused on the target. At once, unless the last report is
         younger than ``every_s``; and every ``USAGE_REFRESH_S`` anyway."""
+        failures = 0
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._new.wait(), USAGE_REFRESH_S)
@@ -60,10 +64,14 @@ class Publisher:
             self._new.clear()
             try:
                 await self.publish_usage()
+                failures = 0
             except Exception:
-                log.warning("gateway %s: usage not published", self.id, exc_info=True)
-                self._new.set()  # tried again
-                await asyncio.sleep(self.every_s)
+                failures += 1
+                if failures == 1 or failures % 10 == 0:
+                    log.warning("gateway %s: usage not published (%d tries)", self.id, failures,
+                                exc_info=True)  # fmt: skip
+                self._new.set()  # tried again, less often while ZooKeeper stays away
+                await asyncio.sleep(min(self.every_s * 2**failures, USAGE_REFRESH_S))
 
     async def _publish_acked(self) -> None:
         while True:

@@ -43,10 +43,11 @@ class UsageTracker:
             keys.append((app, instance, "", GROUP, context.group))
         else:
             return
-        now, seen = time.time(), self._seen
+        now, seen, window = time.time(), self._seen, self.retention_s
         new = False
         for key in keys:
-            new = new or key not in seen
+            before = seen.get(key)
+            new = new or before is None or now - before > window  # one aged out of the report is new
             seen[key] = now
         if new:
             self.on_new()
