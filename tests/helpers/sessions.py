@@ -76,6 +76,7 @@ class Gateway:
         self.acked = AckedEnds()
         self.members = Members()
         self.consumer_groups = NoConsumerGroups()
+        self.unsynced = Unsynced()
         self.moved = Moved(_nowhere, _nowhere)
         self.brokers = Brokers()
         self.unvouched = False
@@ -98,6 +99,19 @@ class NoConsumerGroups:
 
     async def of_consumer_protocol(self, _group: str) -> bool:
         return False
+
+
+class Unsynced:
+    """Members refused their sync, kept in memory (the real store is ZooKeeper's)."""
+
+    def __init__(self) -> None:
+        self.refusals: dict[tuple[str, str, str], int] = {}
+
+    def refused(self, cluster: str, group: str, member_id: str, generation: int) -> None:
+        self.refusals[(cluster, group, member_id)] = generation
+
+    async def generation(self, cluster: str, group: str, member_id: str) -> int | None:
+        return self.refusals.get((cluster, group, member_id))
 
 
 class Brokers:

@@ -16,10 +16,13 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
+from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
 from switchyard import kafka
@@ -31,6 +34,7 @@ from switchyard.routing.store import RoutingStore
 from switchyard.sagas.ids import saga_id
 from switchyard.usage import groups_of, read_usage
 from tests.helpers.live import Live, unique, wait_for_approval
+from tests.helpers.processes import GatewayProcess
 from tests.helpers.raw import (
     RawClient,
     commit_offset,
@@ -142,11 +146,7 @@ def test_an_old_memberships_commit_goes_as_the_member_its_client_became_on_anoth
     last completed sync. Carried from outside the group, such a commit was refused UNKNOWN_MEMBER_ID once
     the group had the new member (a chaos trial; the records processed again). It goes as that member."""
     assert live.gateway is not None
-    app, topic, link = prepare(live, routing, stack_config)
-    records = [kafka.Record(None, str(i).encode(), 0) for i in range(30)]
-    assert (
-        kafka.produce(live.gateway.bootstrap, topic, records, settings={"client.id": f"{app}@writer"}) == 30
-    )
+    app, topic, link = prepared_with_records(live, routing, stack_config)
     group, timeout, reader_id = unique("group"), timedelta(seconds=45), f"{app}@reader"
     join = join_fields(group, topic, timeout)
     with RawClient(live.gateway.port, client_id=reader_id) as old:
@@ -160,6 +160,67 @@ def test_an_old_memberships_commit_goes_as_the_member_its_client_became_on_anoth
             code = commit_offset(old, group, member, generation, topic, 20)
     assert code == ErrorCode.none, code
     standby = stack_config.clusters["standby"].bootstrap
+    assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 20}
+
+
+@pytest.mark.parametrize("through", ["the same gateway", "the other gateway of a pair"])
+def test_an_old_memberships_commit_goes_as_the_member_its_client_became_whose_sync_was_refused(
+    live: Live, routing: RoutingStore, stack_config: Config, zk: KazooClient, tmp_path: Path, through: str
+) -> None:
+    """kafkajs after a switchover whose target lost the group's coordinator: its rejoin there was answered,
+    its sync refused, and the group, loaded again by another broker, kept the new member at that
+    generation. kafkajs then committed as the member of its last completed sync — its old membership —
+    over its connection to the old coordinator, and joins again only once that commit is answered.
+    Carried from outside the group, the commit was refused UNKNOWN_MEMBER_ID; told to send it again,
+    kafkajs sent it as the old member again, and the refusal reached it (a chaos trial: the join had
+    gone through the other process of the gateway). It goes as the new member, at the generation of the
+    refused sync, whichever gateway process saw that."""
+    assert live.gateway is not None
+    app, topic, link = prepared_with_records(live, routing, stack_config)
+    group, timeout, reader_id = unique("group"), timedelta(seconds=45), f"{app}@reader"
+    join = join_fields(group, topic, timeout)
+    other = None
+    with RawClient(live.gateway.port, client_id=reader_id) as old:
+        member, generation = joined_then_switched(live, old, link, group, topic, timeout)
+        port = live.gateway.port
+        if through == "the other gateway of a pair":
+            other = GatewayProcess(
+                live.path, root=live.root, gateway_id="gw-pair", log=tmp_path / "pair.log", overrides=live.env
+            )
+            other.start()
+            port = other.port
+        try:
+            with RawClient(coordinator_port(port, group, reader_id), client_id=reader_id) as new:
+                asked = new.answer(new.send(apis.JOIN_GROUP, 5, member_id="", **join))
+                joined = new.answer(new.send(apis.JOIN_GROUP, 5, member_id=asked.member_id, **join))
+                assert joined.error_code == ErrorCode.none, joined.error_code
+                refused = new.answer(new.send(
+                    apis.SYNC_GROUP, 5, group_id=group, generation_id=joined.generation_id,
+                    member_id=asked.member_id, protocol_type="consumer", protocol_name="not-range",
+                    assignments=(),
+                ))  # fmt: skip
+                assert refused.error_code == ErrorCode.inconsistent_group_protocol, refused.error_code
+            stored = (
+                f"{routing.layout.folder('unsynced')}/standby/g-{group}/m-{quote(asked.member_id, safe='')}"
+            )
+            deadline = time.monotonic() + 10
+            while zk.exists(stored) is None:  # written as the gateway answered: another process reads it
+                assert time.monotonic() < deadline, f"the refused sync was not stored at {stored}"
+                time.sleep(0.1)
+            # the group settles at that generation behind the gateway's back, as one loaded again does
+            standby = stack_config.clusters["standby"].bootstrap
+            standby_port = int(standby.rpartition(":")[2])
+            with RawClient(coordinator_port(standby_port, group, reader_id), client_id=reader_id) as direct:
+                sync_group(direct, group, asked.member_id, joined.generation_id)
+            started = time.monotonic()
+            code = commit_offset(old, group, member, generation, topic, 20)
+            waited = time.monotonic() - started
+        finally:
+            if other is not None:
+                other.stop()
+    assert code == ErrorCode.none, code
+    held = min(stack_config.gateway.block_hold_s, timeout.total_seconds() * SHARE_OF_SESSION)
+    assert waited < held / 2, f"the commit was held {waited:.1f} s, as for a sync to come"
     assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 20}
 
 
@@ -201,11 +262,7 @@ def test_a_commit_waits_for_no_join_whose_sync_the_gateway_refused(
     behind it: the leader never synced, and the group was stuck for 50 s (a chaos trial). The commit
     must be carried at once."""
     assert live.gateway is not None
-    app, topic, link = prepare(live, routing, stack_config)
-    records = [kafka.Record(None, str(i).encode(), 0) for i in range(30)]
-    assert (
-        kafka.produce(live.gateway.bootstrap, topic, records, settings={"client.id": f"{app}@writer"}) == 30
-    )
+    app, topic, link = prepared_with_records(live, routing, stack_config)
     over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "a sync refused")
     assert over.returncode == 0, over.stdout + over.stderr
     group, timeout, reader_id = unique("group"), timedelta(seconds=45), f"{app}@reader"
@@ -272,6 +329,17 @@ def test_a_commit_of_the_generation_its_members_next_join_passed_goes_in_that_on
         assert reader.answer(sync).error_code == ErrorCode.none
     assert code == ErrorCode.none, code
     assert committed_offsets(AdminClient({"bootstrap.servers": primary}), group) == {(topic, 0): 20}
+
+
+def prepared_with_records(live: Live, routing: RoutingStore, config: Config) -> tuple[str, str, str]:
+    """``prepare``'s application, topic and link, 30 records written to the topic through the gateway."""
+    assert live.gateway is not None
+    app, topic, link = prepare(live, routing, config)
+    records = [kafka.Record(None, str(i).encode(), 0) for i in range(30)]
+    assert (
+        kafka.produce(live.gateway.bootstrap, topic, records, settings={"client.id": f"{app}@writer"}) == 30
+    )
+    return app, topic, link
 
 
 def joined_then_switched(

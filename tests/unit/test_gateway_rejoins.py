@@ -25,8 +25,9 @@ from kio.schema.sync_group.v3.response import SyncGroupResponse
 from kio.static.primitive import i32, i32Timedelta
 
 from switchyard.identity import Identity
+from tests.helpers.sessions import Unsynced
 from tests.unit.test_gateway_carry import offset_commit
-from workers.gateway.framing.protocol import encode_request, encode_response, parse_request
+from workers.gateway.framing.protocol import decode_response, encode_request, encode_response, parse_request
 from workers.gateway.groups.carry import carried_commit
 from workers.gateway.groups.handling import GroupHandling, assigned_partitions
 from workers.gateway.groups.members import Member, Members
@@ -44,7 +45,7 @@ def gateway() -> Any:
     members = Members()
     members.joined(GROUP, MOVED, Member("primary", 30.0))
     config = SimpleNamespace(gateway=SimpleNamespace(block_hold_s=HOLD_S))
-    return SimpleNamespace(members=members, config=config)
+    return SimpleNamespace(members=members, config=config, unsynced=Unsynced())
 
 
 def handling(shared: Any) -> GroupHandling:
@@ -565,14 +566,25 @@ def test_a_commit_of_a_generation_before_its_members_latest_sync_goes_in_that_on
     assert group.in_synced_generation(member_commit(-1, ("t", 0)), "standby") is None  # from outside
 
 
-def refusing(sent: list[Any], request: Any, error: ErrorCode) -> Any:
-    """A ``Send`` that notes each body it is given and answers with ``error`` on the commit's partition."""
-    partition = OffsetCommitResponsePartition(partition_index=i32(0), error_code=error)
-    refused = OffsetCommitResponse(
-        throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
-        topics=(OffsetCommitResponseTopic(name="t", partitions=(partition,)),),
-    )
-    return recorder(sent, encode_response(request, refused))  # as the client is sent it, its size first
+def refusing(sent: list[Any], request: Any, *errors: ErrorCode) -> Any:
+    """A ``Send`` that notes each body it is given and answers the n-th with the n-th of ``errors`` (the
+    last, once they run out) on the commit's partition."""
+    answers = []
+    for error in errors:
+        partition = OffsetCommitResponsePartition(partition_index=i32(0), error_code=error)
+        refused = OffsetCommitResponse(
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+            topics=(OffsetCommitResponseTopic(name="t", partitions=(partition,)),),
+        )
+        answers.append(encode_response(request, refused))  # as the client is sent it, its size first
+
+    async def send(body: Any, node: int | None) -> Any:
+        sent.append(body)
+        done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        done.set_result(answers[min(len(sent), len(answers)) - 1])
+        return done
+
+    return send
 
 
 class Listed:
@@ -585,6 +597,39 @@ class Listed:
         return self.listed, False, False
 
 
+OLD_COMMIT = parse_request(offset_commit(8))
+"""A commit of client "c"'s old membership, its member "rdkafka-1234" of group "g"."""
+
+
+def left_the_primary() -> Any:
+    """A gateway process that saw ``OLD_COMMIT``'s member join the primary, and had it leave there at the
+    flip."""
+    shared = gateway()
+    body = OLD_COMMIT.body
+    shared.members.joined(body.group_id, body.member_id, Member("primary", 30.0, left=True))
+    return shared
+
+
+async def carried_to_standby(
+    shared: Any, members: dict[str, str], *errors: ErrorCode
+) -> tuple[Any, list[Any]]:
+    """``OLD_COMMIT`` carried to the standby from outside the group, whose coordinator lists ``members``
+    and answers with ``errors`` in turn: the reply, and the bodies sent."""
+    sent: list[Any] = []
+    committing = handling(shared)
+
+    async def outside(*_: Any) -> tuple[Any, int | None]:
+        return carried_commit(OLD_COMMIT.body, lambda _t, _p: None, planned=True), None
+
+    committing._carried = outside  # type: ignore[method-assign]
+    committing._coordinators = lambda: Listed(members)  # type: ignore[method-assign,assignment,return-value]
+    send = refusing(sent, OLD_COMMIT, *errors)
+    shop = Identity("shop")
+    reply = await committing.carry(OLD_COMMIT, None, "standby", "primary", ("t",), send=send, identity=shop)  # type: ignore[arg-type]
+    assert [b.member_id for b in sent[:1]] == [""], "not carried from outside the group"
+    return reply, sent
+
+
 def test_a_carried_commit_refused_for_its_clients_member_joined_elsewhere_is_sent_again() -> None:
     """kafkajs rejoined the standby through the other process of a gateway of two, and committed its old
     membership on this one's connection: carried from outside the group, which had its new member now,
@@ -593,37 +638,12 @@ def test_a_carried_commit_refused_for_its_clients_member_joined_elsewhere_is_sen
     per membership: the Java client would send it as the same member for 60 s. A refusal with no member
     of that client there, or another refusal, is the client's to see."""
 
-    request = parse_request(offset_commit(8))  # of client "c", its member "rdkafka-1234" of group "g"
-
-    def seen() -> Any:
-        """A gateway process that saw the member join the primary, and had it leave there at the flip."""
-        shared = gateway()
-        shared.members.joined(
-            request.body.group_id, request.body.member_id, Member("primary", 30.0, left=True)
-        )
-        return shared
-
-    async def carried(error: ErrorCode, members: dict[str, str], shared: Any = None) -> Any:
-        sent: list[Any] = []
-        committing = handling(shared or seen())
-
-        async def outside(*_: Any) -> tuple[Any, int | None]:
-            return carried_commit(request.body, lambda _t, _p: None, planned=True), None
-
-        committing._carried = outside  # type: ignore[method-assign]
-        committing._coordinators = lambda: Listed(members)  # type: ignore[method-assign,assignment,return-value]
-        send = refusing(sent, request, error)
-        shop = Identity("shop")
-        carrying = committing.carry(request, None, "standby", "primary", ("t",), send=send, identity=shop)  # type: ignore[arg-type]
-        reply = await carrying
-        assert [b.member_id for b in sent] == [""], "not carried from outside the group"
-        return reply
-
     async def run() -> None:
         joined_elsewhere = {"m-new": "c"}
-        shared = seen()
-        assert isinstance(await carried(ErrorCode.unknown_member_id, joined_elsewhere, shared), OwnAnswer)
-        again = await carried(ErrorCode.unknown_member_id, joined_elsewhere, shared)  # the same membership
+        shared = left_the_primary()
+        told, _ = await carried_to_standby(shared, joined_elsewhere, ErrorCode.unknown_member_id)
+        assert isinstance(told, OwnAnswer)
+        again, _ = await carried_to_standby(shared, joined_elsewhere, ErrorCode.unknown_member_id)  # the same
         assert isinstance(again, bytes), "told twice: the Java client resends as the same member for 60 s"
         for error, members in [
             (ErrorCode.unknown_member_id, {"m-other": "other@reader"}),  # not its client's member
@@ -631,10 +651,53 @@ def test_a_carried_commit_refused_for_its_clients_member_joined_elsewhere_is_sen
             (ErrorCode.offset_metadata_too_large, joined_elsewhere),  # another refusal
             (ErrorCode.none, joined_elsewhere),
         ]:
-            reply = await carried(error, members)
+            reply, _ = await carried_to_standby(left_the_primary(), members, error)
             assert isinstance(reply, bytes), (error, members)
 
     asyncio.run(run())
+
+
+def test_a_carried_commit_refused_goes_as_its_clients_one_member_there_whose_sync_was_refused() -> None:
+    """kafkajs joined the standby through the other process, its sync was refused, and it committed its
+    old membership's offsets before joining again: sent again by the client, the commit went as the old
+    member again, and was refused (a chaos trial). It goes as the new member, at the generation whose
+    sync was refused; if that is refused too, the client is told to send it again, as before. Not where
+    the group has a member of another client, or more than one of this client's: whose the partitions
+    are is not known then."""
+
+    async def run() -> None:
+        unknown, taken, gone = ErrorCode.unknown_member_id, ErrorCode.none, ErrorCode.illegal_generation
+        shared = left_the_primary()
+        shared.unsynced.refused("standby", "g", "m-new", 24)
+        for _ in range(2):  # each commit of the old membership: kafkajs commits each batch's
+            reply, sent = await carried_to_standby(shared, {"m-new": "c"}, unknown, taken)
+            assert [(b.member_id, b.generation_id_or_member_epoch) for b in sent] == [("", -1), ("m-new", 24)]
+        assert isinstance(reply, bytes)
+        assert committed_code(reply) == taken
+        shared = left_the_primary()
+        shared.unsynced.refused("standby", "g", "m-new", 24)
+        told, sent = await carried_to_standby(shared, {"m-new": "c"}, unknown, gone)  # moved on since
+        assert isinstance(told, OwnAnswer)
+        assert len(sent) == 2
+        for members in [{"m-new": "c", "m-other": "other@reader"}, {"m-new": "c", "m-newer": "c"}]:
+            shared = left_the_primary()
+            shared.unsynced.refused("standby", "g", "m-new", 24)
+            told, sent = await carried_to_standby(shared, members, unknown, taken)
+            assert isinstance(told, OwnAnswer), members
+            assert len(sent) == 1, members
+        told, sent = await carried_to_standby(
+            left_the_primary(), {"m-new": "c"}, unknown, taken
+        )  # not refused
+        assert isinstance(told, OwnAnswer)
+        assert len(sent) == 1
+
+    asyncio.run(run())
+
+
+def committed_code(reply: bytes) -> ErrorCode:
+    """The error code of ``OLD_COMMIT``'s one partition in ``reply``, as the client is sent it."""
+    answer = decode_response(OLD_COMMIT, reply[4:])
+    return ErrorCode(answer.topics[0].partitions[0].error_code)
 
 
 def test_a_commit_sent_again_after_one_waited_out_its_joins_sync_goes_at_once() -> None:

@@ -20,6 +20,7 @@ from workers.gateway.brokers.real_ids import RealIds
 from workers.gateway.framing.intake import ByteBudget
 from workers.gateway.groups.members import Members
 from workers.gateway.groups.protocols import ConsumerGroups
+from workers.gateway.groups.unsynced import UnsyncedMembers
 from workers.gateway.migrated.moved import Moved
 from workers.gateway.process.metrics import Metrics
 from workers.gateway.process.usage import UsageTracker
@@ -44,6 +45,7 @@ class Shared(Protocol):
     acked: AckedEnds
     members: Members
     consumer_groups: ConsumerGroups
+    unsynced: UnsyncedMembers
     moved: Moved
     brokers: BrokerDirectory
     answers: LocalAnswers

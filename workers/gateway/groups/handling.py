@@ -53,6 +53,8 @@ _REJOIN_NEEDS = frozenset({apis.METADATA, apis.FIND_COORDINATOR, apis.JOIN_GROUP
 """Requests a client may need answered to finish a rejoin (see ``GroupHandling.came``)."""
 _COMMITS_REMEMBERED = 64
 """Commits a connection keeps the ``_behind`` of (``GroupHandling.came``): more than clients send at once."""
+_NO_LONGER_A_MEMBER = frozenset({ErrorCode.unknown_member_id, ErrorCode.illegal_generation})
+"""A SyncGroup refused so leaves nothing a commit could go as (``UnsyncedMembers``)."""
 
 Send = Callable[[Any, int | None], Awaitable[Awaitable[Reply]]]
 """The session's sending of an OffsetCommit ``body`` to a broker (None: the coordinator) of the cluster
@@ -73,6 +75,8 @@ class GroupHandling:
     def __init__(self, gateway: Shared, connection: Connection) -> None:
         self.gateway, self.connection = gateway, connection
         self._carrying = asyncio.Lock()
+        self._resending = asyncio.Lock()
+        """Carried commits refused and sent again (``_joined_elsewhere``) go one at a time, in order."""
         self._rejoins: dict[str, Rejoin] = {}
         """Per group this connection's consumer is (re)joining (see :class:`Rejoin`)."""
         self._behind: asyncio.Future[None] | None = None
@@ -423,6 +427,9 @@ class GroupHandling:
             if synced.error_code == ErrorCode.none:
                 assigned = assigned_partitions(synced.assignment)
                 members.synced(body.group_id, body.member_id, body.generation_id, assigned)
+            elif synced.error_code not in _NO_LONGER_A_MEMBER:
+                members.sync_refused(body.group_id, body.member_id)
+                self.gateway.unsynced.refused(cluster, body.group_id, body.member_id, body.generation_id)
             own, found = self._rejoins.get(body.group_id), members.rejoin_of(body.group_id, body.member_id)
             for rejoin in (own, found if found is not own else None):
                 if rejoin is None or rejoin.joined.done():
@@ -560,47 +567,72 @@ class GroupHandling:
                 reply = await answer  # answered, so done: a join sent on another connection comes after
                 if answered is not None:
                     answered.set_result(None)  # not after the lookup below: the cluster has answered
-                if not body.member_id and await self._joined_elsewhere(request, reply, cluster):
-                    return OwnAnswer()
-                return reply
+                if body.member_id:
+                    return reply
+                async with self._resending:  # in the order the refusals came
+                    return await self._joined_elsewhere(request, body, reply, cluster, node=node, send=send)
             finally:
                 if answered is not None and not answered.done():
                     answered.set_result(None)
 
         return carried()
 
-    async def _joined_elsewhere(self, request: Request, reply: Reply, cluster: str) -> bool:
-        """Whether a commit carried from outside the group was refused UNKNOWN_MEMBER_ID for a member its
-        client has there already, one that joined through another process or gateway (``_as_successor``
-        knows this process's alone): the group's coordinator on ``cluster`` lists a member of the
-        commit's client id. Answered the retriable error, the client sends the commit again — kafkajs as
-        the member it became, once its sync is done. Passed on, the refusal was final: kafkajs processed
-        again what the commit covered (chaos run, 2026-12-05, a gateway of two processes). Nothing of a
-        refused commit was written, so sending it again is safe; a client id the application's other
-        consumers share makes theirs retry as well. Once per old membership: the Java client sends a
-        commit refused so again as the same member, generation and all, until its 60 s run out
-        (``commitSync``), whatever its heartbeats say; a second refusal is passed on."""
+    async def _joined_elsewhere(
+        self, request: Request, body: Any, reply: Reply, cluster: str, *, node: int | None, send: Send
+    ) -> Reply:
+        """The answer to a commit carried from outside the group (``body``, sent to ``node``): ``reply``,
+        unless it was refused UNKNOWN_MEMBER_ID for a member its client has there already, one that joined
+        through another process or gateway (``_as_successor`` knows this process's alone), or whose sync
+        was refused: the group's coordinator on ``cluster`` lists a member of the commit's client id.
+
+        Where that member is the group's only one and its sync was refused (``UnsyncedMembers``), the
+        commit is sent again as it, at that sync's generation: kafkajs commits as the member of its last
+        completed sync, and joins again only once the commit is answered, so sending it again itself, it
+        sent it as the old member again, and the refusal reached it (a chaos trial). Else, or if that is
+        refused too, it is answered the retriable error, and the client sends it again — kafkajs as the
+        member it became, once its sync is done. Passed on, the refusal was final: kafkajs processed again
+        what the commit covered (chaos run, 2026-12-05, a gateway of two processes). Nothing of a refused
+        commit was written, so sending it again is safe; a client id the application's other consumers
+        share makes theirs retry as well. Once per old membership: the Java client sends a commit refused
+        so again as the same member, generation and all, until its 60 s run out (``commitSync``), whatever
+        its heartbeats say; a second refusal is passed on."""
         group, member_id = request.body.group_id, request.body.member_id
+        if not isinstance(reply, bytes) or request.client_id is None:
+            return reply
         member = self.gateway.members.get(group, member_id)
-        if not isinstance(reply, bytes) or request.client_id is None or member is None or member.resent:
-            return False
-        try:
-            answer = decode_response(request, reply[4:])  # as written to the client: after its size
-        except FrameError:  # the client's to make sense of, as before
-            return False
-        codes = {p.error_code for topic in answer.topics for p in topic.partitions}
-        if ErrorCode.unknown_member_id not in codes:
-            return False
+        if member is None or member.resent:  # told once already, and sent as no member since
+            return reply
+        if ErrorCode.unknown_member_id not in _refusals(request, reply):
+            return reply
         found = await self._coordinators().members(cluster, group)
-        member = self.gateway.members.get(group, member_id)  # as it is now: the lookup took a while
-        if found is None or request.client_id not in found[0].values() or member is None or member.resent:
-            return False
+        if found is None or request.client_id not in found[0].values():
+            return reply
+        listed = found[0]
+        if len(listed) == 1:  # each of the old membership's commits, as long as that member is there
+            (alone,) = listed
+            generation = await self.gateway.unsynced.generation(cluster, group, alone)
+            if generation is not None:
+                again = dataclasses.replace(body, member_id=alone, generation_id_or_member_epoch=generation)
+                async with self._carrying:
+                    answer = await send(again, node)
+                sent = await answer
+                refused = not isinstance(sent, bytes) or bool(_refusals(request, sent) - {ErrorCode.none})
+                log.info(
+                    "group %s: a commit carried to %s was refused, its client %s having joined there "
+                    "meanwhile: sent again as that member, %s, whose sync was refused, at generation %d: %s",
+                    group, cluster, request.client_id, alone, generation, "refused" if refused else "taken",
+                )  # fmt: skip
+                if not refused:
+                    return sent
+        member = self.gateway.members.get(group, member_id)  # as it is now: the lookups took a while
+        if member is None or member.resent:
+            return reply
         self.gateway.members.joined(group, member_id, dataclasses.replace(member, resent=True))
         log.info(
             "group %s: a commit carried to %s was refused, its client %s having joined there meanwhile: "
             "told to send it again", group, cluster, request.client_id,
         )  # fmt: skip
-        return True
+        return OwnAnswer()
 
     async def _as_successor(
         self, body: Any, cluster: str, identity: Identity, deadline: float, behind: asyncio.Future[None]
@@ -775,6 +807,16 @@ class GroupHandling:
 
     def _coordinators(self) -> Coordinators:
         return Coordinators(self.gateway.brokers, self.connection.credentials)
+
+
+def _refusals(request: Request, reply: bytes) -> set[ErrorCode]:
+    """The error codes of an OffsetCommit's answer as written to the client (after its size); none where
+    it cannot be read (the client's to make sense of, as before)."""
+    try:
+        answer = decode_response(request, reply[4:])
+    except FrameError:
+        return set()
+    return {ErrorCode(p.error_code) for topic in answer.topics for p in topic.partitions}
 
 
 def assigned_partitions(assignment: bytes) -> frozenset[tuple[str, int]] | None:

@@ -55,6 +55,10 @@ class Member:
     resent: bool = False
     """A commit of it, carried and refused, has been answered with the retriable error once
     (``GroupHandling._joined_elsewhere``): the next such refusal is the client's to see."""
+    sync_refused: bool = False
+    """Its last SyncGroup was refused: it joins again before it syncs, and its client may first commit
+    its old membership's offsets, which wait for no sync of it (``syncing``; see
+    :mod:`workers.gateway.groups.unsynced`)."""
 
 
 class Members:
@@ -94,7 +98,16 @@ class Members:
         """A SyncGroup of ``member_id`` was answered: its generation and assignment now."""
         member = self._members.get((group, member_id))
         if member is not None:
-            self._members[(group, member_id)] = dataclasses.replace(member, synced=(generation, assigned))
+            self._members[(group, member_id)] = dataclasses.replace(
+                member, synced=(generation, assigned), sync_refused=False
+            )
+        self._wake(group)
+
+    def sync_refused(self, group: str, member_id: str) -> None:
+        """A SyncGroup of ``member_id`` was refused: a commit waiting for its sync goes on (``syncing``)."""
+        member = self._members.get((group, member_id))
+        if member is not None:
+            self._members[(group, member_id)] = dataclasses.replace(member, sync_refused=True)
         self._wake(group)
 
     def _wake(self, group: str) -> None:
@@ -104,11 +117,12 @@ class Members:
 
     def syncing(self, group: str, cluster: str, identity: Identity, besides: str | None = None) -> bool:
         """Whether ``identity``'s client has a member of ``group`` on ``cluster``, other than ``besides``,
-        that joined and has not synced yet: a commit of its old membership may go as that member once it
-        has (``successor``)."""
+        that joined and has not synced yet, nor been refused its sync: a commit of its old membership may
+        go as that member once it has (``successor``)."""
         return any(
             member.cluster == cluster and not member.left and member.identity == identity
-            and member.synced is None and member_id != besides and not member.looked_up
+            and member.synced is None and not member.sync_refused and member_id != besides
+            and not member.looked_up
             for member_id, member in ((m, self._members[(group, m)]) for m in self._groups.get(group, {}))
         )  # fmt: skip
 

@@ -42,6 +42,7 @@ from workers.gateway.framing.sasl import SaslError, UsersFile
 from workers.gateway.groups.coordinator import Coordinators
 from workers.gateway.groups.members import Member, Members
 from workers.gateway.groups.protocols import ConsumerGroups
+from workers.gateway.groups.unsynced import UnsyncedMembers
 from workers.gateway.migrated.moved import Moved
 from workers.gateway.process import readiness
 from workers.gateway.process.metrics import Metrics
@@ -106,8 +107,12 @@ class Gateway:
         self.changes = RoutingChanges(lambda: self.view.snapshot)
         """Wakes the requests held while their identity is blocked (:mod:`workers.gateway.routing.holds`)."""
         self.members = Members()
-        self.consumer_groups = ConsumerGroups(zk, self.layout)
-        """Groups of the consumer protocol, as every process saw (:mod:`workers.gateway.groups.protocols`)."""
+        self.consumer_groups, self.unsynced = (
+            ConsumerGroups(zk, self.layout),
+            UnsyncedMembers(zk, self.layout),
+        )
+        """Groups of the consumer protocol, and members whose sync was refused, as every process saw
+        (:mod:`workers.gateway.groups.protocols`, :mod:`workers.gateway.groups.unsynced`)."""
         self.moved = Moved(self.brokers.topic_metadata, self.producers.take, self.producers.store)
         """Partitions migrations moved: their leaders, and producers' ids on their targets."""
         self.sequences = Sequences(self.brokers, self.moved.leaders)
@@ -356,13 +361,14 @@ class Gateway:
 
     async def _prune_producers(self) -> None:
         """Every hour, the producer routes and transactional ids' issuers no gateway touched for as long as
-        their brokers keep them (their brokers forgot the ids), and the consumer-protocol groups none
-        touched for a week."""
+        their brokers keep them (their brokers forgot the ids), the consumer-protocol groups none
+        touched for a week, and the members refused their sync a day ago."""
         while True:
             await asyncio.sleep(_PRUNE_EVERY_S)
             for what, prune in (("producer routes", self.producers.store.prune),
                                 ("transactional ids' issuers", self.transactions.store.prune),
-                                ("consumer-protocol groups", self.consumer_groups.prune)):  # fmt: skip
+                                ("consumer-protocol groups", self.consumer_groups.prune),
+                                ("members refused their sync", self.unsynced.prune)):  # fmt: skip
                 try:
                     removed = await asyncio.to_thread(prune)
                 except Exception:
