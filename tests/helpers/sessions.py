@@ -110,6 +110,9 @@ class Unsynced:
     def refused(self, cluster: str, group: str, member_id: str, generation: int) -> None:
         self.refusals[(cluster, group, member_id)] = generation
 
+    def synced(self, cluster: str, group: str, member_id: str) -> None:
+        self.refusals.pop((cluster, group, member_id), None)
+
     async def generation(self, cluster: str, group: str, member_id: str) -> int | None:
         return self.refusals.get((cluster, group, member_id))
 

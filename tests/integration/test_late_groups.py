@@ -48,6 +48,8 @@ from tests.helpers.raw import (
     sync_group,
 )
 from tests.integration.test_sagas import ACTOR, prepare
+from workers.gateway.framing.entities import element_type, make
+from workers.gateway.framing.protocol import request_schema
 from workers.gateway.routing import apis
 from workers.gateway.routing.holds import SHARE_OF_SESSION, UNKNOWN_SESSION_S
 
@@ -194,10 +196,14 @@ def test_an_old_memberships_commit_goes_as_the_member_its_client_became_whose_sy
                 asked = new.answer(new.send(apis.JOIN_GROUP, 5, member_id="", **join))
                 joined = new.answer(new.send(apis.JOIN_GROUP, 5, member_id=asked.member_id, **join))
                 assert joined.error_code == ErrorCode.none, joined.error_code
+                itself = make(  # the leader of a group of one, as kafkajs's
+                    element_type(request_schema(apis.SYNC_GROUP, 5), "assignments"),
+                    member_id=asked.member_id, assignment=b"",
+                )  # fmt: skip
                 refused = new.answer(new.send(
                     apis.SYNC_GROUP, 5, group_id=group, generation_id=joined.generation_id,
                     member_id=asked.member_id, protocol_type="consumer", protocol_name="not-range",
-                    assignments=(),
+                    assignments=(itself,),
                 ))  # fmt: skip
                 assert refused.error_code == ErrorCode.inconsistent_group_protocol, refused.error_code
             stored = (

@@ -23,9 +23,15 @@ def test_a_refusal_one_process_saw_is_known_to_another(zk: KazooClient, zk_root:
         await asyncio.gather(*seen._writing)
         assert await other.generation("standby", "orders/é 1", "app@c-1") == 24
         assert await other.generation("primary", "orders/é 1", "app@c-1") is None  # another cluster's
-        seen.refused("standby", "orders/é 1", "app@c-1", 26)  # refused again, later
-        await asyncio.gather(*seen._writing)
-        assert await other.generation("standby", "orders/é 1", "app@c-1") == 26
+        other.refused("standby", "orders/é 1", "app@c-1", 26)  # refused again, later, through the other
+        await asyncio.gather(*other._writing)
+        assert await seen.generation("standby", "orders/é 1", "app@c-1") == 26  # the later one
+        other.synced("standby", "orders/é 1", "app@c-1")  # answered since, where its refusal was kept
+        await asyncio.gather(*other._writing)
+        assert await seen.generation("standby", "orders/é 1", "app@c-1") == 24  # what it saw itself
+        assert (
+            await UnsyncedMembers(zk, Layout(zk_root)).generation("standby", "orders/é 1", "app@c-1") is None
+        )
 
     asyncio.run(run())
 

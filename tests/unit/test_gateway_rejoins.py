@@ -588,12 +588,15 @@ def refusing(sent: list[Any], request: Any, *errors: ErrorCode) -> Any:
 
 
 class Listed:
-    """A group's coordinator on the new cluster, as ``Coordinators.members`` has it: ids to client ids."""
+    """A group's coordinator on the new cluster, as ``Coordinators.members`` has it: ids to client ids;
+    answered once ``opened`` is set, if given."""
 
-    def __init__(self, members: dict[str, str]) -> None:
-        self.listed = members
+    def __init__(self, members: dict[str, str], opened: asyncio.Event | None = None) -> None:
+        self.listed, self.opened = members, opened
 
     async def members(self, cluster: str, group: str) -> tuple[dict[str, str], bool, bool]:
+        if self.opened is not None:
+            await self.opened.wait()
         return self.listed, False, False
 
 
@@ -661,35 +664,83 @@ def test_a_carried_commit_refused_goes_as_its_clients_one_member_there_whose_syn
     """kafkajs joined the standby through the other process, its sync was refused, and it committed its
     old membership's offsets before joining again: sent again by the client, the commit went as the old
     member again, and was refused (a chaos trial). It goes as the new member, at the generation whose
-    sync was refused; if that is refused too, the client is told to send it again, as before. Not where
-    the group has a member of another client, or more than one of this client's: whose the partitions
-    are is not known then."""
+    sync was refused, each time; refused so for a while (the group between a join and its sync), the
+    client is told to send it again, and it goes as that member again then; refused as a member moved
+    on, it is told so once, as before. Not where the group has a member of another client, or more than
+    one of this client's (whose the partitions are is not known then), nor as a member this process
+    knows of another application's."""
+
+    def refused_sync(shared: Any = None) -> Any:
+        shared = shared or left_the_primary()
+        shared.unsynced.refused("standby", "g", "m-new", 24)
+        return shared
 
     async def run() -> None:
-        unknown, taken, gone = ErrorCode.unknown_member_id, ErrorCode.none, ErrorCode.illegal_generation
-        shared = left_the_primary()
-        shared.unsynced.refused("standby", "g", "m-new", 24)
+        unknown, taken = ErrorCode.unknown_member_id, ErrorCode.none
+        shared = refused_sync()
         for _ in range(2):  # each commit of the old membership: kafkajs commits each batch's
             reply, sent = await carried_to_standby(shared, {"m-new": "c"}, unknown, taken)
             assert [(b.member_id, b.generation_id_or_member_epoch) for b in sent] == [("", -1), ("m-new", 24)]
-        assert isinstance(reply, bytes)
-        assert committed_code(reply) == taken
-        shared = left_the_primary()
-        shared.unsynced.refused("standby", "g", "m-new", 24)
-        told, sent = await carried_to_standby(shared, {"m-new": "c"}, unknown, gone)  # moved on since
-        assert isinstance(told, OwnAnswer)
+            assert isinstance(reply, bytes)
+            assert committed_code(reply) == taken
+        shared = refused_sync()
+        for _ in range(3):  # rebalancing a while: told to send it again, and sent as the member each time
+            told, sent = await carried_to_standby(
+                shared, {"m-new": "c"}, unknown, ErrorCode.rebalance_in_progress
+            )
+            assert isinstance(told, OwnAnswer)
+            assert len(sent) == 2
+        shared = refused_sync()
+        told, sent = await carried_to_standby(shared, {"m-new": "c"}, unknown, ErrorCode.illegal_generation)
+        assert isinstance(told, OwnAnswer)  # moved on since: told once...
         assert len(sent) == 2
-        for members in [{"m-new": "c", "m-other": "other@reader"}, {"m-new": "c", "m-newer": "c"}]:
-            shared = left_the_primary()
-            shared.unsynced.refused("standby", "g", "m-new", 24)
+        passed, _ = await carried_to_standby(shared, {"m-new": "c"}, unknown)
+        assert isinstance(passed, bytes)  # ...and the next refusal is the client's
+        assert committed_code(passed) == unknown
+        another = left_the_primary()
+        another.members.joined("g", "m-new", Member("standby", 30.0, identity=Identity("till")))
+        for shared, members in [
+            (refused_sync(), {"m-new": "c", "m-other": "other@reader"}),
+            (refused_sync(), {"m-new": "c", "m-newer": "c"}),
+            (refused_sync(another), {"m-new": "c"}),
+            (left_the_primary(), {"m-new": "c"}),  # its sync not refused
+        ]:
             told, sent = await carried_to_standby(shared, members, unknown, taken)
             assert isinstance(told, OwnAnswer), members
             assert len(sent) == 1, members
-        told, sent = await carried_to_standby(
-            left_the_primary(), {"m-new": "c"}, unknown, taken
-        )  # not refused
-        assert isinstance(told, OwnAnswer)
-        assert len(sent) == 1
+
+    asyncio.run(run())
+
+
+def test_a_refused_carried_commit_is_not_sent_again_over_one_the_connection_carried_after_it() -> None:
+    """Two commits of the old membership carried on one connection, the first refused: by the time the
+    lookups let it be sent again as the new member, the second has gone. Sent again then, the first —
+    older offsets — would land over the second; the client is told to send it again instead."""
+
+    async def run() -> None:
+        shared = left_the_primary()
+        shared.unsynced.refused("standby", "g", "m-new", 24)
+        committing, sent, opened = handling(shared), [], asyncio.Event()
+
+        async def outside(*_: Any) -> tuple[Any, int | None]:
+            return carried_commit(OLD_COMMIT.body, lambda _t, _p: None, planned=True), None
+
+        committing._carried = outside  # type: ignore[method-assign]
+        committing._coordinators = lambda: Listed({"m-new": "c"}, opened)  # type: ignore[method-assign,assignment,return-value]
+        send = refusing(sent, OLD_COMMIT, ErrorCode.unknown_member_id, ErrorCode.none)
+        shop = Identity("shop")
+        first, second = (
+            asyncio.ensure_future(
+                committing.carry(OLD_COMMIT, None, "standby", "primary", ("t",), send=send, identity=shop)  # type: ignore[arg-type]
+            )
+            for _ in range(2)
+        )
+        while len(sent) < 2:  # both sent before the first's refusal is looked into
+            await asyncio.sleep(0)
+        opened.set()
+        assert isinstance(await first, OwnAnswer)
+        assert isinstance(await second, bytes)
+        assert [b.member_id for b in sent] == ["", ""], "the first sent again after the second"
 
     asyncio.run(run())
 

@@ -77,6 +77,8 @@ class GroupHandling:
         self._carrying = asyncio.Lock()
         self._resending = asyncio.Lock()
         """Carried commits refused and sent again (``_joined_elsewhere``) go one at a time, in order."""
+        self._carries = 0
+        """Carried commits this connection sent: one is sent again only if none went since."""
         self._rejoins: dict[str, Rejoin] = {}
         """Per group this connection's consumer is (re)joining (see :class:`Rejoin`)."""
         self._behind: asyncio.Future[None] | None = None
@@ -427,7 +429,8 @@ class GroupHandling:
             if synced.error_code == ErrorCode.none:
                 assigned = assigned_partitions(synced.assignment)
                 members.synced(body.group_id, body.member_id, body.generation_id, assigned)
-            elif synced.error_code not in _NO_LONGER_A_MEMBER:
+                self.gateway.unsynced.synced(cluster, body.group_id, body.member_id)
+            elif synced.error_code not in _NO_LONGER_A_MEMBER and _alone(body):
                 members.sync_refused(body.group_id, body.member_id)
                 self.gateway.unsynced.refused(cluster, body.group_id, body.member_id, body.generation_id)
             own, found = self._rejoins.get(body.group_id), members.rejoin_of(body.group_id, body.member_id)
@@ -564,13 +567,34 @@ class GroupHandling:
                     else:  # or as the member its client became there on another connection
                         body = await self._as_successor(body, cluster, identity, deadline, behind)
                     answer = await send(body, node)
+                    self._carries += 1
+                    sent_as = self._carries
                 reply = await answer  # answered, so done: a join sent on another connection comes after
                 if answered is not None:
                     answered.set_result(None)  # not after the lookup below: the cluster has answered
                 if body.member_id:
                     return reply
+
+                async def resend(again: Any) -> Reply | None:
+                    """``again`` sent in this commit's place and answered; None if a later carried commit
+                    went since (this one, landing after, would undo it) or the broker connection failed."""
+                    async with self._carrying:
+                        if self._carries != sent_as:
+                            return None
+                        try:
+                            answer = await send(again, node)
+                        except UpstreamError:
+                            return None
+                        self._carries += 1
+                    try:
+                        return await answer
+                    except UpstreamError:
+                        return None
+
                 async with self._resending:  # in the order the refusals came
-                    return await self._joined_elsewhere(request, body, reply, cluster, node=node, send=send)
+                    return await self._joined_elsewhere(
+                        request, body, reply, cluster, identity=identity, resend=resend
+                    )
             finally:
                 if answered is not None and not answered.done():
                     answered.set_result(None)
@@ -578,24 +602,29 @@ class GroupHandling:
         return carried()
 
     async def _joined_elsewhere(
-        self, request: Request, body: Any, reply: Reply, cluster: str, *, node: int | None, send: Send
-    ) -> Reply:
-        """The answer to a commit carried from outside the group (``body``, sent to ``node``): ``reply``,
-        unless it was refused UNKNOWN_MEMBER_ID for a member its client has there already, one that joined
-        through another process or gateway (``_as_successor`` knows this process's alone), or whose sync
-        was refused: the group's coordinator on ``cluster`` lists a member of the commit's client id.
+        self, request: Request, body: Any, reply: Reply, cluster: str, *, identity: Identity,
+        resend: Callable[[Any], Awaitable[Reply | None]],
+    ) -> Reply:  # fmt: skip
+        """The answer to a commit carried from outside the group (``body``): ``reply``, unless it was
+        refused UNKNOWN_MEMBER_ID for a member its client has there already, one that joined through
+        another process or gateway (``_as_successor`` knows this process's alone), or whose sync was
+        refused: the group's coordinator on ``cluster`` lists a member of the commit's client id.
 
         Where that member is the group's only one and its sync was refused (``UnsyncedMembers``), the
-        commit is sent again as it, at that sync's generation: kafkajs commits as the member of its last
-        completed sync, and joins again only once the commit is answered, so sending it again itself, it
-        sent it as the old member again, and the refusal reached it (a chaos trial). Else, or if that is
-        refused too, it is answered the retriable error, and the client sends it again — kafkajs as the
-        member it became, once its sync is done. Passed on, the refusal was final: kafkajs processed again
-        what the commit covered (chaos run, 2026-12-05, a gateway of two processes). Nothing of a refused
-        commit was written, so sending it again is safe; a client id the application's other consumers
-        share makes theirs retry as well. Once per old membership: the Java client sends a commit refused
-        so again as the same member, generation and all, until its 60 s run out (``commitSync``), whatever
-        its heartbeats say; a second refusal is passed on."""
+        commit is sent again as it, at that sync's generation (``resend``): kafkajs commits as the member
+        of its last completed sync, and joins again only once the commit is answered, so told to send it
+        again, it sent it as the old member again, and the refusal reached it (a chaos trial). Refused
+        for a while only (the group between a join and its sync, its coordinator moving), the client is
+        told to send it again, and it is sent as that member again then.
+
+        Else, or where that member has moved on (a later generation, gone), the retriable error is
+        answered, and the client sends it again — kafkajs as the member it became, once its sync is done.
+        Passed on, the refusal was final: kafkajs processed again what the commit covered (chaos run,
+        2026-12-05, a gateway of two processes). Nothing of a refused commit was written, so sending it
+        again is safe; a client id the application's other consumers share makes theirs retry as well.
+        Once per old membership: the Java client sends a commit refused so again as the same member,
+        generation and all, until its 60 s run out (``commitSync``), whatever its heartbeats say; a second
+        refusal is passed on."""
         group, member_id = request.body.group_id, request.body.member_id
         if not isinstance(reply, bytes) or request.client_id is None:
             return reply
@@ -608,22 +637,24 @@ class GroupHandling:
         if found is None or request.client_id not in found[0].values():
             return reply
         listed = found[0]
-        if len(listed) == 1:  # each of the old membership's commits, as long as that member is there
-            (alone,) = listed
+        alone = next(iter(listed)) if len(listed) == 1 else None
+        known = self.gateway.members.get(group, alone)
+        if alone is not None and (known is None or known.identity in (None, identity)):
             generation = await self.gateway.unsynced.generation(cluster, group, alone)
             if generation is not None:
                 again = dataclasses.replace(body, member_id=alone, generation_id_or_member_epoch=generation)
-                async with self._carrying:
-                    answer = await send(again, node)
-                sent = await answer
-                refused = not isinstance(sent, bytes) or bool(_refusals(request, sent) - {ErrorCode.none})
+                sent = await resend(again)
+                codes = _refusals(request, sent) if isinstance(sent, bytes) else {ErrorCode.not_coordinator}
                 log.info(
                     "group %s: a commit carried to %s was refused, its client %s having joined there "
                     "meanwhile: sent again as that member, %s, whose sync was refused, at generation %d: %s",
-                    group, cluster, request.client_id, alone, generation, "refused" if refused else "taken",
+                    group, cluster, request.client_id, alone, generation,
+                    ", ".join(c.name for c in sorted(codes)) or "taken",
                 )  # fmt: skip
-                if not refused:
+                if not codes - {ErrorCode.none}:
                     return sent
+                if not codes & _NO_LONGER_A_MEMBER:  # for a while: the client sends it again, and so then
+                    return OwnAnswer()
         member = self.gateway.members.get(group, member_id)  # as it is now: the lookups took a while
         if member is None or member.resent:
             return reply
@@ -807,6 +838,11 @@ class GroupHandling:
 
     def _coordinators(self) -> Coordinators:
         return Coordinators(self.gateway.brokers, self.connection.credentials)
+
+
+def _alone(sync: Any) -> bool:
+    """Whether a SyncGroup is its group's leader's, assigning partitions to itself alone: a group of one."""
+    return len(sync.assignments) == 1 and sync.assignments[0].member_id == sync.member_id
 
 
 def _refusals(request: Request, reply: bytes) -> set[ErrorCode]:

@@ -1,24 +1,30 @@
-"""Members whose SyncGroup their group's coordinator refused, and at what generation, kept in ZooKeeper
-(``unsynced/<cluster>/g-<group>/m-<member>``, the generation its data) for every process of every gateway.
+"""Lone members whose SyncGroup their group's coordinator refused, and at what generation, kept in
+ZooKeeper (``unsynced/<cluster>/g-<group>/m-<member>``, the generation its data), written by the process
+that relayed the refusal and read by every process of every gateway.
 
 Such a member is still its client's in the group, but its client does not know it as the member of a
 completed sync, and may first commit what its old membership processed: kafkajs commits as the member of
 its last completed sync, and joins again only once that commit is answered. Carried to the group from
 outside it, the commit is refused UNKNOWN_MEMBER_ID (the group has a member); sent as the unsynced member
-at its generation, the group takes it unless it is between a join and its sync. kafkajs's commit of its
-old membership came over its connection to the old coordinator while its join and refused sync had gone
-over its connection to the new one — through another process of the gateway: told to send it again, it
-sent it as the old member once more, and the refusal reached it (a chaos trial: a switchover whose target
-lost the group's coordinator). Read by ``GroupHandling`` when such a commit is refused.
+at its generation, a group that has loaded it (Stable) or waits for its rejoin (PreparingRebalance) takes
+it. kafkajs's commit of its old membership came over its connection to the old coordinator while its join
+and refused sync had gone over its connection to the new one — through another process of the gateway:
+told to send it again, it sent it as the old member once more, and the refusal reached it (a chaos trial:
+a switchover whose target lost the group's coordinator). Read by ``GroupHandling`` when such a commit is
+refused.
 
-Written once per refused sync (rare: a coordinator moving or failing); nodes untouched for ``STALE_S`` are
-removed by :meth:`UnsyncedMembers.prune`.
+Only a group of one's syncs are kept (the commit is sent as the group's only member, whose the partitions
+are then): one write per refusal, none in a rebalance of many members. A sync answered since, seen by the
+process that kept its refusal, removes it; nodes untouched for ``STALE_S`` are removed by
+:meth:`UnsyncedMembers.prune`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
+from typing import Any
 from urllib.parse import quote
 
 from kazoo.client import KazooClient
@@ -42,22 +48,26 @@ class UnsyncedMembers:
         self._writing: set[asyncio.Task[None]] = set()
 
     def refused(self, cluster: str, group: str, member_id: str, generation: int) -> None:
-        """``cluster`` refused ``member_id``'s SyncGroup at ``generation`` (on the event loop)."""
+        """``cluster`` refused the SyncGroup of ``member_id``, its group's only member, at ``generation``
+        (on the event loop)."""
         key = (cluster, group, member_id)
         self._known.pop(key, None)
         self._known[key] = generation
         while len(self._known) > _REMEMBERED:
             del self._known[next(iter(self._known))]
-        task = asyncio.ensure_future(self._write(key, generation))
-        self._writing.add(task)
-        task.add_done_callback(self._writing.discard)
+        self._start(self._write(key, generation))
+
+    def synced(self, cluster: str, group: str, member_id: str) -> None:
+        """``cluster`` answered a SyncGroup of ``member_id``: a refusal of it this process kept is gone."""
+        key = (cluster, group, member_id)
+        if self._known.pop(key, None) is not None:
+            self._start(self._delete(key))
 
     async def generation(self, cluster: str, group: str, member_id: str) -> int | None:
-        """The generation at which ``member_id``'s sync on ``cluster`` was refused, as this process or
-        another saw; None if none was, or ZooKeeper cannot say within ``_ASK_WITHIN_S``."""
+        """The latest generation at which ``member_id``'s sync on ``cluster`` was refused, as this process
+        or another saw; None if none was. What this process saw, where ZooKeeper cannot say within
+        ``_ASK_WITHIN_S``."""
         key = (cluster, group, member_id)
-        if key in self._known:
-            return self._known[key]
 
         def read() -> bytes | None:
             try:
@@ -65,14 +75,14 @@ class UnsyncedMembers:
             except NoNodeError:
                 return None
 
+        seen = [self._known[key]] if key in self._known else []
         try:
             data = await asyncio.wait_for(asyncio.to_thread(read), _ASK_WITHIN_S)
         except (KazooException, TimeoutError):
-            return None
-        try:
-            return None if data is None else int(data)
-        except ValueError:  # not one of ours: as if absent
-            return None
+            data = None
+        if data is not None and data.isdigit():  # else not one of ours: as if absent
+            seen.append(int(data))
+        return max(seen, default=None)
 
     def prune(self, older_than_s: float = STALE_S) -> int:
         """Remove the members untouched for ``older_than_s``, and the groups and clusters left empty; how
@@ -92,6 +102,19 @@ class UnsyncedMembers:
             await asyncio.to_thread(write)
         except KazooException as exc:  # known in this process all the same
             log.warning("group %s: member %s's refused sync not stored: %r", key[1], key[2], exc)
+
+    async def _delete(self, key: tuple[str, str, str]) -> None:
+        try:
+            await asyncio.to_thread(self.zk.delete, self._path(key))
+        except NoNodeError:  # removed already
+            return
+        except KazooException as exc:  # pruned in a day
+            log.warning("group %s: member %s's refused sync not removed: %r", key[1], key[2], exc)
+
+    def _start(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._writing.add(task)
+        task.add_done_callback(self._writing.discard)
 
     def _path(self, key: tuple[str, str, str]) -> str:
         cluster, group, member_id = key
