@@ -70,6 +70,12 @@ class Coordinators:
             log.warning("group %s: cannot tell its members on %s: %s", group, cluster, exc)
             return None
         if described.error_code != ErrorCode.none:
+            log.info(
+                "group %s: %s cannot tell its members: %s",
+                group,
+                cluster,
+                ErrorCode(described.error_code).name,
+            )
             return None
         settled = described.group_state in ("Empty", "Dead", "Stable")
         return {m.member_id: m.client_id for m in described.members}, settled, False

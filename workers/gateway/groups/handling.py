@@ -152,8 +152,13 @@ class GroupHandling:
         on the bound cluster does not list, in a group settled there, joined on the cluster a link
         copies its topics from; in a group rebalancing there it may be one that has not rejoined yet, so
         that cluster is asked too, as it is for a join (a new member names itself as well). Remembered
-        either way; left unknown if the answer is unclear. A consumer-protocol member seen on another
-        cluster is asked for where its request goes (``_rejoined_here``): False if that cannot be told.
+        either way; left unknown if the answer is unclear. False where the coordinator on the bound
+        cluster cannot say (loading the group, moving): forwarded as it was, a KIP-848 member's commit
+        reached that coordinator once it had loaded the group, empty, and was refused UNKNOWN_MEMBER_ID
+        (a chaos trial: a switch back whose target lost the group's coordinator; the member had joined
+        the standby through the other process). Not where the cluster it left cannot say: it may be gone
+        for good (a failover). A consumer-protocol member seen on another cluster is asked for where its
+        request goes (``_rejoined_here``): False if that cannot be told.
 
         A member found so is taken for one of ``identity``'s client (whose request named it), so that a
         routing change that moves its group has it leave there, as one seen joining (``Members.moved``).
@@ -175,8 +180,8 @@ class GroupHandling:
         if source is None:
             return True
         here = await self._coordinators().members(cluster, group)
-        if here is None:
-            return True
+        if here is None:  # the request's own coordinator, loading or moving: the client retries
+            return False
         listed, settled, consumer = here
         joining = request.api_key == apis.JOIN_GROUP or (
             request.api_key == apis.CONSUMER_GROUP_HEARTBEAT and int(body.member_epoch) == 0
@@ -649,7 +654,7 @@ class GroupHandling:
                     "group %s: a commit carried to %s was refused, its client %s having joined there "
                     "meanwhile: sent again as that member, %s, whose sync was refused, at generation %d: %s",
                     group, cluster, request.client_id, alone, generation,
-                    ", ".join(c.name for c in sorted(codes)) or "taken",
+                    ", ".join(c.name for c in sorted(codes - {ErrorCode.none})) or "taken",
                 )  # fmt: skip
                 if not codes - {ErrorCode.none}:
                     return sent
