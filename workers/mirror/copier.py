@@ -521,14 +521,26 @@ class LinkCopier:
 
     def _delivered(self, key: Key, expected: int, error: KafkaError | None, msg: Message) -> None:
         """The report of a partition's last record in a batch: it and every record before it are on the
-        target, at the offsets predicted."""
+        target, at the offsets predicted. A batch librdkafka sent again (its leader moved, a connection
+        closed) that the target had written already is answered DUPLICATE_SEQUENCE_NUMBER where the
+        broker no longer holds its offsets, and reported written with no offset: the idempotent producer
+        wrote it once, in order, and the next report checks the offsets again. Read as offset 0, it
+        stopped the partition's copy for good, "something else writes to the target" (a chaos run: the
+        target's broker restarted 4 min before, a switchback refused)."""
         if error is not None:
             self._failure = f"the target refused a record for {key[0]}[{key[1]}]: {error}"
             return
         st = self._partitions.get(key)
         if st is None:
             return
-        offset = msg.offset() or 0
+        offset = msg.offset()
+        if offset is None:  # sent again, and written already: its offset is not told
+            log.warning(
+                "link %s: %s[%d]: a batch sent again was on the target already (DUPLICATE_SEQUENCE_NUMBER: "
+                "its offset not told), taken to end at %d; the reports after it are checked",
+                self.link.id, key[0], key[1], expected,
+            )  # fmt: skip
+            offset = expected
         if offset != expected:
             self._fail_partition(
                 key,
