@@ -75,8 +75,6 @@ class GroupHandling:
     def __init__(self, gateway: Shared, connection: Connection) -> None:
         self.gateway, self.connection = gateway, connection
         self._carrying = asyncio.Lock()
-        self._resending = asyncio.Lock()
-        """Carried commits refused and sent again (``_joined_elsewhere``) go one at a time, in order."""
         self._carries = 0
         """Carried commits this connection sent: one is sent again only if none went since."""
         self._rejoins: dict[str, Rejoin] = {}
@@ -596,10 +594,9 @@ class GroupHandling:
                     except UpstreamError:
                         return None
 
-                async with self._resending:  # in the order the refusals came
-                    return await self._joined_elsewhere(
-                        request, body, reply, cluster, identity=identity, resend=resend
-                    )
+                return await self._joined_elsewhere(
+                    request, body, reply, cluster, identity=identity, resend=resend
+                )
             finally:
                 if answered is not None and not answered.done():
                     answered.set_result(None)
