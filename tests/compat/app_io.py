@@ -9,7 +9,8 @@ whose producer is idempotent) and failed send, each batch received and whether i
 through — and stops producing when ``stop-producing`` appears there, stops altogether when ``stop``
 does. Once its producer is done it writes ``produced`` with ``n``, the sends it attempted (each must end
 in exactly one ``acked`` or ``failed``), and ``unreported``, the records its client gave up waiting for
-(librdkafka's ``flush()`` remainder). It exits 0 only when every part of it ended cleanly. The Node.js
+(librdkafka's ``flush()`` remainder). Each part (``produce``, ``manual``, ``auto``) writes ``ended``
+with its name in ``g`` once done. It exits 0 only when every part of it ended cleanly. The Node.js
 application (``js/app.js``) speaks the same.
 """
 
@@ -118,13 +119,15 @@ def paced(rate: float, events: Events) -> Any:
 
 
 def run_all(events: Events, parts: dict[str, Callable[[], None]]) -> int:
-    """Run each part in a thread of that name; the exit code: 1 if any part raised (written as an
+    """Run each part in a thread of that name, each writing ``ended`` when done (of an application
+    that does not exit, which part did not); the exit code: 1 if any part raised (written as an
     ``error`` event), else 0 — an exception ending a thread would otherwise leave the process's 0."""
     failed: list[str] = []
 
     def guarded(name: str, part: Callable[[], None]) -> None:
         try:
             part()
+            events("ended", g=name)
         except BaseException as exc:
             failed.append(name)
             events("error", g="app", e=f"{name}: {exc!r}")

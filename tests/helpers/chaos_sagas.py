@@ -32,6 +32,7 @@ from switchyard.sagas.requests import Progress
 from tests.helpers.compat import (
     App,
     Seen,
+    ended_badly,
     judge,
     unaccounted_sends,
     unexpected_retries,
@@ -239,7 +240,7 @@ class Failover(OwnApplication):
             *([f"written twice on {self.target}: {twice[:5]}"] if twice else []),
             *s.errors[:3],
             *unexpected_retries(s, restarts),
-            *([f"exit code {self.app.exit_code}"] if self.app.exit_code != 0 else []),
+            *ended_badly(self.app),
         ], f"{self.app.library}: {len(behind)} left behind, {again} processed again")  # fmt: skip
 
 

@@ -79,6 +79,8 @@ class Seen:
     errors: list[str] = field(default_factory=list)
     retried: list[tuple[float, str]] = field(default_factory=list)
     """(when, what) of each retriable error a poll raised, which the application went on after."""
+    ended: list[str] = field(default_factory=list)
+    """The application's parts (``produce``, ``manual``, ``auto``) that have ended."""
 
     _received: dict[str, Counter[int]] = field(
         default_factory=lambda: {"manual": Counter(), "auto": Counter()}
@@ -105,6 +107,8 @@ class Seen:
                 self.errors.append(f"{e['g']}: {e['e']}")
             elif kind == "retried":
                 self.retried.append((e["t"], f"{e['g']}: {e['e']}"))
+            elif kind == "ended":
+                self.ended.append(e["g"])
 
     def received(self, group: str) -> Counter[int]:
         """How many times the group processed each record (the counter itself: read, do not change)."""
@@ -128,8 +132,12 @@ class App:
     """Seconds from its start to its first processed batch: this library's first join on this broker."""
     gateways: str = ""
     """The gateways its clients went through."""
+    parts: tuple[str, ...] = ()
+    """Its parts (``produce``, and ``manual`` and ``auto`` where it consumes), each saying when it ended."""
     exit_code: int | None = None
     """How the application ended once told to stop (None: it did not end in time and was killed)."""
+    unstopped: str = ""
+    """What it was doing when it had not ended in time (``stalled``), as it was killed."""
     _seen: Seen = field(default_factory=Seen, repr=False)
     _read_to: int = field(default=0, repr=False)
     """How far ``_seen`` has read its events file."""
@@ -153,6 +161,7 @@ class App:
             "--dir", str(self.dir), "--rate", str(rate), *(["--codecs", ",".join(codecs)] if codecs else []),
             *(["--session-ms", str(session_ms)] if session_ms else []),
         ]  # fmt: skip
+        self.parts = ("produce", "manual", "auto") if consume else ("produce",)
         self.started = time.time()
         log = (self.dir / "app.log").open("wb")
         self.process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -180,15 +189,16 @@ class App:
     def stalled(self) -> str:
         """What it was doing when given up on: its log's tail and, from a running application, every
         thread's stack — a Python one's in ``STACKS`` (and where its client's debug log is), a JVM's
-        (SIGQUIT) at the end of its log. Node.js has no such signal."""
+        (SIGQUIT) at the end of its log. Node.js has no such signal: a longer tail, kafkajs's requests when
+        its debug log is on (``KAFKAJS_LOG_LEVEL=debug``)."""
         told = self.log_tail()
         if self.process is None or self.process.poll() is not None:
             return told
         if self.process.args[0] == "java":
             self.process.send_signal(signal.SIGQUIT)
             return f"{told}\n--- its threads: at the end of {self.dir / 'app.log'}"
-        if self.process.args[0] != sys.executable:
-            return told
+        if self.process.args[0] != sys.executable:  # Node.js: its client's debug log, when on, says more
+            return self.log_tail(12000)
         stacks = self.dir / STACKS
         self.process.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + 5
@@ -230,6 +240,7 @@ class App:
             try:
                 self.exit_code = self.process.wait(30)
             except subprocess.TimeoutExpired:
+                self.unstopped = self.stalled()
                 self.process.kill()
                 self.process.wait(10)
 
@@ -482,12 +493,23 @@ def judge(
           if set(s.acked) - set(auto) else []),
         *s.errors[:3],
         *unexpected_retries(s, restarts),
-        *([f"exit code {a.exit_code}" if a.exit_code is not None else "still running 30 s after its stop"]
-          if a.exit_code != 0 else []),
+        *ended_badly(a),
     ]  # fmt: skip
     if problems:  # what its client said, for a failure seen once, where its log is gone with the machine
         print(f"{a.name}, its log's lines by kind:\n{log_excerpt(a)}")
     return row, problems
+
+
+def ended_badly(a: App) -> list[str]:
+    """How a stopped application ended, where not cleanly: its exit code, or which of its parts had not
+    ended 30 s after its stop (what it was doing then printed, for a failure seen once)."""
+    if a.exit_code == 0:
+        return []
+    if a.exit_code is not None:
+        return [f"exit code {a.exit_code}"]
+    print(f"{a.name}, when given up on:\n{a.unstopped}")
+    left = [p for p in a.parts if p not in a.seen().ended]
+    return [f"still running 30 s after its stop, not ended: {', '.join(left) or 'none (all its parts had)'}"]
 
 
 def log_excerpt(a: App, kinds: int = 12, *, width: int = 400) -> str:

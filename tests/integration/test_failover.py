@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -30,9 +31,10 @@ from switchyard.sagas.ids import saga_id
 from tests.helpers import ports
 from tests.helpers.live import Live, capture, ready_said
 from tests.helpers.migrations import seen_by_gateway
-from tests.helpers.processes import freeze
+from tests.helpers.processes import GatewayProcess, freeze
 from tests.helpers.raw import RawClient, RawProducer, commit_offset, join_group, leave_group
 from tests.helpers.services import PrivateService, live_on_brokers, private_brokers  # noqa: F401 - fixtures
+from workers.gateway.process.shields import SETTLED_S, SHIELD_GRACE_S
 
 ACTOR = "user:test"
 HEALTH_PORT = ports.reserve(1)[0]
@@ -256,12 +258,7 @@ def test_a_batch_in_flight_to_the_frozen_primary_is_written_before_those_sent_af
     primary's shield is fresh: c is refused with the retriable error, and b, resent, goes first."""
     primary, standby = brokers
     assert live.gateway is not None
-    app, topic = f"app-{uuid.uuid4().hex[:6]}", f"inflight-{uuid.uuid4().hex[:6]}"
-    if routing.cluster("primary").state is ClusterState.SHIELDED:  # type: ignore[union-attr]  # failed over from
-        routing.set_cluster_state("primary", ClusterState.ACTIVE, actor=ACTOR, reason="test")
-    for bootstrap in (primary.connect, standby.connect):
-        kafka.create_topics(bootstrap, [topic], partitions=1)
-    key = BindingKey.for_app(app)
+    app, topic, key = one_partition(routing, brokers, "inflight")
     wait_for_acks(routing.zk, routing.layout,
                   routing.set_binding(key, "primary", actor=ACTOR, reason="test"), timeout_s=10)  # fmt: skip
     first = RawProducer(live.gateway.port, app)
@@ -278,12 +275,7 @@ def test_a_batch_in_flight_to_the_frozen_primary_is_written_before_those_sent_af
             wait_until(lambda: ready_said(HEALTH_PORT)[1]["epoch"] >= flipped, timeout_s=10)
             assert then.produce(topic, {0: (6, "c")}) == {0: ErrorCode.not_leader_or_follower}
             assert first.answered(in_flight) == {0: ErrorCode.not_leader_or_follower}  # given up on
-            deadline = time.monotonic() + 10
-            while (resent := then.produce(topic, {0: (3, "b")})) != {0: ErrorCode.none}:
-                assert resent == {0: ErrorCode.not_leader_or_follower}
-                assert time.monotonic() < deadline, "b was refused for 10 s"
-                time.sleep(0.1)
-            assert then.produce(topic, {0: (6, "c")}) == {0: ErrorCode.none}
+            b_then_c(then, topic)
         finally:
             os.kill(primary.process.pid() or 0, signal.SIGCONT)
     finally:
@@ -292,6 +284,81 @@ def test_a_batch_in_flight_to_the_frozen_primary_is_written_before_those_sent_af
         live.cli("clusters", "unshield", "primary", "--reason", "test")
     on_standby = [r.value for r in kafka.read_partitions(standby.connect, topic)[0]]
     assert on_standby == [f"{t}{n}".encode() for t in "bc" for n in range(3)]
+
+
+def test_a_batch_held_by_a_gateway_process_frozen_through_the_shield_is_written_before_those_sent_after_it(
+    live: Live, routing: RoutingStore, brokers: tuple[PrivateService, PrivateService], tmp_path: Path
+) -> None:
+    """Two processes of one gateway; one, F, SIGSTOPped as the failover shields the primary, applies the
+    shield seconds after the other, L, and then holds the producer's batch b for the flip, answering it
+    with the retriable error once the flip comes (its shield is fresh). The producer's next batch c,
+    sent meanwhile to the new leader through L, was taken there as the start on the standby, L having
+    counted its own shield out long before, and b was refused as out of order at every resend (a chaos
+    trial's Java producer: 5 records failed at its delivery time-out). Now both count from the flip: c
+    is refused with the retriable error, and b, resent, goes first."""
+    standby = brokers[1]
+    assert live.gateway is not None
+    app, topic, key = one_partition(routing, brokers, "frozen")
+    frozen = GatewayProcess(
+        live.path, root=live.root, gateway_id="gw-frozen", log=tmp_path / "frozen.log",
+        overrides={**live.env, "SWITCHYARD__GATEWAY__HEALTH_PORT": str(ports.reserve(1)[0])},
+    )  # fmt: skip
+    frozen.start()
+    try:
+        bound = routing.set_binding(key, "primary", actor=ACTOR, reason="test")
+        wait_for_acks(routing.zk, routing.layout, bound, timeout_s=10)
+        first = RawProducer(frozen.port, app)
+        then = RawProducer(live.gateway.port, app, (first.producer_id, first.epoch))
+        try:
+            assert first.produce(topic, {0: (0, "a")}) == {0: ErrorCode.none}
+            pid = freeze(frozen.process.pid if frozen.process else None)
+            try:
+                shielded = routing.set_cluster_state(
+                    "primary", ClusterState.SHIELDED, actor=ACTOR, reason="t"
+                )
+                wait_until(lambda: ready_said(HEALTH_PORT)[1]["epoch"] >= shielded, timeout_s=10)
+                time.sleep(SHIELD_GRACE_S + SETTLED_S + 0.5)  # L has counted its shield out
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            wait_for_acks(routing.zk, routing.layout, shielded, timeout_s=10)
+            held = first.send(topic, {0: (3, "b")})  # held by F for the routing change
+            flipped = routing.set_binding(key, "standby", actor=ACTOR, reason="test")
+            wait_until(lambda: ready_said(HEALTH_PORT)[1]["epoch"] >= flipped, timeout_s=10)
+            assert first.answered(held) == {0: ErrorCode.not_leader_or_follower}  # F: its shield is fresh
+            assert then.produce(topic, {0: (6, "c")}) == {0: ErrorCode.not_leader_or_follower}
+            b_then_c(then, topic)
+        finally:
+            first.close()
+            then.close()
+    finally:
+        frozen.stop()
+        live.cli("clusters", "unshield", "primary", "--reason", "test")
+    on_standby = [r.value for r in kafka.read_partitions(standby.connect, topic)[0]]
+    assert on_standby == [f"{t}{n}".encode() for t in "bc" for n in range(3)]
+
+
+def one_partition(
+    routing: RoutingStore, brokers: tuple[PrivateService, PrivateService], name: str
+) -> tuple[str, str, BindingKey]:
+    """A new application and a topic of one partition on both clusters, the primary active: the
+    application, the topic and the application's binding key."""
+    app, topic = f"app-{uuid.uuid4().hex[:6]}", f"{name}-{uuid.uuid4().hex[:6]}"
+    if routing.cluster("primary").state is ClusterState.SHIELDED:  # type: ignore[union-attr]  # failed over from
+        routing.set_cluster_state("primary", ClusterState.ACTIVE, actor=ACTOR, reason="test")
+    for broker in brokers:
+        kafka.create_topics(broker.connect, [topic], partitions=1)
+    return app, topic, BindingKey.for_app(app)
+
+
+def b_then_c(producer: RawProducer, topic: str) -> None:
+    """Batch b (sequence 3) resent until written, refused meanwhile with the retriable error alone; then
+    batch c (sequence 6) written after it."""
+    deadline = time.monotonic() + 10
+    while (resent := producer.produce(topic, {0: (3, "b")})) != {0: ErrorCode.none}:
+        assert resent == {0: ErrorCode.not_leader_or_follower}
+        assert time.monotonic() < deadline, "b was refused for 10 s"
+        time.sleep(0.1)
+    assert producer.produce(topic, {0: (6, "c")}) == {0: ErrorCode.none}
 
 
 def polled(consumer: Consumer, count: int, timeout_s: float = 60) -> list[tuple[int, bytes]]:

@@ -20,7 +20,15 @@ from switchyard import kafka
 from switchyard.config import Config
 from switchyard.model import PartitionId
 from switchyard.routing.store import RoutingStore
-from tests.helpers.compat import CODECS, LIBRARIES, App, unaccounted_sends, unexpected_retries, wait_until
+from tests.helpers.compat import (
+    CODECS,
+    LIBRARIES,
+    App,
+    ended_badly,
+    unaccounted_sends,
+    unexpected_retries,
+    wait_until,
+)
 from tests.helpers.live import Live, unique
 from tests.integration.test_compat import table
 
@@ -118,7 +126,7 @@ def judge(a: App, routing: RoutingStore, primary: str, standby: str) -> tuple[di
         *([f"no record read past the end offset {end}"] if end is not None and max(offsets) < end else []),
         *s.errors[:3],
         *unexpected_retries(s),
-        *([f"exit code {a.exit_code}"] if a.exit_code != 0 else []),
+        *ended_badly(a),
     ]  # fmt: skip
     return row, problems
 

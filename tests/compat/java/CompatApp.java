@@ -65,6 +65,7 @@ public final class CompatApp {
             Thread thread = new Thread(() -> {
                 try {
                     part.getValue().run();
+                    event("ended", "\"g\":\"" + part.getKey() + "\"");
                 } catch (Throwable e) {
                     failed.set(true);
                     event("error", "\"g\":\"app\",\"e\":" + quoted(part.getKey() + ": " + e));

@@ -84,7 +84,9 @@ async function consume (group, manual) {
   await consumer.disconnect()
 }
 
-const groups = args.group ? [consume(args.group, true), consume(args['auto-group'], false)] : [] // none: it only produces
-Promise.all([produce(), ...groups])
+// each part says when it has ended: of an application that does not exit, which part did not
+const ended = (g, part) => part.then(() => event('ended', { g }))
+const groups = args.group ? [ended('manual', consume(args.group, true)), ended('auto', consume(args['auto-group'], false))] : [] // none: it only produces
+Promise.all([ended('produce', produce()), ...groups])
   .then(() => process.exit(0))
   .catch((err) => { event('error', { g: 'app', e: String(err) }); process.exit(1) })

@@ -47,6 +47,7 @@ from workers.gateway.migrated.moved import Moved
 from workers.gateway.process import readiness
 from workers.gateway.process.metrics import Metrics
 from workers.gateway.process.publishing import Publisher
+from workers.gateway.process.shields import SHIELD_GRACE_S, Shields
 from workers.gateway.process.usage import UsageTracker
 from workers.gateway.producers.acked import AckedEnds
 from workers.gateway.producers.ids import ProducerIds
@@ -124,8 +125,8 @@ class Gateway:
         self._sessions: set[ClientSession] = set()
         self._reported: set[tuple[str, int]] = set()
         """Invalid links already logged (by id and epoch)."""
-        self._closed_at: dict[str, float] = {}
-        """When this process closed its connections to each shielded cluster (``time.monotonic``)."""
+        self.shields = Shields(config.default_cluster)
+        """When this process closed each shielded cluster, and moved routes off it."""
         self._epoch_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._leaving: set[asyncio.Task[None]] = set()
@@ -234,23 +235,15 @@ class Gateway:
     # ---- epochs
 
     def settling(self, cluster: str) -> bool:
-        """Whether a request sent to ``cluster`` before it was shielded (or marked down) may still wait
-        there, in this process or another of the gateway's: each gives up on them ``SHIELD_GRACE_S``
-        after it applies the change, within moments of the others. Sessions route by the newest
-        snapshot at once, while applying it may wait behind an older epoch's requests: a cluster it
-        shields that is not applied yet is settling too. (A process that starts with the cluster shielded
-        counts from its start, though it sent nothing there.)"""
-        since = self._closed_at.get(cluster)
-        if since is None:
-            return self.view.snapshot.shielded(cluster)
-        return time.monotonic() - since < SHIELD_GRACE_S + _SETTLED_S
+        """Whether a write sent to ``cluster`` before it was shielded (or marked down) may still wait
+        there, in this process or another of the gateway's (:meth:`Shields.settling`). Sessions route
+        by the newest snapshot at once, while applying it may wait behind an older epoch's requests: a
+        cluster it shields that is not applied yet is settling too."""
+        return self.shields.settling(cluster, self.view.snapshot.shielded(cluster), time.monotonic())
 
     def shield_fresh(self, cluster: str) -> bool:
-        """Whether ``cluster`` was shielded (or marked down) less than ``SHIELD_HOLDS_S`` ago in this
-        process: its clients' writes are held for a routing change meanwhile (a failover's flip comes
-        after its shield), answered at once after that (a dead cluster costs the others nothing)."""
-        since = self._closed_at.get(cluster)
-        return since is None or time.monotonic() - since < SHIELD_HOLDS_S
+        """Whether ``cluster`` was shielded a short while ago here (:meth:`Shields.fresh`)."""
+        return self.shields.fresh(cluster, time.monotonic())
 
     def vouched(self, snapshot: RoutingSnapshot | None = None) -> bool:
         """Whether ``snapshot`` (default: the current one) may be acted on: the current one, read while
@@ -349,15 +342,13 @@ class Gateway:
         answered, and must not hold the acknowledgement of the change that shielded it for longer. What
         still waits then is answered with the retriable error, the client's connection kept, and retried
         where it is routed now (what the failed cluster still does with it is its lost window)."""
-        closed = {c for c in snapshot.clusters if snapshot.shielded(c)}
-        newly = closed - self._closed_at.keys()
+        newly = self.shields.newly_closed(snapshot)
         if newly:
             log.info("gateway %s: %s shielded or down: its broker connections are closed", self.id, newly)
             for session in list(self._sessions):
                 session.drop_upstreams(newly, SHIELD_GRACE_S)
-        now = time.monotonic()
         # only once done: a failure is retried with the epoch's ack
-        self._closed_at = {c: self._closed_at.get(c, now) for c in closed}
+        self.shields.apply(snapshot, time.monotonic())
 
     async def _prune_producers(self) -> None:
         """Every hour, the producer routes and transactional ids' issuers no gateway touched for as long as
@@ -413,13 +404,3 @@ _ACK_AGAIN_S, _ACK_AGAIN_MOST_S = 0.5, 5.0
 """How soon a failed acknowledgement is tried again: 0.5 s more each time, at most 5 s."""
 _SLOW_ACK_S = 5.0
 """An acknowledgement held up longer than this is logged with the requests holding it."""
-SHIELD_GRACE_S = 2.0
-"""How long a request already at a broker of a cluster being shielded may still take to be answered
-(see ``Session.drop_upstreams``): a live broker answers a write in milliseconds, a dead one never."""
-SHIELD_HOLDS_S = 60.0
-"""How long after a cluster is shielded its clients' writes are held for a routing change: a failover's
-flip follows its shield, and waits on a target in trouble (14 s with a broker of it killed, in a chaos
-trial)."""
-_SETTLED_S = 1.5
-"""Past ``SHIELD_GRACE_S``: for the answers given up on to reach their clients, and for the processes of
-a gateway that applied the shield a moment apart."""

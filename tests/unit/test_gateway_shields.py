@@ -1,0 +1,83 @@
+"""A gateway process's clocks after a shield: how long a write sent to the shielded cluster may still be
+waiting somewhere in the gateway (``settling``), and how long writes are held for the routing change
+(``fresh``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from switchyard.keys import BindingKey
+from switchyard.model import Binding, BindingState, Cluster, ClusterState
+from switchyard.routing.snapshot import RoutingSnapshot
+from workers.gateway.process.shields import SETTLED_S, SHIELD_GRACE_S, SHIELD_HOLDS_S, Shields
+
+SETTLES_S = SHIELD_GRACE_S + SETTLED_S
+APP = BindingKey("orders")
+
+
+def snapshot(epoch: int, standby: ClusterState, *, orders_on: str | None = "standby") -> RoutingSnapshot:
+    at = datetime.now(UTC)
+    clusters = {
+        "primary": Cluster("primary", "127.0.0.1:9", ClusterState.ACTIVE, 1, at, "test"),
+        "standby": Cluster("standby", "127.0.0.1:10", standby, epoch, at, "test"),
+    }
+    bindings = {} if orders_on is None else {APP: Binding(orders_on, epoch, BindingState.ACTIVE, at, "test")}
+    return RoutingSnapshot(epoch, bindings, clusters)
+
+
+def test_a_shield_settles_its_grace_and_margin_after_this_process_applied_it() -> None:
+    shields = Shields("primary")
+    shields.apply(snapshot(1, ClusterState.ACTIVE), now=0.0)
+    shielded = snapshot(2, ClusterState.SHIELDED)
+    assert not shields.settling("standby", shielded=False, now=0.0)
+    assert shields.settling("standby", shielded=True, now=0.0), "shielded, not applied here yet"
+    assert shields.newly_closed(shielded) == {"standby"}
+    shields.apply(shielded, now=10.0)
+    assert shields.newly_closed(shielded) == set()
+    assert shields.settling("standby", shielded=True, now=10.0 + SETTLES_S - 0.1)
+    assert not shields.settling("standby", shielded=True, now=10.0 + SETTLES_S + 0.1)
+    assert not shields.settling("primary", shielded=False, now=10.0)
+
+
+def test_a_flip_off_the_shielded_cluster_settles_anew_from_when_this_process_applied_it() -> None:
+    """A process frozen through the shield applied it seconds after this one, and still holds writes the
+    client sent the shielded cluster when this one has counted its own shield out: both count from the
+    flip, which every process acknowledged the shield before (a chaos trial, a Java producer's batches)."""
+    shields = Shields("primary")
+    shields.apply(snapshot(1, ClusterState.ACTIVE), now=0.0)
+    shields.apply(snapshot(2, ClusterState.SHIELDED), now=10.0)
+    shields.apply(snapshot(3, ClusterState.SHIELDED, orders_on="primary"), now=15.2)
+    assert shields.settling("standby", shielded=True, now=15.2 + SETTLES_S - 0.1)
+    assert not shields.settling("standby", shielded=True, now=15.2 + SETTLES_S + 0.1)
+    assert shields.fresh("standby", now=10.0 + SHIELD_HOLDS_S - 0.1), "held writes count from the shield"
+    assert not shields.fresh("standby", now=10.0 + SHIELD_HOLDS_S + 0.1)
+
+
+def test_a_change_that_moves_nothing_off_the_shielded_cluster_does_not_settle_it_again() -> None:
+    shields = Shields("primary")
+    shields.apply(snapshot(1, ClusterState.ACTIVE, orders_on="primary"), now=0.0)
+    shields.apply(snapshot(2, ClusterState.SHIELDED, orders_on="primary"), now=10.0)
+    shields.apply(snapshot(3, ClusterState.SHIELDED, orders_on=None), now=20.0)  # primary: the default
+    assert not shields.settling("standby", shielded=True, now=20.1)
+
+
+def test_a_binding_made_away_from_the_default_cluster_moves_off_it() -> None:
+    shields = Shields("standby")
+    shields.apply(snapshot(1, ClusterState.ACTIVE, orders_on=None), now=0.0)
+    shields.apply(snapshot(2, ClusterState.SHIELDED, orders_on=None), now=10.0)
+    shields.apply(snapshot(3, ClusterState.SHIELDED, orders_on="primary"), now=20.0)
+    assert shields.settling("standby", shielded=True, now=20.0 + SETTLES_S - 0.1)
+
+
+def test_a_cluster_active_again_forgets_its_shield() -> None:
+    shields = Shields("primary")
+    shields.apply(snapshot(1, ClusterState.SHIELDED), now=0.0)
+    shields.apply(snapshot(2, ClusterState.SHIELDED, orders_on="primary"), now=1.0)
+    shields.apply(snapshot(3, ClusterState.ACTIVE, orders_on="primary"), now=2.0)
+    assert not shields.settling("standby", shielded=False, now=2.0)
+    assert shields.fresh("standby", now=100.0), "no shield: nothing counted out"
+    shielded_again = snapshot(4, ClusterState.SHIELDED, orders_on="primary")
+    assert shields.newly_closed(shielded_again) == {"standby"}
+    shields.apply(shielded_again, now=50.0)
+    assert shields.settling("standby", shielded=True, now=50.0 + SETTLES_S - 0.1)
+    assert not shields.settling("standby", shielded=True, now=50.0 + SETTLES_S + 0.1)
