@@ -25,18 +25,25 @@ def snapshot(epoch: int, standby: ClusterState, *, orders_on: str | None = "stan
     return RoutingSnapshot(epoch, bindings, clusters)
 
 
+def applied(shields: Shields, *changes: tuple[float, RoutingSnapshot]) -> RoutingSnapshot:
+    """``changes`` applied in turn, each at its time; the last."""
+    for now, change in changes:
+        shields.apply(change, now)
+    return changes[-1][1]
+
+
 def test_a_shield_settles_its_grace_and_margin_after_this_process_applied_it() -> None:
     shields = Shields("primary")
-    shields.apply(snapshot(1, ClusterState.ACTIVE), now=0.0)
+    active = applied(shields, (0.0, snapshot(1, ClusterState.ACTIVE)))
     shielded = snapshot(2, ClusterState.SHIELDED)
-    assert not shields.settling("standby", shielded=False, now=0.0)
-    assert shields.settling("standby", shielded=True, now=0.0), "shielded, not applied here yet"
+    assert not shields.settling("standby", active, now=0.0)
+    assert shields.settling("standby", shielded, now=0.0), "shielded, not applied here yet"
     assert shields.newly_closed(shielded) == {"standby"}
-    shields.apply(shielded, now=10.0)
+    applied(shields, (10.0, shielded))
     assert shields.newly_closed(shielded) == set()
-    assert shields.settling("standby", shielded=True, now=10.0 + SETTLES_S - 0.1)
-    assert not shields.settling("standby", shielded=True, now=10.0 + SETTLES_S + 0.1)
-    assert not shields.settling("primary", shielded=False, now=10.0)
+    assert shields.settling("standby", shielded, now=10.0 + SETTLES_S - 0.1)
+    assert not shields.settling("standby", shielded, now=10.0 + SETTLES_S + 0.1)
+    assert not shields.settling("primary", shielded, now=10.0)
 
 
 def test_a_flip_off_the_shielded_cluster_settles_anew_from_when_this_process_applied_it() -> None:
@@ -44,40 +51,52 @@ def test_a_flip_off_the_shielded_cluster_settles_anew_from_when_this_process_app
     client sent the shielded cluster when this one has counted its own shield out: both count from the
     flip, which every process acknowledged the shield before (a chaos trial, a Java producer's batches)."""
     shields = Shields("primary")
-    shields.apply(snapshot(1, ClusterState.ACTIVE), now=0.0)
-    shields.apply(snapshot(2, ClusterState.SHIELDED), now=10.0)
-    shields.apply(snapshot(3, ClusterState.SHIELDED, orders_on="primary"), now=15.2)
-    assert shields.settling("standby", shielded=True, now=15.2 + SETTLES_S - 0.1)
-    assert not shields.settling("standby", shielded=True, now=15.2 + SETTLES_S + 0.1)
+    applied(shields, (0.0, snapshot(1, ClusterState.ACTIVE)), (10.0, snapshot(2, ClusterState.SHIELDED)))
+    flipped = snapshot(3, ClusterState.SHIELDED, orders_on="primary")
+    assert shields.settling("standby", flipped, now=15.0), "the flip routed by, not applied here yet"
+    applied(shields, (15.2, flipped))
+    assert shields.settling("standby", flipped, now=15.2 + SETTLES_S - 0.1)
+    assert not shields.settling("standby", flipped, now=15.2 + SETTLES_S + 0.1)
     assert shields.fresh("standby", now=10.0 + SHIELD_HOLDS_S - 0.1), "held writes count from the shield"
     assert not shields.fresh("standby", now=10.0 + SHIELD_HOLDS_S + 0.1)
 
 
 def test_a_change_that_moves_nothing_off_the_shielded_cluster_does_not_settle_it_again() -> None:
     shields = Shields("primary")
-    shields.apply(snapshot(1, ClusterState.ACTIVE, orders_on="primary"), now=0.0)
-    shields.apply(snapshot(2, ClusterState.SHIELDED, orders_on="primary"), now=10.0)
-    shields.apply(snapshot(3, ClusterState.SHIELDED, orders_on=None), now=20.0)  # primary: the default
-    assert not shields.settling("standby", shielded=True, now=20.1)
+    applied(
+        shields,
+        (0.0, snapshot(1, ClusterState.ACTIVE, orders_on="primary")),
+        (10.0, snapshot(2, ClusterState.SHIELDED, orders_on="primary")),
+    )
+    unbound = snapshot(3, ClusterState.SHIELDED, orders_on=None)  # primary: the default
+    assert not shields.settling("standby", unbound, now=20.0)
+    applied(shields, (20.0, unbound))
+    assert not shields.settling("standby", unbound, now=20.1)
 
 
 def test_a_binding_made_away_from_the_default_cluster_moves_off_it() -> None:
     shields = Shields("standby")
-    shields.apply(snapshot(1, ClusterState.ACTIVE, orders_on=None), now=0.0)
-    shields.apply(snapshot(2, ClusterState.SHIELDED, orders_on=None), now=10.0)
-    shields.apply(snapshot(3, ClusterState.SHIELDED, orders_on="primary"), now=20.0)
-    assert shields.settling("standby", shielded=True, now=20.0 + SETTLES_S - 0.1)
+    newest = applied(
+        shields,
+        (0.0, snapshot(1, ClusterState.ACTIVE, orders_on=None)),
+        (10.0, snapshot(2, ClusterState.SHIELDED, orders_on=None)),
+        (20.0, snapshot(3, ClusterState.SHIELDED, orders_on="primary")),
+    )
+    assert shields.settling("standby", newest, now=20.0 + SETTLES_S - 0.1)
 
 
 def test_a_cluster_active_again_forgets_its_shield() -> None:
     shields = Shields("primary")
-    shields.apply(snapshot(1, ClusterState.SHIELDED), now=0.0)
-    shields.apply(snapshot(2, ClusterState.SHIELDED, orders_on="primary"), now=1.0)
-    shields.apply(snapshot(3, ClusterState.ACTIVE, orders_on="primary"), now=2.0)
-    assert not shields.settling("standby", shielded=False, now=2.0)
+    active = applied(
+        shields,
+        (0.0, snapshot(1, ClusterState.SHIELDED)),
+        (1.0, snapshot(2, ClusterState.SHIELDED, orders_on="primary")),
+        (2.0, snapshot(3, ClusterState.ACTIVE, orders_on="primary")),
+    )
+    assert not shields.settling("standby", active, now=2.0)
     assert shields.fresh("standby", now=100.0), "no shield: nothing counted out"
     shielded_again = snapshot(4, ClusterState.SHIELDED, orders_on="primary")
     assert shields.newly_closed(shielded_again) == {"standby"}
-    shields.apply(shielded_again, now=50.0)
-    assert shields.settling("standby", shielded=True, now=50.0 + SETTLES_S - 0.1)
-    assert not shields.settling("standby", shielded=True, now=50.0 + SETTLES_S + 0.1)
+    applied(shields, (50.0, shielded_again))
+    assert shields.settling("standby", shielded_again, now=50.0 + SETTLES_S - 0.1)
+    assert not shields.settling("standby", shielded_again, now=50.0 + SETTLES_S + 0.1)

@@ -236,10 +236,8 @@ class Gateway:
 
     def settling(self, cluster: str) -> bool:
         """Whether a write sent to ``cluster`` before it was shielded (or marked down) may still wait
-        there, in this process or another of the gateway's (:meth:`Shields.settling`). Sessions route
-        by the newest snapshot at once, while applying it may wait behind an older epoch's requests: a
-        cluster it shields that is not applied yet is settling too."""
-        return self.shields.settling(cluster, self.view.snapshot.shielded(cluster), time.monotonic())
+        there, in this process or another of the gateway's (:meth:`Shields.settling`)."""
+        return self.shields.settling(cluster, self.view.snapshot, time.monotonic())
 
     def shield_fresh(self, cluster: str) -> bool:
         """Whether ``cluster`` was shielded a short while ago here (:meth:`Shields.fresh`)."""

@@ -27,6 +27,8 @@ class Shields:
         self._closed_at: dict[str, float] = {}
         self._moved_off_at: dict[str, float] = {}
         self._applied: RoutingSnapshot | None = None
+        self._diffed: tuple[RoutingSnapshot | None, set[str]] = (None, set())
+        """The last snapshot compared with the applied one, and the clusters bindings moved off."""
 
     def newly_closed(self, snapshot: RoutingSnapshot) -> set[str]:
         """The clusters ``snapshot`` shields (or marks down) that were not when last applied here."""
@@ -35,22 +37,15 @@ class Shields:
     def apply(self, snapshot: RoutingSnapshot, now: float) -> None:
         """Take ``snapshot`` as applied at ``now``: once its shields' connections are closed."""
         closed = _closed(snapshot)
-        moved = set()
-        if self._applied is not None:
-            before, after = self._applied.bindings, snapshot.bindings
-            for key in before.keys() | after.keys():
-                old = before[key].cluster if key in before else self.default_cluster
-                if (after[key].cluster if key in after else self.default_cluster) != old:
-                    moved.add(old)
+        moved = self._moved_off(snapshot)
         self._closed_at = {c: self._closed_at.get(c, now) for c in closed}
         kept = {c: at for c, at in self._moved_off_at.items() if c in closed}
         self._moved_off_at = kept | {c: now for c in moved & closed}
-        self._applied = snapshot
+        self._applied, self._diffed = snapshot, (None, set())
 
-    def settling(self, cluster: str, shielded: bool, now: float) -> bool:
+    def settling(self, cluster: str, newest: RoutingSnapshot, now: float) -> bool:
         """Whether a write sent to ``cluster`` before it was shielded may still wait for its answer, in
-        this process or another of the gateway's; ``shielded``: whether the newest snapshot shields it
-        (one not applied here yet is settling too). Each process gives up on such writes
+        this process or another of the gateway's. Each process gives up on such writes
         ``SHIELD_GRACE_S`` after it applies the shield, and holds the writes that come after it until a
         change moves their routes; the gateway's processes apply that change within moments of each
         other, as every one acknowledged the shield before it was made. So the clock runs from the later
@@ -58,11 +53,15 @@ class Shields:
         applies it seconds after the others, and still holds a client's writes when they have long
         counted their own shield out (a chaos trial: a process SIGSTOPped 5.4 s across a failover's
         shield; the other took a later batch of a Java producer's as the start on the new cluster, and
-        the held ones were refused until its delivery time-out). A process that starts with the cluster
+        the held ones were refused until its delivery time-out). Sessions route by the ``newest``
+        snapshot at once, while applying it may wait behind an older epoch's requests: a shield or a
+        move in it not applied here yet is settling too. A process that starts with the cluster
         shielded counts from its start, though it sent nothing there."""
         closed = self._closed_at.get(cluster)
         if closed is None:
-            return shielded
+            return newest.shielded(cluster)
+        if newest is not self._applied and cluster in self._moved_off(newest):
+            return True
         since = max(closed, self._moved_off_at.get(cluster, closed))
         return now - since < SHIELD_GRACE_S + SETTLED_S
 
@@ -72,6 +71,20 @@ class Shields:
         after its shield), answered at once after that (a dead cluster costs the others nothing)."""
         closed = self._closed_at.get(cluster)
         return closed is None or now - closed < SHIELD_HOLDS_S
+
+    def _moved_off(self, snapshot: RoutingSnapshot) -> set[str]:
+        """The clusters some binding moves off from the snapshot last applied here to ``snapshot``
+        (none before the first); worked out once per snapshot, as writes ask for each batch."""
+        if self._diffed[0] is not snapshot:
+            moved = set()
+            if self._applied is not None:
+                before, after = self._applied.bindings, snapshot.bindings
+                for key in before.keys() | after.keys():
+                    old = before[key].cluster if key in before else self.default_cluster
+                    if (after[key].cluster if key in after else self.default_cluster) != old:
+                        moved.add(old)
+            self._diffed = (snapshot, moved)
+        return self._diffed[1]
 
 
 def _closed(snapshot: RoutingSnapshot) -> set[str]:
