@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from tests.compat.app_io import DEBUG_LOG, STACKS
 from tests.helpers.java_apps import java_app
 from tests.helpers.links import linked
 from tests.helpers.live import unique
+from tests.helpers.processes import busy
 from tests.helpers.traffic import topic_ids
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,6 +140,8 @@ class App:
     """How the application ended once told to stop (None: it did not end in time and was killed)."""
     unstopped: str = ""
     """What it was doing when it had not ended in time (``stalled``), as it was killed."""
+    spun: bool = False
+    """Whether, not ended in time, it was using a whole core as it was killed (``busy``)."""
     _seen: Seen = field(default_factory=Seen, repr=False)
     _read_to: int = field(default=0, repr=False)
     """How far ``_seen`` has read its events file."""
@@ -183,8 +187,12 @@ class App:
         (self.dir / what).touch()
 
     def log_tail(self, chars: int | None = 3000) -> str:
-        text = (self.dir / "app.log").read_text()
-        return text if chars is None else text[-chars:]
+        """Its log's last ``chars`` bytes (None: all of it), read from the end: a client looping with its
+        debug log on writes gigabytes."""
+        with (self.dir / "app.log").open("rb") as log:
+            if chars is not None:
+                log.seek(max(log.seek(0, os.SEEK_END) - chars, 0))
+            return log.read().decode(errors="replace")
 
     def stalled(self) -> str:
         """What it was doing when given up on: its log's tail and, from a running application, every
@@ -240,7 +248,7 @@ class App:
             try:
                 self.exit_code = self.process.wait(30)
             except subprocess.TimeoutExpired:
-                self.unstopped = self.stalled()
+                self.spun, self.unstopped = busy(self.process.pid), self.stalled()
                 self.process.kill()
                 self.process.wait(10)
 
@@ -502,13 +510,20 @@ def judge(
 
 def ended_badly(a: App) -> list[str]:
     """How a stopped application ended, where not cleanly: its exit code, or which of its parts had not
-    ended 30 s after its stop (what it was doing then printed, for a failure seen once)."""
+    ended 30 s after its stop (what it was doing then printed, for a failure seen once). But for a
+    kafkajs consumer group looping at its stop, a whole core busy: kafkajs 2.2.4 asked to disconnect
+    while it rebalances its fetchers (the brokers in its metadata changed) starts new fetchers after
+    the stop, which loop on the stopped runner without ever waiting. Reproduced against Apache Kafka
+    alone, a broker of three started again; the client's, not the trial's (said, not counted)."""
     if a.exit_code == 0:
         return []
     if a.exit_code is not None:
         return [f"exit code {a.exit_code}"]
-    print(f"{a.name}, when given up on:\n{a.unstopped}")
+    print(f"{a.name}, when given up on:\n{a.unstopped[-3000:]}")
     left = [p for p in a.parts if p not in a.seen().ended]
+    if a.library == "kafkajs" and a.spun and left and set(left) <= {"manual", "auto"}:
+        print(f"{a.name}: {', '.join(left)} looped in disconnect(): kafkajs's defect (docs/reliability.md)")
+        return []
     return [f"still running 30 s after its stop, not ended: {', '.join(left) or 'none (all its parts had)'}"]
 
 
@@ -516,7 +531,8 @@ def log_excerpt(a: App, kinds: int = 12, *, width: int = 400) -> str:
     """The application's log, its lines counted by kind (digits aside), the most frequent first, each with
     the first one's text; debug lines (``KAFKAJS_LOG_LEVEL=debug``: every request) left out."""
     try:
-        lines = (a.dir / "app.log").read_text(errors="replace").splitlines()
+        with (a.dir / "app.log").open("rb") as log:  # its first 64 MB: a looping client's runs to gigabytes
+            lines = log.read(64 << 20).decode(errors="replace").splitlines()
     except OSError as exc:
         return f"  (no log: {exc})"
     kinds_seen: dict[str, tuple[int, str]] = {}

@@ -184,6 +184,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+def busy(pid: int, over_s: float = 1.0) -> bool:
+    """Whether process ``pid`` used most of a core over the next ``over_s`` seconds: a loop that never
+    waits, not a process waiting on something that does not come."""
+    before = cpu_seconds(pid)
+    time.sleep(over_s)
+    return cpu_seconds(pid) - before >= 0.8 * over_s
+
+
 def freeze(pid: int | None, timeout_s: float = 10) -> int:
     """SIGSTOP ``pid`` and return once every thread of it has stopped (:func:`stopped`), so that nothing
     sent to it after is answered; its pid."""
