@@ -141,7 +141,7 @@ class App:
     unstopped: str = ""
     """What it was doing when it had not ended in time (``stalled``), as it was killed."""
     spun: bool = False
-    """Whether, not ended in time, it was using a whole core as it was killed (``busy``)."""
+    """Whether, not ended in time, it was looping (running, never waiting) as it was killed (``busy``)."""
     _seen: Seen = field(default_factory=Seen, repr=False)
     _read_to: int = field(default=0, repr=False)
     """How far ``_seen`` has read its events file."""
@@ -511,7 +511,7 @@ def judge(
 def ended_badly(a: App) -> list[str]:
     """How a stopped application ended, where not cleanly: its exit code, or which of its parts had not
     ended 30 s after its stop (what it was doing then printed, for a failure seen once). But for a
-    kafkajs consumer group looping at its stop, a whole core busy: kafkajs 2.2.4 asked to disconnect
+    kafkajs consumer group looping at its stop, its process running, never waiting: kafkajs 2.2.4 asked to disconnect
     while it rebalances its fetchers (the brokers in its metadata changed) starts new fetchers after
     the stop, which loop on the stopped runner without ever waiting. Reproduced against Apache Kafka
     alone, a broker of three started again; the client's, not the trial's (said, not counted)."""
