@@ -511,10 +511,11 @@ def judge(
 def ended_badly(a: App) -> list[str]:
     """How a stopped application ended, where not cleanly: its exit code, or which of its parts had not
     ended 30 s after its stop (what it was doing then printed, for a failure seen once). But for a
-    kafkajs consumer group looping at its stop, its process running, never waiting: kafkajs 2.2.4 asked to disconnect
-    while it rebalances its fetchers (the brokers in its metadata changed) starts new fetchers after
-    the stop, which loop on the stopped runner without ever waiting. Reproduced against Apache Kafka
-    alone, a broker of three started again; the client's, not the trial's (said, not counted)."""
+    kafkajs consumer group looping at its stop, its process running, never waiting: kafkajs 2.2.4
+    asked to disconnect while it rebalances its fetchers (the brokers in its metadata changed) starts
+    new fetchers after the stop, which loop on the stopped runner without ever waiting. Reproduced
+    against Apache Kafka alone, a broker of three started again; the client's, not the trial's (said,
+    not counted)."""
     if a.exit_code == 0:
         return []
     if a.exit_code is not None:
