@@ -83,6 +83,8 @@ class Seen:
     """(when, what) of each retriable error a poll raised, which the application went on after."""
     ended: list[str] = field(default_factory=list)
     """The application's parts (``produce``, ``manual``, ``auto``) that have ended."""
+    disconnecting: list[str] = field(default_factory=list)
+    """The groups whose consumer was told to disconnect (the kafkajs application says so)."""
 
     _received: dict[str, Counter[int]] = field(
         default_factory=lambda: {"manual": Counter(), "auto": Counter()}
@@ -111,6 +113,8 @@ class Seen:
                 self.retried.append((e["t"], f"{e['g']}: {e['e']}"))
             elif kind == "ended":
                 self.ended.append(e["g"])
+            elif kind == "disconnecting":
+                self.disconnecting.append(e["g"])
 
     def received(self, group: str) -> Counter[int]:
         """How many times the group processed each record (the counter itself: read, do not change)."""
@@ -521,8 +525,9 @@ def ended_badly(a: App) -> list[str]:
     if a.exit_code is not None:
         return [f"exit code {a.exit_code}"]
     print(f"{a.name}, when given up on:\n{a.unstopped[-3000:]}")
-    left = [p for p in a.parts if p not in a.seen().ended]
-    if a.library == "kafkajs" and a.spun and left and set(left) <= {"manual", "auto"}:
+    s = a.seen()
+    left = [p for p in a.parts if p not in s.ended]
+    if a.library == "kafkajs" and a.spun and left and set(left) <= set(s.disconnecting):
         print(f"{a.name}: {', '.join(left)} looped in disconnect(): kafkajs's defect (docs/reliability.md)")
         return []
     return [f"still running 30 s after its stop, not ended: {', '.join(left) or 'none (all its parts had)'}"]

@@ -289,9 +289,10 @@ def test_a_batch_in_flight_to_the_frozen_primary_is_written_before_those_sent_af
 def test_a_batch_held_by_a_gateway_process_frozen_through_the_shield_is_written_before_those_sent_after_it(
     live: Live, routing: RoutingStore, brokers: tuple[PrivateService, PrivateService], tmp_path: Path
 ) -> None:
-    """Two processes of one gateway; one, F, SIGSTOPped as the failover shields the primary, applies the
-    shield seconds after the other, L, and then holds the producer's batch b for the flip, answering it
-    with the retriable error once the flip comes (its shield is fresh). The producer's next batch c,
+    """Two gateways on one routing root, as two processes of one; one, F, SIGSTOPped as the failover
+    shields the primary, applies the shield seconds after the other, L, and then holds the producer's
+    batch b for the flip, answering it with the retriable error once the flip comes (its shield is
+    fresh). The producer's next batch c,
     sent meanwhile to the new leader through L, was taken there as the start on the standby, L having
     counted its own shield out long before, and b was refused as out of order at every resend (a chaos
     trial's Java producer: 5 records failed at its delivery time-out). Now both count from the flip: c

@@ -16,10 +16,14 @@ from tests.helpers.compat import App, ended_badly
 from tests.helpers.processes import busy
 
 
-def app(tmp_path: Path, library: str, *, exit_code: int | None, spun: bool, ended: tuple[str, ...]) -> App:
+def app(
+    tmp_path: Path, library: str, *, exit_code: int | None, spun: bool, ended: tuple[str, ...],
+    disconnecting: tuple[str, ...] = ("manual", "auto"),
+) -> App:  # fmt: skip
     a = App(library, "one gateway", "app", "topic", tmp_path, parts=("produce", "manual", "auto"))
     a.exit_code, a.spun, a.unstopped = exit_code, spun, "its log's tail"
     events = [{"k": "ended", "t": 1.0, "g": g} for g in ended]
+    events += [{"k": "disconnecting", "t": 1.0, "g": g} for g in disconnecting]
     (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     return a
 
@@ -64,3 +68,10 @@ def test_a_process_looping_is_busy_and_one_waiting_is_not() -> None:
     with python("while True: pass") as looping, python("import time; time.sleep(60)") as waiting:
         assert busy(looping, over_s=0.5)
         assert not busy(waiting, over_s=0.5)
+
+
+def test_a_kafkajs_group_looping_before_it_was_told_to_disconnect_is_counted(tmp_path: Path) -> None:
+    looping = app(
+        tmp_path, "kafkajs", exit_code=None, spun=True, ended=("produce",), disconnecting=("manual",)
+    )
+    assert ended_badly(looping) == [GROUPS_LEFT]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from switchyard.keys import BindingKey
+from switchyard.keys import BindingKey, KeyKind
 from switchyard.model import Binding, BindingState, Cluster, ClusterState
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.process.shields import SETTLED_S, SHIELD_GRACE_S, SHIELD_HOLDS_S, Shields
@@ -100,3 +100,19 @@ def test_a_cluster_active_again_forgets_its_shield() -> None:
     applied(shields, (50.0, shielded_again))
     assert shields.settling("standby", shielded_again, now=50.0 + SETTLES_S - 0.1)
     assert not shields.settling("standby", shielded_again, now=50.0 + SETTLES_S + 0.1)
+
+
+def test_a_topic_key_bound_away_moves_off_where_its_application_was_bound() -> None:
+    """A key with no binding of its own follows its application's, not the default cluster: a failover
+    of one topic of an application bound to the shielded cluster moves off that cluster."""
+    shields = Shields("primary")
+    topic = BindingKey("orders", KeyKind.TOPIC, "payments")
+    first = applied(
+        shields,
+        (0.0, snapshot(1, ClusterState.ACTIVE)),
+        (10.0, snapshot(2, ClusterState.SHIELDED)),  # orders on the standby: its topic follows
+    )
+    bound = Binding("primary", 3, BindingState.ACTIVE, datetime.now(UTC), "test")
+    flipped = RoutingSnapshot(3, {**first.bindings, topic: bound}, first.clusters)
+    applied(shields, (20.0, flipped))
+    assert shields.settling("standby", flipped, now=20.0 + SETTLES_S - 0.1)

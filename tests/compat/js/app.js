@@ -81,6 +81,7 @@ async function consume (group, manual) {
   // than its retries last) is a retry the application goes on after; any other ends it
   consumer.on(consumer.events.CRASH, (e) => event(e.payload.restart ? 'retried' : 'error', { g, e: String(e.payload.error) }))
   while (!stopping()) await sleep(100)
+  event('disconnecting', { g }) // of a group that never ends: whether it hung in its disconnect()
   await consumer.disconnect()
 }
 

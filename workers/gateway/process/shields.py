@@ -3,6 +3,7 @@ the clocks of what the process does for a while after a shield (see :class:`Shie
 
 from __future__ import annotations
 
+from switchyard.planning import effective
 from switchyard.routing.snapshot import RoutingSnapshot
 
 SHIELD_GRACE_S = 2.0
@@ -23,7 +24,7 @@ class Shields:
 
     def __init__(self, default_cluster: str) -> None:
         self.default_cluster = default_cluster
-        """Where a key without a binding goes: a binding made for it moves it off there."""
+        """Where a key that nothing binds goes."""
         self._closed_at: dict[str, float] = {}
         self._moved_off_at: dict[str, float] = {}
         self._applied: RoutingSnapshot | None = None
@@ -78,10 +79,11 @@ class Shields:
         if self._diffed[0] is not snapshot:
             moved = set()
             if self._applied is not None:
-                before, after = self._applied.bindings, snapshot.bindings
-                for key in before.keys() | after.keys():
-                    old = before[key].cluster if key in before else self.default_cluster
-                    if (after[key].cluster if key in after else self.default_cluster) != old:
+                before, default = self._applied, self.default_cluster
+                for key in before.bindings.keys() | snapshot.bindings.keys():
+                    # a key without a binding of its own follows the one that decides for it
+                    old, _ = effective(key, before, default)
+                    if effective(key, snapshot, default)[0] != old:
                         moved.add(old)
             self._diffed = (snapshot, moved)
         return self._diffed[1]

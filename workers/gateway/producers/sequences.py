@@ -10,8 +10,9 @@ gateway gives up on them (``SHIELD_GRACE_S``), and resent in order; a later batc
 sent to the new leader meanwhile, would otherwise arrive first, be written as the start, and have the
 earlier ones refused as out of order for as long as the client resends them (a chaos trial's Java
 producer: until its delivery time-out, 79 records failed). Until the process's wait is over, with a
-margin for the others' (``Gateway.settling``), a partition without a start is answered
-NOT_LEADER_OR_FOLLOWER, so the client's resends come in order.
+margin for the others', counted again from the change that moves routes off the origin (the flip:
+``Shields.settling``), a partition without a start is answered NOT_LEADER_OR_FOLLOWER, so the client's
+resends come in order.
 
 Until the new cluster holds the producer on a partition, only the batch at the start may go there: a
 cluster takes any sequence as the first of a producer it does not know, so a later batch sent first
@@ -81,8 +82,8 @@ class Sequences:
         """Set the start of each partition ``body`` (a Produce of the client's ``client_epoch``) writes
         first under ``translation`` on ``cluster``: where the client left off on the origin, for the
         partitions the origin can tell that of (``told``), else at the first batch — once no batch sent
-        to the origin can still be waiting there (``settling``: a cluster shielded a moment ago);
-        :class:`Unsendable` if a batch may not go there now."""
+        to the origin can still be waiting there (``settling``: a cluster shielded, or routes moved off
+        it, a moment ago); :class:`Unsendable` if a batch may not go there now."""
         spans = _spans(body)
         if not translation.follow(client_epoch):  # as the broker answers a fenced epoch
             raise Unsendable(dict.fromkeys(spans, ErrorCode.invalid_producer_epoch))
