@@ -203,16 +203,17 @@ class App:
         thread's stack — a Python one's in ``STACKS`` (and where its client's debug log is), a JVM's
         (SIGQUIT) at the end of its log. Node.js has no such signal: a longer tail, kafkajs's requests when
         its debug log is on (``KAFKAJS_LOG_LEVEL=debug``)."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return self.log_tail()
+        if process.args[0] not in ("java", sys.executable):
+            return self.log_tail(12000)  # Node.js: its client's debug log, when on, says more
         told = self.log_tail()
-        if self.process is None or self.process.poll() is not None:
-            return told
-        if self.process.args[0] == "java":
-            self.process.send_signal(signal.SIGQUIT)
+        if process.args[0] == "java":
+            process.send_signal(signal.SIGQUIT)
             return f"{told}\n--- its threads: at the end of {self.dir / 'app.log'}"
-        if self.process.args[0] != sys.executable:  # Node.js: its client's debug log, when on, says more
-            return self.log_tail(12000)
         stacks = self.dir / STACKS
-        self.process.send_signal(signal.SIGUSR1)
+        process.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not stacks.stat().st_size:
             time.sleep(0.1)
