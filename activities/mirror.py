@@ -18,14 +18,13 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from confluent_kafka import ConsumerGroupState, KafkaException
-from confluent_kafka.admin import AdminClient
 from temporalio import activity
 
 from activities.deps import Deps, Key
 from activities.fence import stood_still
 from activities.pulse import beat
 from activities.recorded import step
-from switchyard.admins import Admins
+from switchyard.admins import Admins, ClusterAdmin
 from switchyard.errors import CopyDiverged, DrainTimeout, GroupActive
 from switchyard.keys import BindingKey
 from switchyard.mirror.groups import (
@@ -309,6 +308,6 @@ def _since(when: str) -> datetime:
     return datetime.fromisoformat(when) if when else _LONG_AGO
 
 
-def _of_group(admins: Admins, cluster: str, read: Callable[[AdminClient, str, float], T], group: str) -> T:
+def _of_group(admins: Admins, cluster: str, read: Callable[[ClusterAdmin, str, float], T], group: str) -> T:
     """What ``read`` says of ``group`` on ``cluster`` (``Admins.retried``: a stale client costs 2 s)."""
     return admins.retried((cluster,), lambda clients, timeout_s: read(clients[0], group, timeout_s))

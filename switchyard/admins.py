@@ -24,6 +24,8 @@ from typing import TypeVar
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from switchyard.offset_fetch import OffsetFetcher
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 GROUP_REQUEST_TIMEOUT_S = 3600.0
@@ -71,21 +73,30 @@ def failed_in_client(exc: BaseException | None) -> bool:
     return False
 
 
+class ClusterAdmin(AdminClient):
+    """An AdminClient that knows its cluster's bootstrap servers: what librdkafka cannot ask safely is
+    asked over Kafka's protocol directly (:mod:`switchyard.offset_fetch`)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__({"bootstrap.servers": bootstrap})
+        self.offsets = OffsetFetcher(bootstrap)
+
+
 class Admins:
     def __init__(self, bootstrap: Callable[[str], str]) -> None:
         self._bootstrap = bootstrap
-        self._kept: dict[str, AdminClient] = {}
+        self._kept: dict[str, ClusterAdmin] = {}
         self._lock = threading.Lock()
 
-    def get(self, cluster: str) -> AdminClient:
+    def get(self, cluster: str) -> ClusterAdmin:
         with self._lock:
             admin = self._kept.get(cluster)
             if admin is None:
-                admin = self._kept[cluster] = AdminClient({"bootstrap.servers": self._bootstrap(cluster)})
+                admin = self._kept[cluster] = ClusterAdmin(self._bootstrap(cluster))
             return admin
 
     @contextmanager
-    def asking(self, cluster: str) -> Iterator[AdminClient]:
+    def asking(self, cluster: str) -> Iterator[ClusterAdmin]:
         """``cluster``'s AdminClient, retired if a request of it fails."""
         admin = self.get(cluster)
         try:
@@ -98,7 +109,7 @@ class Admins:
     def retried(
         self,
         clusters: Sequence[str],
-        request: Callable[[list[AdminClient], float], T],
+        request: Callable[[list[ClusterAdmin], float], T],
         timeout_s: float = 10.0,
     ) -> T:
         """``request(clients, time-out)`` on the ``clusters``' kept clients at ``KEPT_TIMEOUT_S``; if it

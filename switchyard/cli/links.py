@@ -6,8 +6,8 @@ import socket
 from datetime import timedelta
 
 import click
-from confluent_kafka.admin import AdminClient
 
+from switchyard.admins import ClusterAdmin
 from switchyard.cli.base import Group, actor_option, cli, config_of, link_of, reason_option, store_of
 from switchyard.mirror.control import delete_link, promote_link, reverse_link
 from switchyard.mirror.groups import ends_at_flip, sync_groups
@@ -190,8 +190,8 @@ def sync_groups_command(ctx: click.Context, link_id: str, groups: tuple[str, ...
         writers = GroupWriters(store.zk, store.layout, link_id, f"cli@{socket.gethostname()}")
         records = read_link(target, link_id)
         report = sync_groups(
-            AdminClient({"bootstrap.servers": source}),
-            AdminClient({"bootstrap.servers": target}),
+            ClusterAdmin(source),
+            ClusterAdmin(target),
             link.copies,
             records.maps,
             groups=groups or None,

@@ -35,7 +35,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
-from switchyard.admins import GROUP_REQUEST_TIMEOUT_S, failed_in_client
+from switchyard.admins import GROUP_REQUEST_TIMEOUT_S, ClusterAdmin, failed_in_client
 from switchyard.errors import KafkaOperationError
 from switchyard.mirror.mapstore import LinkRecords
 from switchyard.mirror.offsets import OffsetMap
@@ -84,8 +84,8 @@ class GroupSyncReport:
 
 
 def sync_groups(
-    source: AdminClient,
-    target: AdminClient,
+    source: ClusterAdmin,
+    target: ClusterAdmin,
     copies: Callable[[str], bool],
     maps: Mapping[Key, OffsetMap],
     mirrored: Mapping[Key, int] | None = None,
@@ -150,7 +150,7 @@ def about(group: str) -> Iterator[None]:
 
 
 def _wanted(  # noqa: PLR0917 - one group of sync_groups
-    source: AdminClient,
+    source: ClusterAdmin,
     group: str,
     copies: Callable[[str], bool],
     maps: Mapping[Key, OffsetMap],
@@ -187,7 +187,7 @@ def ends_at_flip(link: Link, records: LinkRecords) -> dict[Key, int]:
 
 
 def _write_group(
-    target: AdminClient,
+    target: ClusterAdmin,
     group: str,
     wanted: dict[Key, GroupOffset],
     report: GroupSyncReport,
@@ -266,21 +266,10 @@ def list_groups(admin: AdminClient, timeout_s: float = 10.0) -> list[str]:
     return sorted(g.group_id for g in listed.valid if not g.group_id.startswith(MIRROR_GROUP_PREFIX))
 
 
-def committed_offsets(admin: AdminClient, group: str, timeout_s: float = 10.0) -> dict[Key, int]:
-    """A group's committed offset per partition (partitions without one are left out)."""
-
-    def ask(timeout_s: float) -> dict[Key, int]:
-        futures = admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group)], request_timeout=GROUP_REQUEST_TIMEOUT_S
-        )
-        found: dict[Key, int] = {}
-        for future in futures.values():
-            for tp in future.result(timeout_s).topic_partitions or ():
-                if tp.error is None:
-                    found[(tp.topic, tp.partition)] = tp.offset
-        return found
-
-    return _coordinated(ask, timeout_s)
+def committed_offsets(admin: ClusterAdmin, group: str, timeout_s: float = 10.0) -> dict[Key, int]:
+    """A group's committed offset per partition (partitions without one are left out), asked of its
+    coordinator directly: librdkafka's own request can crash the process (:mod:`switchyard.offset_fetch`)."""
+    return admin.offsets.committed(group, timeout_s)
 
 
 def group_state(admin: AdminClient, group: str, timeout_s: float = 10.0) -> tuple[ConsumerGroupState, int]:

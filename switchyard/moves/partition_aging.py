@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
+from switchyard.admins import ClusterAdmin
 from switchyard.config import Config
 from switchyard.errors import BindingConflict, BindingRefused, SwitchyardError
 from switchyard.mirror.groups import committed_offsets, list_groups
@@ -127,7 +127,7 @@ class Origins:
     def holders(self, cluster_id: str) -> dict[str, list[str]]:
         """Topic -> the consumer groups on the cluster that hold committed offsets for it."""
         if cluster_id not in self._groups:
-            admin = AdminClient({"bootstrap.servers": self.bootstrap(cluster_id)})
+            admin = ClusterAdmin(self.bootstrap(cluster_id))
             found: dict[str, list[str]] = {}
             for group in list_groups(admin):
                 for topic in sorted({t for t, _ in committed_offsets(admin, group)}):

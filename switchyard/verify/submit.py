@@ -27,9 +27,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
 from switchyard import kafka
+from switchyard.admins import ClusterAdmin
 from switchyard.config import Config
 from switchyard.errors import BindingRefused, SwitchyardError
 from switchyard.mirror.groups import committed_offsets, list_groups
@@ -242,7 +241,7 @@ def _group_checks(
     target_ends: dict[Key, int],
 ) -> list[dict[str, Any]]:
     """Each group's offsets on the copied partitions, with where the map says they must be."""
-    source_admin, target_admin = (AdminClient({"bootstrap.servers": b}) for b in (source, target))
+    source_admin, target_admin = (ClusterAdmin(b) for b in (source, target))
     checks = []
     for group in list_groups(source_admin) if groups is None else groups:
         committed = committed_offsets(source_admin, group)

@@ -2,9 +2,9 @@
 committed offsets line by line: ``python -m tests.helpers.asker BOOTSTRAP GROUP``, then ``TIMEOUT_S`` per
 line; each answer a JSON line (``{"offsets": [[topic, partition, offset], …]}`` or ``{"error": name}``).
 
-Apart from the test's process because librdkafka can abort the process that asks a group request while
-its broker's connection drops (confluentinc/librdkafka#4605): the worker is supervised against that, a
-test process is not."""
+Apart from the test's process because librdkafka has killed processes that asked a group's offsets
+(confluentinc/librdkafka#4605, #5040; ``switchyard.offset_fetch`` asks them itself since): the worker is
+supervised against that, a test process is not, and a test tells a death by ``Asker.restarts``."""
 
 from __future__ import annotations
 

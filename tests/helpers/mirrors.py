@@ -7,9 +7,8 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
-
 from switchyard import kafka
+from switchyard.admins import ClusterAdmin
 from switchyard.config import Config
 from switchyard.mirror.groups import committed_offsets
 from switchyard.mirror.status import DrainReport, drain_report
@@ -83,7 +82,7 @@ def wait_drained(
 
 def wait_group_offset(bootstrap: str, group: str, topic: str, expected: int, timeout_s: float = 30) -> int:
     """Wait until ``group`` has ``expected`` committed on ``topic``[0] of ``bootstrap``."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = ClusterAdmin(bootstrap)
     deadline = time.monotonic() + timeout_s
     found = None
     while time.monotonic() < deadline:

@@ -26,6 +26,7 @@ from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
 from switchyard import kafka
+from switchyard.admins import ClusterAdmin
 from switchyard.config import Config
 from switchyard.keys import BindingKey
 from switchyard.mirror.groups import committed_offsets
@@ -99,12 +100,12 @@ def test_a_group_that_read_just_before_the_plan_is_carried_at_the_switch(
     assert sorted(read_and_commit(live.gateway.bootstrap, app, topic, group, 30)) == list(range(30))
     uses = read_usage(routing.zk, routing.layout, within_s=3600)
     assert group not in groups_of(uses, [BindingKey.for_app(app)])  # the plan will not know it
-    committed = committed_offsets(AdminClient({"bootstrap.servers": primary}), group)
+    committed = committed_offsets(ClusterAdmin(primary), group)
     assert sum(committed.values()) == 30
 
     over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "a late group")
     assert over.returncode == 0, over.stdout + over.stderr
-    assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == committed  # carried
+    assert committed_offsets(ClusterAdmin(standby), group) == committed  # carried
     later = [kafka.Record(None, str(i).encode()) for i in range(30, 40)]
     assert kafka.produce(live.gateway.bootstrap, topic, later, settings=writer) == 10
     assert sorted(read_and_commit(live.gateway.bootstrap, app, topic, group, 10)) == list(range(30, 40))
@@ -137,7 +138,7 @@ def test_a_commit_carried_while_its_consumer_rejoins_lands_before_the_join(
         assert joined.error_code == ErrorCode.none, joined.error_code
         sync_group(reader, group, asked.member_id, joined.generation_id)
     standby = stack_config.clusters["standby"].bootstrap
-    assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 20}
+    assert committed_offsets(ClusterAdmin(standby), group) == {(topic, 0): 20}
 
 
 def test_an_old_memberships_commit_goes_as_the_member_its_client_became_on_another_connection(
@@ -162,7 +163,7 @@ def test_an_old_memberships_commit_goes_as_the_member_its_client_became_on_anoth
             code = commit_offset(old, group, member, generation, topic, 20)
     assert code == ErrorCode.none, code
     standby = stack_config.clusters["standby"].bootstrap
-    assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 20}
+    assert committed_offsets(ClusterAdmin(standby), group) == {(topic, 0): 20}
 
 
 @pytest.mark.parametrize("through", ["the same gateway", "the other gateway of a pair"])
@@ -227,7 +228,7 @@ def test_an_old_memberships_commit_goes_as_the_member_its_client_became_whose_sy
     assert code == ErrorCode.none, code
     held = min(stack_config.gateway.block_hold_s, timeout.total_seconds() * SHARE_OF_SESSION)
     assert waited < held / 2, f"the commit was held {waited:.1f} s, as for a sync to come"
-    assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 20}
+    assert committed_offsets(ClusterAdmin(standby), group) == {(topic, 0): 20}
 
 
 def test_a_moved_members_joins_sent_at_once_make_one_member_where_it_moved(
@@ -254,7 +255,7 @@ def test_a_moved_members_joins_sent_at_once_make_one_member_where_it_moved(
         again = reader.answer(entering)
         assert again.error_code == ErrorCode.none, again.error_code
         sync_group(reader, group, asked.member_id, again.generation_id)
-        standby = AdminClient({"bootstrap.servers": stack_config.clusters["standby"].bootstrap})
+        standby = ClusterAdmin(stack_config.clusters["standby"].bootstrap)
         assert [m.member_id for m in described(standby, group).members] == [asked.member_id]
 
 
@@ -290,7 +291,7 @@ def test_a_commit_waits_for_no_join_whose_sync_the_gateway_refused(
     held = min(stack_config.gateway.block_hold_s, timeout.total_seconds() * SHARE_OF_SESSION)
     assert waited < held / 2, f"the commit was held {waited:.1f} s, as for a join under way"
     primary = stack_config.clusters["primary"].bootstrap
-    assert committed_offsets(AdminClient({"bootstrap.servers": primary}), group) == {(topic, 0): 20}
+    assert committed_offsets(ClusterAdmin(primary), group) == {(topic, 0): 20}
 
 
 @pytest.mark.parametrize("sent", ["after the join's answer", "behind the join"])
@@ -334,7 +335,7 @@ def test_a_commit_of_the_generation_its_members_next_join_passed_goes_in_that_on
         code = committed(reader.answer(commit))
         assert reader.answer(sync).error_code == ErrorCode.none
     assert code == ErrorCode.none, code
-    assert committed_offsets(AdminClient({"bootstrap.servers": primary}), group) == {(topic, 0): 20}
+    assert committed_offsets(ClusterAdmin(primary), group) == {(topic, 0): 20}
 
 
 def prepared_with_records(live: Live, routing: RoutingStore, config: Config) -> tuple[str, str, str]:
@@ -375,7 +376,7 @@ def test_a_member_that_joined_before_the_gateway_started_is_removed_where_it_joi
         member, _ = join_group(before, group, topic, timeout)  # joined where the gateway did not see it
     over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "a member left behind")
     assert over.returncode == 0, over.stdout + over.stderr
-    admin = AdminClient({"bootstrap.servers": primary})
+    admin = ClusterAdmin(primary)
     assert [m.member_id for m in described(admin, group).members] == [member]
     with RawClient(live.gateway.port, client_id=f"{app}@reader") as after:
         rejoined = after.answer(
@@ -402,7 +403,7 @@ def test_a_consumer_protocol_member_that_joined_before_the_gateway_started_is_re
         assert joined.error_code == ErrorCode.none, joined.error_code
     over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "a member left behind")
     assert over.returncode == 0, over.stdout + over.stderr
-    admin = AdminClient({"bootstrap.servers": primary})
+    admin = ClusterAdmin(primary)
     assert [m.member_id for m in described(admin, group).members] == [member]
     with RawClient(live.gateway.port, client_id=f"{app}@reader") as after:
         consumer_heartbeat(after, group, member, 0, topic=topic)  # joins the standby under its id
@@ -429,7 +430,7 @@ def test_a_member_whose_client_joined_again_as_a_new_one_is_removed_where_it_was
             assert joined.error_code == ErrorCode.none, joined.error_code
     over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "a member left behind")
     assert over.returncode == 0, over.stdout + over.stderr
-    admin = AdminClient({"bootstrap.servers": primary})
+    admin = ClusterAdmin(primary)
     assert len(described(admin, group).members) == 1
     with RawClient(live.gateway.port, client_id=f"{app}@reader") as after:  # the client, started again
         if protocol == "classic":
@@ -488,7 +489,7 @@ def test_a_commit_held_at_the_block_from_a_member_the_gateway_never_saw_is_carri
             answered, waited = commit()
         assert answered == ErrorCode.none
     live.follow_to_switched(saga, "switchover", app)
-    assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 3}
+    assert committed_offsets(ClusterAdmin(standby), group) == {(topic, 0): 3}
 
 
 def left_within(admin: AdminClient, group: str, seconds: float, why: str) -> None:
@@ -554,4 +555,4 @@ def test_a_consumer_protocol_members_commit_made_through_a_long_block_lands_once
         live.follow_to_switched(saga, "switchover", app)
     finally:
         consumer.close()
-    assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 5}
+    assert committed_offsets(ClusterAdmin(standby), group) == {(topic, 0): 5}

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from confluent_kafka.admin import AdminClient
-
 from switchyard import kafka
+from switchyard.admins import ClusterAdmin
 from switchyard.config import Config
 from switchyard.keys import BindingKey
 from switchyard.mirror.groups import committed_offsets
@@ -92,7 +91,7 @@ def test_a_topic_moves_with_its_producer_and_both_consumers_and_the_source_copy_
     # gateway carries each member's commits over: no commit refused, nothing processed twice
     print(f"\ntopic migration: {judge_consumer(traffic, carried=True)}")
     ends = kafka.ends_of(standby, [(topic, p) for p in range(PARTITIONS)])
-    admin = AdminClient({"bootstrap.servers": standby})
+    admin = ClusterAdmin(standby)
     for group in groups.values():  # each group resumes exactly at the next record, on the standby
         assert {k: v for k, v in committed_offsets(admin, group).items() if k[0] == topic} == ends
     assert_retired(routing, primary, topic)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
-from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
+from switchyard.admins import ClusterAdmin
 from switchyard.config import Config
 from switchyard.errors import BindingRefused
 from switchyard.keys import BindingKey
@@ -553,7 +553,7 @@ def test_a_link_that_cannot_be_followed_is_reported_and_can_be_deleted(
         assert time.monotonic() < deadline, "the broken link was never reported"
         time.sleep(0.3)
     assert "invalid link, nothing is copied: pattern 'mir[(' is not a regular expression" in errors[0]
-    assert topic not in AdminClient({"bootstrap.servers": standby}).list_topics(timeout=10).topics
+    assert topic not in ClusterAdmin(standby).list_topics(timeout=10).topics
 
     epoch, removed = delete_link(stack_config, routing, link, actor=ACTOR, reason="t", force=True)
     assert removed == 1
@@ -636,7 +636,7 @@ def test_group_offsets_are_carried_only_while_the_group_is_idle_on_the_target(
         commit_offset(primary, idle, topic, 20)
         mirrors.start()
         assert wait_group_offset(standby, idle, topic, 20) == 20  # the sync ran...
-        admin = AdminClient({"bootstrap.servers": standby})
+        admin = ClusterAdmin(standby)
         for _ in range(3):  # ...and keeps running (every second here) without touching the busy group
             member.poll(1.0)
             assert committed_offsets(admin, busy).get((topic, 0)) is None
@@ -662,7 +662,7 @@ def test_the_carry_leaves_a_sagas_groups_to_it_and_waits_for_its_turn(
     locks.acquire(app, "saga-1", link, [held])
     mirrors.start()
     assert wait_group_offset(standby, free, topic, 10) == 10  # the carry runs (every second here)...
-    admin = AdminClient({"bootstrap.servers": standby})
+    admin = ClusterAdmin(standby)
     time.sleep(2)
     assert committed_offsets(admin, held).get((topic, 0)) is None  # ...and leaves the saga's group alone
 

@@ -23,6 +23,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.fence import stood_still
 from activities.mirror import MirrorActivities
+from switchyard.admins import ClusterAdmin
 from switchyard.config import Config
 from switchyard.errors import FenceBroken
 from switchyard.mirror.groups import committed_offsets, group_state, sync_groups
@@ -98,14 +99,14 @@ def test_the_drain_brings_the_copys_settings_in_line_with_the_source(
     routing.create_link(link, "primary", "standby", include=[topic], actor="user:test", reason="t")
     lengthened = ConfigEntry("retention.ms", "1209600000", incremental_operation=AlterConfigOpType.SET)
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[lengthened])
-    source = AdminClient({"bootstrap.servers": primary})  # kept until answered: one collected fails
+    source = ClusterAdmin(primary)  # kept until answered: one collected fails
     for future in source.incremental_alter_configs([resource]).values():
         future.result(30)
     drained = ActivityEnvironment().run(
         activities.drain_link, DrainRequest(link, [PartitionEnd(topic, 0, COPIED)], timeout_s=20)
     )
     assert drained.target_ends == [PartitionEnd(topic, 0, COPIED)]
-    admin = AdminClient({"bootstrap.servers": standby})
+    admin = ClusterAdmin(standby)
     futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
     (on_target,) = (future.result(10) for future in futures.values())
     assert on_target["retention.ms"].value == "1209600000"
@@ -127,7 +128,7 @@ def test_neither_the_periodic_carry_nor_a_failover_moves_a_groups_offset_back_an
         fill_topic(bootstrap, topic, COPIED, partitions=1, size=16)
     commit_offset(primary, group, topic, 10)
     commit_offset(standby, group, topic, 30)
-    source, target = (AdminClient({"bootstrap.servers": b}) for b in (primary, standby))
+    source, target = (ClusterAdmin(b) for b in (primary, standby))
 
     def copies(name: str) -> bool:
         return name == topic
@@ -155,7 +156,7 @@ def test_the_group_sync_waits_while_the_group_has_members_on_the_target_and_name
         fill_topic(bootstrap, topic, COPIED, partitions=1, size=16)
     routing.create_link(link, "primary", "standby", include=[topic], actor="user:test", reason="t")
     commit_offset(primary, group, topic, 7)
-    admin = AdminClient({"bootstrap.servers": standby})
+    admin = ClusterAdmin(standby)
     member = Consumer({"bootstrap.servers": standby, "group.id": group, "session.timeout.ms": 6000})
     member.subscribe([topic])
     stop = threading.Event()
@@ -218,7 +219,7 @@ def test_a_group_at_the_end_of_a_transaction_is_synced_to_the_copys_end_not_past
         activities.sync_groups, GroupSyncRequest(link, [group], idle_timeout_s=20)
     )
     assert synced.written == 1, synced
-    assert committed_offsets(AdminClient({"bootstrap.servers": standby}), group) == {(topic, 0): 7}
+    assert committed_offsets(ClusterAdmin(standby), group) == {(topic, 0): 7}
 
 
 @pytest.mark.parametrize("moved_by", ["an abort's marker", "a record"])

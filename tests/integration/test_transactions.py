@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka
+from switchyard.admins import ClusterAdmin
 from switchyard.config import Config
 from switchyard.keys import BindingKey
 from switchyard.mirror.groups import committed_offsets
@@ -314,7 +315,7 @@ def test_java_transactions_of_offsets_alone_go_on_across_a_round_trip(
     java = _JavaTransactions(live, app, topic, tmp_path, "--records", "0", "--group", group)
     java.run_across(live, routing, app, link)
     last = max(int(n) for n in java.lines("committed"))
-    standby = AdminClient({"bootstrap.servers": stack_config.clusters["standby"].bootstrap})
+    standby = ClusterAdmin(stack_config.clusters["standby"].bootstrap)
     assert committed_offsets(standby, group) == {(topic, 0): last + 1}
 
 
