@@ -123,8 +123,9 @@ class Admins:
             log.warning("%s: asking again on new admin clients: %r", ", ".join(clusters), exc)
         return request([self.get(c) for c in clusters], timeout_s)
 
-    def retire(self, cluster: str, admin: AdminClient) -> None:
+    def retire(self, cluster: str, admin: ClusterAdmin) -> None:
         """Make the next request to ``cluster`` use a new client, unless ``admin`` was replaced already."""
         with self._lock:
             if self._kept.get(cluster) is admin:
                 del self._kept[cluster]
+                admin.offsets.close()

@@ -33,6 +33,8 @@ from kio.schema.types import GroupId
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
 
+from switchyard.config import split_hostport
+
 Key = tuple[str, int]
 Address = tuple[str, int]
 Answer = TypeVar("Answer", FindCoordinatorResponse, OffsetFetchResponse)
@@ -45,7 +47,7 @@ MOVING = frozenset(
 """A coordinator that is loading the group, moving, or not elected yet: asked again, found anew."""
 LARGEST_ANSWER = 64 << 20
 KEPT_PER_BROKER = 4
-"""Idle connections kept to one broker: as many as a saga's sync asks at once, about."""
+"""Idle connections kept to one broker, at most: several threads of a saga's sync ask at once."""
 _SIZE = struct.Struct(">i")
 
 
@@ -57,10 +59,23 @@ class OffsetFetcher:
     """One cluster's groups' committed offsets; thread-safe, each ask on a connection of its own."""
 
     def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
+        self.servers = [split_hostport(s) for s in bootstrap.split(",") if s.strip()]
+        """In the order they are asked: the one that last answered first."""
+        if not self.servers:
+            raise ValueError(f"no bootstrap server in {bootstrap!r}")
         self._idle: dict[Address, list[socket.socket]] = {}
+        self._closed = False
         self._lock = threading.Lock()
         self._correlation = itertools.count(1)
+
+    def close(self) -> None:
+        """Close the kept connections, and any given back from now on (a retired client's)."""
+        with self._lock:
+            self._closed = True
+            idle = [c for kept in self._idle.values() for c in kept]
+            self._idle.clear()
+        for connection in idle:
+            connection.close()
 
     def committed(self, group: str, timeout_s: float) -> dict[Key, int]:
         """``group``'s committed offset per partition (partitions without one are left out).
@@ -87,20 +102,24 @@ class OffsetFetcher:
             time.sleep(AGAIN_S)
 
     def _coordinator(self, group: str, deadline: float) -> Address:
-        """Where ``group``'s coordinator is, asked of the first bootstrap server that answers."""
+        """Where ``group``'s coordinator is, asked of the bootstrap servers in turn, each given its share
+        of the time left (a frozen broker takes a connection and never answers), starting with the one
+        that answered last."""
+        servers = list(self.servers)
         failed: OSError | EOFError | None = None
-        for server in self.bootstrap.split(","):
-            host, _, port = server.strip().rpartition(":")
+        for i, server in enumerate(servers):
+            share = time.monotonic() + max(_left(deadline) / (len(servers) - i), min(_left(deadline), 1.0))
             try:
-                found = self._ask(
-                    (host, int(port)), FindCoordinatorRequest(key=group), FindCoordinatorResponse, deadline
-                )
+                found = self._ask(server, FindCoordinatorRequest(key=group), FindCoordinatorResponse, share)
             except (OSError, EOFError) as exc:
                 failed = exc
                 continue
+            if i:
+                self.servers = [server, *(s for s in servers if s != server)]
             _refused(found.error_code)
             return found.host, int(found.port)
-        raise failed or OSError(f"no broker in {self.bootstrap!r}")
+        assert failed is not None
+        raise failed
 
     def _ask(self, address: Address, request: Any, answered_as: type[Answer], deadline: float) -> Answer:
         """``request`` (a flexible version's) to ``address``, and its answer: on a kept connection, or on a
@@ -125,7 +144,10 @@ class OffsetFetcher:
                 connection.close()
                 raise
             self._give(address, connection)
-            body, _ = entity_reader(answered_as)(answer, at)
+            try:
+                body, _ = entity_reader(answered_as)(answer, at)
+            except Exception as exc:  # kio's reader on an answer it cannot read
+                raise EOFError(f"an answer from {address} that is not {answered_as.__name__}: {exc}") from exc
             return body
 
     def _take(self, address: Address) -> socket.socket | None:
@@ -136,7 +158,7 @@ class OffsetFetcher:
     def _give(self, address: Address, connection: socket.socket) -> None:
         with self._lock:
             idle = self._idle.setdefault(address, [])
-            if len(idle) < KEPT_PER_BROKER:
+            if not self._closed and len(idle) < KEPT_PER_BROKER:
                 idle.append(connection)
                 return
         connection.close()

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka, launch
+from switchyard.admins import ClusterAdmin
 from switchyard.config import Config
 from switchyard.ledger import Ledger
 from switchyard.mirror.control import delete_link
@@ -120,7 +120,7 @@ def one_scenario(
     on_standby = Counter(v for v in topic_ids(config.clusters["standby"].bootstrap, topic) if v >= 0)
     assert set(on_standby) >= set(traffic.acked)  # nothing lost
     assert max(on_standby.values()) == 1  # nothing written twice
-    standby = AdminClient({"bootstrap.servers": config.clusters["standby"].bootstrap})
+    standby = ClusterAdmin(config.clusters["standby"].bootstrap)
     for group, (topic_of_group, count) in estate["groups"].items():  # every group carried, exactly
         found = committed_offsets(standby, group)
         assert found == {(topic_of_group, p): COMMITTED for p in range(count)}, (group, found)

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
 
 from switchyard import kafka, launch
+from switchyard.admins import ClusterAdmin
 from switchyard.config import Config
 from switchyard.mirror.groups import committed_offsets
 from switchyard.routing.store import RoutingStore
@@ -83,7 +83,7 @@ def through_mirrormaker(stack_config: Config, work: Path, *, planned: bool) -> O
         wait_for(lambda: mm2_copy_exists(standby, topic), 120, "MirrorMaker 2 made no copy")
         traffic.start()
         traffic.wait_for(RATE)
-        target_admin = AdminClient({"bootstrap.servers": standby})
+        target_admin = ClusterAdmin(standby)
         wait_for(lambda: bool(committed_offsets(target_admin, group)), 120, "MM2 synced no group offset")
         time.sleep(RUN_S)
         stopping = time.monotonic()

@@ -16,10 +16,10 @@ from datetime import timedelta
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from switchyard import kafka
+from switchyard.admins import ClusterAdmin
 from switchyard.keys import BindingKey
 from switchyard.mirror.groups import committed_offsets
 from switchyard.mirror.mapstore import read_link
@@ -138,7 +138,7 @@ def test_a_forced_failover_brings_a_groups_commit_over_held_to_the_copy(
     assert run.result["groups_synced"] == 1, run.result["detail"]
     capture(live, run.saga_id, run.run_id, "failover-forced-live")
     try:
-        on_standby = committed_offsets(AdminClient({"bootstrap.servers": standby.connect}), group)
+        on_standby = committed_offsets(ClusterAdmin(standby.connect), group)
         assert on_standby == {(topic, 0): 50}
     finally:
         live.cli("clusters", "unshield", "primary", "--reason", "test")
@@ -176,7 +176,7 @@ def test_a_group_carried_after_a_failovers_flip_resumes_at_the_records_written_s
         assert run.result is not None
         assert "groups not carried before the flip" in run.result["detail"], run.result["detail"]
         assert run.result["groups_synced"] == 1, run.result["detail"]
-        on_standby = committed_offsets(AdminClient({"bootstrap.servers": standby.connect}), group)
+        on_standby = committed_offsets(ClusterAdmin(standby.connect), group)
         assert on_standby == {(topic, 0): 50}  # the three records written since are read
     finally:
         live.cli("clusters", "unshield", "primary", "--reason", "test")
@@ -431,7 +431,7 @@ def carried(
     assert live.gateway is not None
     with RawClient(live.gateway.port, client_id=app) as reader:
         assert commit_offset(reader, group, *member, topic, offset) == ErrorCode.none
-    return committed_offsets(AdminClient({"bootstrap.servers": standby}), group).get((topic, 0))
+    return committed_offsets(ClusterAdmin(standby), group).get((topic, 0))
 
 
 ASKER = """

@@ -29,6 +29,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from switchyard import kafka, launch, temporal
+from switchyard.admins import ClusterAdmin
 from switchyard.config import Config
 from switchyard.keys import BindingKey
 from switchyard.launch import policy_of
@@ -129,7 +130,7 @@ def test_a_switchover_and_its_switchback_lose_and_double_nothing(
     assert first_epoch(primary, topic) > first_epoch(standby, topic) == 0  # as meant: the standby's lower
     print(f"\nswitchover and back: {judge_consumer(traffic, carried=True)}")
     ends = kafka.ends_of(primary, [(topic, p) for p in range(3)])
-    committed = committed_offsets(AdminClient({"bootstrap.servers": primary}), traffic.group)
+    committed = committed_offsets(ClusterAdmin(primary), traffic.group)
     assert {k: v for k, v in committed.items() if k[0] == topic} == ends  # resumes exactly at the next record
     runs = routing.ledger.saga_runs(saga_id([app]))
     assert [(r.kind, r.outcome) for r in runs] == [("switchback", "switched"), ("switchover", "switched")]
@@ -227,7 +228,7 @@ def test_a_member_switched_over_and_back_before_it_rejoined_commits_on_and_is_to
         assert rejoined != member_id
     finally:
         member.close()
-    assert committed_offsets(AdminClient({"bootstrap.servers": primary}), group) == {(topic, 0): 10}
+    assert committed_offsets(ClusterAdmin(primary), group) == {(topic, 0): 10}
 
 
 RETRIABLE = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress})
@@ -272,7 +273,7 @@ def test_a_consumer_protocol_member_switched_over_and_back_commits_on_and_joins_
             assert beat.error_code == ErrorCode.none, beat.error_code
     finally:
         member.close()
-    assert committed_offsets(AdminClient({"bootstrap.servers": primary}), group) == {(topic, 0): 10}
+    assert committed_offsets(ClusterAdmin(primary), group) == {(topic, 0): 10}
 
 
 def test_a_switch_with_the_mirror_lagging_at_the_block_waits_for_the_drain(
