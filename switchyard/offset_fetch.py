@@ -2,10 +2,11 @@
 
 librdkafka's ListConsumerGroupOffsets (2.16, and its master in late 2026) hands a coordinator's
 NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE answer to the asking client's own consumer group, which an
-AdminClient does not have: the process dies of a segfault (confluentinc/librdkafka#5040, open; the core
-of a mirror that died so in a chaos run shows ``rd_kafka_cgrp_op`` under ``rd_kafka_handle_OffsetFetch``).
-A broker's restart moves coordinators, and in one 100-trial run that killed the worker twice and the
-mirror once, a switch's clients held past their bound while the worker came back. So these two requests,
+AdminClient does not have: the process dies of a segfault (confluentinc/librdkafka#5040, open; the cores
+of a worker and of mirrors that died so in a chaos run show ``rd_kafka_cgrp_op`` under
+``rd_kafka_handle_OffsetFetch``). A broker's restart moves coordinators: one 100-trial run lost the
+worker three times and the mirror twice so, and a switch's clients were held past their bound while the
+worker came back. So these two requests,
 FindCoordinator and OffsetFetch, are Switchyard's own: blocking sockets, asked again while the group's
 coordinator moves, loads or cannot be reached, until the caller's time-out. The mirror asks every group's
 offsets every ``mirror.group_sync_interval_s``, so a connection to each broker is kept between asks.
