@@ -57,7 +57,7 @@ class _Moving(Exception):
 
 
 class OffsetFetcher:
-    """One cluster's groups' committed offsets; thread-safe, each ask on a connection of its own."""
+    """One cluster's groups' committed offsets; thread-safe: an ask has its connection to itself."""
 
     def __init__(self, bootstrap: str) -> None:
         self.servers = [split_hostport(s) for s in bootstrap.split(",") if s.strip()]
