@@ -24,7 +24,7 @@ from typing import TypeVar
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from switchyard.offset_fetch import OffsetFetcher
+from switchyard.wire import Wire
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -75,11 +75,11 @@ def failed_in_client(exc: BaseException | None) -> bool:
 
 class ClusterAdmin(AdminClient):
     """An AdminClient that knows its cluster's bootstrap servers: what librdkafka cannot ask safely is
-    asked over Kafka's protocol directly (:mod:`switchyard.offset_fetch`)."""
+    asked over Kafka's protocol directly, on its :class:`~switchyard.wire.Wire`."""
 
     def __init__(self, bootstrap: str) -> None:
         super().__init__({"bootstrap.servers": bootstrap})
-        self.offsets = OffsetFetcher(bootstrap)
+        self.wire = Wire(bootstrap)
 
 
 class Admins:
@@ -128,4 +128,4 @@ class Admins:
         with self._lock:
             if self._kept.get(cluster) is admin:
                 del self._kept[cluster]
-                admin.offsets.close()
+                admin.wire.close()

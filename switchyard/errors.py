@@ -170,6 +170,11 @@ class TransactionsOpen(SagaError):
     """A transaction on a partition being switched did not end in time: the copy cannot pass it."""
 
 
+class AppendsUncommitted(SagaError):
+    """Records a leader appended on a partition being switched were not committed in time: the source's
+    end is not known yet."""
+
+
 class DrainTimeout(SagaError):
     """The copy did not reach the source's ends in time."""
 

@@ -34,7 +34,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from switchyard import kafka
+from switchyard import kafka, offset_fetch
 from switchyard.admins import GROUP_REQUEST_TIMEOUT_S, ClusterAdmin, failed_in_client
 from switchyard.errors import KafkaOperationError
 from switchyard.mirror.mapstore import LinkRecords
@@ -269,7 +269,7 @@ def list_groups(admin: AdminClient, timeout_s: float = 10.0) -> list[str]:
 def committed_offsets(admin: ClusterAdmin, group: str, timeout_s: float = 10.0) -> dict[Key, int]:
     """A group's committed offset per partition (partitions without one are left out), asked of its
     coordinator directly: librdkafka's own request can crash the process (:mod:`switchyard.offset_fetch`)."""
-    return admin.offsets.committed(group, timeout_s)
+    return offset_fetch.committed(admin.wire, group, timeout_s)
 
 
 def group_state(admin: AdminClient, group: str, timeout_s: float = 10.0) -> tuple[ConsumerGroupState, int]:

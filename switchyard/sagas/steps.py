@@ -231,6 +231,9 @@ class Settled:
     waited_s: float
     ended: list[str] = field(default_factory=list)
     """The partitions that had a transaction open after the block, which ended meanwhile."""
+    committed: list[str] = field(default_factory=list)
+    """The partitions whose leader held records above the high watermark after the block (appended, not
+    yet copied by its in-sync followers), which were committed meanwhile."""
 
 
 @dataclass

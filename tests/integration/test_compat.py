@@ -70,9 +70,11 @@ FETCH_WAIT_S |= {"confluent-kafka/consumer": 0.5, "java/consumer": 0.5}
 """Each library's default longest fetch wait. Tansu holds a fetch that long even when records arrive
 (docs/testbed.md): a consumer that rejoins at the end of the log waits it out once before its first
 records, which a broker that answers on arrival would not make it do."""
-HELD_MOST_S = 6.0
+HELD_MOST_S = 9.0
 """Sends held longer at a switch than this fail the test: less than the shortest default session
-time-out of the five (10 s), beyond any hold of a switch that did not wait for one (1-3 s)."""
+time-out of the five (10 s), so a switch that waits for members to expire (kafkajs: 30 s) fails, and
+beyond any hold of a switch that did not wait for one: 1-4 s here, 6.1-6.8 s for every library at the
+first switch of a CI run on a slower machine."""
 SWITCHES = (("switchover", "standby"), ("switchback", "primary"), ("switchover", "standby"))
 AT_DEFAULTS = ("aiokafka", "one gateway")
 """The application whose consumers keep their library's default session time-out (aiokafka: 10 s). Were
@@ -315,7 +317,8 @@ def judge_switch(a: App, switches: list[Switch], number: int) -> tuple[dict[str,
         "join rounds": f"{first_rounds}/{rounds_after}",
     }
     problems = [
-        *([f"sends held {held:.1f}s"] if held > HELD_MOST_S else []),
+        *([f"sends held {held:.1f}s (the saga held clients {switch.held_s:.1f}s)"]
+          if held > HELD_MOST_S else []),
         *([f"resumed {resume_s:.1f}s after the flip, first join took {a.joined:.1f}s in {first_rounds} "
            f"round(s), {rounds_after} after the flip"]
           if resume_s > bound_s else []),

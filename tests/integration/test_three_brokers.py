@@ -1,12 +1,15 @@
 """A three-broker cluster, shared by this module: replication with one broker killed (and a kept admin
 client whose group's coordinator moved meanwhile), a partition's leadership moving while an application
 writes and reads through the gateway — the application sees nothing but retriable errors, loses nothing
-and never learns a real broker's address — and a group's requests reaching its coordinator whichever of
-the gateway's brokers they were sent to."""
+and never learns a real broker's address — a group's requests reaching its coordinator whichever of
+the gateway's brokers they were sent to, and records a leader appended but has not committed, with a
+follower frozen."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 import uuid
@@ -33,12 +36,13 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from activities.deps import KEPT_READER_S
-from switchyard import kafka
+from switchyard import appended, kafka
 from switchyard.admins import Admins
 from switchyard.config import Config
 from switchyard.mirror.groups import group_state
 from switchyard.routing import RoutingStore
 from switchyard.stack import Stack
+from switchyard.wire import Wire
 from tests.compat.app_io import value_of
 from tests.helpers.asker import Asker
 from tests.helpers.clusters import SOLO, cluster_config, cluster_stack, discard, kill, read_all, records
@@ -366,6 +370,47 @@ def test_the_ends_of_partitions_whose_leader_was_killed_are_read_once_they_are_l
         assert kafka.log_ends(kept, keys, timeout_s=KEPT_READER_S) == before  # the first try's time
     finally:
         kept.close()
+        back_in_sync(three, admin, topic)
+
+
+def test_records_a_leader_appended_but_has_not_committed_are_told_by_its_log_end(three: Stack) -> None:
+    """With a follower frozen (SIGSTOP) and still in sync, a leader appends an acks=all producer's records
+    and commits none until the follower copies them or the cluster drops it. Every reader's end, the high
+    watermark, leaves them out, so a switch fenced there found the source moved when they came in (a
+    chaos trial's topic migration, a follower killed: FenceBroken 45 -> 46). The leader's log end
+    (:func:`switchyard.appended.leader_ends`, which the saga's settle step waits for) tells them."""
+    real = three.config.clusters[SOLO].bootstrap
+    admin = AdminClient({"bootstrap.servers": real})
+    topic = f"appended-{uuid.uuid4().hex[:8]}"
+    kafka.create_topics(real, [topic], partitions=1)
+    assert kafka.produce(real, topic, records(20, "a")) == 20
+    key, wire = (topic, 0), Wire(real)
+    partition = _partitions(admin, topic)[0]
+    follower = next(r for r in partition.replicas if r != partition.leader)
+    process = next(three.process(s) for s in three.services if s.name == f"kafka-{SOLO}-{follower}")
+    pid = process.pid()
+    assert pid is not None
+    producer = Producer({"bootstrap.servers": real, "linger.ms": 0})
+    try:
+        producer.produce(topic, b"connected", partition=0)  # its connection to the leader made
+        assert producer.flush(30) == 0
+        assert appended.leader_ends(wire, [key], 10) == kafka.ends_of(real, [key]) == {key: 21}
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for record in records(5, "b"):
+                producer.produce(topic, record.value, record.key, partition=0)
+            producer.poll(0)
+            deadline = time.monotonic() + 5  # well inside the cluster's 9 s before it drops the follower
+            while (ends := appended.leader_ends(wire, [key], 5)) != {key: 26}:
+                assert time.monotonic() < deadline, f"the leader's end {ends}, not 26"
+                time.sleep(0.05)
+            assert kafka.ends_of(real, [key]) == {key: 21}, "committed with a follower in sync frozen"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert producer.flush(60) == 0
+        assert kafka.ends_of(real, [key]) == appended.leader_ends(wire, [key], 10) == {key: 26}
+    finally:
+        wire.close()
         back_in_sync(three, admin, topic)
 
 
