@@ -47,11 +47,20 @@ class _JsonFormatter(logging.Formatter):
             "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
             "level": record.levelname,
             "logger": record.name,
+            "pid": record.process,
             "message": record.getMessage(),
         }
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry)
+
+
+def formatter(kind: str) -> logging.Formatter:
+    """A line per record in ``logging.format``'s ``kind``, each naming its process: a gateway's processes
+    write one log, and which of them served a connection is often the question."""
+    if kind == "json":
+        return _JsonFormatter()
+    return logging.Formatter("%(asctime)s %(levelname)-7s %(name)s[%(process)d]: %(message)s")
 
 
 def setup(config: Config, service: str) -> None:
@@ -62,10 +71,7 @@ def setup(config: Config, service: str) -> None:
     _configured = True
 
     handler = logging.StreamHandler(sys.stderr)
-    if config.logging.format == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    handler.setFormatter(formatter(config.logging.format))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(config.logging.level)

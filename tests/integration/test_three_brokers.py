@@ -390,7 +390,9 @@ def test_records_a_leader_appended_but_has_not_committed_are_told_by_its_log_end
     process = next(three.process(s) for s in three.services if s.name == f"kafka-{SOLO}-{follower}")
     pid = process.pid()
     assert pid is not None
-    producer = Producer({"bootstrap.servers": real, "linger.ms": 0})
+    # A broker reads a connection's next request only once it has answered the last, and an acks=all
+    # produce is answered when committed: the five records must go in one request, gathered by the linger.
+    producer = Producer({"bootstrap.servers": real, "linger.ms": 500})
     try:
         producer.produce(topic, b"connected", partition=0)  # its connection to the leader made
         assert producer.flush(30) == 0

@@ -3,6 +3,9 @@ stops start-up with one message naming the key (the scrape itself: tests/integra
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import socket
 from pathlib import Path
 
@@ -46,3 +49,17 @@ def test_a_taken_port_is_one_error_naming_the_key() -> None:
     assert str(caught.value) == (
         f"telemetry.prometheus_listen: cannot listen on 127.0.0.1:{port}: Address already in use"
     )
+
+
+@pytest.mark.parametrize("kind", ["text", "json"])
+def test_every_log_line_names_its_process(kind: str) -> None:
+    """A gateway's processes share one log: a line that does not say which wrote it leaves a connection's
+    story (a join through one process, its commit through the other) untold."""
+    record = logging.LogRecord(
+        "workers.gateway.session", logging.INFO, __file__, 1, "group g: joined", None, None
+    )
+    line = telemetry.formatter(kind).format(record)
+    if kind == "json":
+        assert json.loads(line)["pid"] == os.getpid()
+    else:
+        assert line.endswith(f" INFO    workers.gateway.session[{os.getpid()}]: group g: joined"), line
