@@ -18,13 +18,11 @@ from collections.abc import Iterable
 
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.metadata.v12.response import MetadataResponse
 from kio.schema.offset_for_leader_epoch.v4.request import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderPartition,
     OffsetForLeaderTopic,
 )
-from kio.schema.offset_for_leader_epoch.v4.response import OffsetForLeaderEpochResponse
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32
 
@@ -62,7 +60,7 @@ def leader_ends(wire: Wire, keys: Iterable[Key], timeout_s: float) -> dict[Key, 
                     OffsetForLeaderTopic(topic=TopicName(t), partitions=tuple(p)) for t, p in by_topic.items()
                 ),
             )
-            answer = wire.ask(address, asked, OffsetForLeaderEpochResponse, deadline)
+            answer = wire.ask(address, asked, deadline)
             for result in answer.topics:
                 for p in result.partitions:
                     refused(p.error_code, MOVING)
@@ -85,7 +83,7 @@ def _leaders(wire: Wire, wanted: list[Key], deadline: float) -> dict[tuple[str, 
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,
     )
-    metadata = wire.ask_any(asked, MetadataResponse, deadline)
+    metadata = wire.ask_any(asked, deadline)
     brokers = {int(b.node_id): (b.host, int(b.port)) for b in metadata.brokers}
     leaders: dict[tuple[str, int], dict[Key, int]] = defaultdict(dict)
     wanted_set = set(wanted)

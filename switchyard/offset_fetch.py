@@ -15,9 +15,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
-from kio.schema.find_coordinator.v3.response import FindCoordinatorResponse
 from kio.schema.offset_fetch.v6.request import OffsetFetchRequest
-from kio.schema.offset_fetch.v6.response import OffsetFetchResponse
 from kio.schema.types import GroupId
 
 from switchyard.wire import Wire, asked_until, refused
@@ -36,10 +34,10 @@ def committed(wire: Wire, group: str, timeout_s: float) -> dict[Key, int]:
     else it refused (an unauthorised group, say)."""
 
     def attempt(deadline: float) -> dict[Key, int]:
-        found = wire.ask_any(FindCoordinatorRequest(key=group), FindCoordinatorResponse, deadline)
+        found = wire.ask_any(FindCoordinatorRequest(key=group), deadline)
         refused(found.error_code, MOVING)
         asked = OffsetFetchRequest(group_id=GroupId(group), topics=None)
-        answer = wire.ask((found.host, int(found.port)), asked, OffsetFetchResponse, deadline)
+        answer = wire.ask((found.host, int(found.port)), asked, deadline)
         refused(answer.error_code, MOVING)
         return {
             (topic.name, int(p.partition_index)): int(p.committed_offset)

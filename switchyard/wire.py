@@ -1,4 +1,5 @@
-"""Kafka requests Switchyard sends itself, over blocking sockets, with kio's codec.
+"""Kafka requests Switchyard sends itself, over blocking sockets, framed as the gateway frames its own
+(:mod:`switchyard.frames.protocol`).
 
 Some of what sagas and the mirror ask a cluster, librdkafka cannot ask safely or at all: a group's
 committed offsets (its request can crash the process, :mod:`switchyard.offset_fetch`) and a leader's log
@@ -9,7 +10,6 @@ keeps a few idle connections to each broker between asks: the mirror asks every 
 
 from __future__ import annotations
 
-import io
 import itertools
 import socket
 import struct
@@ -20,16 +20,17 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 from kio.schema.errors import ErrorCode
-from kio.schema.request_header.v2.header import RequestHeader
-from kio.schema.response_header.v1.header import ResponseHeader
-from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i32
-from kio.static.protocol import Entity
 
 from switchyard.config import split_hostport
+from switchyard.frames.protocol import (
+    FrameError,
+    decode_response,
+    request_of,
+    response_correlation_id,
+    with_size,
+)
 
 Address = tuple[str, int]
-Answer = TypeVar("Answer", bound=Entity)
 T = TypeVar("T")
 
 CLIENT_ID = "switchyard"
@@ -68,15 +69,16 @@ class Wire:
         for connection in idle:
             connection.close()
 
-    def ask_any(self, request: Any, answered_as: type[Answer], deadline: float) -> Answer:
-        """``request`` asked of the bootstrap servers in turn, each given its share of the time left (a
-        frozen broker takes a connection and never answers), starting with the one that answered last."""
+    def ask_any(self, request: Any, deadline: float) -> Any:
+        """``request`` (a kio request) asked of the bootstrap servers in turn, each given its share of the
+        time left (a frozen broker takes a connection and never answers), starting with the one that
+        answered last; its answer, decoded."""
         servers = list(self.servers)
         failed: OSError | EOFError | None = None
         for i, server in enumerate(servers):
             share = time.monotonic() + max(left(deadline) / (len(servers) - i), min(left(deadline), 1.0))
             try:
-                answer = self.ask(server, request, answered_as, share)
+                answer = self.ask(server, request, share)
             except (OSError, EOFError) as exc:
                 failed = exc
                 continue
@@ -86,20 +88,21 @@ class Wire:
         assert failed is not None
         raise failed
 
-    def ask(self, address: Address, request: Any, answered_as: type[Answer], deadline: float) -> Answer:
-        """``request`` (a flexible version's) to ``address``, and its answer: on a kept connection, or on a
-        new one if there is none or the kept one fails (the broker closes idle ones)."""
+    def ask(self, address: Address, body: Any, deadline: float) -> Any:
+        """``body`` (a kio request) sent to ``address``, and its answer, decoded: on a kept connection, or
+        on a new one if there is none or the kept one fails (the broker closes idle ones). An answer that
+        does not read as one is an ``EOFError``, as a connection lost."""
         correlation = next(self._correlation)
-        frame = _framed(request, correlation)
+        request = request_of(body, client_id=CLIENT_ID, correlation_id=correlation)
+        frame = with_size(request.frame)
         kept = self._take(address)
         while True:
             connection = kept or socket.create_connection(address, timeout=left(deadline))
             try:
                 answer = _exchange(connection, frame, deadline)
-                header, at = entity_reader(ResponseHeader)(answer, 0)
-                if header.correlation_id != correlation:
+                if response_correlation_id(answer) != correlation:
                     raise EOFError(f"an answer to another request from {address}")
-            except (OSError, EOFError):
+            except (OSError, EOFError, FrameError):
                 connection.close()
                 if kept is None:
                     raise
@@ -110,10 +113,9 @@ class Wire:
                 raise
             self._give(address, connection)
             try:
-                body, _ = entity_reader(answered_as)(answer, at)
-            except Exception as exc:  # kio's reader on an answer it cannot read
-                raise EOFError(f"an answer from {address} that is not {answered_as.__name__}: {exc}") from exc
-            return body
+                return decode_response(request, answer)
+            except FrameError as exc:
+                raise EOFError(f"an answer from {address} that does not read: {exc}") from exc
 
     def _take(self, address: Address) -> socket.socket | None:
         with self._lock:
@@ -157,23 +159,6 @@ def left(deadline: float) -> float:
     if remaining <= 0:
         raise TimeoutError("no time left")
     return remaining
-
-
-def _framed(request: Any, correlation: int) -> bytes:
-    """``request`` (a flexible version's) with its header and size."""
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")
-    header = RequestHeader(
-        request_api_key=request.__api_key__,
-        request_api_version=request.__version__,
-        correlation_id=i32(correlation),
-        client_id=CLIENT_ID,
-    )
-    entity_writer(RequestHeader)(out, header)
-    entity_writer(type(request))(out, request)
-    frame = out.getbuffer()
-    _SIZE.pack_into(frame, 0, len(frame) - 4)
-    return bytes(frame)
 
 
 def _exchange(connection: socket.socket, frame: bytes, deadline: float) -> bytes:

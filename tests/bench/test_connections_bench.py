@@ -15,11 +15,11 @@ from kio.schema.metadata.v12.request import MetadataRequestTopic
 
 from switchyard import kafka
 from switchyard.config import Config
+from switchyard.frames.protocol import encode_request
 from switchyard.table import render
 from tests.helpers.live import unique
 from tests.helpers.processes import GatewayProcess, own_gateway
 from tests.helpers.soak import read_process
-from workers.gateway.framing.protocol import encode_request
 from workers.gateway.routing import apis
 
 COUNTS = (100, 1_000, 5_000)

@@ -286,7 +286,7 @@ def decode_mutations() -> tuple[int, int]:
     from kio.schema.index import api_key_map, schema_name_map
     from kio.serial import entity_reader
 
-    from workers.gateway.framing.bounds import BoundsError, check_entity
+    from switchyard.frames.bounds import BoundsError, check_entity
 
     tried = passed = 0
     for key, name in api_key_map.items():

@@ -17,16 +17,16 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from switchyard.stack import health
-from tests.helpers import ports
-from tests.helpers.services import PrivateService
-from workers.gateway.framing.protocol import (
+from switchyard.frames.protocol import (
     Request,
     decode_response,
     encode_response,
     parse_request,
     with_size,
 )
+from switchyard.stack import health
+from tests.helpers import ports
+from tests.helpers.services import PrivateService
 from workers.gateway.routing import apis
 from workers.gateway.routing.blocking import blocked_response
 

@@ -14,9 +14,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
 
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import Request, decode_response, encode_request, request_schema
 from tests.helpers.batches import record_batch
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import Request, decode_response, encode_request, request_schema
 from workers.gateway.routing import apis
 
 

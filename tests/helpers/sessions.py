@@ -16,20 +16,20 @@ import kio.index
 from kio.schema.errors import ErrorCode
 
 from switchyard.config import ClusterConfig, Config
-from switchyard.keys import BindingKey
-from switchyard.model import Binding
-from switchyard.routing.snapshot import RoutingSnapshot
-from tests.helpers.frames import Encoded, example
-from workers.gateway.brokers.upstream import Upstream
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.intake import ByteBudget
-from workers.gateway.framing.protocol import (
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import (
     Request,
     encode_response,
     known_versions,
     parse_request,
     response_schema,
 )
+from switchyard.keys import BindingKey
+from switchyard.model import Binding
+from switchyard.routing.snapshot import RoutingSnapshot
+from tests.helpers.frames import Encoded, example
+from workers.gateway.brokers.upstream import Upstream
+from workers.gateway.framing.intake import ByteBudget
 from workers.gateway.groups.members import Members
 from workers.gateway.migrated.moved import Moved
 from workers.gateway.process.metrics import Metrics

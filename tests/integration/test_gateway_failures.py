@@ -19,6 +19,7 @@ from kio.schema.offset_commit.v8.request import OffsetCommitRequestPartition, Of
 from switchyard import kafka
 from switchyard.config import Config
 from switchyard.errors import AcksTimeout
+from switchyard.frames.entities import make
 from switchyard.keys import BindingKey
 from switchyard.routing.gateways import registered, wait_for_acks
 from switchyard.routing.store import RoutingStore
@@ -27,7 +28,6 @@ from tests.helpers.processes import GatewayProcess
 from tests.helpers.proxy import FreezableProxy
 from tests.helpers.raw import RawClient, fetch_fields
 from tests.helpers.services import PrivateService
-from workers.gateway.framing.entities import make
 from workers.gateway.routing import apis
 
 ACTOR = "user:test"

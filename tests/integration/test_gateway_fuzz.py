@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from switchyard import kafka
 from switchyard.config import Config
+from switchyard.frames.protocol import FrameError, decode_response, parse_request
 from switchyard.routing.store import RoutingStore
 from switchyard.stack import health
 from switchyard.threads import Worker
@@ -37,7 +38,6 @@ from tests.helpers.processes import GatewayProcess
 from tests.helpers.raw import RawClient
 from tests.helpers.services import PrivateService
 from tests.helpers.stacks import QUICK_CONSUMER
-from workers.gateway.framing.protocol import FrameError, decode_response, parse_request
 from workers.gateway.routing import apis
 
 MEMBERSHIP = {apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.LEAVE_GROUP}

@@ -20,6 +20,8 @@ from kio.schema.offset_commit.v8.request import OffsetCommitRequestPartition, Of
 
 from switchyard import kafka
 from switchyard.config import Config
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import decode_response, encode_request, request_schema, with_size
 from switchyard.keys import BindingKey
 from switchyard.routing.gateways import registered, wait_for_acks
 from switchyard.routing.store import RoutingStore
@@ -35,8 +37,6 @@ from tests.helpers.raw import (
 )
 from tests.helpers.records import join
 from workers.gateway.brokers.vnodes import slot
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import decode_response, encode_request, request_schema, with_size
 from workers.gateway.routing import apis
 
 

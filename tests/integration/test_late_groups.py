@@ -28,6 +28,8 @@ from kio.schema.errors import ErrorCode
 from switchyard import kafka
 from switchyard.admins import ClusterAdmin
 from switchyard.config import Config
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import request_schema
 from switchyard.keys import BindingKey
 from switchyard.mirror.groups import committed_offsets
 from switchyard.routing.gateways import wait_for_acks
@@ -49,8 +51,6 @@ from tests.helpers.raw import (
     sync_group,
 )
 from tests.integration.test_sagas import ACTOR, prepare
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import request_schema
 from workers.gateway.routing import apis
 from workers.gateway.routing.holds import SHARE_OF_SESSION, UNKNOWN_SESSION_S
 

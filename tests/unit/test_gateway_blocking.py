@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from workers.gateway.framing.protocol import (
+from switchyard.frames.protocol import (
     Request,
     decode_response,
     encode_response,

@@ -13,9 +13,9 @@ import kio.index
 import pytest
 from kio.schema.index import api_key_map, schema_name_map
 
+from switchyard.frames.bounds import BoundsError, check_entity
+from switchyard.frames.protocol import FrameError, parse_request
 from tests.helpers.frames import Encoded, broken, emptied, example, kio_bytes
-from workers.gateway.framing.bounds import BoundsError, check_entity
-from workers.gateway.framing.protocol import FrameError, parse_request
 
 
 def schemas(load: Any) -> list[tuple[str, Any]]:

@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import encode_request, known_versions, parse_request, request_schema
 from switchyard.routing.snapshot import RoutingSnapshot
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import encode_request, known_versions, parse_request, request_schema
 from workers.gateway.groups.carry import carried_commit, held
 from workers.gateway.routing import apis
 from workers.gateway.routing.holds import RoutingChanges, hold_limit

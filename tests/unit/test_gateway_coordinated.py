@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import response_schema
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import response_schema
 from workers.gateway.groups.coordinated import loading, not_coordinator
 from workers.gateway.routing import apis
 

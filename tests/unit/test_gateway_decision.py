@@ -13,10 +13,10 @@ from datetime import timedelta
 import pytest
 from kio.schema.errors import ErrorCode
 
+from switchyard.frames.protocol import decode_response, encode_request, known_versions
 from switchyard.model import BindingState
 from switchyard.resolution import Resolution
 from workers.gateway.brokers.vnodes import RealBroker
-from workers.gateway.framing.protocol import decode_response, encode_request, known_versions
 from workers.gateway.routing import apis
 from workers.gateway.routing.apis import Context
 from workers.gateway.routing.decision import Action, Decision, decide

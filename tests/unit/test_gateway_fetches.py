@@ -14,18 +14,18 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
 
-from tests.unit.test_gateway_batches import built
-from tests.unit.test_gateway_topic_identity import encodes
-from workers.gateway.brokers.fetches import NO_EPOCH, answer_without_epochs, forwarded_fetch
-from workers.gateway.framing import batches
-from workers.gateway.framing.bounds import check_response_header
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import (
+from switchyard.frames.bounds import check_response_header
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import (
     known_versions,
     request_schema,
     response_header_schema,
     response_schema,
 )
+from tests.unit.test_gateway_batches import built
+from tests.unit.test_gateway_topic_identity import encodes
+from workers.gateway.brokers.fetches import NO_EPOCH, answer_without_epochs, forwarded_fetch
+from workers.gateway.framing import batches
 from workers.gateway.routing import apis
 
 VERSIONS = range(7, apis.VERSION_CAPS[apis.FETCH] + 1)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workers.gateway.framing.protocol import FrameError, FrameSplitter, parse_request
+from switchyard.frames.protocol import FrameError, FrameSplitter, parse_request
 from workers.gateway.routing import apis
 from workers.gateway.routing.apis import context_of
 

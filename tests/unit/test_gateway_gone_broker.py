@@ -19,6 +19,14 @@ from typing import Any, cast
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import (
+    Request,
+    decode_response,
+    parse_request,
+    request_schema,
+    response_schema,
+)
 from switchyard.keys import BindingKey
 from switchyard.ledger.kinds import RoutingSnapshot
 from switchyard.model import Binding, BindingState
@@ -27,14 +35,6 @@ from tests.helpers.sessions import Brokers, Gateway, answering_broker, commit_an
 from workers.gateway import session
 from workers.gateway.brokers.upstream import Unlisted, Upstream
 from workers.gateway.brokers.vnodes import RealBroker
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import (
-    Request,
-    decode_response,
-    parse_request,
-    request_schema,
-    response_schema,
-)
 from workers.gateway.producers.translation import Translation
 from workers.gateway.routing import apis
 from workers.gateway.routing.holds import KIP848_HEARTBEAT_S

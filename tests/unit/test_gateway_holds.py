@@ -14,11 +14,11 @@ from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
 
+from switchyard.frames.protocol import decode_response, parse_request
 from switchyard.keys import BindingKey
 from switchyard.ledger.kinds import RoutingSnapshot
 from switchyard.model import Binding, BindingState, Cluster, ClusterState
 from tests.helpers.sessions import AtOneAddress, Gateway, answered_when, raw, serving
-from workers.gateway.framing.protocol import decode_response, parse_request
 from workers.gateway.routing import apis
 
 HOLD_S = 1.0

@@ -15,9 +15,9 @@ import pytest
 import uvloop
 
 from switchyard.config import GatewayLimitsConfig
+from switchyard.frames.protocol import FrameError
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.framing.intake import ByteBudget, Intake
-from workers.gateway.framing.protocol import FrameError
 from workers.gateway.routing.inflight import InFlight, StillRouted, Ticket, own_wait_s
 
 FRAME = struct.pack(">hhih", 18, 0, 1, 1) + b"x"

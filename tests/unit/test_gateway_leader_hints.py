@@ -10,9 +10,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import response_schema
 from workers.gateway.brokers.rewrite import leader_hints, real_nodes, rewrite
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import response_schema
 from workers.gateway.routing import apis
 
 NOT_LEADER = ErrorCode.not_leader_or_follower

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.helpers.sessions import AtOneAddress, Gateway, answered_when, answering_broker, commit_answer, raw
-from workers.gateway import session
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import (
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import (
     Request,
     decode_response,
     parse_request,
     request_schema,
 )
+from tests.helpers.sessions import AtOneAddress, Gateway, answered_when, answering_broker, commit_answer, raw
+from workers.gateway import session
 from workers.gateway.routing import apis
 
 VERSION = 8

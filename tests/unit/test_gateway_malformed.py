@@ -17,6 +17,13 @@ import kio.index
 import pytest
 from kio.schema.errors import ErrorCode
 
+from switchyard.frames.protocol import (
+    FrameError,
+    Request,
+    decode_response,
+    encode_response,
+    parse_request,
+)
 from switchyard.identity import identify
 from switchyard.keys import BindingKey
 from switchyard.model import Binding, BindingState
@@ -24,13 +31,6 @@ from switchyard.resolution import resolve
 from tests.helpers.frames import Encoded, emptied, example
 from tests.helpers.sessions import READ, Gateway, exchange, offered, raw
 from workers.gateway.brokers import topic_identity
-from workers.gateway.framing.protocol import (
-    FrameError,
-    Request,
-    decode_response,
-    encode_response,
-    parse_request,
-)
 from workers.gateway.routing import apis
 from workers.gateway.routing.blocking import blocked_response
 from workers.gateway.routing.holds import hold_limit

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import request_schema, response_schema
 from switchyard.mirror.offsets import OffsetMap
 from switchyard.mirror.presented import Presented
 from tests.helpers.batches import record_batch
 from workers.gateway.brokers import mapped
 from workers.gateway.framing import batches
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import request_schema, response_schema
 from workers.gateway.routing import apis
 
 # the source: records 0-4, a marker at 5, records 6-9 (end 10); the copy: records 0-8, end 9

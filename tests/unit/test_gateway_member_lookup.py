@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from switchyard.frames.protocol import decode_response, parse_request
 from switchyard.identity import Identity
 from tests.helpers.sessions import Brokers, Gateway, exchange, raw
 from workers.gateway.brokers.upstream import UpstreamError
-from workers.gateway.framing.protocol import decode_response, parse_request
 from workers.gateway.groups.handling import GroupHandling
 from workers.gateway.groups.members import Member, Members
 from workers.gateway.routing import apis

@@ -24,10 +24,10 @@ from kio.schema.offset_commit.v8.response import (
 from kio.schema.sync_group.v3.response import SyncGroupResponse
 from kio.static.primitive import i32, i32Timedelta
 
+from switchyard.frames.protocol import decode_response, encode_request, encode_response, parse_request
 from switchyard.identity import Identity
 from tests.helpers.sessions import Unsynced
 from tests.unit.test_gateway_carry import offset_commit
-from workers.gateway.framing.protocol import decode_response, encode_request, encode_response, parse_request
 from workers.gateway.groups.carry import carried_commit
 from workers.gateway.groups.handling import GroupHandling, assigned_partitions
 from workers.gateway.groups.members import Member, Members

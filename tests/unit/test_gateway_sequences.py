@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import request_schema, response_schema
 from tests.helpers.batches import record_batch
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import request_schema, response_schema
 from workers.gateway.producers.sequences import Key, Sequences, Unsendable, established
 from workers.gateway.producers.translation import Origin, Translation
 from workers.gateway.routing import apis

@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import encode_request, request_schema
 from switchyard.keys import BindingKey
 from switchyard.model import (
     Binding,
@@ -27,8 +29,6 @@ from switchyard.model import (
 )
 from switchyard.routing.snapshot import RoutingSnapshot
 from tests.helpers.sessions import AtOneAddress, Gateway, serving
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import encode_request, request_schema
 from workers.gateway.migrated.moved import Moved
 from workers.gateway.routing import apis
 

@@ -19,6 +19,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import (
+    encode_request,
+    encode_response,
+    parse_request,
+    request_schema,
+    response_schema,
+)
 from switchyard.keys import BindingKey
 from switchyard.model import Binding, BindingState, PartitionId
 from switchyard.routing.snapshot import RoutingSnapshot
@@ -26,14 +34,6 @@ from tests.helpers.sessions import Brokers, Gateway, serving
 from tests.unit.test_gateway_split_order import NODE, migrated
 from workers.gateway.brokers import leaders
 from workers.gateway.brokers.upstream import Upstream
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import (
-    encode_request,
-    encode_response,
-    parse_request,
-    request_schema,
-    response_schema,
-)
 from workers.gateway.migrated.moved import Moved
 from workers.gateway.routing import apis
 

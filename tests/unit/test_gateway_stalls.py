@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from workers.gateway.framing.protocol import encode_request
+from switchyard.frames.protocol import encode_request
 from workers.gateway.process.stalls import REPORT_AFTER_S, Waiting, waiting_in
 from workers.gateway.routing import apis
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from kio.serial import entity_reader, entity_writer
 
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import known_versions, request_schema, response_schema
 from workers.gateway.brokers import topic_identity
 from workers.gateway.brokers.rewrite import real_nodes, rewrite
 from workers.gateway.brokers.topic_identity import NO_EPOCH, PRESENTED_FROM, ZERO, topic_id
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import known_versions, request_schema, response_schema
 from workers.gateway.routing import apis
 
 REAL_IDS = {"primary": uuid.UUID(int=0xA1), "standby": uuid.UUID(int=0xB2)}

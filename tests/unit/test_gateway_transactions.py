@@ -12,8 +12,8 @@ from typing import Any, cast
 import pytest
 from kio.schema.errors import ErrorCode
 
+from switchyard.frames.protocol import Request, encode_request
 from workers.gateway.brokers.upstream import UpstreamError
-from workers.gateway.framing.protocol import Request, encode_request
 from workers.gateway.producers.issuers import Issued, IssuerStore
 from workers.gateway.producers.transactions import (
     Carrier,

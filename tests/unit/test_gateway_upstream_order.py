@@ -16,13 +16,13 @@ import pytest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 
+from switchyard.frames.entities import make
+from switchyard.frames.protocol import Request, decode_response, parse_request, response_schema
 from switchyard.keys import BindingKey
 from switchyard.model import Binding, BindingState
 from switchyard.routing.snapshot import RoutingSnapshot
 from tests.helpers.sessions import AtOneAddress, Gateway, answered_when, answering_broker, commit_answer, raw
 from workers.gateway.brokers.upstream import Upstream, UpstreamError
-from workers.gateway.framing.entities import make
-from workers.gateway.framing.protocol import Request, decode_response, parse_request, response_schema
 from workers.gateway.routing import apis
 from workers.gateway.routing.blocking import OwnAnswer
 from workers.gateway.session import ClientSession, Listener

@@ -30,6 +30,20 @@ from typing import Any, cast
 from kio.schema.errors import ErrorCode
 
 from switchyard.config import GatewayLimitsConfig
+from switchyard.frames.entities import element_type, make, replace_known
+from switchyard.frames.protocol import (
+    FrameError,
+    Request,
+    api_name,
+    decode_response,
+    encode_request,
+    encode_response,
+    parse_request,
+    replace_body,
+    request_schema,
+    response_schema,
+    with_size,
+)
 from switchyard.identity import Identity, identify
 from switchyard.model import BindingState
 from switchyard.resolution import Resolution, resolve
@@ -48,21 +62,7 @@ from workers.gateway.brokers.upstream import (
     dropped,
 )
 from workers.gateway.brokers.vnodes import RealBroker
-from workers.gateway.framing.entities import element_type, make, replace_known
 from workers.gateway.framing.intake import Intake, Lease
-from workers.gateway.framing.protocol import (
-    FrameError,
-    Request,
-    api_name,
-    decode_response,
-    encode_request,
-    encode_response,
-    parse_request,
-    replace_body,
-    request_schema,
-    response_schema,
-    with_size,
-)
 from workers.gateway.framing.sasl import Credentials, SaslError
 from workers.gateway.groups import coordinated
 from workers.gateway.groups.coordinator import coordinator

@@ -9,9 +9,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import API_VERSIONS, Request, response_schema
 from workers.gateway.brokers.directory import LOCAL_APIS, BrokerDirectory
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import API_VERSIONS, Request, response_schema
 from workers.gateway.framing.sasl import Credentials, SaslError, UsersFile, parse_plain
 
 log = logging.getLogger(__name__)

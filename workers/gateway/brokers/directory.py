@@ -19,17 +19,17 @@ from typing import Any
 
 from switchyard import __version__
 from switchyard.config import Config, split_hostport
-from workers.gateway.brokers.rewrite import real_nodes, rewrite
-from workers.gateway.brokers.upstream import Unlisted, Upstream
-from workers.gateway.brokers.vnodes import RealBroker, VirtualNodes, slot
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import (
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import (
     API_VERSIONS,
     Request,
     known_versions,
     request_schema,
     response_schema,
 )
+from workers.gateway.brokers.rewrite import real_nodes, rewrite
+from workers.gateway.brokers.upstream import Unlisted, Upstream
+from workers.gateway.brokers.vnodes import RealBroker, VirtualNodes, slot
 from workers.gateway.framing.sasl import Credentials, authenticate
 from workers.gateway.process.metrics import Metrics
 from workers.gateway.routing import apis

@@ -24,8 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from workers.gateway.framing import batches
-from workers.gateway.framing.bounds import (
+from switchyard.frames.bounds import (
     BoundsError,
     after_string,
     after_tags,
@@ -34,8 +33,9 @@ from workers.gateway.framing.bounds import (
     check_response_header,
     skipped,
 )
-from workers.gateway.framing.entities import replace_known
-from workers.gateway.framing.protocol import with_size
+from switchyard.frames.entities import replace_known
+from switchyard.frames.protocol import with_size
+from workers.gateway.framing import batches
 
 log = logging.getLogger(__name__)
 NO_EPOCH = -1

@@ -19,9 +19,9 @@ import asyncio
 import time
 from typing import Any
 
+from switchyard.frames.protocol import FrameError
 from workers.gateway.brokers.directory import BrokerDirectory
 from workers.gateway.brokers.upstream import UpstreamError
-from workers.gateway.framing.protocol import FrameError
 
 POLL_S = 0.5
 """How often the cluster is asked who leads the partitions."""

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from workers.gateway.framing.entities import replace_known as _replace
+from switchyard.frames.entities import replace_known as _replace
 from workers.gateway.routing import apis
 
 BROKER_NAMING = frozenset(

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from workers.gateway.framing.entities import replace_known as _replace
+from switchyard.frames.entities import replace_known as _replace
 from workers.gateway.routing import apis
 
 _NAMESPACE = uuid.UUID("5b0e3a52-0c5d-5d1e-9a39-7a9e4b2f6c11")

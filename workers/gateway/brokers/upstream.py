@@ -19,7 +19,7 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from workers.gateway.framing.protocol import (
+from switchyard.frames.protocol import (
     FrameError,
     FrameSplitter,
     decode_response,

@@ -23,7 +23,7 @@ import struct
 from collections.abc import Callable
 
 from switchyard.config import GatewayLimitsConfig
-from workers.gateway.framing.protocol import FrameError
+from switchyard.frames.protocol import FrameError
 
 _SIZE = struct.Struct(">i")
 

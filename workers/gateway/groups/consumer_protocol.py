@@ -33,9 +33,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from switchyard.frames.entities import replace_known
 from workers.gateway.brokers.real_ids import RealIds
 from workers.gateway.brokers.upstream import UpstreamError
-from workers.gateway.framing.entities import replace_known
 
 JOIN, LEAVE = 0, -1
 """A heartbeat's member epoch when it joins, when it leaves (-2: a static member leaving for a while)."""

@@ -11,10 +11,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import FrameError, request_schema
 from workers.gateway.brokers.directory import BrokerDirectory
 from workers.gateway.brokers.upstream import Upstream, UpstreamError
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import FrameError, request_schema
 from workers.gateway.framing.sasl import Credentials
 from workers.gateway.groups import consumer_protocol
 from workers.gateway.groups.consumer_protocol import leave_fields

@@ -21,18 +21,18 @@ from typing import Any, Protocol, cast
 
 from kio.schema.errors import ErrorCode
 
-from switchyard.identity import Identity, identify
-from switchyard.model import BindingState, ClusterState
-from switchyard.resolution import resolve
-from switchyard.routing.snapshot import RoutingSnapshot
-from workers.gateway.brokers.upstream import Upstream, UpstreamError
-from workers.gateway.framing.protocol import (
+from switchyard.frames.protocol import (
     FrameError,
     Request,
     decode_response,
     encode_response,
     replace_body,
 )
+from switchyard.identity import Identity, identify
+from switchyard.model import BindingState, ClusterState
+from switchyard.resolution import resolve
+from switchyard.routing.snapshot import RoutingSnapshot
+from workers.gateway.brokers.upstream import Upstream, UpstreamError
 from workers.gateway.framing.sasl import Credentials
 from workers.gateway.groups import consumer_protocol
 from workers.gateway.groups.carry import carried_commit

@@ -25,12 +25,12 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from switchyard.frames.entities import element_type, make, replace_known
+from switchyard.frames.protocol import Request, response_schema
 from switchyard.model import PartitionMigration
 from switchyard.routing.snapshot import RoutingSnapshot
 from workers.gateway.brokers.upstream import Shielded
 from workers.gateway.framing import batches
-from workers.gateway.framing.entities import element_type, make, replace_known
-from workers.gateway.framing.protocol import Request, response_schema
 from workers.gateway.migrated.offsets import LATEST, Arithmetic, Fetched, Listed, Read, Side
 from workers.gateway.routing import apis
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.gateway.framing.protocol import Request, api_name
+from switchyard.frames.protocol import Request, api_name
 from workers.gateway.routing import apis
 
 REPORT_AFTER_S = 20.0

@@ -40,9 +40,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import request_schema
 from workers.gateway.brokers.directory import BrokerDirectory
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import request_schema
 from workers.gateway.migrated.leaders import Leaders
 from workers.gateway.producers.translation import SEQUENCES, Place, Translation, place, sequence_span
 from workers.gateway.routing import apis

@@ -53,10 +53,10 @@ from typing import Any, TypeVar
 from kazoo.exceptions import KazooException
 from kio.schema.errors import ErrorCode
 
+from switchyard.frames.bounds import BoundsError, after_string, check_response_header
+from switchyard.frames.protocol import Request, encode_request
 from workers.gateway.brokers.directory import BrokerDirectory
 from workers.gateway.brokers.upstream import Upstream, UpstreamError
-from workers.gateway.framing.bounds import BoundsError, after_string, check_response_header
-from workers.gateway.framing.protocol import Request, encode_request
 from workers.gateway.producers.issuers import Issued, IssuerStore
 from workers.gateway.routing import apis
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from workers.gateway.framing.protocol import Request
+from switchyard.frames.protocol import Request
 from workers.gateway.producers.translation import producer_of
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3

@@ -18,8 +18,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from workers.gateway.framing.entities import element_type, make
-from workers.gateway.framing.protocol import Request, encode_response, response_schema
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import Request, encode_response, response_schema
 from workers.gateway.routing import apis
 
 NOT_LEADER = ErrorCode.not_leader_or_follower

@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from switchyard.frames.protocol import Request
 from switchyard.routing.snapshot import RoutingSnapshot
-from workers.gateway.framing.protocol import Request
 from workers.gateway.routing import apis
 
 SHARE_OF_CLIENT_TIMEOUT = 0.5

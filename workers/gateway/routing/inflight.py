@@ -36,8 +36,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from switchyard.frames.protocol import api_name
 from switchyard.routing.snapshot import RoutingSnapshot
-from workers.gateway.framing.protocol import api_name
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Kafka framing and headers, with kio's generated schemas doing the encoding.
 
 A frame is a 4-byte big-endian size and that many bytes. Every request's lengths are checked against
-its frame before anything decodes it (:mod:`workers.gateway.framing.bounds`: kio's native decoder aborts the
+its frame before anything decodes it (:mod:`switchyard.frames.bounds`: kio's native decoder aborts the
 process on a length it cannot allocate); the header is read here, the body by kio only where routing
 needs it. The original bytes are what is forwarded, so Produce records and Fetch payloads are never
 re-encoded. Error handling: anything malformed raises :class:`FrameError`, which closes that one
@@ -24,13 +24,13 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
-from workers.gateway.framing.bounds import (
+from switchyard.frames.bounds import (
     BoundsError,
     check_entity,
     check_request_header,
     check_response_header,
 )
-from workers.gateway.framing.entities import make
+from switchyard.frames.entities import make
 
 API_VERSIONS = 18
 _SIZE = struct.Struct(">i")
@@ -141,20 +141,25 @@ def parse_request(frame: bytes) -> Request:
 def encode_request(
     api_key: int, version: int, fields: dict[str, Any], *, client_id: str, correlation_id: int = 1
 ) -> Request:
-    """A request of the gateway's own (frame without its size)."""
-    schema = request_schema(api_key, version)
-    header = schema.__header_schema__
+    """A request of Switchyard's own, its body made of ``fields`` (frame without its size)."""
+    body = make(request_schema(api_key, version), **fields)
+    return request_of(body, client_id=client_id, correlation_id=correlation_id)
+
+
+def request_of(body: Any, *, client_id: str, correlation_id: int = 1) -> Request:
+    """A request of Switchyard's own carrying ``body``, a kio request (frame without its size)."""
+    header = body.__header_schema__
     out = io.BytesIO()
     entity_writer(header)(
         out,
         header(
-            request_api_key=i16(api_key),
-            request_api_version=i16(version),
+            request_api_key=i16(body.__api_key__),
+            request_api_version=i16(body.__version__),
             correlation_id=i32(correlation_id),
             client_id=client_id,
         ),
     )
-    entity_writer(schema)(out, make(schema, **fields))
+    entity_writer(type(body))(out, body)
     return parse_request(out.getvalue())
 
 
