@@ -16,9 +16,9 @@ from tests.workflows.test_sagas import fails, until
 
 async def aging(s: Sagas, name: str) -> AgingReport:
     assert s.client is not None
-    handle = await s.client.start_workflow(
-        "MigrationAging", AgingRequest(60, actor="schedule:test"), id=f"{s.queue}-{name}",
-        task_queue=s.queue, result_type=AgingReport,
+    handle = await s.start(
+        "MigrationAging", AgingRequest(60, actor="schedule:test"), workflow_id=f"{s.queue}-{name}",
+        result_type=AgingReport,
     )  # fmt: skip
     report: AgingReport = await handle.result()
     await capture(handle, "migration-aging-" + name)

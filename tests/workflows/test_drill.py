@@ -24,8 +24,8 @@ from tests.workflows.conftest import Sagas, capture, refused
 
 async def start_drill(s: Sagas, request: DrillRequest) -> WorkflowHandle[Any, DrillResult]:
     assert s.client is not None
-    return await s.client.start_workflow(
-        "Drill", request, id=f"test-drill-{uuid.uuid4().hex[:8]}", task_queue=s.queue, result_type=DrillResult
+    return await s.start(
+        "Drill", request, workflow_id=f"test-drill-{uuid.uuid4().hex[:8]}", result_type=DrillResult
     )
 
 
@@ -105,9 +105,7 @@ def test_a_drill_cancelled_between_its_switches_stops_its_canary_tidies_and_reco
 
     async def scenario(s: Sagas) -> BaseException:
         assert s.client is not None
-        handle = await s.client.start_workflow(
-            "Drill", request, id=f"test-drill-{uuid.uuid4().hex[:8]}", task_queue=s.queue
-        )
+        handle = await s.start("Drill", request, workflow_id=f"test-drill-{uuid.uuid4().hex[:8]}")
         while steps.DRILL_CANARY not in s.script.calls:  # the canary runs: the drill sleeps its warm-up
             await asyncio.sleep(0.1)
         await asyncio.sleep(1)

@@ -5,8 +5,6 @@ source without an approval; and a plan that names what cannot move moves nothing
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from typing import Any
 
@@ -16,8 +14,9 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from switchyard.sagas import evacuations, steps
 from switchyard.sagas.evacuations import BatchOutcome, EvacuationRequest, EvacuationResult
 from switchyard.sagas.ids import saga_id
-from switchyard.sagas.requests import ApprovalPoint, Decision, Policy, Progress, SagaResult, SwitchRequest
+from switchyard.sagas.requests import ApprovalPoint, Decision, Policy, SwitchRequest
 from tests.workflows.conftest import Sagas, capture, refused
+from tests.workflows.test_sagas import until
 
 LINK = "evacuate-primary-to-standby"
 
@@ -25,24 +24,14 @@ LINK = "evacuate-primary-to-standby"
 async def _start(s: Sagas, **changes: Any) -> WorkflowHandle[Any, EvacuationResult]:
     assert s.client is not None
     request = EvacuationRequest("primary", "standby", "user:test", "test", watch_s=0.0, **changes)
-    return await s.client.start_workflow(
-        "ClusterEvacuation", request, id=f"test-evacuation-{uuid.uuid4().hex[:8]}", task_queue=s.queue,
+    return await s.start(
+        "ClusterEvacuation", request, workflow_id=f"test-evacuation-{uuid.uuid4().hex[:8]}",
         result_type=EvacuationResult,
     )  # fmt: skip
 
 
-async def _until(handle: WorkflowHandle[Any, Any], what: str, seen: Any, timeout_s: float = 30) -> Progress:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        progress: Progress = await handle.query("progress", result_type=Progress)
-        if seen(progress):
-            return progress
-        assert time.monotonic() < deadline, f"never {what}: {progress}"
-        await asyncio.sleep(0.1)
-
-
 async def _decide(handle: WorkflowHandle[Any, Any], where: str, *, approve: bool = True) -> None:
-    await _until(handle, f"asked {where}", lambda p: (p.awaiting_approval or "").startswith(where))
+    await until(handle, lambda p: (p.awaiting_approval or "").startswith(where), f"asked {where}")
     name = "approve" if approve else "reject"
     await handle.execute_update(name, Decision("user:test", where), result_type=str)
 
@@ -106,11 +95,11 @@ def test_a_batch_rolled_back_goes_back_and_the_evacuation_pauses_until_resumed(s
     async def scenario(s: Sagas) -> EvacuationResult:
         handle = await _start(s, approve_batches=True)
         await _decide(handle, "before batch 1 of 3")
-        await _until(
-            handle, "asked before batch 2", lambda p: (p.awaiting_approval or "").startswith("before batch 2")
+        await until(
+            handle, lambda p: (p.awaiting_approval or "").startswith("before batch 2"), "asked before batch 2"
         )
         await handle.signal("roll_back")
-        await _until(handle, "paused", lambda p: p.phase == "paused")
+        await until(handle, lambda p: p.phase == "paused", "paused")
         batches = await handle.query("batches", result_type=list[BatchOutcome])
         assert [b.outcome for b in batches] == ["rolled back", "not started", "not started"]
         await handle.signal("resume")
@@ -143,7 +132,7 @@ def test_a_batch_whose_switch_compensates_pauses_the_evacuation_and_is_tried_aga
 
     async def scenario(s: Sagas) -> EvacuationResult:
         handle = await _start(s)
-        progress = await _until(handle, "paused", lambda p: p.phase == "paused")
+        progress = await until(handle, lambda p: p.phase == "paused", "paused")
         assert any(step.name == "batch 1" and step.state == "failed" for step in progress.steps), progress
         await handle.signal("resume")
         await _decide(handle, "before deleting")
@@ -160,11 +149,11 @@ def test_a_roll_back_asked_at_the_retirement_goes_first_and_the_retirement_is_as
 ) -> None:
     async def scenario(s: Sagas) -> EvacuationResult:
         handle = await _start(s)
-        await _until(
-            handle, "asked to retire", lambda p: (p.awaiting_approval or "").startswith("before deleting 4")
+        await until(
+            handle, lambda p: (p.awaiting_approval or "").startswith("before deleting 4"), "asked to retire"
         )
         await handle.signal("roll_back")
-        await _until(handle, "paused", lambda p: p.phase == "paused")
+        await until(handle, lambda p: p.phase == "paused", "paused")
         await handle.signal("resume")
         await _decide(handle, "before deleting 2 topics")  # the last batch's and the unused one kept
         return await handle.result()
@@ -185,13 +174,12 @@ def test_a_batch_whose_switch_cannot_start_pauses_the_evacuation_until_resumed(s
     async def scenario(s: Sagas) -> EvacuationResult:
         assert s.client is not None
         policy = Policy(approval=ApprovalPoint.BEFORE_BLOCK)
-        blocker = await s.client.start_workflow(
-            "Switchover", SwitchRequest(["shop"], policy=policy), id=saga_id(["shop"]), task_queue=s.queue,
-            result_type=SagaResult,
-        )  # fmt: skip
-        await _until(blocker, "waiting", lambda p: p.awaiting_approval is not None)
+        blocker = await s.start(
+            "Switchover", SwitchRequest(["shop"], policy=policy), workflow_id=saga_id(["shop"])
+        )
+        await until(blocker, lambda p: p.awaiting_approval is not None, "waiting")
         handle = await _start(s)
-        progress = await _until(handle, "paused", lambda p: p.phase == "paused")
+        progress = await until(handle, lambda p: p.phase == "paused", "paused")
         assert any(step.name == "batch 1" and step.state == "failed" for step in progress.steps), progress
         await blocker.execute_update("reject", Decision("user:test", "not now"), result_type=str)
         with pytest.raises(WorkflowFailureError):

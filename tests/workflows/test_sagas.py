@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +21,6 @@ from switchyard.sagas.requests import (
     PartitionMigrationRequest,
     Policy,
     Progress,
-    SagaResult,
     SwitchRequest,
 )
 from switchyard.sagas.steps import LinkSplit, PartitionEnd, PartitionMigrated
@@ -59,18 +57,24 @@ async def progress(handle: WorkflowHandle[Any, Any]) -> Progress:
     return found
 
 
-async def until(handle: WorkflowHandle[Any, Any], check: Any, timeout_s: float = 20) -> Progress:
-    """Poll the saga's progress until ``check(progress)`` holds."""
+async def until(
+    handle: WorkflowHandle[Any, Any], check: Any, what: str = "got there", timeout_s: float = 30
+) -> Progress:
+    """Poll the saga's progress until ``check(progress)`` holds; the failure names the last answer (or the
+    query's error: a saga not yet picked up by a worker cannot answer)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
+    last: object = "no answer"
     while True:
         try:
             found = await progress(handle)
+        except Exception as exc:
+            last = exc
+        else:
             if check(found):
                 return found
-        except Exception:  # not yet picked up by the worker
-            pass
-        assert loop.time() < deadline, "the saga never got there"
+            last = found
+        assert loop.time() < deadline, f"the saga never {what} in {timeout_s:.0f} s; last: {last!r}"
         await asyncio.sleep(0.1)
 
 
@@ -158,10 +162,7 @@ def test_every_step_while_clients_are_held_runs_on_the_sagas_worker(sagas: Sagas
 
     async def scenario(s: Sagas) -> Any:
         assert s.client is not None
-        handle = await s.client.start_workflow(
-            "Switchover", SwitchRequest(["orders"]), id=f"test-{uuid.uuid4().hex[:10]}", task_queue=s.queue,
-            result_type=SagaResult, task_timeout=launch.WORKFLOW_TASK_TIMEOUT,
-        )  # fmt: skip
+        handle = await s.start("Switchover", SwitchRequest(["orders"]))
         await handle.result()
         return await handle.fetch_history()
 
