@@ -40,6 +40,7 @@ LARGEST_ANSWER = 64 << 20
 KEPT_PER_BROKER = 4
 """Idle connections kept to one broker, at most: several threads of a saga's sync ask at once."""
 _SIZE = struct.Struct(">i")
+_CORRELATIONS = 2**31 - 1
 
 
 class Again(Exception):
@@ -92,7 +93,7 @@ class Wire:
         """``body`` (a kio request) sent to ``address``, and its answer, decoded: on a kept connection, or
         on a new one if there is none or the kept one fails (the broker closes idle ones). An answer that
         does not read as one is an ``EOFError``, as a connection lost."""
-        correlation = next(self._correlation)
+        correlation = next(self._correlation) % _CORRELATIONS + 1  # an int32, however long the process runs
         request = request_of(body, client_id=CLIENT_ID, correlation_id=correlation)
         frame = with_size(request.frame)
         kept = self._take(address)
@@ -100,9 +101,9 @@ class Wire:
             connection = kept or socket.create_connection(address, timeout=left(deadline))
             try:
                 answer = _exchange(connection, frame, deadline)
-                if response_correlation_id(answer) != correlation:
+                if _answered(answer, address) != correlation:
                     raise EOFError(f"an answer to another request from {address}")
-            except (OSError, EOFError, FrameError):
+            except (OSError, EOFError):
                 connection.close()
                 if kept is None:
                     raise
@@ -159,6 +160,14 @@ def left(deadline: float) -> float:
     if remaining <= 0:
         raise TimeoutError("no time left")
     return remaining
+
+
+def _answered(answer: bytes, address: Address) -> int:
+    """The correlation id ``answer`` carries; an answer too short to carry one is an ``EOFError``."""
+    try:
+        return response_correlation_id(answer)
+    except FrameError as exc:
+        raise EOFError(f"an answer from {address} that does not read: {exc}") from exc
 
 
 def _exchange(connection: socket.socket, frame: bytes, deadline: float) -> bytes:

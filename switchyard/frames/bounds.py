@@ -2,11 +2,12 @@
 
 kio decodes in native code that sizes an array from the count on the wire before it reads a single
 element; a 21-byte request claiming 2^32-1 topics makes it ask for ~120 GB, and a failed allocation
-aborts the process — nothing an ``except`` can catch. So the gateway walks each frame first, with the
-same schema kio would use: every string, byte, array and tagged-field length must fit in what is left
-of the frame (an array of N elements in N times the smallest encoding of one), nullable lengths may be
--1 and nothing else below 0, varints end within five bytes. Anything else raises :class:`FrameError`,
-which closes that one connection. Only then is the frame given to kio.
+aborts the process — nothing an ``except`` can catch. So every frame is walked first (a client's by the
+gateway, a broker's answer by the gateway and by :mod:`switchyard.wire`), with the same schema kio would
+use: every string, byte, array and tagged-field length must fit in what is left of the frame (an array
+of N elements in N times the smallest encoding of one), nullable lengths may be -1 and nothing else
+below 0, varints end within five bytes. Anything else raises :class:`BoundsError` (the codec's
+``FrameError`` around it), which closes that one connection. Only then is the frame given to kio.
 
 kio reads a null array as None whether the schema lets it be null or not, and code that reads a
 request walks its arrays; a broker refuses such a request (Kafka's generated readers throw, and the

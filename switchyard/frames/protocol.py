@@ -164,6 +164,7 @@ def request_of(body: Any, *, client_id: str, correlation_id: int = 1) -> Request
 
 
 def response_correlation_id(frame: bytes) -> int:
+    """The correlation id a response frame (without its size) begins with: which request it answers."""
     if len(frame) < 4:
         raise FrameError("response without a correlation id")
     return int(_SIZE.unpack_from(frame)[0])

@@ -1,1 +1,2 @@
-"""Kafka framing and what a client may send: frames read within limits, checked before decoding, SASL."""
+"""What a client may send the gateway: frames read within limits, record batches, SASL (the codec they
+are decoded with: :mod:`switchyard.frames`)."""
