@@ -7,6 +7,7 @@ import socket
 import struct
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -19,10 +20,10 @@ from switchyard.model import LinkState, now
 from switchyard.routing.gateways import wait_for_acks
 from switchyard.routing.layout import epoch_data
 from switchyard.routing.store import RoutingStore
-from switchyard.stack import health
+from switchyard.stack import Stack, health
 from tests.helpers.otlp import OtlpReceiver
 from tests.helpers.processes import GatewayProcess
-from tests.helpers.stacks import QUICK_CONSUMER
+from tests.helpers.stacks import QUICK_CONSUMER, routing_root
 from workers.gateway.brokers.vnodes import FIRST_ID
 
 ACTOR = "user:test"
@@ -154,6 +155,32 @@ def test_clients_only_ever_see_virtual_brokers(gateway: GatewayProcess, stack_co
     }
     assert all(v >= FIRST_ID for v in cluster.brokers), sorted(cluster.brokers)  # no real id is one of them
     assert all(r < FIRST_ID for r in real), real
+
+
+def test_a_gateway_lists_every_clusters_brokers_from_its_start(
+    stack: Stack, stack_config: Config, ledger_path: Path, tmp_path: Path
+) -> None:
+    """A gateway new to its routing root (no virtual id given out yet) lists the standby's brokers to a
+    client of the primary from its first answer, as a process that has run through a switch does: a
+    process listed only the brokers it had looked up itself, so the two processes of a gateway answered
+    with different sets and kafkajs rebalanced its fetchers at each change (a chaos trial's loop)."""
+    assert stack_config.source is not None
+    real = {
+        (cluster, node)
+        for cluster, c in stack_config.clusters.items()
+        for node in AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(timeout=10).brokers
+    }
+    assert {cluster for cluster, _ in real} == set(stack_config.clusters), real
+    with routing_root(stack_config, ledger_path) as fresh:
+        process = GatewayProcess(
+            stack_config.source, root=fresh.layout.root, gateway_id="gw-new", log=tmp_path / "gateway.log"
+        )
+        process.start()
+        try:
+            listed = AdminClient({"bootstrap.servers": process.bootstrap}).list_topics(timeout=10).brokers
+        finally:
+            process.stop()
+    assert len(listed) == len(real), f"{len(listed)} brokers listed of {len(real)}: {sorted(listed)}"
 
 
 def test_api_versions_are_answered_by_the_gateway(gateway: GatewayProcess, stack_config: Config) -> None:

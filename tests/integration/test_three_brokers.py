@@ -2,8 +2,9 @@
 client whose group's coordinator moved meanwhile), a partition's leadership moving while an application
 writes and reads through the gateway — the application sees nothing but retriable errors, loses nothing
 and never learns a real broker's address — a group's requests reaching its coordinator whichever of
-the gateway's brokers they were sent to, and records a leader appended but has not committed, with a
-follower frozen."""
+the gateway's brokers they were sent to, a write to a killed leader held until its partition is led
+elsewhere, the ends of partitions whose leader was killed read once they are, and records a leader
+appended but has not committed, with a follower frozen."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ from tests.compat.app_io import value_of
 from tests.helpers.asker import Asker
 from tests.helpers.clusters import SOLO, cluster_config, cluster_stack, discard, kill, read_all, records
 from tests.helpers.compat import App, unaccounted_sends, wait_until
-from tests.helpers.processes import GatewayProcess, own_gateway
+from tests.helpers.processes import GatewayProcess, freeze, own_gateway
 from tests.helpers.raw import RawClient, commit_offset, consumer_heartbeat, join_group
 from tests.helpers.sockets import connected_ports
 from workers.gateway.routing import apis
@@ -388,8 +389,6 @@ def test_records_a_leader_appended_but_has_not_committed_are_told_by_its_log_end
     partition = _partitions(admin, topic)[0]
     follower = next(r for r in partition.replicas if r != partition.leader)
     process = next(three.process(s) for s in three.services if s.name == f"kafka-{SOLO}-{follower}")
-    pid = process.pid()
-    assert pid is not None
     # A broker reads a connection's next request only once it has answered the last, and an acks=all
     # produce is answered when committed: the five records must go in one request, gathered by the linger.
     producer = Producer({"bootstrap.servers": real, "linger.ms": 500})
@@ -397,7 +396,7 @@ def test_records_a_leader_appended_but_has_not_committed_are_told_by_its_log_end
         producer.produce(topic, b"connected", partition=0)  # its connection to the leader made
         assert producer.flush(30) == 0
         assert appended.leader_ends(wire, [key], 10) == kafka.ends_of(real, [key]) == {key: 21}
-        os.kill(pid, signal.SIGSTOP)
+        pid = freeze(process.pid())
         try:
             for record in records(5, "b"):
                 producer.produce(topic, record.value, record.key, partition=0)

@@ -78,6 +78,8 @@ class BrokerDirectory:
         """Per cluster (from its first answer): each finalized feature's level."""
         self.features: dict[str, int] = {}
         """Finalized features offered to clients (see ``_offer_features``)."""
+        self._unnamed: set[str] = set()
+        """Clusters whose brokers the last probe could not give virtual ids (warned once)."""
 
     def offers(self, api_key: int, api_version: int) -> bool:
         """Whether this gateway offers ``api_key`` at ``api_version`` (what ApiVersions tells clients)."""
@@ -267,6 +269,7 @@ class BrokerDirectory:
                 upstream.close()
             first = not self.brokers[cluster]
             self._learn(cluster, metadata.brokers)
+            await self._name(cluster)
             self._reached(cluster, split_hostport(address))
             self.metrics.reachable[cluster] = True
             if was is False:
@@ -278,6 +281,21 @@ class BrokerDirectory:
         self.metrics.reachable[cluster] = False
         if was is not False:  # once per outage: the probe runs every few seconds
             log.warning("gateway %s: cluster %s not reachable: %s", self._id, cluster, "; ".join(failures))
+
+    async def _name(self, cluster: str) -> None:
+        """Give each of ``cluster``'s brokers its virtual id, and its port, as soon as it is learned: the
+        other clusters' brokers every Metadata answer lists (``_elsewhere``) are then the same in every
+        process of a gateway, however long each has run, not only those it happened to look up (kafkajs
+        rebalanced its fetchers at each change of the set, pausing them up to 5 s). Not done, it is
+        tried again at the next probe."""
+        try:
+            await self.virtual_ids(cluster, set(self.brokers[cluster]))
+        except Exception as exc:  # ZooKeeper away, a port taken: a client that needs one asks itself
+            if cluster not in self._unnamed:
+                log.warning("gateway %s: cluster %s's brokers not given ids yet: %r", self._id, cluster, exc)
+            self._unnamed.add(cluster)
+            return
+        self._unnamed.discard(cluster)
 
     def _offer_features(self, cluster: str, finalized: Any) -> None:
         """Offer the transaction protocol version (KIP-890's ``transaction.version``) every configured
