@@ -8,7 +8,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 
 
 class SpreadApp:
@@ -19,6 +19,7 @@ class SpreadApp:
         self.name, self.topics, self.rate = f"spread-{uuid.uuid4().hex[:6]}", topics, rate
         self.acked: list[tuple[str, int]] = []
         self.failed: list[str] = []
+        self.commit_errors: list[str] = []
         self.received: Counter[tuple[str, int]] = Counter()
         self.stop = threading.Event()
         self.producing = threading.Event()
@@ -56,7 +57,10 @@ class SpreadApp:
             for message in batch:
                 self.received[(message.topic() or "", int(message.value() or b"0"))] += 1
             if batch:
-                self._consumer.commit(asynchronous=False)
+                try:
+                    self._consumer.commit(asynchronous=False)
+                except KafkaException as exc:  # as an application would: its batch may come again
+                    self.commit_errors.append(str(exc.args[0]))
         self._consumer.close()
 
     @property

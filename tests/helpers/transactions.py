@@ -58,16 +58,24 @@ class Transactions:
                     self.producer.produce(self.topic, f"{number}-{part}".encode(), partition=part % 3)
                 retried(lambda: self.producer.commit_transaction(60))
             except KafkaException as exc:
-                error = exc.args[0]
-                if not error.txn_requires_abort():
-                    self.fatal.append(str(error))
+                if not exc.args[0].txn_requires_abort() or not self._aborted():
+                    self.fatal.append(f"transaction {number}: {exc.args[0]}")
                     return
-                retried(lambda: self.producer.abort_transaction(60))
-                self.aborted += 1
                 continue
             self.committed.append(number)
             self.committed_at.append(time.monotonic())
             number += 1
+
+    def _aborted(self) -> bool:
+        """Abort the transaction in progress; whether that worked (a fatal error is recorded, as the
+        application would have stopped on it)."""
+        try:
+            retried(lambda: self.producer.abort_transaction(60))
+        except KafkaException as exc:
+            self.fatal.append(f"abort: {exc.args[0]}")
+            return False
+        self.aborted += 1
+        return True
 
     def committed_count(self) -> int:
         """The transactions committed so far; a fatal error the producer stopped on fails the caller."""

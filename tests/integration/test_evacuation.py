@@ -80,12 +80,11 @@ def test_a_cluster_on_kafka_3_9_is_evacuated_to_4_x_in_batches_under_load_though
             number = _evacuate_approving_each_batch(live, saga, "--batch", "3")
             assert number >= 3, f"{number} batches"  # then it waits to delete anything on the source
     finally:
-        payments.stop.set()
-        paying.join(90)
-        spread.finish()
+        _stop(payments, paying, spread)
     _judge_all(apps, standby, primary, live)
     assert not spread.failed, spread.failed[:3]
-    assert (spread.lost, spread.twice) == ([], []), (spread.lost[:5], spread.twice[:5])
+    assert (spread.lost, spread.twice) == ([], []), (spread.lost[:5], spread.twice[:5],
+                                                     spread.commit_errors[:3])  # fmt: skip
     assert not payments.fatal, payments.fatal
     read_exactly_once(standby, paid, set(payments.committed))
 
@@ -167,6 +166,16 @@ def _running(apps: list[App], bootstrap: str) -> Iterator[None]:
             a.stop()
 
 
+def _stop(payments: Transactions, paying: Worker, spread: SpreadApp) -> None:
+    """Each application stops, whatever the other does: a thread left running outlives the test, and
+    fails the next one."""
+    payments.stop.set()
+    try:
+        paying.join(90)
+    finally:
+        spread.finish()
+
+
 def _evacuate_approving_each_batch(live: Live, saga: str, *args: str) -> int:
     """``evacuate primary --to standby`` with an approval before each batch, each given once asked, the
     worker killed (and another started) before the second; the number of batches, once it waits for the
@@ -221,9 +230,9 @@ def _wait_switched(live: Live, saga: str, number: int, timeout_s: float = 120) -
     """Until batch ``number`` switched (its switch is a saga of its own)."""
 
     def switched(progress: Progress) -> bool:
-        (state,) = [s.state for s in progress.steps if s.name == f"batch {number}"]
-        assert state != "failed", progress
-        return state == "done"
+        (step,) = [s for s in progress.steps if s.name == f"batch {number}"]
+        assert step.state != "failed", f"batch {number} failed: {step.detail}"
+        return step.state == "done"
 
     progress_until(live, saga, f"switched batch {number}", switched, timeout_s)
 

@@ -16,12 +16,14 @@ from switchyard.frames.protocol import Request, encode_request
 from workers.gateway.brokers.upstream import UpstreamError
 from workers.gateway.producers.issuers import Issued, IssuerStore
 from workers.gateway.producers.transactions import (
+    Blocked,
     Carrier,
     Described,
     TxnRequest,
     abortable,
     described,
     transactional,
+    while_blocked,
 )
 from workers.gateway.routing import apis
 
@@ -190,3 +192,47 @@ def test_a_producer_told_of_partitions_never_added_writes_nothing_until_its_tran
     assert not carrier.unadded(TxnRequest("t", 6, 1))
     carrier.ended(TxnRequest("t", 6, 0, aborting=True))
     assert not carrier.unadded(write)
+
+
+def _add_offsets(version: int) -> Request:
+    return _request(apis.ADD_OFFSETS_TO_TXN, version, transactional_id="t", producer_id=7, producer_epoch=2,
+                    group_id="g")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("request_", "open_", "does"),
+    [
+        (_produce(9), True, Blocked.REFUSE),
+        (_produce(9), None, Blocked.REFUSE),  # written to partitions registered: a transaction is open
+        (_produce(9), False, Blocked.HOLD),
+        (_add(0), True, Blocked.REFUSE),
+        (_add(0), None, Blocked.HOLD),  # maybe the transaction's first: refused, librdkafka's abort is fatal
+        (_add(0), False, Blocked.HOLD),
+        (_add(3), True, Blocked.TELL_ADDED),
+        (_add(3), None, Blocked.HOLD),
+        (_add_offsets(0), True, Blocked.FORWARD),
+        (_add_offsets(0), None, Blocked.HOLD),
+        (_end(1, committed=True), True, Blocked.FORWARD),
+        (_end(1, committed=True), None, Blocked.FORWARD),  # sent only once something was registered
+        (_end(1, committed=True), False, Blocked.HOLD),
+        (_end(1, committed=False), None, Blocked.FORWARD),
+        (_offsets(3), False, Blocked.HOLD),
+    ],
+)
+def test_while_blocked_a_transaction_is_ended_where_it_began_and_none_is_begun(
+    request_: Request, open_: bool | None, does: Blocked
+) -> None:
+    """A registration is refused only where the coordinator said a transaction is open. Refused where it
+    could not be asked, a transaction's first AddPartitionsToTxn had librdkafka abort a transaction its
+    coordinator (after a commit) did not have, and it stopped on INVALID_TXN_STATE (CI, 2026-12-07)."""
+    txn = transactional(request_) or TxnRequest("t", 7, 2)  # a Produce of no records names no producer
+    assert while_blocked(request_, txn, open_) is does
+
+
+def test_a_coordinator_that_cannot_be_asked_leaves_it_unknown_whether_a_transaction_is_open() -> None:
+    class Unreachable(_Coordinators):
+        async def _describe(self, cluster: str, transactional_id: str) -> Described | None:
+            raise UpstreamError("primary: no coordinator for t: COORDINATOR_NOT_AVAILABLE")
+
+    assert asyncio.run(Unreachable([]).ongoing("primary", TxnRequest("t", 6, 0))) is None
+    assert asyncio.run(_Coordinators([]).ongoing("primary", TxnRequest("t", 6, 0))) is True

@@ -73,7 +73,13 @@ from workers.gateway.process import stalls
 from workers.gateway.producers.ids import origin_of
 from workers.gateway.producers.issuers import Issued
 from workers.gateway.producers.sequences import Unsendable, established, mark_refused
-from workers.gateway.producers.transactions import TxnRequest, abortable, transactional
+from workers.gateway.producers.transactions import (
+    Blocked,
+    TxnRequest,
+    abortable,
+    transactional,
+    while_blocked,
+)
 from workers.gateway.producers.translation import ProducerRoute, Translation, translate
 from workers.gateway.routing import apis
 from workers.gateway.routing.apis import Context, context_of
@@ -466,14 +472,15 @@ class ClientSession:
         """A transactional request while its identity is blocked: an open transaction ends now, where it
         began — the answer, or where it goes (None: held, as any other)."""
         request, carrier = incoming.request, self.gateway.transactions
-        if not txn.aborting:
-            if not await carrier.ongoing(decision.cluster, txn):
-                return None  # it would begin one: held, it begins after the switch
-            if request.api_key == apis.ADD_PARTITIONS_TO_TXN and request.api_version:
+        open_ = None if txn.aborting else await carrier.ongoing(decision.cluster, txn)
+        match while_blocked(request, txn, open_):
+            case Blocked.HOLD:
+                return None
+            case Blocked.TELL_ADDED:  # the Java client's: its write, refused next
                 carrier.told_added(txn)
-                return _unsent(OwnAnswer(ErrorCode.none))  # the Java client's: its write, refused next
-            if request.api_key in (apis.PRODUCE, apis.ADD_PARTITIONS_TO_TXN):
-                return _abortable(request)  # no record lands on the old cluster after the block
+                return _unsent(OwnAnswer(ErrorCode.none))
+            case Blocked.REFUSE:  # no record lands on the old cluster after the block
+                return _abortable(request)
         broker = self.listener.broker
         node = broker.node_id if broker is not None and broker.cluster == decision.cluster else None
         return Decision(Action.FORWARD, decision.cluster, node)

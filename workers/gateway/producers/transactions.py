@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import logging
 import struct
 import time
@@ -145,6 +146,40 @@ def abortable(request: Request) -> ErrorCode:
     return ErrorCode.unknown_producer_id
 
 
+class Blocked(enum.Enum):
+    """What a transactional request does while its producer's identity is blocked (``while_blocked``)."""
+
+    HOLD = "held: the transaction begins, or ends, after the switch"
+    REFUSE = "answered with the abortable error"
+    TELL_ADDED = "answered as done, and the producer's writes refused until its transaction ends"
+    FORWARD = "sent on to the cluster the transaction began on"
+
+
+def while_blocked(request: Request, txn: TxnRequest, open_: bool | None) -> Blocked:
+    """What ``request`` does while its producer's identity is blocked, given whether its coordinator has a
+    transaction of it open (``open_``; None: it could not be asked).
+
+    An open transaction ends where it began: its writes are refused, its end goes on. A registration
+    (AddPartitionsToTxn, AddOffsetsToTxn) is refused only where the coordinator said a transaction is
+    open: where it may be the transaction's first, librdkafka counts it though refused and sends the
+    abort that follows, which a coordinator with no transaction open answers INVALID_TXN_STATE, fatal to
+    the producer. So, unless known open, it is held (at worst a transaction begins after the switch).
+    What else may only end or bump an open transaction goes on unless known not open (held: nothing of
+    it is open to end)."""
+    key = request.api_key
+    if txn.aborting:
+        return Blocked.FORWARD
+    if key == apis.PRODUCE:  # written only to partitions registered: a transaction is open
+        return Blocked.HOLD if open_ is False else Blocked.REFUSE
+    if key in (apis.ADD_PARTITIONS_TO_TXN, apis.ADD_OFFSETS_TO_TXN):
+        if open_ is not True:
+            return Blocked.HOLD
+        if key == apis.ADD_OFFSETS_TO_TXN:
+            return Blocked.FORWARD
+        return Blocked.TELL_ADDED if request.api_version else Blocked.REFUSE
+    return Blocked.HOLD if open_ is False else Blocked.FORWARD
+
+
 def _producer(txn: TxnRequest) -> TxnRequest:
     """The producer (transactional id, id, epoch) a request speaks for, whatever the request."""
     return dataclasses.replace(txn, aborting=False)
@@ -204,13 +239,15 @@ class Carrier:
             return
         self._unstored = False
 
-    async def ongoing(self, cluster: str, txn: TxnRequest) -> bool:
-        """Whether the request's producer has a transaction open on ``cluster`` (asked of its coordinator;
-        taken as open when it cannot be asked: an abortable error is never wrong, only a retry more)."""
+    async def ongoing(self, cluster: str, txn: TxnRequest) -> bool | None:
+        """Whether the request's producer has a transaction open on ``cluster``, asked of its coordinator;
+        None where it cannot be asked (see ``while_blocked``)."""
         try:
             state = await self._describe(cluster, txn.transactional_id)
-        except (UpstreamError, OSError, TimeoutError):
-            return True
+        except (UpstreamError, OSError, TimeoutError) as exc:
+            log.warning("%s: not asked whether %s has a transaction open (%s)", cluster, txn.transactional_id,
+                        exc)  # fmt: skip
+            return None
         return state is not None and state.state == "Ongoing"
 
     async def live(self, txn: TxnRequest, cluster: str) -> tuple[str | None, timedelta] | None:
