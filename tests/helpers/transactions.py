@@ -58,21 +58,23 @@ class Transactions:
                     self.producer.produce(self.topic, f"{number}-{part}".encode(), partition=part % 3)
                 retried(lambda: self.producer.commit_transaction(60))
             except KafkaException as exc:
-                if not exc.args[0].txn_requires_abort() or not self._aborted():
+                if not exc.args[0].txn_requires_abort():
                     self.fatal.append(f"transaction {number}: {exc.args[0]}")
+                    return
+                if not self._aborted(f"transaction {number}, after {exc.args[0].name()}"):
                     return
                 continue
             self.committed.append(number)
             self.committed_at.append(time.monotonic())
             number += 1
 
-    def _aborted(self) -> bool:
-        """Abort the transaction in progress; whether that worked (a fatal error is recorded, as the
-        application would have stopped on it)."""
+    def _aborted(self, what: str) -> bool:
+        """Abort the transaction in progress (``what``); whether that worked (an error that stops the
+        producer is recorded, as the application would have stopped on it)."""
         try:
             retried(lambda: self.producer.abort_transaction(60))
         except KafkaException as exc:
-            self.fatal.append(f"abort: {exc.args[0]}")
+            self.fatal.append(f"the abort of {what}: {exc.args[0]}")
             return False
         self.aborted += 1
         return True

@@ -16,10 +16,10 @@ from switchyard.frames.protocol import Request, encode_request
 from workers.gateway.brokers.upstream import UpstreamError
 from workers.gateway.producers.issuers import Issued, IssuerStore
 from workers.gateway.producers.transactions import (
-    Blocked,
     Carrier,
     Described,
     TxnRequest,
+    WhileBlocked,
     abortable,
     described,
     transactional,
@@ -199,40 +199,67 @@ def _add_offsets(version: int) -> Request:
                     group_id="g")  # fmt: skip
 
 
+def _bump() -> Request:
+    return _request(apis.INIT_PRODUCER_ID, 4, transactional_id="t", transaction_timeout=timedelta(minutes=1),
+                    producer_id=7, producer_epoch=2)  # fmt: skip
+
+
+_OPEN, _UNKNOWN, _NOT_OPEN = True, None, False
+"""Whether the coordinator has a transaction of the producer open, as the session knows it."""
+
+
 @pytest.mark.parametrize(
     ("request_", "open_", "does"),
     [
-        (_produce(9), True, Blocked.REFUSE),
-        (_produce(9), None, Blocked.REFUSE),  # written to partitions registered: a transaction is open
-        (_produce(9), False, Blocked.HOLD),
-        (_add(0), True, Blocked.REFUSE),
-        (_add(0), None, Blocked.HOLD),  # maybe the transaction's first: refused, librdkafka's abort is fatal
-        (_add(0), False, Blocked.HOLD),
-        (_add(3), True, Blocked.TELL_ADDED),
-        (_add(3), None, Blocked.HOLD),
-        (_add_offsets(0), True, Blocked.FORWARD),
-        (_add_offsets(0), None, Blocked.HOLD),
-        (_end(1, committed=True), True, Blocked.FORWARD),
-        (_end(1, committed=True), None, Blocked.FORWARD),  # sent only once something was registered
-        (_end(1, committed=True), False, Blocked.HOLD),
-        (_end(1, committed=False), None, Blocked.FORWARD),
-        (_offsets(3), False, Blocked.HOLD),
+        # a write is made only to partitions registered: refused unless known not open
+        (_produce(9), _OPEN, WhileBlocked.REFUSE),
+        (_produce(9), _UNKNOWN, WhileBlocked.REFUSE),
+        (_produce(9), _NOT_OPEN, WhileBlocked.HOLD),
+        # a registration may be the transaction's first: refused only where known open
+        (_add(0), _OPEN, WhileBlocked.REFUSE),
+        (_add(0), _UNKNOWN, WhileBlocked.HOLD),
+        (_add(0), _NOT_OPEN, WhileBlocked.HOLD),
+        (_add(3), _OPEN, WhileBlocked.TELL_ADDED),
+        (_add(3), _UNKNOWN, WhileBlocked.HOLD),
+        (_add(3), _NOT_OPEN, WhileBlocked.HOLD),
+        # the rest ends or bumps an open transaction where it began, or waits for one to begin
+        (_add_offsets(0), _OPEN, WhileBlocked.FORWARD),
+        (_add_offsets(0), _UNKNOWN, WhileBlocked.FORWARD),
+        (_add_offsets(0), _NOT_OPEN, WhileBlocked.HOLD),
+        (_offsets(3), _OPEN, WhileBlocked.FORWARD),
+        (_offsets(3), _UNKNOWN, WhileBlocked.FORWARD),
+        (_offsets(3), _NOT_OPEN, WhileBlocked.HOLD),
+        (_end(1, committed=True), _OPEN, WhileBlocked.FORWARD),
+        (_end(1, committed=True), _UNKNOWN, WhileBlocked.FORWARD),
+        (_end(1, committed=True), _NOT_OPEN, WhileBlocked.HOLD),
+        (_bump(), _OPEN, WhileBlocked.FORWARD),
+        (_bump(), _UNKNOWN, WhileBlocked.FORWARD),
+        (_bump(), _NOT_OPEN, WhileBlocked.HOLD),
+        (_end(1, committed=False), _UNKNOWN, WhileBlocked.FORWARD),  # the coordinator is never asked
     ],
 )
-def test_while_blocked_a_transaction_is_ended_where_it_began_and_none_is_begun(
-    request_: Request, open_: bool | None, does: Blocked
+def test_while_blocked_an_open_transaction_ends_where_it_began_and_none_begins(
+    request_: Request, open_: bool | None, does: WhileBlocked
 ) -> None:
-    """A registration is refused only where the coordinator said a transaction is open. Refused where it
-    could not be asked, a transaction's first AddPartitionsToTxn had librdkafka abort a transaction its
-    coordinator (after a commit) did not have, and it stopped on INVALID_TXN_STATE (CI, 2026-12-07)."""
+    """Where the coordinator could not be asked, the first AddPartitionsToTxn of a transaction was
+    refused; librdkafka aborted, and the coordinator, whose last transaction had committed, answered
+    INVALID_TXN_STATE, fatal to the producer (CI, the evacuation test, 2026-12-07)."""
     txn = transactional(request_) or TxnRequest("t", 7, 2)  # a Produce of no records names no producer
     assert while_blocked(request_, txn, open_) is does
 
 
-def test_a_coordinator_that_cannot_be_asked_leaves_it_unknown_whether_a_transaction_is_open() -> None:
+def test_a_coordinator_not_asked_leaves_open_what_this_process_registered_and_unknown_the_rest() -> None:
     class Unreachable(_Coordinators):
         async def _describe(self, cluster: str, transactional_id: str) -> Described | None:
             raise UpstreamError("primary: no coordinator for t: COORDINATOR_NOT_AVAILABLE")
 
-    assert asyncio.run(Unreachable([]).ongoing("primary", TxnRequest("t", 6, 0))) is None
-    assert asyncio.run(_Coordinators([]).ongoing("primary", TxnRequest("t", 6, 0))) is True
+    carrier, producer = Unreachable([]), TxnRequest("t", 7, 2)
+    assert asyncio.run(_Coordinators([]).ongoing("primary", producer)) is True
+    assert asyncio.run(carrier.ongoing("primary", producer)) is None
+    carrier.sent(_produce(9), producer)
+    assert asyncio.run(carrier.ongoing("primary", producer)) is None  # a write registers nothing
+    carrier.sent(_add(0), producer)
+    assert asyncio.run(carrier.ongoing("primary", producer)) is True
+    assert asyncio.run(carrier.ongoing("primary", TxnRequest("t", 7, 3))) is None  # another epoch
+    carrier.ended(TxnRequest("t", 7, 2, aborting=True))
+    assert asyncio.run(carrier.ongoing("primary", producer)) is None

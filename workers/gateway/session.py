@@ -74,8 +74,8 @@ from workers.gateway.producers.ids import origin_of
 from workers.gateway.producers.issuers import Issued
 from workers.gateway.producers.sequences import Unsendable, established, mark_refused
 from workers.gateway.producers.transactions import (
-    Blocked,
     TxnRequest,
+    WhileBlocked,
     abortable,
     transactional,
     while_blocked,
@@ -453,6 +453,7 @@ class ClientSession:
         if decision.action is not Action.FORWARD:
             return None
         if not await carrier.foreign(txn, decision.cluster, snapshot.epoch):
+            carrier.sent(request, txn)
             return None
         if request.api_key == apis.INIT_PRODUCER_ID or (txn.aborting and request.api_version >= 5):
             return self.later(self._carried(incoming, decision, txn, snapshot.epoch))
@@ -474,16 +475,18 @@ class ClientSession:
         request, carrier = incoming.request, self.gateway.transactions
         open_ = None if txn.aborting else await carrier.ongoing(decision.cluster, txn)
         match while_blocked(request, txn, open_):
-            case Blocked.HOLD:
+            case WhileBlocked.HOLD:
                 return None
-            case Blocked.TELL_ADDED:  # the Java client's: its write, refused next
+            case WhileBlocked.TELL_ADDED:
                 carrier.told_added(txn)
                 return _unsent(OwnAnswer(ErrorCode.none))
-            case Blocked.REFUSE:  # no record lands on the old cluster after the block
+            case WhileBlocked.REFUSE:
                 return _abortable(request)
-        broker = self.listener.broker
-        node = broker.node_id if broker is not None and broker.cluster == decision.cluster else None
-        return Decision(Action.FORWARD, decision.cluster, node)
+            case WhileBlocked.FORWARD:
+                carrier.sent(request, txn)
+                broker = self.listener.broker
+                node = broker.node_id if broker is not None and broker.cluster == decision.cluster else None
+                return Decision(Action.FORWARD, decision.cluster, node)
 
     async def _carried(self, incoming: Incoming, decision: Decision, txn: TxnRequest, epoch: int) -> Reply:
         """A foreign producer's request for a new epoch (an InitProducerId, or a version 2 abort whose answer

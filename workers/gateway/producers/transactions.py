@@ -17,7 +17,8 @@ handles as "abort and try again" (:func:`abortable`):
    refused: an abortable error there reaches a Kafka Streams application through its record's send,
    which Streams does not survive.) A transaction whose records were all written before the block
    commits; one with a write refused is aborted by its client. A request that would begin a transaction
-   is held like a write, and the transaction begins after the switch.
+   is held like a write, and the transaction begins after the switch (:func:`while_blocked`, which also
+   says what happens where the coordinator cannot be asked).
 2. **After the flip**, the first transactional request from a producer id the new cluster did not issue
    gets the abortable error (the Java client's AddPartitionsToTxn and AddOffsetsToTxn are answered as done
    instead: an abortable error there would have it abort without a new epoch and ask again, while the
@@ -146,38 +147,39 @@ def abortable(request: Request) -> ErrorCode:
     return ErrorCode.unknown_producer_id
 
 
-class Blocked(enum.Enum):
+class WhileBlocked(enum.Enum):
     """What a transactional request does while its producer's identity is blocked (``while_blocked``)."""
 
-    HOLD = "held: the transaction begins, or ends, after the switch"
-    REFUSE = "answered with the abortable error"
-    TELL_ADDED = "answered as done, and the producer's writes refused until its transaction ends"
-    FORWARD = "sent on to the cluster the transaction began on"
+    HOLD = enum.auto()
+    """Held, as any request of a blocked identity: it is answered after the switch."""
+    REFUSE = enum.auto()
+    """Answered with the abortable error: nothing of the transaction lands on the old cluster after the
+    block."""
+    TELL_ADDED = enum.auto()
+    """Answered as done (the Java client's AddPartitionsToTxn); its writes are refused next."""
+    FORWARD = enum.auto()
+    """Sent on to the cluster the transaction began on."""
 
 
-def while_blocked(request: Request, txn: TxnRequest, open_: bool | None) -> Blocked:
-    """What ``request`` does while its producer's identity is blocked, given whether its coordinator has a
-    transaction of it open (``open_``; None: it could not be asked).
+def while_blocked(request: Request, txn: TxnRequest, open_: bool | None) -> WhileBlocked:
+    """What ``request`` does while its producer's identity is blocked; ``open_``: whether its coordinator
+    has a transaction of the producer open (``Carrier.ongoing``; None: not known).
 
-    An open transaction ends where it began: its writes are refused, its end goes on. A registration
-    (AddPartitionsToTxn, AddOffsetsToTxn) is refused only where the coordinator said a transaction is
-    open: where it may be the transaction's first, librdkafka counts it though refused and sends the
-    abort that follows, which a coordinator with no transaction open answers INVALID_TXN_STATE, fatal to
-    the producer. So, unless known open, it is held (at worst a transaction begins after the switch).
-    What else may only end or bump an open transaction goes on unless known not open (held: nothing of
-    it is open to end)."""
+    An open transaction ends where it began: its writes are refused, its end goes on; a request that
+    would begin one waits, and the transaction begins after the switch. Where it is not known, the
+    request goes on as if one were open — except an AddPartitionsToTxn, which may be a transaction's
+    first: refused, librdkafka counts it all the same and sends the abort that follows, which a
+    coordinator with no transaction open answers INVALID_TXN_STATE, fatal to the producer."""
     key = request.api_key
     if txn.aborting:
-        return Blocked.FORWARD
-    if key == apis.PRODUCE:  # written only to partitions registered: a transaction is open
-        return Blocked.HOLD if open_ is False else Blocked.REFUSE
-    if key in (apis.ADD_PARTITIONS_TO_TXN, apis.ADD_OFFSETS_TO_TXN):
+        return WhileBlocked.FORWARD
+    if key == apis.ADD_PARTITIONS_TO_TXN:
         if open_ is not True:
-            return Blocked.HOLD
-        if key == apis.ADD_OFFSETS_TO_TXN:
-            return Blocked.FORWARD
-        return Blocked.TELL_ADDED if request.api_version else Blocked.REFUSE
-    return Blocked.HOLD if open_ is False else Blocked.FORWARD
+            return WhileBlocked.HOLD
+        return WhileBlocked.TELL_ADDED if request.api_version else WhileBlocked.REFUSE
+    if open_ is False:
+        return WhileBlocked.HOLD
+    return WhileBlocked.REFUSE if key == apis.PRODUCE else WhileBlocked.FORWARD
 
 
 def _producer(txn: TxnRequest) -> TxnRequest:
@@ -199,10 +201,12 @@ class Carrier:
         """One carry of a transactional id at a time (in this process): a second ask, while the first is
         under way, waits for its answer."""
         self._fencing: set[asyncio.Task[None]] = set()
-        self._unstored = False
+        self._unstored = self._unasked = False
         self._unadded: dict[TxnRequest, None] = {}
         """Producers (id and epoch) told their partitions were added to their transaction, which the
         gateway never asked for (``told_added``)."""
+        self._registered: dict[TxnRequest, None] = {}
+        """Producers (id and epoch) whose registration in their transaction this process sent (``sent``)."""
 
     async def foreign(self, txn: TxnRequest, cluster: str, epoch: int) -> bool:
         """Whether the request's producer id is not one ``cluster`` issued for its transactional id, under
@@ -240,15 +244,24 @@ class Carrier:
         self._unstored = False
 
     async def ongoing(self, cluster: str, txn: TxnRequest) -> bool | None:
-        """Whether the request's producer has a transaction open on ``cluster``, asked of its coordinator;
-        None where it cannot be asked (see ``while_blocked``)."""
+        """Whether the request's producer has a transaction open on ``cluster``, asked of its coordinator.
+        Where it cannot be asked: open if this process sent a registration of the producer's on since its
+        last EndTxn (``sent``), else None (not known: see ``while_blocked``)."""
         try:
             state = await self._describe(cluster, txn.transactional_id)
         except (UpstreamError, OSError, TimeoutError) as exc:
-            log.warning("%s: not asked whether %s has a transaction open (%s)", cluster, txn.transactional_id,
-                        exc)  # fmt: skip
-            return None
+            if not self._unasked:  # said once per outage
+                log.warning("%s: not asked whether transactions are open (%s)", cluster, exc)
+            self._unasked = True
+            return True if _producer(txn) in self._registered else None
+        self._unasked = False
         return state is not None and state.state == "Ongoing"
+
+    def sent(self, request: Request, txn: TxnRequest) -> None:
+        """``request`` of the producer's goes on to its coordinator: a registration (AddPartitionsToTxn,
+        AddOffsetsToTxn) is kept until its transaction ends (``ongoing``)."""
+        if request.api_key in (apis.ADD_PARTITIONS_TO_TXN, apis.ADD_OFFSETS_TO_TXN):
+            _kept(self._registered, _producer(txn))
 
     async def live(self, txn: TxnRequest, cluster: str) -> tuple[str | None, timedelta] | None:
         """Where the request's producer id and epoch are the transactional id's current ones, among the
@@ -272,9 +285,7 @@ class Carrier:
     def told_added(self, txn: TxnRequest) -> None:
         """The producer is told that partitions were added to its transaction when they were not (the Java
         client's AddPartitionsToTxn answered as done: see the module); see ``unadded``."""
-        self._unadded[_producer(txn)] = None
-        while len(self._unadded) > _REMEMBERED:
-            del self._unadded[next(iter(self._unadded))]
+        _kept(self._unadded, _producer(txn))
 
     def unadded(self, txn: TxnRequest) -> bool:
         """Whether the producer was told of partitions added that were not (``told_added``). Its writes
@@ -285,8 +296,9 @@ class Carrier:
         return _producer(txn) in self._unadded
 
     def ended(self, txn: TxnRequest) -> None:
-        """The producer's transaction ends (an EndTxn): what ``told_added`` kept of it goes."""
+        """The producer's transaction ends (an EndTxn): what ``told_added`` and ``sent`` kept of it goes."""
         self._unadded.pop(_producer(txn), None)
+        self._registered.pop(_producer(txn), None)
 
     def carrying(self, transactional_id: str) -> asyncio.Lock:
         if len(self._carrying) > _REMEMBERED:
@@ -424,6 +436,13 @@ class Carrier:
         if answer.error_code != ErrorCode.none:
             raise UpstreamError(f"{cluster}: no coordinator for {txn}: {answer.error_code.name}")
         return int(answer.node_id), (answer.host, answer.port)
+
+
+def _kept(kept: dict[TxnRequest, None], producer: TxnRequest) -> None:
+    """``producer`` kept in ``kept``, which holds the latest ``_REMEMBERED``."""
+    kept[producer] = None
+    while len(kept) > _REMEMBERED:
+        del kept[next(iter(kept))]
 
 
 @dataclass(frozen=True)
