@@ -64,6 +64,8 @@ from workers.gateway.routing import apis
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 DESCRIBE_TRANSACTIONS = 65
 _KEY_TYPE_TRANSACTION = 1
 _JAVA_PRODUCE = 11
@@ -261,7 +263,7 @@ class Carrier:
         """``request`` of the producer's goes on to its coordinator: a registration (AddPartitionsToTxn,
         AddOffsetsToTxn) is kept until its transaction ends (``ongoing``)."""
         if request.api_key in (apis.ADD_PARTITIONS_TO_TXN, apis.ADD_OFFSETS_TO_TXN):
-            _kept(self._registered, _producer(txn))
+            _kept(self._registered, _producer(txn), None)
 
     async def live(self, txn: TxnRequest, cluster: str) -> tuple[str | None, timedelta] | None:
         """Where the request's producer id and epoch are the transactional id's current ones, among the
@@ -285,7 +287,7 @@ class Carrier:
     def told_added(self, txn: TxnRequest) -> None:
         """The producer is told that partitions were added to its transaction when they were not (the Java
         client's AddPartitionsToTxn answered as done: see the module); see ``unadded``."""
-        _kept(self._unadded, _producer(txn))
+        _kept(self._unadded, _producer(txn), None)
 
     def unadded(self, txn: TxnRequest) -> bool:
         """Whether the producer was told of partitions added that were not (``told_added``). Its writes
@@ -326,9 +328,7 @@ class Carrier:
             return None
 
     def _remember(self, key: tuple[str, int, str], epoch: int) -> None:
-        self._native[key] = epoch
-        while len(self._native) > _REMEMBERED:
-            del self._native[next(iter(self._native))]
+        _kept(self._native, key, epoch)
 
     async def start(
         self,
@@ -438,9 +438,9 @@ class Carrier:
         return int(answer.node_id), (answer.host, answer.port)
 
 
-def _kept(kept: dict[TxnRequest, None], producer: TxnRequest) -> None:
-    """``producer`` kept in ``kept``, which holds the latest ``_REMEMBERED``."""
-    kept[producer] = None
+def _kept(kept: dict[K, V], key: K, value: V) -> None:
+    """``key`` kept in ``kept`` (with ``value``), which holds the latest ``_REMEMBERED``."""
+    kept[key] = value
     while len(kept) > _REMEMBERED:
         del kept[next(iter(kept))]
 
