@@ -25,7 +25,7 @@ from activities.fence import stood_still
 from activities.pulse import beat
 from activities.recorded import step
 from switchyard.admins import Admins, ClusterAdmin
-from switchyard.errors import CopyDiverged, DrainTimeout, GroupActive
+from switchyard.errors import CopyDiverged, CopyFailed, DrainTimeout, GroupActive
 from switchyard.keys import BindingKey
 from switchyard.mirror.groups import (
     about,
@@ -153,12 +153,16 @@ class MirrorActivities:
 
     def _read_past_markers(self, link_id: str, behind: dict[Key, int], since: datetime) -> dict[Key, int]:
         """Those of ``behind`` the mirror has not read up to, by its own report made after ``since``: the
-        offsets left may be transaction markers, which take source offsets and no target ones."""
+        offsets left may be transaction markers, which take source offsets and no target ones. A
+        partition whose copy stopped with an error (``CopyFailed``) abandons the switch at once."""
         reported = {
             (s.topic, s.partition): s
             for member in read_status(self.deps.zk, self.deps.store.layout, link_id)
             for s in member.partitions
         }
+        failed = [f"{t}[{p}]: {s.error}" for (t, p) in behind if (s := reported.get((t, p))) and s.error]
+        if failed:  # stopped for good: waiting out the time-out would only hold clients longer
+            raise CopyFailed(f"link {link_id} stopped copying {'; '.join(failed[:5])}")
         still = {}
         for key, end in behind.items():
             status = reported.get(key)

@@ -33,8 +33,18 @@ class OffsetMap:
 
     def continues(self, source: int, target: int) -> bool:
         """Whether copying source ``source`` to ``target`` follows the last segment without a new one."""
-        s, t = self._all()[-1]
+        s, t = self.segments[-1] if self.segments else (0, 0)  # asked per gap: no copy of the list
         return source - s == target - t
+
+    def drop_after(self, target_end: int) -> list[tuple[int, int]]:
+        """Take out, and return, the segments that start past ``target_end``: the mirror stores the
+        segments a batch needs before writing its records, so a copy cut off between the two leaves
+        segments that no record on the target follows (one starting exactly at the end stays: it names
+        where copying resumes)."""
+        kept = [(s, t) for s, t in self.segments if t <= target_end]
+        dropped = self.segments[len(kept) :]
+        self.segments = kept
+        return dropped
 
     def add(self, source: int, target: int) -> None:
         """Start a segment: the next record copied is source ``source``, written at ``target``."""

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
+from activities.mirror import MirrorActivities
 from switchyard import kafka
 from switchyard.admins import ClusterAdmin
 from switchyard.config import Config
@@ -31,14 +34,19 @@ from switchyard.model import LinkState, now
 from switchyard.routing.locks import SagaLocks
 from switchyard.routing.store import RoutingStore
 from switchyard.routing.zk import connect, disconnect
+from switchyard.sagas.steps import DrainRequest, PartitionEnd
 from switchyard.stack import Stack
 from switchyard.threads import Worker
 from tests.helpers.asker import Asker
+from tests.helpers.deps import worker_deps
 from tests.helpers.mirrors import Mirrors, records, unique, wait_drained, wait_group_offset
 from tests.helpers.processes import MirrorProcess
+from tests.helpers.raw import RawClient, fetch_fields
 from tests.helpers.records import commit_offset, join
 from tests.helpers.services import PrivateService
 from tests.helpers.stacks import QUICK_CONSUMER
+from workers.gateway.framing.batches import read
+from workers.gateway.routing import apis
 
 ACTOR = "user:test"
 
@@ -371,6 +379,18 @@ def test_source_gaps_give_an_exact_offset_map(
         assert (t.key, t.value) == (s.key, s.value)
         assert offset_map.target_of(s.offset) == t.offset
         assert offset_map.source_of(t.offset) == s.offset
+    # the four transactions were read in one go, and written as four: no target batch spans two
+    # segments (the gateway rebases a fetched batch by its header alone)
+    with RawClient(int(standby.rsplit(":", 1)[1])) as client:
+        answer = client.answer(client.send(apis.FETCH, 12, **fetch_fields(topic, max_wait_ms=0)))
+    (fetched,) = [p for t in answer.responses for p in t.partitions]
+    assert (fetched.error_code, sum(b.last_offset - b.base_offset + 1 for b in read(fetched.records))) == (
+        0,
+        100,
+    )
+    for batch in read(fetched.records):
+        first, last = (offset_map.source_of(o) for o in (batch.base_offset, batch.last_offset))
+        assert last - first == batch.last_offset - batch.base_offset, f"{batch} spans two segments"
 
     # a group that read 60 records on the source resumes on the target at the 61st, whatever its offset
     group = unique("g")
@@ -379,6 +399,26 @@ def test_source_gaps_give_an_exact_offset_map(
     assert translated == 60 != source[60].offset
     resumed = kafka.consume(standby, topic, group=group, count=1, settings=QUICK_CONSUMER)
     assert (resumed[0].key, resumed[0].value) == (source[60].key, source[60].value)
+
+
+def test_segments_stored_ahead_of_records_never_written_are_removed_when_the_copy_resumes(
+    mirrors: Mirrors, routing: RoutingStore, stack_config: Config
+) -> None:
+    """A batch's segments are stored before its records are written: a mirror cut off in between
+    leaves a segment past the target's end. The next take-up removes it, and copies on exactly."""
+    topic, link = unique("ahead"), unique("link")
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.create_topics(primary, [topic], partitions=1)
+    kafka.produce(primary, topic, records(30))
+    store_records(standby, [segment_record(link, topic, 0, 100, 50)], "a segment whose records never came")
+    routing.create_link(link, "primary", "standby", include=[topic], actor=ACTOR, reason="t")
+    mirrors.start()
+    wait_drained(routing, link, [(topic, 0)], since=now())
+    assert read_maps(standby, link) == {}  # identical offsets: no segment left
+    target = kafka.read_partitions(standby, topic)[0]
+    assert [(r.offset, r.value) for r in target] == [
+        (r.offset, r.value) for r in kafka.read_partitions(primary, topic)[0]
+    ]
 
 
 def test_aborted_transactions_stay_invisible_on_the_target(
@@ -598,6 +638,12 @@ def test_a_write_to_the_target_stops_that_partition_with_the_reason(
     wrote, expected = int(shifted[1]), int(shifted[2])
     assert wrote == expected + 1, found.error
     assert 50 <= expected <= 69, found.error
+    # a switch's drain names the stopped partition at once, rather than wait out its time-out
+    kafka.produce(primary, topic, records(40, "stopped"))
+    with worker_deps(routing, stack_config) as deps:
+        drain = DrainRequest(link, [PartitionEnd(topic, 0, 110)], timeout_s=60)
+        with pytest.raises(ApplicationError, match=rf"CopyFailed.*{topic}\[0\]: the target wrote a copy"):
+            ActivityEnvironment().run(MirrorActivities(deps).drain_link, drain)
     assert "something else writes to the target partition" in found.error
     stopped_at = len(kafka.read_partitions(standby, topic)[0])
     kafka.produce(primary, topic, records(20, "after-the-stop"))

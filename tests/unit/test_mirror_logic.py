@@ -115,6 +115,30 @@ def test_a_segment_stored_ahead_of_its_records_names_where_copying_resumes() -> 
     assert OffsetMap([(100, 0)]).next_source(0) == 100
 
 
+@given(logs, st.data())
+def test_a_copy_cut_off_after_storing_its_batchs_segments_resumes_exactly(
+    log: tuple[int, list[int]], data: st.DataObject
+) -> None:
+    """The mirror stores every segment a batch needs before writing the batch: a copy cut off with
+    ``landed`` records on the target has stored the segments of the records up to its batch's end.
+    Taking out those past the target's end, it resumes at the next record due, and copying on makes
+    the map a copy never cut off makes."""
+    source = offsets_of(*log)
+    whole = copy(source)
+    landed = data.draw(st.integers(0, len(source)))
+    batch_end = data.draw(st.integers(landed, len(source)))
+    stored = copy(source[:batch_end])
+    stored.drop_after(landed)
+    if landed:
+        assert source[landed - 1] < stored.next_source(landed)  # nothing copied twice
+    if landed < len(source):
+        assert stored.next_source(landed) <= source[landed]  # nothing skipped
+    for target, s in enumerate(source[landed:], start=landed):  # the copy goes on, as the mirror does
+        if not stored.continues(s, target):
+            stored.add(s, target)
+    assert stored == whole
+
+
 def test_reverse_maps_continue_the_pairs_and_step_over_what_was_never_copied() -> None:
     key = ("orders", 0)
     forward = copy([0, 1, 2, 4, 5])  # a marker at 3: target 0..4 hold source 0, 1, 2, 4, 5
