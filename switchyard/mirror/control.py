@@ -123,7 +123,11 @@ def reverse_maps(
     """The reverse link's maps, and the records on the old source beyond the copy, per partition."""
     reversed_maps, uncopied = {}, {}
     for key, (copied_to, target_end) in ends.items():
-        inverse = maps.get(key, OffsetMap()).inverse()
+        # segments past the target's end describe nothing there (a copy cut off between storing a batch's
+        # segments and writing its records, which no take-up removed before a failover)
+        forward = OffsetMap(list(maps.get(key, OffsetMap()).segments))
+        forward.drop_after(target_end)
+        inverse = forward.inverse()
         old_end = old_source_ends[key]
         if old_end < copied_to:
             raise BindingRefused(

@@ -41,9 +41,8 @@ class OffsetMap:
         segments a batch needs before writing its records, so a copy cut off between the two leaves
         segments that no record on the target follows (one starting exactly at the end stays: it names
         where copying resumes)."""
-        kept = [(s, t) for s, t in self.segments if t <= target_end]
-        dropped = self.segments[len(kept) :]
-        self.segments = kept
+        dropped = [(s, t) for s, t in self.segments if t > target_end]
+        self.segments = [(s, t) for s, t in self.segments if t <= target_end]
         return dropped
 
     def add(self, source: int, target: int) -> None:

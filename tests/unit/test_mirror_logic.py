@@ -156,6 +156,24 @@ def test_reverse_maps_continue_the_pairs_and_step_over_what_was_never_copied() -
         reverse_maps({key: (6, 5)}, {key: forward}, {key: 4})
 
 
+@given(logs, st.data())
+def test_a_reverse_map_ignores_segments_stored_past_the_target_end(
+    log: tuple[int, list[int]], data: st.DataObject
+) -> None:
+    """A failover may promote a link whose map holds segments of records never written (a copy cut off
+    between storing a batch's segments and writing it, or read between the two): the reverse link's
+    map is the one of what the target holds."""
+    source = offsets_of(*log)
+    landed = data.draw(st.integers(0, len(source)))
+    key, old_end = ("orders", 0), source[-1] + 1
+    copied_to = source[landed - 1] + 1 if landed else 0
+    exact, _ = reverse_maps({key: (copied_to, landed)}, {key: copy(source[:landed])}, {key: old_end})
+    ahead, _ = reverse_maps({key: (copied_to, landed)}, {key: copy(source)}, {key: old_end})
+    written = range(landed + 10)  # what the target held at the flip, and what clients wrote there since
+    assert [ahead[key].target_of(t) for t in written] == [exact[key].target_of(t) for t in written]
+    assert [ahead[key].position(t) for t in written] == [exact[key].position(t) for t in written]
+
+
 def test_a_reverse_copy_after_a_source_that_ended_on_a_marker_resumes_at_the_first_new_record() -> None:
     """The source ended with a transaction's marker (records 0-5 copied to 0-4 around a marker at 3, a
     trailing marker at 6: end 7); the copy's first record after the flip is at 5. The way back must

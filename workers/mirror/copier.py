@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from functools import partial
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -422,15 +423,10 @@ class LinkCopier:
         """Remove segments stored ahead of records that never reached the target (a copy cut off
         between storing a batch's segments and writing it): copying the same records again stores
         them again, and a map left holding them would refuse the segments of records that differ."""
-        assert self._clients is not None
-        producer = self._clients.producer
         for (topic, partition), source, _ in ahead:
             record_key, _value = segment_record(self.link.id, topic, partition, source, 0)
-            producer.produce(MAP_TOPIC, None, record_key, on_delivery=self._map_delivered)
-        if producer.flush(30) or self._failure:
-            raise MirrorError(
-                f"segments ahead of the target not removed: {self._failure or 'not acknowledged'}"
-            )
+            self._produce(MAP_TOPIC, None, record_key, on_delivery=self._map_delivered)
+        self._acknowledged("segments ahead of the target not removed")
         log.info("link %s: %d segments stored ahead of records never written removed: %s", self.link.id,
                  len(ahead), ", ".join(f"{t}[{p}]@{s}->{tt}" for (t, p), s, tt in ahead[:5]))  # fmt: skip
 
@@ -569,13 +565,10 @@ class LinkCopier:
         before them), before any record after them is written: the stored map always covers the
         target. A copy cut off between the two leaves segments ahead of the target's end, which the
         next take-up of the partition removes (``_take_up``)."""
-        assert self._clients is not None
-        producer = self._clients.producer
         for st, source, target in waiting.segments:
             record_key, value = segment_record(self.link.id, st.topic, st.partition, source, target)
-            producer.produce(MAP_TOPIC, value, record_key, on_delivery=self._map_delivered)
-        if producer.flush(30) or self._failure:
-            raise MirrorError(f"the offset map could not be stored: {self._failure or 'not acknowledged'}")
+            self._produce(MAP_TOPIC, value, record_key, on_delivery=self._map_delivered)
+        self._acknowledged("the offset map could not be stored")
 
     def _write_runs(self, waiting: Waiting) -> None:
         """The runs that waited for the segments, written in order, each one's last with a report. A
@@ -585,8 +578,10 @@ class LinkCopier:
         transaction committed after each few records) waits once per gap there, but once for every
         partition's."""
         for number, runs in enumerate(waiting.rounds()):
-            if number and self._clients is not None and (self._clients.producer.flush(30) or self._failure):
-                raise MirrorError(f"the target did not acknowledge a segment's records: {self._failure}")
+            if number:
+                if self._stop.is_set():  # what is left waits for the next take-up (``_forget_ahead``)
+                    raise MirrorError("stopped between the rounds of a batch")
+                self._acknowledged("the target did not acknowledge a segment's records")
             for st, records, target in runs:
                 if st.error:  # a report failed the partition meanwhile: nothing more of it
                     continue
@@ -597,23 +592,32 @@ class LinkCopier:
 
     def _write(self, key: Key, msg: Message, target: int, *, report: bool) -> None:
         """Write ``msg`` to the target, where it will be at ``target`` (checked if ``report``)."""
-        assert self._clients is not None
-        producer = self._clients.producer
         kind, timestamp = msg.timestamp()
         if kind == TIMESTAMP_NOT_AVAILABLE:
             timestamp = 0  # the target stamps it
-        delivered = partial(self._delivered, key, target) if report else None
+        self._produce(
+            key[0], msg.value(), msg.key(), partition=key[1], headers=msg.headers(), timestamp=timestamp,
+            on_delivery=partial(self._delivered, key, target) if report else None,
+        )  # fmt: skip
+
+    def _produce(self, topic: str, value: bytes | None, key: bytes | None, **kwargs: Any) -> None:
+        """Produce, waiting while the producer's queue is full (the target slow or away), stoppably."""
+        assert self._clients is not None
+        producer = self._clients.producer
         while True:
             try:
-                producer.produce(
-                    key[0], msg.value(), msg.key(), partition=key[1], headers=msg.headers(),
-                    timestamp=timestamp, on_delivery=delivered,
-                )  # fmt: skip
+                producer.produce(topic, value, key, **kwargs)
                 return
-            except BufferError:  # the target is slow or away: wait, but stay stoppable
+            except BufferError:
                 if self._stop.is_set():
                     raise MirrorError("stopped while the target was not taking records") from None
                 producer.poll(0.05)
+
+    def _acknowledged(self, what: str) -> None:
+        """Everything produced so far acknowledged by the target, or MirrorError saying ``what``."""
+        assert self._clients is not None
+        if self._clients.producer.flush(30) or self._failure:
+            raise MirrorError(f"{what}: {self._failure or 'not acknowledged in 30 s'}")
 
     def _copy_error(self, key: Key, st: PartitionCopy | None, error: KafkaError, msg: Message) -> None:
         code = error.code()
