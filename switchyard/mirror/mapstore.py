@@ -17,6 +17,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -98,15 +99,14 @@ class LinkRecords:
 
 def read_link(bootstrap: str, link_id: str) -> LinkRecords:
     """The offset map and final positions of ``link_id``, stored on the cluster at ``bootstrap``."""
-    return _records_of(_latest(bootstrap).values(), link_id)
+    return _records_of((json.loads(value) for value in _latest(bootstrap).values()), link_id)
 
 
-def _records_of(values: Iterable[bytes], link_id: str) -> LinkRecords:
+def _records_of(stored: Iterable[dict[str, Any]], link_id: str) -> LinkRecords:
     segments: dict[TopicPartitionKey, dict[int, int]] = defaultdict(dict)
     ends: dict[TopicPartitionKey, tuple[int, int]] = {}
     resumes: dict[TopicPartitionKey, int] = {}
-    for value in values:
-        raw = json.loads(value)
+    for raw in stored:
         if raw["link"] == link_id:
             key = (raw["topic"], raw["partition"])
             if raw.get("end"):
@@ -132,7 +132,10 @@ class MapFollower:
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
         self._lock = threading.Lock()
-        self._latest: dict[bytes, bytes] = {}
+        self._links: dict[str, dict[bytes, dict[str, Any]]] = {}
+        """Per link, each live record by key, read: a switch's drain asks for its link's every 2 s, and
+        parsing every link's records each time (a transactional topic stores a segment per commit)
+        cost seconds of a drain on a busy host."""
         self._read_to: dict[int, int] = {}
         """Per partition of the map topic, the offset read up to."""
         self._reading: list[int] = []
@@ -154,7 +157,7 @@ class MapFollower:
                 # fetched past ``_read_to``: the next read assigns the reader anew from there
                 self._reading = []
                 raise
-            return _records_of(self._latest.values(), link_id)
+            return _records_of(self._links.get(link_id, {}).values(), link_id)
 
     def close(self) -> None:
         with self._lock:
@@ -169,7 +172,7 @@ class MapFollower:
         starts = kafka.watermarks(self._probe, keys, timeout_s=timeout_s)
         ends = kafka.log_ends(self._probe, keys, timeout_s=timeout_s)
         if any(starts[k][0] > self._read_to.get(k[1], 0) for k in keys):
-            self._latest, self._read_to, self._reading = {}, {}, []
+            self._links, self._read_to, self._reading = {}, {}, []
         partitions = [p for _, p in keys]
         behind = {p: ends[(t, p)] for t, p in keys if self._read_to.get(p, 0) < ends[(t, p)]}
         deadline = time.monotonic() + timeout_s
@@ -199,9 +202,10 @@ class MapFollower:
             key, value = message.key(), message.value()
             if key is not None:
                 if value is None:
-                    self._latest.pop(key, None)
+                    self._links.get(json.loads(key)[0], {}).pop(key, None)
                 else:
-                    self._latest[key] = value
+                    raw = json.loads(value)
+                    self._links.setdefault(raw["link"], {})[key] = raw
             self._read_to[message.partition() or 0] = (message.offset() or 0) + 1
 
 
