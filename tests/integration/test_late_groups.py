@@ -52,7 +52,7 @@ from tests.helpers.raw import (
 )
 from tests.integration.test_sagas import ACTOR, prepare
 from workers.gateway.routing import apis
-from workers.gateway.routing.holds import SHARE_OF_SESSION, UNKNOWN_SESSION_S
+from workers.gateway.routing.holds import KIP848_HEARTBEAT_S, SHARE_OF_SESSION, UNKNOWN_SESSION_S
 
 SLOW = "3600"
 LIVE_OVERRIDES = {  # the module's deployment (tests/conftest.py)
@@ -556,3 +556,49 @@ def test_a_consumer_protocol_members_commit_made_through_a_long_block_lands_once
     finally:
         consumer.close()
     assert committed_offsets(ClusterAdmin(standby), group) == {(topic, 0): 5}
+
+
+def test_a_consumer_protocol_member_moved_while_it_processes_commits_what_it_read_before_it_polls(
+    live: Live, routing: RoutingStore, stack_config: Config
+) -> None:
+    """librdkafka's member of the consumer protocol (KIP-848) reads, and is switched over while it
+    processes (it does not poll), then commits what it read. Fenced at its first heartbeat to the new
+    cluster, it had lost its partitions, and the commit failed ``_ASSIGNMENT_LOST``: what it processed
+    it would process again (a chaos trial). Told to give them up instead, it revokes them at its next
+    poll, the commit made before that lands, and it reads on where it committed, nothing twice."""
+    app, topic, link = prepare(live, routing, stack_config, partitions=1)
+    assert live.gateway is not None
+    primary, standby = (stack_config.clusters[c].bootstrap for c in ("primary", "standby"))
+    kafka.produce(primary, topic, [kafka.Record(None, str(n).encode(), partition=0) for n in range(10)])
+    group = unique("group")
+    revoked: list[int] = []
+    lost: list[int] = []
+    consumer = Consumer({"bootstrap.servers": live.gateway.bootstrap, "client.id": f"{app}@reader",
+                         "group.id": group, "group.protocol": "consumer", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})  # fmt: skip
+    consumer.subscribe(
+        [topic], on_revoke=lambda _c, ps: revoked.append(len(ps)), on_lost=lambda _c, ps: lost.append(len(ps))
+    )
+    read: list[bytes | None] = []
+
+    def read_to(count: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(read) < count:
+            assert time.monotonic() < deadline, f"read {len(read)} of {count}"
+            read.extend(m.value() for m in consumer.consume(1, 0.5) if m.error() is None)
+
+    try:
+        read_to(5)
+        over = live.cli("switchover", app, "--link", link, "--wait", "--reason", "a member moved")
+        assert over.returncode == 0, over.stdout + over.stderr
+        time.sleep(KIP848_HEARTBEAT_S + 2)  # its first heartbeat after the flip is answered before it polls
+        committed = consumer.commit(asynchronous=False)
+        assert [(p.topic, p.partition, p.offset, p.error) for p in committed or []] == [(topic, 0, 5, None)]
+        read_to(10)
+        read.extend(m.value() for m in consumer.consume(10, 3) if m.error() is None)
+        let_go = (list(revoked), list(lost))  # before its close revokes what it holds on the standby
+    finally:
+        consumer.close()
+    assert read == [str(n).encode() for n in range(10)]  # nothing twice, nothing skipped
+    assert let_go == ([1], [])  # revoked once, at the switch; lost never
+    assert committed_offsets(ClusterAdmin(standby), group)[(topic, 0)] >= 5

@@ -239,10 +239,12 @@ def test_a_consumer_protocol_member_switched_over_and_back_commits_on_and_joins_
 ) -> None:
     """A member of the consumer protocol (KIP-848) heartbeats no more often than its switches come (5 s
     by default): switched over and back before it heartbeats, its commits are carried from the standby
-    it read last, its next heartbeat is fenced, and it joins again on the primary — where it then stays
-    a member, not fenced at every heartbeat (the gateway once took it for the member it had removed,
-    and the Java client lost and took its partitions every 100 ms for good). Its assignment names its
-    topic by the id clients see, on either cluster."""
+    it read last, it is fenced once it has let its partition go, and it joins again on the primary —
+    where it then stays a member, not fenced at every heartbeat (the gateway once took it for the
+    member it had removed, and the Java client lost and took its partitions every 100 ms for good).
+    Before it is fenced it is asked to give up the partition it owns (an assignment of nothing), so
+    that it can commit what it processed first. Its assignment names its topic by the id clients see,
+    on either cluster."""
     assert live.gateway is not None
     app, topic, link = prepare(live, routing, stack_config, partitions=1)
     primary = stack_config.clusters["primary"].bootstrap
@@ -263,7 +265,10 @@ def test_a_consumer_protocol_member_switched_over_and_back_commits_on_and_joins_
                 assert time.monotonic() < deadline, f"after the {kind}, the commit was refused: {code.name}"
                 time.sleep(0.2)
             assert code is ErrorCode.none, f"after the {kind}: {code.name}"
-        fenced = consumer_heartbeat(member, group, member_id, epoch)
+        released = consumer_heartbeat(member, group, member_id, epoch)  # owning as before: asked to let go
+        assert (released.error_code, released.member_epoch) == (ErrorCode.none, epoch), released.error_code
+        assert released.assignment.topic_partitions == ()
+        fenced = consumer_heartbeat(member, group, member_id, epoch, owned={})  # let go: fenced
         assert fenced.error_code == ErrorCode.fenced_member_epoch
         joined = consumer_heartbeat(member, group, member_id, 0, topic=topic)
         assert joined.error_code == ErrorCode.none, joined.error_code

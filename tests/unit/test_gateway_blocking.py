@@ -13,8 +13,10 @@ from switchyard.frames.protocol import (
     decode_response,
     encode_response,
     known_versions,
+    parse_request,
     request_schema,
 )
+from tests.helpers.sessions import raw
 from workers.gateway.routing import apis, blocking
 
 # API key -> (topics field, partitions field, partition index field or None for a list of ints)
@@ -123,3 +125,22 @@ def test_a_push_for_a_shielded_clusters_subscription_makes_the_client_ask_again(
     response = blocking.blocked_response(request, body)
     assert decode_response(request, encode_response(request, response)[4:]) == response
     assert response.error_code == ErrorCode.unknown_subscription_id
+
+
+@pytest.mark.parametrize("version", offered(apis.CONSUMER_GROUP_HEARTBEAT))
+def test_a_released_member_is_answered_without_error_its_own_id_and_epoch_and_an_assignment_of_nothing(
+    version: int,
+) -> None:
+    """The answer a coordinator gives a member it takes every partition from (``Action.RELEASE``): the
+    client revokes what it owns, and heartbeats on at an interval above nothing (the Java client takes
+    any interval it is given, and 0 would have it heartbeat without pause)."""
+    request = parse_request(raw(
+        apis.CONSUMER_GROUP_HEARTBEAT, version, group_id="billing", member_id="m-1", member_epoch=7,
+        topic_partitions=None, subscribed_topic_names=None,
+    ))  # fmt: skip
+    frame = blocking.OwnAnswer(ErrorCode.none, release=True).encoded(request)
+    answer = decode_response(request, frame[4:])
+    assert (answer.error_code, answer.member_id, answer.member_epoch) == (ErrorCode.none, "m-1", 7)
+    assert answer.assignment is not None
+    assert answer.assignment.topic_partitions == ()
+    assert answer.heartbeat_interval.total_seconds() > 0

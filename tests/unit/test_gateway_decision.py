@@ -261,3 +261,22 @@ def test_a_coordinator_lookup_told_to_wait_changes_no_other_decision() -> None:
             mirrored=lambda _topic, m=mirrored: m, joined_on=joined_on, coordinator_waits=True,
         )  # fmt: skip
         assert waiting == decided(key, state, listener, answered, mirrored, joined_on)
+
+
+@pytest.mark.parametrize(
+    ("state", "joined_on", "owning", "expected"),
+    [
+        (BindingState.ACTIVE, "primary", True, Action.RELEASE),  # moved, may own partitions: let go first
+        (BindingState.ACTIVE, "primary", False, Action.FENCE),  # owns none (its acknowledgement): fenced
+        (BindingState.ACTIVE, "standby", True, Action.FORWARD),  # a member where it is routed
+        (BindingState.ACTIVE, None, True, Action.FORWARD),
+        (BindingState.BLOCKED, "primary", True, Action.HOLD),
+    ],
+)  # fmt: skip
+def test_a_consumer_protocol_member_moved_by_a_switch_lets_its_partitions_go_before_it_is_fenced(
+    state: BindingState, joined_on: str | None, owning: bool, expected: Action
+) -> None:
+    context = Context(topics=("t",), group="g", expects_response=True)
+    found = decide(apis.CONSUMER_GROUP_HEARTBEAT, context, resolution(state), LISTENERS["bound broker"],
+                   joined_on=joined_on, owning=owning)  # fmt: skip
+    assert found.action is expected

@@ -5,6 +5,7 @@ up again, rather than counting it as a member of the cluster a link copies from.
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,7 +16,7 @@ from switchyard.frames.protocol import decode_response, parse_request
 from switchyard.identity import Identity
 from tests.helpers.sessions import Brokers, Gateway, exchange, raw
 from workers.gateway.brokers.upstream import UpstreamError
-from workers.gateway.groups.handling import GroupHandling
+from workers.gateway.groups.handling import RELEASE_WITHIN_S, GroupHandling
 from workers.gateway.groups.members import Member, Members
 from workers.gateway.routing import apis
 
@@ -214,9 +215,19 @@ def test_a_heartbeat_of_a_member_whose_cluster_cannot_say_is_not_fenced_its_conn
     )  # fmt: skip
     gone = asyncio.run(exchange(_session_gateway(Coordinator(UpstreamError("refused"))), frame))
     assert gone == [], "answered, though the coordinator could say nothing of the member"
-    (fenced,) = asyncio.run(exchange(_session_gateway(Coordinator(set())), frame))
-    answer = decode_response(parse_request(frame), fenced)
-    assert answer.error_code == ErrorCode.fenced_member_epoch
+    (released,) = asyncio.run(exchange(_session_gateway(Coordinator(set())), frame))
+    answer = decode_response(parse_request(frame), released)  # owning as before: asked to let go first
+    assert (answer.error_code, answer.member_epoch, answer.assignment.topic_partitions) == (
+        ErrorCode.none,
+        4,
+        (),
+    )
+    let_go = raw(
+        apis.CONSUMER_GROUP_HEARTBEAT, 0, group_id=GROUP, member_id=MEMBER, member_epoch=4,
+        topic_partitions=(), subscribed_topic_names=None,
+    )  # fmt: skip
+    (fenced,) = asyncio.run(exchange(_session_gateway(Coordinator(set())), let_go))
+    assert decode_response(parse_request(let_go), fenced).error_code == ErrorCode.fenced_member_epoch
 
 
 def _handling(
@@ -288,3 +299,38 @@ async def _looked_up(handling: GroupHandling, request: Any) -> None:
     await handling.find_member(request, None, "standby", ("orders-t",), SHOP)  # type: ignore[arg-type]
     for later in handling.connection.done_later:  # type: ignore[attr-defined]
         await later
+
+
+def _heartbeat(owned: tuple[Any, ...] | None) -> Any:
+    body = SimpleNamespace(group_id=GROUP, member_id=MEMBER, member_epoch=4, topic_partitions=owned)
+    return SimpleNamespace(api_key=apis.CONSUMER_GROUP_HEARTBEAT, api_version=0, body=body)
+
+
+@pytest.mark.parametrize(
+    ("owned", "owns", "asked_s_ago", "releases"),
+    [
+        (None, None, None, True),  # owning as before, its assignment not seen: asked to let go
+        ((SimpleNamespace(partitions=(0,)),), True, None, True),
+        ((), True, None, False),  # names none: its acknowledgement of the release
+        ((SimpleNamespace(partitions=()),), True, None, False),
+        (None, False, None, False),  # its last assignment named none: nothing to let go
+        (None, True, 5.0, True),  # asked 5 s ago, and its application has not polled since
+        (None, True, RELEASE_WITHIN_S + 1, False),  # asked too long ago: fenced, as before
+    ],
+)  # fmt: skip
+def test_a_moved_consumer_protocol_member_is_asked_to_let_go_while_it_may_own_partitions(
+    owned: tuple[Any, ...] | None, owns: bool | None, asked_s_ago: float | None, releases: bool
+) -> None:
+    since = None if asked_s_ago is None else time.monotonic() - asked_s_ago
+    known = Member("standby", None, left=True, consumer=True, owns=owns, releasing_since=since)
+    _, handling = _handling(Coordinator(set()), known)
+    assert handling.owning(_heartbeat(owned)) is releases
+
+
+def test_a_release_is_timed_from_the_first_time_a_member_is_asked() -> None:
+    gateway, handling = _handling(Coordinator(set()), Member("standby", None, left=True, consumer=True))
+    handling.releasing(_heartbeat(None))
+    first = gateway.members.get(GROUP, MEMBER).releasing_since
+    handling.releasing(_heartbeat(None))
+    assert first is not None
+    assert gateway.members.get(GROUP, MEMBER).releasing_since == first

@@ -540,7 +540,8 @@ class ClientSession:
             request.api_key, context, resolution, self.listener.broker,
             empty_metadata=request.api_key == apis.METADATA and request.body.topics == (),
             mirrored=lambda topic: gateway.links.mirrored(snapshot, resolution.cluster, topic),
-            joined_on=joined_on, rejoining=rejoining, partitions=partitions,
+            joined_on=joined_on, rejoining=rejoining, owning=self.groups.owning(request),
+            partitions=partitions,
             shielded=snapshot.shielded(resolution.cluster), unvouched=not gateway.vouched(snapshot),
             coordinator_waits=coordinator_waits,
             shield_holds=gateway.shield_fresh(resolution.cluster)
@@ -561,6 +562,8 @@ class ClientSession:
             return _ready(encode_response(request, metadata))
         if action is Action.DROP:
             return _ready(None)
+        if action is Action.RELEASE:
+            self.groups.releasing(request)
         if decision.answer is not None:
             if action in (
                 Action.REDIRECT,

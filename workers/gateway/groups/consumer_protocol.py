@@ -7,18 +7,22 @@ classic protocol's requests, with these differences:
 - **Topic ids.** Its owned partitions and its assignment name topics by id alone. Clients see one id
   per topic (:mod:`workers.gateway.brokers.topic_identity`), each cluster has its own: the owned ones
   go out as the cluster's, the assignment comes back as the clients' (``to_cluster``, ``to_client``).
-- **A member moved by a switch is fenced.** Its heartbeat to the new cluster would name a member and
-  an epoch that cluster never knew: a cluster whose group was only ever written by the saga's group sync
-  (a classic group without members), or has none, answers GROUP_ID_NOT_FOUND, which the Java client
-  takes for fatal. So the gateway answers it FENCED_MEMBER_EPOCH (``decision.Action.FENCE``), as a
-  coordinator answers a member it dropped: the client gives up its partitions without committing
-  and joins again at epoch 0 — on the new cluster, where it resumes from the group's committed offsets.
-  The commits it made since the flip are there: they are carried like a classic member's
-  (:mod:`workers.gateway.groups.carry`). What it processed and had not committed when fenced it
-  processes again, as after any fence (an application that commits after each batch, nothing; one on
-  auto-commit, up to its interval). A GROUP_ID_NOT_FOUND answered to a member the gateway did not see
-  join (it joined through another gateway, or before this one started) is made FENCED_MEMBER_EPOCH too
-  (``answered``).
+- **A member moved by a switch lets its partitions go, then is fenced.** Its heartbeat to the new
+  cluster would name a member and an epoch that cluster never knew: a cluster whose group was only ever
+  written by the saga's group sync (a classic group without members), or has none, answers
+  GROUP_ID_NOT_FOUND, which the Java client takes for fatal. So the gateway answers it itself. While
+  it may own partitions, as a coordinator asks a member to give every partition up: no error, its own
+  id and epoch, an assignment of nothing (``decision.Action.RELEASE``, ``blocking.released``); the
+  client revokes them at its application's next poll, and may commit what it processed meanwhile —
+  carried like a classic member's commits (:mod:`workers.gateway.groups.carry`). Its acknowledgement,
+  owning nothing, is answered FENCED_MEMBER_EPOCH (``decision.Action.FENCE``), as a coordinator
+  answers a member it dropped: it loses nothing, and joins again at epoch 0 — on the new cluster, where
+  it resumes from the group's committed offsets. Fenced at once, it lost its partitions, and a commit
+  of what it had processed was refused (librdkafka: ``_ASSIGNMENT_LOST``), so it processed that again.
+  A member that owns nothing, or has not let go ``handling.RELEASE_WITHIN_S`` after it was first
+  asked, is fenced (``GroupHandling.owning``). A GROUP_ID_NOT_FOUND answered to a member the gateway
+  did not see join (it joined through another gateway, or before this one started) is made
+  FENCED_MEMBER_EPOCH too (``answered``).
 - **The cluster it left forgets it at once**, as a classic member is removed with LeaveGroup: a
   heartbeat at epoch -1 on its behalf (``leave_fields``), so the group there is empty, and a switch back
   can write its offsets without waiting for the member's session to expire (45 s by default). A member

@@ -45,6 +45,9 @@ from workers.gateway.routing.holds import hold_limit
 from workers.gateway.shared import Shared
 
 log = logging.getLogger(__name__)
+RELEASE_WITHIN_S = 15.0
+"""How long a member moved by a switch is asked to give its partitions up before it is fenced (three of
+its heartbeat intervals while it does not poll): see ``GroupHandling.owning``."""
 MEMBER_APIS = frozenset(
     {apis.JOIN_GROUP, apis.SYNC_GROUP, apis.HEARTBEAT, apis.OFFSET_COMMIT, apis.CONSUMER_GROUP_HEARTBEAT}
 )
@@ -516,14 +519,48 @@ class GroupHandling:
 
     async def heartbeat_in(self, request: Request, frame: bytes, cluster: str, identity: Identity) -> bytes:
         """A ConsumerGroupHeartbeat's answer from ``cluster`` as its member gets it; a member there it
-        tells of, noted."""
+        tells of, noted, with whether its assignment names any partition (``owning``)."""
         answer = decode_response(request, frame)
         if answer.error_code == ErrorCode.none and answer.member_epoch > 0:
             member_id = answer.member_id or request.body.member_id
             self._member_of(request.body.group_id, member_id, cluster, identity)
+            if answer.assignment is not None:
+                owns = any(t.partitions for t in answer.assignment.topic_partitions)
+                self._noted(request.body.group_id, member_id, owns=owns)
         answer = consumer_protocol.answered(request.body, answer)
         answer = await consumer_protocol.to_client(answer, cluster, self.gateway.real_ids)
         return encode_response(request, answer)
+
+    def owning(self, request: Request) -> bool:
+        """For a ConsumerGroupHeartbeat: whether its member, if a switch moved it, is to be asked to give
+        its partitions up (``RELEASE``) rather than fenced. It is, unless it names none it owns (its
+        acknowledgement of that release: an empty list; a null one says "as before"), its assignment
+        was last seen empty, or it was first asked ``RELEASE_WITHIN_S`` ago: a member that owns nothing
+        answers a release of nothing with no acknowledgement, and one whose application does not poll
+        revokes nothing."""
+        if request.api_key != apis.CONSUMER_GROUP_HEARTBEAT:
+            return False
+        owned = request.body.topic_partitions
+        if owned is not None and not any(t.partitions for t in owned):
+            return False
+        member = self.gateway.members.get(request.body.group_id, request.body.member_id)
+        if member is None:
+            return True
+        since = member.releasing_since
+        return member.owns is not False and (since is None or time.monotonic() - since < RELEASE_WITHIN_S)
+
+    def releasing(self, request: Request) -> None:
+        """Its member asked to give its partitions up: since when, the first time (``owning``)."""
+        member = self.gateway.members.get(request.body.group_id, request.body.member_id)
+        if member is not None and member.releasing_since is None:
+            log.info("group %s: member %s, moved, asked to give its partitions up", request.body.group_id,
+                     request.body.member_id)  # fmt: skip
+            self._noted(request.body.group_id, request.body.member_id, releasing_since=time.monotonic())
+
+    def _noted(self, group: str, member_id: str, **changes: Any) -> None:
+        member = self.gateway.members.get(group, member_id)
+        if member is not None:
+            self.gateway.members.joined(group, member_id, dataclasses.replace(member, **changes))
 
     def _member_of(self, group: str, member_id: str, cluster: str, identity: Identity) -> None:
         """A member of the consumer protocol is one of ``cluster`` now (unless known there already); its

@@ -55,6 +55,11 @@ class Member:
     resent: bool = False
     """A commit of it, carried and refused, has been answered with the retriable error once
     (``GroupHandling._joined_elsewhere``): the next such refusal is the client's to see."""
+    owns: bool | None = None
+    """For a member of the consumer protocol: whether the latest assignment its coordinator gave it, as
+    the gateway saw it, names any partition (None: none seen)."""
+    releasing_since: float | None = None
+    """For one moved by a switch: when it was first asked to give up its partitions (``RELEASE``)."""
     sync_refused: bool = False
     """Its last SyncGroup was refused: it joins again before it syncs, and its client may first commit
     its old membership's offsets, which wait for no sync of it (``syncing``; see

@@ -40,10 +40,14 @@ class OwnAnswer:
     """None: the API's retriable error (see above); else this code in the same places."""
     codes: typing.Mapping[tuple[str, int], ErrorCode] = field(default_factory=dict)
     """For a Produce: per partition, a code in place of the retriable one (see ``produce_refused``)."""
+    release: bool = False
+    """For a ConsumerGroupHeartbeat: no error, and an assignment of nothing (``released``)."""
 
     def encoded(self, request: Request) -> bytes:
         if self.codes:
             return encode_response(request, produce_refused(request, self.codes))
+        if self.release:
+            return encode_response(request, released(request))
         return encode_response(request, blocked_response(request, request.body, self.error))
 
 
@@ -100,6 +104,23 @@ def blocked_response(request: Request, body: Any, error: ErrorCode | None = None
             code,
         )  # fmt: skip
     raise ValueError(f"API {key} is not blockable")
+
+
+RELEASE_HEARTBEAT = datetime.timedelta(seconds=5)
+"""The heartbeat interval a released member is told (the coordinator's default): it acknowledges its
+revocation at once, and heartbeats this often until it polls."""
+
+
+def released(request: Request) -> Any:
+    """A ConsumerGroupHeartbeat answered as a coordinator asks a member to give up every partition it owns:
+    no error, the member's own id and epoch, an assignment of nothing. The client revokes them as in
+    any rebalance (its application's callback, at its next poll), and may commit meanwhile."""
+    cls = response_schema(request.api_key, request.api_version)
+    body = request.body
+    return make(
+        cls, error_code=ErrorCode.none, member_id=body.member_id, member_epoch=body.member_epoch,
+        heartbeat_interval=RELEASE_HEARTBEAT, assignment=make(element_type(cls, "assignment")),
+    )  # fmt: skip
 
 
 def produce_refused(request: Request, codes: typing.Mapping[tuple[str, int], ErrorCode]) -> Any:

@@ -28,9 +28,12 @@ sockets and shared state, lets every API be checked against every routing state 
   cluster (kafkajs heartbeats its old membership while its new join waits): answered here without
   error. Asked to rejoin, kafkajs would start a second rebalance once the first ends — one more join
   round, 15 s at its defaults on the test broker;
-- ``FENCE``: a ConsumerGroupHeartbeat (KIP-848) from a member that joined on the cluster the identity
-  has left: answered here with FENCED_MEMBER_EPOCH, so it joins again where it is routed now (see
-  :mod:`workers.gateway.groups.consumer_protocol`);
+- ``RELEASE``: a ConsumerGroupHeartbeat (KIP-848) from a member that joined on the cluster the identity
+  has left and may still own partitions: answered here without error and with an assignment of
+  nothing, so it revokes them as in any rebalance, and may commit what it processed meanwhile;
+- ``FENCE``: such a heartbeat from a member that owns nothing (its acknowledgement of that release), or
+  whose release ran out: answered here with FENCED_MEMBER_EPOCH, so it joins again where it is routed
+  now (see :mod:`workers.gateway.groups.consumer_protocol`);
 - ``ADOPT``: an OffsetCommit from outside the group (no member, generation -1) on a connection whose
   consumer is rejoining its group, its join entered (not only a member id asked for) — a client that
   reset its membership when the new cluster did not know it, and commits what it processed meanwhile;
@@ -91,6 +94,7 @@ class Action(enum.Enum):
     REJOIN = "rejoin"
     QUIET = "quiet"
     FENCE = "fence"
+    RELEASE = "release"
     ADOPT = "adopt"
     DROP = "drop"
     SHIELD = "shield"
@@ -118,6 +122,7 @@ _ANSWERS = {
     Action.REJOIN: OwnAnswer(ErrorCode.rebalance_in_progress),
     Action.QUIET: OwnAnswer(ErrorCode.none),
     Action.FENCE: OwnAnswer(ErrorCode.fenced_member_epoch),
+    Action.RELEASE: OwnAnswer(ErrorCode.none, release=True),
     Action.REFUSE: OwnAnswer(TOPIC_AUTHORIZATION_FAILED),
     Action.REDIRECT: OwnAnswer(),
     Action.HOLD: OwnAnswer(),
@@ -136,6 +141,7 @@ def decide(
     mirrored: Callable[[str], bool] = lambda _topic: False,
     joined_on: str | None = None,
     rejoining: bool = False,
+    owning: bool = False,
     partitions: Touch = Touch.NONE,
     shielded: bool = False,
     shield_holds: bool = False,
@@ -149,7 +155,9 @@ def decide(
     where the gateway saw the join (None: unknown, no member, or a commit no link could carry from
     there); ``rejoining``:
     for an OffsetCommit from outside the group or a Heartbeat, that the connection's consumer is
-    rejoining its group; ``partitions``: what the request has to do with partition migrations;
+    rejoining its group; ``owning``: for a ConsumerGroupHeartbeat, that its member may own partitions
+    and is to be asked to give them up (``RELEASE``); ``partitions``: what the request has to do with
+    partition migrations;
     ``shielded``: the resolved cluster is shielded or down; ``shield_holds``: its shield is fresh and the
     request is no transaction's, so a write is held for a routing change; ``unvouched``: the gateway
     cannot vouch that its routing is current (:meth:`Gateway.vouched`): ``apis.UNVOUCHED_HELD`` is held
@@ -164,7 +172,7 @@ def decide(
         return Decision(Action.HOLD, cluster) if context.expects_response else Decision(Action.DROP, cluster)
     decision = _decide(
         api_key, context, resolution, broker, mirrored=mirrored, joined_on=joined_on, rejoining=rejoining,
-        partitions=partitions,
+        owning=owning, partitions=partitions,
     )  # fmt: skip
     if shielded and decision.action in _CONTACTING and api_key in apis.SHIELDABLE:
         waits = api_key == apis.PRODUCE and context.expects_response and shield_holds
@@ -175,8 +183,8 @@ def decide(
 
 
 _ANSWERED_HERE = frozenset({
-    Action.HOLD, Action.REDIRECT, Action.REFUSE, Action.REJOIN, Action.QUIET, Action.FENCE, Action.SHIELD,
-    Action.UNFOUND,
+    Action.HOLD, Action.REDIRECT, Action.REFUSE, Action.REJOIN, Action.QUIET, Action.FENCE, Action.RELEASE,
+    Action.SHIELD, Action.UNFOUND,
 })  # fmt: skip
 _CONTACTING = frozenset({Action.FORWARD, Action.CARRY, Action.ADOPT})
 
@@ -190,6 +198,7 @@ def _decide(
     mirrored: Callable[[str], bool],
     joined_on: str | None,
     rejoining: bool,
+    owning: bool,
     partitions: Touch,
 ) -> Decision:
     cluster = resolution.cluster
@@ -206,7 +215,7 @@ def _decide(
         if api_key == apis.HEARTBEAT and joined_on is not None and joined_on != cluster:
             return Decision(Action.QUIET if rejoining else Action.REJOIN, cluster)
         if api_key == apis.CONSUMER_GROUP_HEARTBEAT and joined_on is not None and joined_on != cluster:
-            return Decision(Action.FENCE, cluster)
+            return Decision(Action.RELEASE if owning else Action.FENCE, cluster)
         if broker is not None and broker.cluster != cluster:
             if api_key == apis.OFFSET_FETCH:  # to the group's coordinator, by way of any broker
                 return Decision(Action.FORWARD, cluster)
