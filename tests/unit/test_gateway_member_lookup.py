@@ -177,10 +177,11 @@ def test_a_consumer_protocol_member_this_process_had_leave_and_that_joined_again
     member that left and had not joined again, its commit was carried from outside the group it is in,
     refused UNKNOWN_MEMBER_ID (chaos runs 10 and 11: one gateway process of two killed, its clients'
     requests going on through the other)."""
-    left_here = Member("standby", 45.0, left=True, consumer=True)
+    left_here = Member("standby", 45.0, left=True, consumer=True, releasing_since=time.monotonic() - 60)
     found = lookup(Coordinator({MEMBER}), known=left_here)
     assert found is not None
     assert (found.cluster, found.left) == ("standby", False)
+    assert found.releasing_since is None  # a member there: a later switch asks it to let go anew
     not_back = lookup(Coordinator(set()), known=left_here)  # not joined again: it left, as it was
     assert not_back is not None
     assert (not_back.cluster, not_back.left) == ("standby", True)
@@ -316,6 +317,8 @@ def _heartbeat(owned: tuple[Any, ...] | None) -> Any:
         (None, False, None, False),  # its last assignment named none: nothing to let go
         (None, True, 5.0, True),  # asked 5 s ago, and its application has not polled since
         (None, True, RELEASE_WITHIN_S + 1, False),  # asked too long ago: fenced, as before
+        ((SimpleNamespace(partitions=(0,)),), False, None, True),  # names some, whatever was seen
+        ((SimpleNamespace(partitions=(0,)),), True, RELEASE_WITHIN_S + 1, False),
     ],
 )  # fmt: skip
 def test_a_moved_consumer_protocol_member_is_asked_to_let_go_while_it_may_own_partitions(

@@ -14,7 +14,8 @@ classic protocol's requests, with these differences:
   it may own partitions, as a coordinator asks a member to give every partition up: no error, its own
   id and epoch, an assignment of nothing (``decision.Action.RELEASE``, ``blocking.released``); the
   client revokes them at its application's next poll, and may commit what it processed meanwhile —
-  carried like a classic member's commits (:mod:`workers.gateway.groups.carry`). Its acknowledgement,
+  carried like a classic member's commits (:mod:`workers.gateway.groups.carry`), which the new
+  cluster takes while the group has no member there yet. Its acknowledgement,
   owning nothing, is answered FENCED_MEMBER_EPOCH (``decision.Action.FENCE``), as a coordinator
   answers a member it dropped: it loses nothing, and joins again at epoch 0 — on the new cluster, where
   it resumes from the group's committed offsets. Fenced at once, it lost its partitions, and a commit

@@ -242,7 +242,7 @@ class GroupHandling:
         if member_id not in here[0] or self.gateway.members.get(group, member_id) is not known:
             return True  # not joined again; or learnt otherwise meanwhile
         log.info("group %s: member %s, seen on %s, has joined %s", group, member_id, known.cluster, cluster)
-        moved = dataclasses.replace(known, cluster=cluster, left=False, rejoining=False)
+        moved = dataclasses.replace(known, cluster=cluster, left=False, rejoining=False, releasing_since=None)
         self.gateway.members.joined(group, member_id, moved)
         return True
 
@@ -524,9 +524,10 @@ class GroupHandling:
         if answer.error_code == ErrorCode.none and answer.member_epoch > 0:
             member_id = answer.member_id or request.body.member_id
             self._member_of(request.body.group_id, member_id, cluster, identity)
+            heard: dict[str, Any] = {"releasing_since": None}  # a member there: no release of it stands
             if answer.assignment is not None:
-                owns = any(t.partitions for t in answer.assignment.topic_partitions)
-                self._noted(request.body.group_id, member_id, owns=owns)
+                heard["owns"] = any(t.partitions for t in answer.assignment.topic_partitions)
+            self._noted(request.body.group_id, member_id, **heard)
         answer = consumer_protocol.answered(request.body, answer)
         answer = await consumer_protocol.to_client(answer, cluster, self.gateway.real_ids)
         return encode_response(request, answer)
@@ -534,20 +535,23 @@ class GroupHandling:
     def owning(self, request: Request) -> bool:
         """For a ConsumerGroupHeartbeat: whether its member, if a switch moved it, is to be asked to give
         its partitions up (``RELEASE``) rather than fenced. It is, unless it names none it owns (its
-        acknowledgement of that release: an empty list; a null one says "as before"), its assignment
-        was last seen empty, or it was first asked ``RELEASE_WITHIN_S`` ago: a member that owns nothing
-        answers a release of nothing with no acknowledgement, and one whose application does not poll
-        revokes nothing."""
+        acknowledgement of that release: an empty list; a null one says "as before") or, naming none,
+        its assignment was last seen empty, or it was first asked ``RELEASE_WITHIN_S`` ago: a member
+        that owns nothing answers a release of nothing with no acknowledgement, and one whose
+        application does not poll revokes nothing. The time is cleared once a cluster answers it as a
+        member there (``heartbeat_in``, ``_rejoined_here``): a later switch asks it anew."""
         if request.api_key != apis.CONSUMER_GROUP_HEARTBEAT:
             return False
         owned = request.body.topic_partitions
-        if owned is not None and not any(t.partitions for t in owned):
+        names = owned is not None and any(t.partitions for t in owned)
+        if owned is not None and not names:
             return False
         member = self.gateway.members.get(request.body.group_id, request.body.member_id)
         if member is None:
             return True
         since = member.releasing_since
-        return member.owns is not False and (since is None or time.monotonic() - since < RELEASE_WITHIN_S)
+        in_time = since is None or time.monotonic() - since < RELEASE_WITHIN_S
+        return in_time and (names or member.owns is not False)  # what it names outweighs what was seen
 
     def releasing(self, request: Request) -> None:
         """Its member asked to give its partitions up: since when, the first time (``owning``)."""
@@ -559,7 +563,7 @@ class GroupHandling:
 
     def _noted(self, group: str, member_id: str, **changes: Any) -> None:
         member = self.gateway.members.get(group, member_id)
-        if member is not None:
+        if member is not None and any(getattr(member, k) != v for k, v in changes.items()):
             self.gateway.members.joined(group, member_id, dataclasses.replace(member, **changes))
 
     def _member_of(self, group: str, member_id: str, cluster: str, identity: Identity) -> None:
