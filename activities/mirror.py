@@ -36,7 +36,7 @@ from switchyard.mirror.groups import (
     sync_groups,
 )
 from switchyard.mirror.offsets import OffsetMap
-from switchyard.mirror.status import PartitionStatus, read_status
+from switchyard.mirror.status import drain_report, read_status
 from switchyard.mirror.writers import GroupWriters
 from switchyard.sagas import steps
 from switchyard.sagas.requests import PartitionLoss
@@ -157,12 +157,9 @@ class MirrorActivities:
         partition whose copy stopped with an error (``CopyFailed``) abandons the switch at once. Where
         several processes show a partition (one that stopped it, and one that took it over since), the
         latest to fetch it speaks for it."""
-        reported: dict[Key, PartitionStatus] = {}
-        for member in read_status(self.deps.zk, self.deps.store.layout, link_id):
-            for shown in member.partitions:
-                known = reported.get(shown.key)
-                if known is None or (shown.fetched_at or _LONG_AGO) > (known.fetched_at or _LONG_AGO):
-                    reported[shown.key] = shown
+        reported = drain_report(
+            self.deps.zk, self.deps.store.layout, link_id, since=since, partitions=behind
+        ).partitions
         failed = [f"{t}[{p}]: {s.error}" for (t, p) in behind if (s := reported.get((t, p))) and s.error]
         if failed:  # stopped for good: waiting out the time-out would only hold clients longer
             raise CopyFailed(f"link {link_id} stopped copying {'; '.join(failed[:5])}")
