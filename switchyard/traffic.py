@@ -148,8 +148,9 @@ class Traffic:
         """(partition, offset) of each acknowledged record, in step with ``acked``."""
         self.failed: list[str] = []
         self.fatal: str | None = None
-        self.producer_name = f"{app}@producer"
         """Why the producer failed for good (librdkafka's reason for a fatal error), if it did."""
+        self.producer_name = f"{app}@producer"
+        debug = os.environ.get("SWITCHYARD_TRAFFIC_DEBUG")
         # Idempotent (the Java client's default): the gateway carries its producer id and sequences
         # over to the new cluster. Not idempotent: one request in flight keeps order across retries.
         self.producer = Producer(
@@ -159,6 +160,7 @@ class Traffic:
                 "acks": "all",
                 "linger.ms": 2,
                 "error_cb": self._error,
+                **({"debug": debug, "logger": debug_log(self.producer_name)} if debug else {}),
                 **(
                     {"enable.idempotence": True}
                     if idempotent
