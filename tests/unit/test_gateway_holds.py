@@ -103,6 +103,50 @@ def test_a_produce_decided_while_vouched_is_not_written_if_the_vouch_lapsed_befo
     assert asyncio.run(arrived(vouched_at_send=True)) == 1
 
 
+def test_a_write_read_behind_a_held_one_is_not_written_ahead_of_it() -> None:
+    """Two Produce requests that arrive together, the first held (here: decided on a snapshot the view
+    replaced meanwhile, so its routing could not be vouched for — as when the view thread swaps it under
+    a busy session just after a flip), the second forwarded at once: the broker gets them in the order
+    they were sent. Once, the second went first: the held one's task had not yet run, so nothing said a
+    request was held, and an idempotent producer's later batch reached the new cluster before the one
+    it followed — refused OUT_OF_ORDER_SEQUENCE_NUMBER there, fatal to librdkafka (CI, the
+    temporal-restart saga test)."""
+
+    async def arrived() -> list[int]:
+        correlations: list[int] = []
+
+        async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionResetError):
+                while True:
+                    (size,) = struct.unpack(">i", await reader.readexactly(4))
+                    frame = await reader.readexactly(size)
+                    correlations.append(struct.unpack_from(">i", frame, 4)[0])
+
+        server = await asyncio.start_server(broker, "127.0.0.1", 0)
+        gateway = Gateway()
+        gateway.brokers = AtOneAddress(server.sockets[0].getsockname()[1])
+        gateway.links = SimpleNamespace(mirrored=lambda *_: False)  # type: ignore[attr-defined]
+        decided = iter(range(1 << 10))  # the first decision's snapshot replaced: not vouched for
+        gateway.vouched = lambda snapshot=None: snapshot is None or next(decided) > 0  # type: ignore[method-assign]
+        frames = [
+            raw(apis.PRODUCE, 9, acks=-1, timeout=timedelta(seconds=30), transactional_id=None)
+            for _ in range(2)
+        ]
+        sent = b"".join(
+            struct.pack(">i", len(f)) + f[:4] + struct.pack(">i", n) + f[8:] for n, f in enumerate(frames, 1)
+        )
+        sessions, port, _ = await serving(gateway)
+        _, client = await asyncio.open_connection("127.0.0.1", port)
+        client.write(sent)  # read together: nothing between them for the held one's task to run
+        await asyncio.sleep(0.5)
+        client.close()
+        sessions.close()
+        server.close()
+        return correlations
+
+    assert asyncio.run(arrived()) == [1, 2]
+
+
 def test_a_write_of_a_shielded_cluster_waits_for_the_flip_and_goes_where_it_sends_it() -> None:
     """A failover shields its source before its flip, and a flip can take longer than a client retries
     (kafkajs: about 10 s of backoff; 14 s in a chaos trial whose target lost a broker). A Produce routed
