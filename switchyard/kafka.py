@@ -348,11 +348,15 @@ _FIRST_TRY_S = 2.0
 """How long the first ListOffsets of a call is given before the partitions' leaders are asked anew and it
 is sent again; each try after one timed out gets a second more (a slow leader answers in the end, a dead
 one is found out by the metadata asked for between tries)."""
-_RELISTED = RETRIABLE | {KafkaError._TIMED_OUT, KafkaError._DESTROY_BROKER}
+_UNANSWERED = frozenset({KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE})
+"""A leader that did not answer in time: the request sent and waited on (``_TIMED_OUT``), or never sent,
+waiting in the client's queue for a connection to a broker that is gone (``_TIMED_OUT_QUEUE``: a suite
+run, the broker killed before the consumer had connected to it)."""
+_RELISTED = RETRIABLE | _UNANSWERED | {KafkaError._DESTROY_BROKER}
 """What a ListOffsets is sent again after: besides a moment's errors, a leader that does not answer (a
 broker killed: librdkafka waits on its connection until the time-out) or the client's handle of it
 dropped (the cluster listed the broker no more: its partitions are led elsewhere now)."""
-_LEADER_LOST = frozenset({KafkaError._TIMED_OUT, KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT})
+_LEADER_LOST = _UNANSWERED | {KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT}
 """The errors after which the leaders are asked for: librdkafka drops its cached leader itself on a
 broker's answer that it leads no more, not where the leader does not answer."""
 
@@ -382,7 +386,7 @@ def _listed(consumer: Consumer, asked: list[TopicPartition], deadline: float) ->
             raise raised(f"cannot list the offsets{where}: {error}")
         if error.code() in _LEADER_LOST:
             _leaders_anew(consumer, {tp.topic for tp in asked}, deadline)
-        if error.code() == KafkaError._TIMED_OUT:
+        if error.code() in _UNANSWERED:
             try_s += 1.0
         time.sleep(0.1)
 

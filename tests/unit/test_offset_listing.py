@@ -58,6 +58,16 @@ def test_a_leader_that_does_not_answer_is_asked_for_anew_and_given_longer_each_t
     ]  # fmt: skip
 
 
+def test_a_request_that_never_left_the_queue_for_a_dead_leader_is_tried_again(clock: Clock) -> None:
+    """A broker killed before the consumer had connected to it: the ListOffsets waits in librdkafka's
+    queue for a connection that never comes and fails ``_TIMED_OUT_QUEUE``, a leader as silent as one
+    that was sent the request (a suite run raised it at the first try)."""
+    consumer = Leaders(clock, [KafkaError._TIMED_OUT_QUEUE, KafkaError._TIMED_OUT_QUEUE])
+    answered = kafka._listed(consumer, [TopicPartition("t", 0, -1)], clock.now + 30)  # type: ignore[arg-type]
+    assert [tp.offset for tp in answered] == [7]
+    assert consumer.asked == ["list 2.0", "metadata t", "list 3.0", "metadata t", "list 4.0"]
+
+
 def test_a_leader_that_says_it_leads_no_more_is_not_asked_for(clock: Clock) -> None:
     """librdkafka drops the cached leader itself on such an answer."""
     consumer = Leaders(clock, [KafkaError.NOT_LEADER_FOR_PARTITION])
