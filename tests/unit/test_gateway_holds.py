@@ -142,6 +142,8 @@ def test_a_write_read_behind_a_held_one_is_not_written_ahead_of_it() -> None:
         client.close()
         sessions.close()
         server.close()
+        held = sum(gateway.metrics.blocked.counts.values())
+        assert held == 1, f"{held} requests decided to be held, where only the first should be"
         return correlations
 
     assert asyncio.run(arrived()) == [1, 2]
