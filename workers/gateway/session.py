@@ -384,10 +384,9 @@ class ClientSession:
             handled = await self._transactional(incoming, decision, txn, snapshot, resolution)
             if handled is not None:
                 return handled
-        # a request held a moment ago may not have started its wait yet (``_released`` is set when its
-        # task first runs): one read right behind it, in the same buffer, would otherwise go first
-        holding = bool(self._held) or (self._released is not None and not self._released.done())
-        if decision.action is Action.HOLD or (holding and key in apis.BLOCKABLE):
+        # from the moment a request is held, not once its task first runs (``_released`` is set then):
+        # one read right behind it, in the same buffer, would otherwise go first
+        if decision.action is Action.HOLD or (self._held and key in apis.BLOCKABLE):
             if decision.action is Action.HOLD:
                 self.gateway.metrics.blocked.add(api_name(key), incoming.identity.app or "-")
             let_go = asyncio.Event()
