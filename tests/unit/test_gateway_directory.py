@@ -13,8 +13,13 @@ from kio.schema.api_versions.v3.response import FinalizedFeatureKey
 from kio.static.primitive import i16
 
 from switchyard.config import load_config
+from switchyard.frames.entities import element_type, make
+from switchyard.frames.protocol import response_schema
+from switchyard.routing.layout import Layout
 from workers.gateway.brokers.directory import BrokerDirectory
 from workers.gateway.brokers.upstream import Upstream, UpstreamError
+from workers.gateway.brokers.vnodes import RealBroker, VirtualNodes
+from workers.gateway.routing import apis
 
 
 def directory(tmp_path: Path) -> BrokerDirectory:
@@ -117,3 +122,33 @@ def test_the_transaction_version_offered_is_one_every_cluster_has(
 
 def _level(name: str, level: int) -> FinalizedFeatureKey:
     return FinalizedFeatureKey(name=name, max_version_level=i16(level), min_version_level=i16(1))
+
+
+def test_a_metadata_answer_lists_every_broker_given_an_id_though_its_cluster_lists_fewer(
+    tmp_path: Path,
+) -> None:
+    """A broker killed and back: a FindCoordinator answer named it as coordinator while the Metadata
+    answers kafkajs had cached left it out, and kafkajs gave a commit up (``KafkaJSBrokerNotFound``,
+    two chaos trials). Every broker of the configured clusters given a virtual id is listed, once."""
+    path = tmp_path / "switchyard.yaml"
+    path.write_text(yaml.safe_dump({"clusters": {"primary": {"bootstrap": "h1:9092"},
+                                                 "standby": {"bootstrap": "s1:9092"}},
+                                    "default_cluster": "primary"}))  # fmt: skip
+    vnodes = VirtualNodes(None, Layout("/test"))  # type: ignore[arg-type]  # every id known already
+    given = [RealBroker("primary", 1), RealBroker("primary", 2), RealBroker("primary", 3),
+             RealBroker("standby", 1), RealBroker("retired", 1)]  # fmt: skip
+    ids = {broker: vnodes._remember(broker, (1 << 30) + n) for n, broker in enumerate(given)}
+
+    async def listening(_: int) -> None:
+        pass
+
+    unused: Any = None
+    brokers = BrokerDirectory(load_config(path, environ={}), vnodes, unused, listening, "gw-test")
+    cls = response_schema(apis.METADATA, 9)
+    broker_cls = element_type(cls, "brokers")
+    answer = make(cls, brokers=tuple(make(broker_cls, node_id=n, host=f"h{n}", port=9092) for n in (1, 2)),
+                  cluster_id="real", controller_id=1, topics=())  # fmt: skip
+
+    listed = [b.node_id for b in asyncio.run(brokers.rewrite(apis.METADATA, answer, "primary")).brokers]
+    assert sorted(listed) == sorted(v for b, v in ids.items() if b.cluster != "retired")
+    assert listed[:2] == [ids[RealBroker("primary", 1)], ids[RealBroker("primary", 2)]]  # its own first

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -92,6 +93,11 @@ class VirtualNodes:
     def known(self, broker: RealBroker) -> int | None:
         with self._lock:
             return self._by_real.get(broker)
+
+    def of(self, clusters: Collection[str]) -> list[int]:
+        """The virtual ids given to brokers of ``clusters``, in order."""
+        with self._lock:
+            return sorted(v for b, v in self._by_real.items() if b.cluster in clusters)
 
     def _remember(self, broker: RealBroker, virtual_id: int) -> int:
         with self._lock:
