@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -124,19 +125,18 @@ def _level(name: str, level: int) -> FinalizedFeatureKey:
     return FinalizedFeatureKey(name=name, max_version_level=i16(level), min_version_level=i16(1))
 
 
-def test_a_metadata_answer_lists_every_broker_given_an_id_though_its_cluster_lists_fewer(
-    tmp_path: Path,
-) -> None:
-    """A broker killed and back: a FindCoordinator answer named it as coordinator while the Metadata
-    answers kafkajs had cached left it out, and kafkajs gave a commit up (``KafkaJSBrokerNotFound``,
-    two chaos trials). Every broker of the configured clusters given a virtual id is listed, once."""
+def test_a_metadata_answer_lists_every_broker_of_the_other_clusters_given_an_id(tmp_path: Path) -> None:
+    """A broker killed and back: a FindCoordinator answer named it as coordinator on one cluster while
+    the Metadata answers kafkajs had cached, from the other, left it out, and kafkajs gave a commit up
+    (``KafkaJSBrokerNotFound``, two chaos trials). Every broker of the other configured clusters given a
+    virtual id is listed, learned by this process or not; the answering cluster's as it lists them."""
     path = tmp_path / "switchyard.yaml"
     path.write_text(yaml.safe_dump({"clusters": {"primary": {"bootstrap": "h1:9092"},
                                                  "standby": {"bootstrap": "s1:9092"}},
                                     "default_cluster": "primary"}))  # fmt: skip
     vnodes = VirtualNodes(None, Layout("/test"))  # type: ignore[arg-type]  # every id known already
     given = [RealBroker("primary", 1), RealBroker("primary", 2), RealBroker("primary", 3),
-             RealBroker("standby", 1), RealBroker("retired", 1)]  # fmt: skip
+             RealBroker("standby", 1), RealBroker("standby", 2), RealBroker("retired", 1)]  # fmt: skip
     ids = {broker: vnodes._remember(broker, (1 << 30) + n) for n, broker in enumerate(given)}
 
     async def listening(_: int) -> None:
@@ -144,11 +144,17 @@ def test_a_metadata_answer_lists_every_broker_given_an_id_though_its_cluster_lis
 
     unused: Any = None
     brokers = BrokerDirectory(load_config(path, environ={}), vnodes, unused, listening, "gw-test")
+    brokers.brokers["standby"] = {1: ("s1", 9092)}  # standby 2 not listed by the standby just now
     cls = response_schema(apis.METADATA, 9)
     broker_cls = element_type(cls, "brokers")
     answer = make(cls, brokers=tuple(make(broker_cls, node_id=n, host=f"h{n}", port=9092) for n in (1, 2)),
                   cluster_id="real", controller_id=1, topics=())  # fmt: skip
+    primary = [ids[RealBroker("primary", n)] for n in (1, 2)]  # primary 3 is down: not listed
+    standby = [ids[RealBroker("standby", n)] for n in (1, 2)]
 
     listed = [b.node_id for b in asyncio.run(brokers.rewrite(apis.METADATA, answer, "primary")).brokers]
-    assert sorted(listed) == sorted(v for b, v in ids.items() if b.cluster != "retired")
-    assert listed[:2] == [ids[RealBroker("primary", 1)], ids[RealBroker("primary", 2)]]  # its own first
+    assert listed == primary + standby
+    brokers.brokers["primary"] = {1: ("h1", 9092), 2: ("h2", 9092)}
+    request: Any = SimpleNamespace(api_key=apis.METADATA, api_version=9)
+    made = asyncio.run(brokers.local_metadata(request, "standby"))  # its Metadata of no topics
+    assert [b.node_id for b in made.brokers] == [standby[0], *primary, ids[RealBroker("primary", 3)]]

@@ -174,7 +174,7 @@ class BrokerDirectory:
         cls = response_schema(request.api_key, request.api_version)
         broker_cls = element_type(cls, "brokers")
         virtual = await self.virtual_ids(cluster, set(self.brokers[cluster]))
-        listed = sorted(virtual.values()) + self._beside(set(virtual.values()))
+        listed = sorted(virtual.values()) + self._beside(cluster)
         brokers = tuple(
             make(broker_cls, node_id=v, host=self.address(v)[0], port=self.address(v)[1]) for v in listed
         )
@@ -192,25 +192,25 @@ class BrokerDirectory:
         broker_cls = element_type(type(rewritten), "brokers")
         others = tuple(
             make(broker_cls, node_id=v, host=self.address(v)[0], port=self.address(v)[1])
-            for v in self._beside({b.node_id for b in rewritten.brokers})
+            for v in self._beside(cluster)
         )
         return dataclasses.replace(rewritten, brokers=rewritten.brokers + others)
 
-    def _beside(self, listed: set[int]) -> list[int]:
-        """Every other virtual broker of the configured clusters, listed in every Metadata answer
-        beside those the answering cluster lists, though they lead nothing there: the other clusters'
-        brokers, and its own it does not list now (killed, restarting, fenced). A client whose
-        partitions or coordinator move to another cluster in a switch then finds the new leader among
-        brokers it knows and goes straight to it; a client still holding an old broker never finds it
-        missing (librdkafka otherwise drops the broker and waits for its next periodic refresh, about a
-        second, before producing again); and a coordinator a FindCoordinator answer names is always
-        one the client knows, though the Metadata answers of that moment leave it out (a broker back
-        from a kill, listed by one gateway process and not yet by another): kafkajs gave a commit up
-        when its coordinator was not among the brokers it had cached (``KafkaJSBrokerNotFound``, two
-        chaos trials). A request sent to a broker its cluster does not list now is answered as before
-        (a group's goes on to its coordinator, any other is refused, ``real_address``); the ids are
-        the same in every gateway process (``VirtualNodes``)."""
-        return [v for v in self.vnodes.of(self.config.clusters) if v not in listed]
+    def _beside(self, cluster: str) -> list[int]:
+        """The virtual brokers of the other configured clusters — every one given an id, whether its
+        cluster lists it now or not — listed in every Metadata answer beside the answering cluster's
+        own, though they lead nothing there. A client whose partitions or coordinator move to another
+        cluster in a switch finds the new leader among brokers it knows; one still holding an old broker
+        never finds it missing (librdkafka otherwise drops it and waits for its next periodic refresh,
+        about a second, before producing again); and a coordinator named on another cluster than the
+        one answering its Metadata is always one it knows. Taken from what this process had last learned
+        of that cluster, the list left out a broker killed and back, and kafkajs, which looks its
+        coordinator up among its cached brokers, gave a commit up (``KafkaJSBrokerNotFound``, two chaos
+        trials). A request sent to another cluster's broker is answered by the bound cluster's
+        (``decide``), so one that is down costs nothing. The answering cluster's own brokers are as it
+        lists them: to one it leaves out, clients would send what only that broker answers (ListGroups,
+        an idempotent producer's InitProducerId), refused while it is down."""
+        return self.vnodes.of(set(self.config.clusters) - {cluster})
 
     def _learn(self, cluster: str, brokers: Any) -> None:
         """A Metadata answer's brokers (an empty list leaves what was known)."""
@@ -286,7 +286,7 @@ class BrokerDirectory:
 
     async def _name(self, cluster: str) -> None:
         """Give each of ``cluster``'s brokers its virtual id, and its port, as soon as it is learned: the
-        brokers every Metadata answer lists (``_beside``) are then the same in every
+        other clusters' brokers every Metadata answer lists (``_beside``) are then the same in every
         process of a gateway, however long each has run, not only those it happened to look up (kafkajs
         rebalanced its fetchers at each change of the set, pausing them up to 5 s). Not done, it is
         tried again at the next probe."""
