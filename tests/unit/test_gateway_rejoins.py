@@ -349,6 +349,49 @@ def test_a_commit_of_a_generation_passed_by_a_join_on_another_connection_goes_in
     assert asyncio.run(adopted_generation(apis.METADATA)) == 1  # the leader's sync waits for its answer
 
 
+def test_a_commit_behind_its_own_connections_rejoin_waits_until_a_request_the_sync_needs_comes() -> None:
+    """kafkajs, its fetch answered NOT_LEADER after a switch's flip, joined again and committed the
+    generation before on the same connection, then, the group's leader, asked for Metadata there before
+    its sync: that answer queued behind the commit held for the sync, the group stood 10 s, and the
+    commit went as it came after all, refused ILLEGAL_GENERATION (a chaos trial). Such a request ends the
+    wait at once; the join's own SyncGroup does not, its answer learned as it comes."""
+    shop = Identity("shop")
+
+    async def adopted_generation(behind: int | None) -> int:
+        group = handling(gateway())
+        sent_join = real_join("m-new", 1)
+        group.sending(sent_join, "m-new")
+        joined = JoinGroupResponse(
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)), error_code=ErrorCode.none,
+            generation_id=i32(2), protocol_name="range", leader="m-new", member_id="m-new", members=(),
+        )  # fmt: skip
+        group.learn(sent_join, answer(sent_join, joined), "standby", shop)
+        commit = member_commit(1, ("t", 0))
+        assert group._rejoining(commit, None), "sent in a generation its own join has left"
+        sent: list[Any] = []
+        adopted = asyncio.ensure_future(group.adopt(commit, None, recorder(sent)))
+        await asyncio.sleep(0.05)
+        if behind is not None:
+            group.came(request_of(behind))
+            await asyncio.sleep(0.05)
+        if not adopted.done():
+            assert not sent, "sent before the sync"
+            sync = real_sync("m-new", 2)
+            synced = SyncGroupResponse(
+                throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+                error_code=ErrorCode.none,
+                assignment=assignment(("t", 0)),
+            )
+            group.learn(sync, answer(sync, synced), "standby", shop)
+        await asyncio.wait_for(adopted, SOON_S)
+        return int(sent[0].generation_id_or_member_epoch)
+
+    assert asyncio.run(adopted_generation(None)) == 2
+    assert asyncio.run(adopted_generation(apis.SYNC_GROUP)) == 2  # its answer ends the wait
+    assert asyncio.run(adopted_generation(apis.FETCH)) == 2
+    assert asyncio.run(adopted_generation(apis.METADATA)) == 1  # the leader's, for its assignment: at once
+
+
 def consumer_join(correlation_id: int, member_id: str) -> Any:
     """A consumer-protocol member's join (KIP-848): a ConsumerGroupHeartbeat at member epoch 0."""
     body = SimpleNamespace(group_id=GROUP, member_id=member_id, member_epoch=0, topic_partitions=None)

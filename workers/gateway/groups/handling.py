@@ -17,7 +17,7 @@ import logging
 import struct
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -54,6 +54,9 @@ MEMBER_APIS = frozenset(
 """Requests naming the member that sends them (LeaveGroup v3+ names members in a list)."""
 _REJOIN_NEEDS = frozenset({apis.METADATA, apis.FIND_COORDINATOR, apis.JOIN_GROUP, apis.SYNC_GROUP})
 """Requests a client may need answered to finish a rejoin (see ``GroupHandling.came``)."""
+_SYNC_NEEDS = _REJOIN_NEEDS - {apis.SYNC_GROUP}
+"""Those it may need answered before it sends its join's SyncGroup (a group leader's Metadata for its
+assignment, a coordinator looked up, a join): a SyncGroup's own answer is learned as it comes."""
 _COMMITS_REMEMBERED = 64
 """Commits a connection keeps the ``_behind`` of (``GroupHandling.came``): more than clients send at once."""
 _NO_LONGER_A_MEMBER = frozenset({ErrorCode.unknown_member_id, ErrorCode.illegal_generation})
@@ -62,6 +65,15 @@ _NO_LONGER_A_MEMBER = frozenset({ErrorCode.unknown_member_id, ErrorCode.illegal_
 Send = Callable[[Any, int | None], Awaitable[Awaitable[Reply]]]
 """The session's sending of an OffsetCommit ``body`` to a broker (None: the coordinator) of the cluster
 the commit is routed to: the answer-to-be, or the retriable error if the routing moved on meanwhile."""
+
+
+class Behind(NamedTuple):
+    """Done once a request a rejoin may need comes on a connection after a commit (``GroupHandling.came``)."""
+
+    rejoin: asyncio.Future[None]
+    """One of ``_REJOIN_NEEDS``: a rejoin on another connection may wait for its answer."""
+    sync: asyncio.Future[None]
+    """One of ``_SYNC_NEEDS``: the connection's own rejoin may wait for its answer before it syncs."""
 
 
 class Connection(Protocol):
@@ -82,10 +94,11 @@ class GroupHandling:
         """Carried commits this connection sent: one is sent again only if none went since."""
         self._rejoins: dict[str, Rejoin] = {}
         """Per group this connection's consumer is (re)joining (see :class:`Rejoin`)."""
-        self._behind: asyncio.Future[None] | None = None
-        """Set when a request a rejoin may need comes on this connection (``came``): a commit held for a
-        join on another connection stops waiting then, as that request's answer queues behind its own."""
-        self._behind_of: dict[int, asyncio.Future[None]] = {}
+        self._behind: dict[frozenset[int], asyncio.Future[None]] = {}
+        """Per kind (``_REJOIN_NEEDS``, ``_SYNC_NEEDS``), set when a request of it comes on this connection
+        (``came``): a commit held for a join stops waiting then, as that request's answer queues behind
+        its own."""
+        self._behind_of: dict[int, Behind] = {}
         """By correlation id, the ``_behind`` of each commit as it came (``came``)."""
         self._renames: dict[int, tuple[str, str, asyncio.Future[None]]] = {}
         """By correlation id, this connection's joins of moved members sent as new members' and not
@@ -401,28 +414,31 @@ class GroupHandling:
     def came(self, request: Request) -> None:
         """A request came on this connection: if a rejoin may need its answer (a group leader's Metadata
         for its assignment, a join or sync, a coordinator looked up), a commit that came before it stops
-        waiting for a join on another connection (``_behind``), whether it waits yet or is still held.
-        kafkajs's leader asked for Metadata on the connection of the commit held for its sync: the sync
-        waited for that answer, the commit for the sync, both 10 s, and the commit was refused after all
-        (a chaos trial)."""
+        waiting for that rejoin (``_behind``), whether it waits yet or is still held. kafkajs's leader
+        asked for Metadata on the connection of the commit held for its sync: the sync waited for that
+        answer, the commit for the sync, both 10 s, and the commit was refused after all (chaos trials,
+        with the join on another connection and on the same)."""
         if request.api_key == apis.OFFSET_COMMIT:
             self._behind_of[request.correlation_id] = self._next_behind()
             while len(self._behind_of) > _COMMITS_REMEMBERED:
                 del self._behind_of[next(iter(self._behind_of))]
-        elif request.api_key in _REJOIN_NEEDS and self._behind is not None:
-            if not self._behind.done():
-                self._behind.set_result(None)
-            self._behind = None
+            return
+        for needs in (_REJOIN_NEEDS, _SYNC_NEEDS):
+            waiting = self._behind.pop(needs, None) if request.api_key in needs else None
+            if waiting is not None and not waiting.done():
+                waiting.set_result(None)
 
-    def _behind_since(self, request: Request) -> asyncio.Future[None]:
+    def _behind_since(self, request: Request) -> Behind:
         """Done once a request a rejoin may need has come on this connection after ``request``."""
         return self._behind_of.pop(request.correlation_id, None) or self._next_behind()
 
-    def _next_behind(self) -> asyncio.Future[None]:
+    def _next_behind(self) -> Behind:
         """Done once a request a rejoin may need comes on this connection after now (``came``)."""
-        if self._behind is None:
-            self._behind = asyncio.get_running_loop().create_future()
-        return self._behind
+        loop = asyncio.get_running_loop()
+        for needs in (_REJOIN_NEEDS, _SYNC_NEEDS):
+            if needs not in self._behind:
+                self._behind[needs] = loop.create_future()
+        return Behind(self._behind[_REJOIN_NEEDS], self._behind[_SYNC_NEEDS])
 
     def learn(self, request: Request, frame: bytes, cluster: str, identity: Identity) -> None:
         """What a JoinGroup or SyncGroup answer from ``cluster`` tells: a member there, a join done (a
@@ -709,7 +725,7 @@ class GroupHandling:
         return OwnAnswer()
 
     async def _as_successor(
-        self, body: Any, cluster: str, identity: Identity, deadline: float, behind: asyncio.Future[None]
+        self, body: Any, cluster: str, identity: Identity, deadline: float, behind: Behind
     ) -> Any:
         """A carried commit (``body``) as its client's new member on ``cluster``, if it has exactly one
         that can take it (``Members.successor``); else as it is, from outside the group. Where that member
@@ -728,7 +744,7 @@ class GroupHandling:
             syncing = members.syncing(body.group_id, cluster, identity, besides=mine)
             if left <= 0 or not syncing or members.entering(body.group_id, cluster):
                 return body
-            if behind.done():
+            if behind.rejoin.done():
                 log.info(
                     "group %s: a commit carried to %s goes from outside it, not waiting for a new member's "
                     "sync: a request that sync may need came behind it", body.group_id, cluster,
@@ -736,7 +752,7 @@ class GroupHandling:
                 return body
             synced = asyncio.ensure_future(members.next_sync(body.group_id, left))
             try:
-                await asyncio.wait({synced, behind}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({synced, behind.rejoin}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 synced.cancel()
         member_id, generation = found
@@ -848,26 +864,30 @@ class GroupHandling:
 
     async def _as_rejoined(
         self, rejoin: Rejoin, again: asyncio.Future[None], request: Request, body: Any,
-        behind: asyncio.Future[None],
+        behind: Behind,
     ) -> Any:  # fmt: skip
         """``body`` (an OffsetCommit) as the member ``rejoin`` rejoins as, once the rejoin is done;
         unchanged if the join is refused meanwhile (``again``: ``rejoin.again`` as the commit was decided;
         read later, it would be a refusal still to come, of a join the client sends after this commit,
         whose answer queues behind it), or takes longer than a held request may wait (then the commits
-        after it wait no more: ``Rejoin.waited_out``) — or, for a rejoin on another connection, once a
-        request it may need comes behind this commit (``behind``)."""
+        after it wait no more: ``Rejoin.waited_out``) — or once a request the rejoin may need comes behind
+        this commit (``behind``): for a rejoin on this connection, one its client may need answered
+        before it syncs (kafkajs's leader asked for Metadata behind its commit, after its join: the sync
+        waited 10 s for that answer, and the commit went as it came after all, refused
+        ILLEGAL_GENERATION), as the SyncGroup's own answer, learned as it comes, ends the wait."""
         limit = hold_limit(request, self.gateway.config.gateway.block_hold_s, rejoin.session_s)
-        ends: set[asyncio.Future[Any]] = {rejoin.joined, again}
-        if rejoin is not self._rejoins.get(request.body.group_id):
-            ends.add(behind)
+        here = rejoin is self._rejoins.get(request.body.group_id)
+        cue = behind.sync if here else behind.rejoin
         if not rejoin.waited_out:
+            ends: set[asyncio.Future[Any]] = {rejoin.joined, again, cue}
             done, _ = await asyncio.wait(ends, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
             rejoin.waited_out = not done
         if not rejoin.joined.done():
-            if behind.done() and behind in ends:
+            if cue.done():
                 log.info(
-                    "group %s: a commit goes as it came, not waiting for its member's rejoin on another "
+                    "group %s: a commit goes as it came, not waiting for its member's rejoin on %s "
                     "connection: a request that rejoin may need came behind it", request.body.group_id,
+                    "this" if here else "another",
                 )  # fmt: skip
             return body
         member_id, generation = rejoin.joined.result()
