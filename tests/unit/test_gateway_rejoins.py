@@ -305,48 +305,55 @@ def answer(request: Any, body: Any) -> bytes:
     return encode_response(request, body)[4:]  # as read off the wire, without its size
 
 
+async def generation_after_sync(behind: int | None, *, one_connection: bool) -> int:
+    """The generation a commit of generation 1 goes in, made once its member's join (answered with
+    generation 2) is under way on the same connection or another, with a request of ``behind`` coming
+    behind the commit on its own connection (None: none) and the join's sync answered after."""
+    shop = Identity("shop")
+    shared = gateway()
+    joining = handling(shared)
+    committing = joining if one_connection else handling(shared)
+    sent_join = real_join("m-new", 1)
+    joining.sending(sent_join, "m-new")
+    commit = member_commit(1, ("t", 0))
+    if not one_connection:
+        assert not committing._rejoining(commit, None), "held before the join was answered"
+    joined = JoinGroupResponse(
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)), error_code=ErrorCode.none,
+        generation_id=i32(2), protocol_name="range", leader="m-new", member_id="m-new", members=(),
+    )  # fmt: skip
+    joining.learn(sent_join, answer(sent_join, joined), "standby", shop)
+    assert committing._rejoining(commit, None), "sent in a generation the group has left"
+    sent: list[Any] = []
+    adopted = asyncio.ensure_future(committing.adopt(commit, None, recorder(sent)))
+    await asyncio.sleep(0.05)
+    if behind is not None:
+        committing.came(request_of(behind))
+        await asyncio.sleep(0.05)
+    if not adopted.done():
+        assert not sent, "sent before the sync"
+        sync = real_sync("m-new", 2)
+        synced = SyncGroupResponse(
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+            error_code=ErrorCode.none,
+            assignment=assignment(("t", 0)),
+        )
+        joining.learn(sync, answer(sync, synced), "standby", shop)
+        assert not committing._rejoining(commit, None), "a rejoin synced is one no more"
+    await asyncio.wait_for(adopted, SOON_S)
+    return int(sent[0].generation_id_or_member_epoch)
+
+
 def test_a_commit_of_a_generation_passed_by_a_join_on_another_connection_goes_in_the_next_one() -> None:
     """kafkajs, its coordinator's broker killed, joined on the new coordinator's connection and committed
     the generation before on the old one's, 5 ms after the join's answer: refused ILLEGAL_GENERATION (a
     chaos trial). The commit waits for that join's sync, on the other connection, and goes in its
     generation — unless a request the join may need comes behind it on its own connection."""
-    shop = Identity("shop")
-
-    async def adopted_generation(behind: int | None) -> int:
-        shared = gateway()
-        joining, committing = handling(shared), handling(shared)
-        sent_join = real_join("m-new", 1)
-        joining.sending(sent_join, "m-new")
-        commit = member_commit(1, ("t", 0))
-        assert not committing._rejoining(commit, None), "held before the join was answered"
-        joined = JoinGroupResponse(
-            throttle_time=i32Timedelta.parse(datetime.timedelta(0)), error_code=ErrorCode.none,
-            generation_id=i32(2), protocol_name="range", leader="m-new", member_id="m-new", members=(),
-        )  # fmt: skip
-        joining.learn(sent_join, answer(sent_join, joined), "standby", shop)
-        assert committing._rejoining(commit, None), "sent in a generation the group has left"
-        sent: list[Any] = []
-        adopted = asyncio.ensure_future(committing.adopt(commit, None, recorder(sent)))
-        await asyncio.sleep(0.05)
-        if behind is not None:
-            committing.came(request_of(behind))
-            await asyncio.sleep(0.05)
-        if not adopted.done():
-            assert not sent, "sent before the sync"
-            sync = real_sync("m-new", 2)
-            synced = SyncGroupResponse(
-                throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
-                error_code=ErrorCode.none,
-                assignment=assignment(("t", 0)),
-            )
-            joining.learn(sync, answer(sync, synced), "standby", shop)
-            assert not committing._rejoining(commit, None), "a rejoin synced is one no more"
-        await asyncio.wait_for(adopted, SOON_S)
-        return int(sent[0].generation_id_or_member_epoch)
-
-    assert asyncio.run(adopted_generation(None)) == 2
-    assert asyncio.run(adopted_generation(apis.FETCH)) == 2
-    assert asyncio.run(adopted_generation(apis.METADATA)) == 1  # the leader's sync waits for its answer
+    assert asyncio.run(generation_after_sync(None, one_connection=False)) == 2
+    assert asyncio.run(generation_after_sync(apis.FETCH, one_connection=False)) == 2
+    assert (
+        asyncio.run(generation_after_sync(apis.METADATA, one_connection=False)) == 1
+    )  # the leader's sync waits for its answer
 
 
 def test_a_commit_behind_its_own_connections_rejoin_waits_until_a_request_the_sync_needs_comes() -> None:
@@ -355,41 +362,14 @@ def test_a_commit_behind_its_own_connections_rejoin_waits_until_a_request_the_sy
     its sync: that answer queued behind the commit held for the sync, the group stood 10 s, and the
     commit went as it came after all, refused ILLEGAL_GENERATION (a chaos trial). Such a request ends the
     wait at once; the join's own SyncGroup does not, its answer learned as it comes."""
-    shop = Identity("shop")
-
-    async def adopted_generation(behind: int | None) -> int:
-        group = handling(gateway())
-        sent_join = real_join("m-new", 1)
-        group.sending(sent_join, "m-new")
-        joined = JoinGroupResponse(
-            throttle_time=i32Timedelta.parse(datetime.timedelta(0)), error_code=ErrorCode.none,
-            generation_id=i32(2), protocol_name="range", leader="m-new", member_id="m-new", members=(),
-        )  # fmt: skip
-        group.learn(sent_join, answer(sent_join, joined), "standby", shop)
-        commit = member_commit(1, ("t", 0))
-        assert group._rejoining(commit, None), "sent in a generation its own join has left"
-        sent: list[Any] = []
-        adopted = asyncio.ensure_future(group.adopt(commit, None, recorder(sent)))
-        await asyncio.sleep(0.05)
-        if behind is not None:
-            group.came(request_of(behind))
-            await asyncio.sleep(0.05)
-        if not adopted.done():
-            assert not sent, "sent before the sync"
-            sync = real_sync("m-new", 2)
-            synced = SyncGroupResponse(
-                throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
-                error_code=ErrorCode.none,
-                assignment=assignment(("t", 0)),
-            )
-            group.learn(sync, answer(sync, synced), "standby", shop)
-        await asyncio.wait_for(adopted, SOON_S)
-        return int(sent[0].generation_id_or_member_epoch)
-
-    assert asyncio.run(adopted_generation(None)) == 2
-    assert asyncio.run(adopted_generation(apis.SYNC_GROUP)) == 2  # its answer ends the wait
-    assert asyncio.run(adopted_generation(apis.FETCH)) == 2
-    assert asyncio.run(adopted_generation(apis.METADATA)) == 1  # the leader's, for its assignment: at once
+    assert asyncio.run(generation_after_sync(None, one_connection=True)) == 2
+    assert (
+        asyncio.run(generation_after_sync(apis.SYNC_GROUP, one_connection=True)) == 2
+    )  # its answer ends the wait
+    assert asyncio.run(generation_after_sync(apis.FETCH, one_connection=True)) == 2
+    assert (
+        asyncio.run(generation_after_sync(apis.METADATA, one_connection=True)) == 1
+    )  # the leader's: at once
 
 
 def consumer_join(correlation_id: int, member_id: str) -> Any:
